@@ -1,0 +1,3 @@
+from toycards.cli import main
+
+main()

@@ -1,0 +1,112 @@
+"""Source spans, diagnostics and the one exception type users see.
+
+Owns: `Span` (where in a file), `Diagnostic` (what is wrong there, with the shapes
+involved and a hint), `ToycardsError` (one or more diagnostics, or a plain message for
+non-card inputs such as a bad GGUF file) and the plain-text rendering of diagnostics
+(`file:line:col: error: message`, the source line, a caret, the hint).
+Leaves out: colour and terminal output (render/terminal.py), and deciding exit codes (cli.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Span:
+    """A region of a source text; lines and columns count from 1, `end_col` is exclusive."""
+
+    file: str = "<card>"
+    line: int = 1
+    col: int = 1
+    end_line: int = 1
+    end_col: int = 2
+    start: int = 0  # character offsets into the source text
+    end: int = 1
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+
+NO_SPAN = Span("<none>", 0, 0, 0, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One problem found in a card (or in a file bound to it)."""
+
+    span: Span
+    message: str
+    hint: str = ""
+    shapes: tuple[str, ...] = ()
+    severity: str = "error"  # "error" | "warning" | "note"
+
+    def headline(self) -> str:
+        where = (
+            f"{self.span}: "
+            if self.span.line > 0
+            else (f"{self.span.file}: " if self.span.file != "<none>" else "")
+        )
+        return f"{where}{self.severity}: {self.message}"
+
+
+def excerpt(source: str, span: Span, width: int = 160) -> tuple[str, str]:
+    """Return the source line of `span` and a caret line under it, both clipped to `width`.
+
+    >>> excerpt("a ← b + c\\n", Span("f", 1, 5, 1, 10, 4, 9))
+    ('a ← b + c', '    ^~~~~')
+    """
+    lines = source.splitlines() or [""]
+    if not 1 <= span.line <= len(lines):
+        return "", ""
+    text = lines[span.line - 1].replace("\t", " ")
+    start = max(span.col - 1, 0)
+    stop = span.end_col - 1 if span.end_line == span.line else len(text)
+    stop = max(stop, start + 1)
+    if len(text) > width:  # keep the caret in view on very long lines
+        left = max(0, min(start - width // 4, len(text) - width))
+        text = ("…" if left else "") + text[left : left + width] + "…"
+        shift = left - (1 if left else 0)
+        start, stop = start - shift, min(stop - shift, len(text))
+    caret = " " * start + "^" + "~" * max(0, stop - start - 1)
+    return text, caret
+
+
+def format_diagnostic(diag: Diagnostic, source: str | None = None) -> str:
+    """Plain-text form: headline, source line, caret, hint."""
+    out = [diag.headline()]
+    if source is not None and diag.span.line > 0:
+        text, caret = excerpt(source, diag.span)
+        if text or caret:
+            out += [f"  {text}", f"  {caret}"]
+    if diag.hint:
+        out.append(f"  hint: {diag.hint}")
+    return "\n".join(out)
+
+
+@dataclass
+class ToycardsError(Exception):
+    """The only exception a user should ever see from toycards.
+
+    Carries diagnostics with spans (card errors) or just a message (file errors).
+    `sources` maps file names to their text so that carets can be drawn.
+    """
+
+    message: str
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        if not self.diagnostics:
+            return self.message
+        return "\n".join(format_diagnostic(d, self.sources.get(d.span.file)) for d in self.diagnostics)
+
+    @classmethod
+    def from_diagnostics(
+        cls, diags: list[Diagnostic], sources: dict[str, str] | None = None
+    ) -> ToycardsError:
+        n = sum(d.severity == "error" for d in diags)
+        return cls(f"{n} error{'s' * (n != 1)}", list(diags), dict(sources or {}))
