@@ -500,7 +500,7 @@ class _ToIR(Transformer):
         return method
 
     add, sub, dot, hadamard, div, pow = _bin("+"), _bin("-"), _bin("·"), _bin("⊙"), _bin("/"), _bin("^")
-    or_, and_ = _bin("∨"), _bin("∧")
+    or_, and_, mod = _bin("∨"), _bin("∧"), _bin("mod")
 
     def compare(self, meta, c):
         op = {"<=": "≤", ">=": "≥", "!=": "≠"}.get(str(c[1]), str(c[1]))
@@ -573,6 +573,9 @@ class _ToIR(Transformer):
 
     def family_rows(self, meta, c):
         return ir.Concat(tuple(c), "rows", True, span=self.sp(meta))
+
+    def ceil(self, meta, c):
+        return ir.Call("ceil", (c[0],), span=self.sp(meta))
 
     def indicator(self, meta, c):
         return ir.Indicator(c[0], span=self.sp(meta))

@@ -30,7 +30,7 @@ ASCII = {
 
 # precedence levels, low → high (mirrors card.lark)
 OR, AND, NOT, CMP, SUM, PROD, UNARY, POWER, POSTFIX, ATOM = range(1, 11)
-_BINARY_LEVEL = {"∨": OR, "∧": AND, "+": SUM, "-": SUM, "·": PROD, "⊙": PROD, "/": PROD}
+_BINARY_LEVEL = {"∨": OR, "∧": AND, "+": SUM, "-": SUM, "·": PROD, "⊙": PROD, "/": PROD, "mod": PROD}
 _CMP = {"<", "≤", "=", "≠", "≥", ">"}
 
 
@@ -153,6 +153,8 @@ class Renderer:
         return self.expr(i)
 
     def call(self, c: ir.Call) -> str:
+        if c.func == "ceil" and len(c.args) == 1 and not c.has_bar and not self.ascii:
+            return f"⌈{self.expr(c.args[0])}⌉"
         args = ", ".join(self.expr(a) for a in c.args)
         if not c.has_bar and not c.params:
             return f"{self.name(c.func)}({args})"
