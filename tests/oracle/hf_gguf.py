@@ -1,0 +1,428 @@
+"""Oracle: tiny Hugging Face models, written to GGUF the way llama.cpp's converter does.
+
+Owns: building tiny `transformers` causal LMs with every weight randomised (`tiny_model`), turning
+their weights into llama.cpp's tensor names and layouts (`gguf_tensors`), writing them to a GGUF
+file with the metadata and a minimal tokenizer (`write_gguf`), the float model that a quantized
+file stands for (`quantized_copy`), and logits from `transformers` (`hf_logits`,
+`hf_logits_from_gguf`). Leaves out: anything from `toycards`; this module is what toycards is
+checked against, so it must not import it.
+
+Facts relied on (llama.cpp `convert_hf_to_gguf.py`, transformers 5.x `modeling_gguf_pytorch_utils.py`
+and `integrations/ggml.py`, gguf-py 0.19):
+
+- Names: llama.cpp maps Hugging Face module names through `gguf.get_tensor_name_map(arch, L)`
+  (`model.layers.0.self_attn.q_proj` → `blk.0.attn_q`, `transformer.h.0.attn.c_attn` →
+  `blk.0.attn_qkv`, `lm_head` → `output`); suffixes `.weight` / `.bias` are kept.
+- Layout: a linear weight keeps PyTorch's `(n_out, n_in)`, which is GGUF's NumPy shape (ggml
+  `ne = [n_in, n_out]`). GPT-2's `Conv1D` stores `(n_in, n_out)`, so the converter transposes
+  `c_attn`, `c_proj`, `c_fc`; `attn_qkv` rows are q; k; v (each `d_e` rows).
+- Q/K permutation (rope type NORM: llama): each head's `d_h` rows, read as two halves
+  `[x_0..x_{d_h/2-1} | y_0..y_{d_h/2-1}]` (HF rotates `x_i` with `y_i`), are interleaved to
+  `x_0 y_0 x_1 y_1 …`, so that llama.cpp rotates adjacent pairs `(2i, 2i+1)`:
+  `W.reshape(n, 2, d_h/2, d_e).swapaxes(1, 2).reshape(W.shape)` with `n = H` for Q and `n = H_kv`
+  for K (biases likewise). transformers undoes it with `reshape(n, d_h/2, 2, …).swapaxes(1, 2)`.
+  Qwen2/Qwen3 (rope type NEOX) are written unpermuted: their rotation pairs `i` with `i + d_h/2`.
+- Tied output: llama.cpp writes no `output.weight` when the checkpoint has no `lm_head` (tied);
+  transformers sets `tie_word_embeddings` from the *absence* of `output.weight`.
+- Types: 1-D tensors, `*_norm.weight`, tensors not ending in `.weight` (biases) and
+  `position_embd` stay F32; every other 2-D weight, `token_embd` and `output` included, takes the
+  file type (F16 or Q8_0); a Q8_0 row whose length is not a multiple of 32 falls back to F16.
+- transformers' loader (the legacy path for gpt2/llama/qwen2/qwen3) dequantizes every tensor with
+  `gguf.dequantize` into a plain float model; the config comes from metadata alone:
+  llama `rope.dimension_count` → `head_dim`; qwen2/qwen3 ignore `rope.dimension_count` and
+  `attention.key_length`, so the reloaded `head_dim` is the config class default (Qwen3: 128) —
+  the tiny Qwen3 therefore uses `head_dim = 128`. GPT-2 ignores `feed_forward_length` (the model
+  uses 4·d_e; llama.cpp writes 4·d_e too) and reads `context_length` into `n_ctx`, not
+  `n_positions`, so the reloaded position table has the class default 1024 rows — the tiny GPT-2
+  therefore has `n_positions = 1024`. Without `{arch}.vocab_size` the vocabulary size is the
+  length of `tokenizer.ggml.tokens`.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach the hub, even by accident
+
+import gguf  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from transformers.pytorch_utils import Conv1D  # noqa: E402
+
+from .vocab import bpe_vocab_kv, spm_vocab_kv  # noqa: E402
+
+VT = gguf.GGUFValueType
+QT = gguf.GGMLQuantizationType
+
+FILE_TYPES = {  # ftype name → (general.file_type, the type of quantizable 2-D weights)
+    "F32": (gguf.LlamaFileType.ALL_F32, QT.F32),
+    "F16": (gguf.LlamaFileType.MOSTLY_F16, QT.F16),
+    "Q8_0": (gguf.LlamaFileType.MOSTLY_Q8_0, QT.Q8_0),
+}
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    """How one architecture is built tiny and written the llama.cpp way."""
+
+    gguf_arch: gguf.MODEL_ARCH
+    config_cls: type
+    defaults: dict[str, Any]  # tiny config; `tiny_model(**overrides)` replaces entries
+    permute_qk: bool  # rope type NORM: llama.cpp interleaves each Q/K head's halves
+    rms_norm: bool  # RMSNorm (ε under attention.layer_norm_rms_epsilon) vs LayerNorm
+    vocab: str  # "spm" (SentencePiece, tokenizer.ggml.model = llama) or "bpe" (byte-level, gpt2)
+    tokenizer_pre: str
+
+
+_ROPE_GQA = dict(
+    hidden_size=64,  # d_e
+    num_attention_heads=4,  # H
+    num_key_value_heads=2,  # H_kv: two query heads share each K/V head
+    num_hidden_layers=2,  # L
+    intermediate_size=96,  # d_mlp, a multiple of 32 so ffn_down can be Q8_0
+    max_position_embeddings=128,  # ℓ_max
+    rms_norm_eps=1e-5,
+    rope_theta=10000.0,
+)
+
+ARCHS: dict[str, ArchSpec] = {
+    "gpt2": ArchSpec(
+        gguf.MODEL_ARCH.GPT2,
+        transformers.GPT2Config,
+        dict(n_embd=64, n_head=4, n_layer=2, n_positions=1024, vocab_size=288, layer_norm_epsilon=1e-5),
+        permute_qk=False,
+        rms_norm=False,
+        vocab="bpe",
+        tokenizer_pre="gpt-2",
+    ),
+    "llama": ArchSpec(
+        gguf.MODEL_ARCH.LLAMA,
+        transformers.LlamaConfig,
+        dict(_ROPE_GQA, vocab_size=128, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2),
+        permute_qk=True,
+        rms_norm=True,
+        vocab="spm",
+        tokenizer_pre="default",
+    ),
+    "qwen2": ArchSpec(
+        gguf.MODEL_ARCH.QWEN2,
+        transformers.Qwen2Config,
+        dict(_ROPE_GQA, vocab_size=288, rms_norm_eps=1e-6, rope_theta=1e6, tie_word_embeddings=True),
+        permute_qk=False,
+        rms_norm=True,
+        vocab="bpe",
+        tokenizer_pre="qwen2",
+    ),
+    "qwen3": ArchSpec(
+        gguf.MODEL_ARCH.QWEN3,
+        transformers.Qwen3Config,
+        dict(
+            _ROPE_GQA,
+            head_dim=128,
+            vocab_size=288,
+            rms_norm_eps=1e-6,
+            rope_theta=1e6,
+            tie_word_embeddings=False,
+        ),
+        permute_qk=False,
+        rms_norm=True,
+        vocab="bpe",
+        tokenizer_pre="qwen2",
+    ),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# tiny models
+
+
+def tiny_model(arch: str, seed: int = 0, **overrides: Any) -> tuple[torch.nn.Module, Any]:
+    """A float32 `transformers` causal LM of `arch` with random weights, in eval mode.
+
+    >>> model, config = tiny_model("llama", tie_word_embeddings=True, rope_theta=5e5)
+    >>> model.model.embed_tokens.weight.shape, config.num_key_value_heads
+    (torch.Size([128, 64]), 2)
+    """
+    spec = ARCHS[arch]
+    kwargs = {**spec.defaults, **overrides}
+    if spec.vocab == "bpe":  # bos = eos = the one special token, which the vocabulary puts last
+        kwargs.setdefault("bos_token_id", kwargs["vocab_size"] - 1)
+        kwargs.setdefault("eos_token_id", kwargs["vocab_size"] - 1)
+    config = spec.config_cls(**kwargs)
+    model = transformers.AutoModelForCausalLM.from_config(
+        config,
+        dtype=torch.float32,
+        attn_implementation="eager",  # the naive reference
+    )
+    _randomise(model, seed)
+    return model.eval(), config
+
+
+def _randomise(model: torch.nn.Module, seed: int) -> None:
+    """Redraw every parameter so that no weight keeps its default (ones, zeros, tiny normals).
+
+    Embeddings ~ N(0, 0.5²) (logits of a few units), other matrices ~ N(0, 0.1²), norm weights
+    ~ 1 + N(0, 0.1²), biases ~ N(0, 0.1²). Tied tensors are drawn once.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    with torch.no_grad():
+        for name, p in model.named_parameters():  # tied parameters are listed once
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
+            if id(p) in embeddings:
+                p.copy_(0.5 * noise)
+            elif p.ndim == 1 and name.endswith("weight"):
+                p.copy_(1.0 + 0.1 * noise)
+            else:
+                p.copy_(0.1 * noise)
+
+
+# ---------------------------------------------------------------------------------------------
+# tensors: names, layouts, types
+
+
+def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's Q/K row permutation: per head, halves `[x… | y…]` → interleaved `x0 y0 x1 y1 …`.
+
+    >>> permute_qk(np.arange(8), n_head=2).tolist()  # two heads of d_h = 4
+    [0, 2, 1, 3, 4, 6, 5, 7]
+    """
+    d_h = w.shape[0] // n_head
+    return w.reshape(n_head, 2, d_h // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
+    """The inverse of `permute_qk` (what transformers applies when it reads a llama GGUF).
+
+    >>> unpermute_qk(permute_qk(np.arange(8), 2), 2).tolist()
+    [0, 1, 2, 3, 4, 5, 6, 7]
+    """
+    d_h = w.shape[0] // n_head
+    return w.reshape(n_head, d_h // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    hf_name: str  # the parameter in `model.state_dict()`
+    name: str  # the GGUF tensor name
+    transpose: bool  # GPT-2 Conv1D
+    qk_heads: int | None  # heads to permute over (llama Q: H, K: H_kv), else None
+
+
+def _tensor_plan(model: torch.nn.Module, config: Any, arch: str, permute: bool = True) -> list[_Tensor]:
+    """Which HF parameter becomes which GGUF tensor, and how its layout changes.
+
+    `permute=False` skips llama's Q/K permutation: the classic conversion bug, for negative tests.
+    """
+    spec = ARCHS[arch]
+    name_map = gguf.get_tensor_name_map(spec.gguf_arch, config.num_hidden_layers)
+    conv1d = {f"{m}.weight" for m, mod in model.named_modules() if isinstance(mod, Conv1D)}
+    heads = {"attn_q": config.num_attention_heads, "attn_k": getattr(config, "num_key_value_heads", None)}
+    plan = []
+    for hf_name in model.state_dict():
+        if hf_name == "lm_head.weight" and config.tie_word_embeddings:
+            continue  # a tied checkpoint has no lm_head, so llama.cpp writes no output.weight
+        name = name_map.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        if name is None:
+            raise ValueError(f"no GGUF name for {arch} parameter {hf_name!r}")
+        leaf = name.split(".")[-2]  # blk.0.attn_q.weight → attn_q
+        qk = heads.get(leaf) if spec.permute_qk and permute else None
+        plan.append(_Tensor(hf_name, name, hf_name in conv1d, qk))
+    return plan
+
+
+def _to_gguf(t: _Tensor, w: np.ndarray) -> np.ndarray:
+    w = w.T if t.transpose else w
+    return permute_qk(w, t.qk_heads) if t.qk_heads else w
+
+
+def _from_gguf(t: _Tensor, w: np.ndarray) -> np.ndarray:
+    w = unpermute_qk(w, t.qk_heads) if t.qk_heads else w
+    return w.T if t.transpose else w
+
+
+def gguf_tensors(
+    model: torch.nn.Module, config: Any, arch: str, permute: bool = True
+) -> dict[str, np.ndarray]:
+    """The float32 tensors llama.cpp would write for `model`, by GGUF name, in GGUF NumPy layout.
+
+    >>> model, config = tiny_model("gpt2")
+    >>> gguf_tensors(model, config, "gpt2")["blk.0.attn_qkv.weight"].shape  # (3·d_e, d_e)
+    (192, 64)
+    """
+    state = model.state_dict()
+    return {
+        t.name: np.ascontiguousarray(_to_gguf(t, state[t.hf_name].detach().float().numpy()))
+        for t in _tensor_plan(model, config, arch, permute)
+    }
+
+
+def tensor_type(name: str, shape: tuple[int, ...], ftype: str) -> QT:
+    """The GGML type llama.cpp's converter gives tensor `name` in a file of type `ftype`.
+
+    >>> tensor_type("blk.0.attn_norm.weight", (64,), "Q8_0").name, tensor_type("token_embd.weight", (128, 64), "Q8_0").name
+    ('F32', 'Q8_0')
+    """
+    qtype = FILE_TYPES[ftype][1]
+    pos_embd = gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.POS_EMBD] + ".weight"
+    if len(shape) <= 1 or name.endswith("_norm.weight") or not name.endswith(".weight") or name == pos_embd:
+        return QT.F32
+    block = gguf.GGML_QUANT_SIZES[qtype][0]
+    return qtype if shape[-1] % block == 0 else QT.F16  # llama.cpp's QuantError fallback
+
+
+def _quantize(name: str, w: np.ndarray, ftype: str) -> tuple[np.ndarray, QT]:
+    qtype = tensor_type(name, w.shape, ftype)
+    return gguf.quants.quantize(w.astype(np.float32), qtype), qtype
+
+
+def quantized_copy(model: torch.nn.Module, config: Any, arch: str, ftype: str) -> torch.nn.Module:
+    """A copy of `model` whose weights are exactly what a file of type `ftype` stores, dequantized.
+
+    Quantization blocks run along GGUF rows, so each tensor is taken to GGUF layout, quantized,
+    dequantized with `gguf.quants.dequantize`, and taken back.
+    """
+    twin = copy.deepcopy(model)
+    params = dict(twin.named_parameters(remove_duplicate=False))
+    with torch.no_grad():
+        for t in _tensor_plan(model, config, arch):
+            w = _to_gguf(t, params[t.hf_name].detach().numpy())
+            data, qtype = _quantize(t.name, w, ftype)
+            restored = gguf.quants.dequantize(data, qtype).reshape(w.shape)
+            params[t.hf_name].copy_(torch.from_numpy(np.ascontiguousarray(_from_gguf(t, restored))))
+    return twin
+
+
+# ---------------------------------------------------------------------------------------------
+# metadata
+
+
+def _hparams_kv(config: Any, arch: str, ftype: str) -> dict[str, tuple[Any, VT]]:
+    """The model keys llama.cpp's converter writes for `arch`, as (value, GGUF type)."""
+    spec = ARCHS[arch]
+    a = gguf.MODEL_ARCH_NAMES[spec.gguf_arch]
+    K, Att, Rope, Gen = gguf.Keys.LLM, gguf.Keys.Attention, gguf.Keys.Rope, gguf.Keys.General
+    d_mlp = getattr(config, "intermediate_size", None) or 4 * config.hidden_size  # GPT-2: n_inner or 4·d_e
+    kv: dict[str, tuple[Any, VT]] = {
+        Gen.TYPE: ("model", VT.STRING),
+        Gen.NAME: (f"toycards oracle {arch}", VT.STRING),  # never "mistral": transformers renames those
+        K.BLOCK_COUNT: (config.num_hidden_layers, VT.UINT32),
+        K.CONTEXT_LENGTH: (config.max_position_embeddings, VT.UINT32),
+        K.EMBEDDING_LENGTH: (config.hidden_size, VT.UINT32),
+        K.FEED_FORWARD_LENGTH: (d_mlp, VT.UINT32),
+        Att.HEAD_COUNT: (config.num_attention_heads, VT.UINT32),
+        Gen.FILE_TYPE: (int(FILE_TYPES[ftype][0]), VT.UINT32),
+        Gen.QUANTIZATION_VERSION: (gguf.GGML_QUANT_VERSION, VT.UINT32),
+    }
+    if not spec.rms_norm:
+        kv[Att.LAYERNORM_EPS] = (config.layer_norm_epsilon, VT.FLOAT32)
+    else:
+        d_h = head_dim(config)
+        kv |= {
+            K.VOCAB_SIZE: (config.vocab_size, VT.UINT32),
+            Att.HEAD_COUNT_KV: (config.num_key_value_heads, VT.UINT32),
+            Att.LAYERNORM_RMS_EPS: (config.rms_norm_eps, VT.FLOAT32),
+            Att.KEY_LENGTH: (d_h, VT.UINT32),
+            Att.VALUE_LENGTH: (d_h, VT.UINT32),
+            Rope.DIMENSION_COUNT: (d_h, VT.UINT32),
+            Rope.FREQ_BASE: (rope_theta(config), VT.FLOAT32),
+        }
+    return {k.format(arch=a): v for k, v in kv.items()}
+
+
+def head_dim(config: Any) -> int:
+    """d_h: the config's `head_dim` where it has one (Qwen2's has none), else d_e / H."""
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+def rope_theta(config: Any) -> float:
+    """RoPE base θ, from `rope_parameters` (transformers 5) or a plain `rope_theta`."""
+    params = getattr(config, "rope_parameters", None) or {}
+    return float(params.get("rope_theta", getattr(config, "rope_theta", 10000.0)))
+
+
+_PY_TO_VT = ((bool, VT.BOOL), (int, VT.UINT32), (float, VT.FLOAT32), (str, VT.STRING))
+
+
+def _typed(value: Any) -> tuple[Any, VT] | None:
+    """`extra_kv` values: `(value, GGUFValueType)` as given, else typed from the Python value.
+
+    >>> _typed(True), _typed(3), _typed(-1), _typed(0.5)[1].name, _typed(["a"])[1].name
+    ((True, <GGUFValueType.BOOL: 7>), (3, <GGUFValueType.UINT32: 4>), (-1, <GGUFValueType.INT32: 5>), 'FLOAT32', 'ARRAY')
+    """
+    if value is None or (isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], VT)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return (list(value), VT.ARRAY)
+    if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+        return (value, VT.INT32)
+    for py, vt in _PY_TO_VT:
+        if isinstance(value, py):
+            return (value, vt)
+    raise TypeError(f"cannot write {value!r} ({type(value).__name__}) as GGUF metadata")
+
+
+# ---------------------------------------------------------------------------------------------
+# writing and reading back
+
+
+def write_gguf(
+    model: torch.nn.Module,
+    config: Any,
+    path: str | os.PathLike,
+    arch: str,
+    ftype: str = "F32",
+    extra_kv: dict[str, Any] | None = None,
+    permute: bool = True,
+) -> Path:
+    """Write `model` to `path` as llama.cpp's converter would with `--outtype {ftype}`.
+
+    `extra_kv` adds or replaces metadata (`{"llama.rope.freq_base": 5e5}`, or `(value,
+    GGUFValueType)` for an exact type); a value of None removes the key, e.g. to test defaults.
+    `permute=False` omits llama's Q/K permutation (a deliberately wrong file). Returns `path`.
+    """
+    spec = ARCHS[arch]
+    path = Path(path)
+    writer = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[spec.gguf_arch])
+    vocab = spm_vocab_kv if spec.vocab == "spm" else bpe_vocab_kv
+    kv = _hparams_kv(config, arch, ftype) | vocab(config, spec.tokenizer_pre)
+    kv |= {k: _typed(v) for k, v in (extra_kv or {}).items()}
+    for key, typed in kv.items():
+        if typed is None:
+            writer.kv_data[0].pop(key, None)  # also removes general.architecture if asked
+        else:
+            writer.add_key_value(key, *typed)
+    for name, w in gguf_tensors(model, config, arch, permute).items():
+        data, qtype = _quantize(name, w, ftype)
+        writer.add_tensor(name, data, raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def hf_logits(model: torch.nn.Module, ids: list[int]) -> np.ndarray:
+    """Logits of a causal LM for one sequence: float32 `[len(ids), N_V]`."""
+    with torch.no_grad():
+        out = model(torch.tensor([list(ids)], dtype=torch.long), use_cache=False)
+    return out.logits[0].float().numpy()
+
+
+def hf_from_gguf(path: str | os.PathLike) -> torch.nn.Module:
+    """The model `transformers` builds from a GGUF file alone (no config.json, no network)."""
+    path = Path(path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, dtype=torch.float32, attn_implementation="eager"
+    )
+    return model.eval()
+
+
+def hf_logits_from_gguf(path: str | os.PathLike, ids: list[int]) -> np.ndarray:
+    """`hf_logits` of the model `transformers` loads from the GGUF file at `path`."""
+    return hf_logits(hf_from_gguf(path), ids)

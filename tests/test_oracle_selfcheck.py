@@ -1,0 +1,188 @@
+"""The oracle checks itself: HF model → our GGUF → transformers' loader gives the same logits.
+
+If these pass, a GGUF file from `tests/oracle` is one that transformers (and so llama.cpp's
+conventions, which transformers' loader inverts) reads back as the model it was written from, and
+`OracleFile.expected_logits` is a trustworthy target for toycards' own loader.
+"""
+
+from __future__ import annotations
+
+import doctest
+
+import gguf
+import numpy as np
+import pytest
+import torch
+import transformers
+from oracle import cases, hf_gguf, vocab
+from oracle.cases import CASES
+from oracle.hf_gguf import hf_logits, permute_qk, unpermute_qk
+
+F32_ATOL = 1e-5
+LENGTHS = (1, 7, 64)
+
+# Tolerance for a quantized file against the float model it came from, as a fraction of the
+# reference's max |logit|. One stored weight's error: F16 keeps 11 significant bits, ≤ 2^-11
+# relative; Q8_0 stores round(w/d) with d = max|block of 32|/127, so |error| ≤ d/2 = max|block|/254,
+# ≈ 0.01·σ for Gaussian blocks (max ≈ 2.5σ). From ids to logits there are n_q = 2 + 4·L = 10
+# quantized matrices in series (embedding; per layer V, O, up/gate, down; unembedding), and to first
+# order their relative errors add: |Δlogit| ≲ n_q · ε · max|logit|. Measured (seed 0): F16 ≤ 8e-4,
+# Q8_0 ≤ 1.7e-2 of max|logit|, about 6× inside these bounds.
+N_Q = 2 + 4 * 2
+QUANT_REL_TOL = {"F16": N_Q * 2.0**-11, "Q8_0": N_Q * 2.5 / 254}
+
+
+def ids_for(config, length: int) -> list[int]:
+    """Token ids covering the whole vocabulary range, fixed per length."""
+    return np.random.default_rng(length).integers(0, config.vocab_size, size=length).tolist()
+
+
+def worst(got: np.ndarray, want: np.ndarray) -> str:
+    """Where and how much two logit arrays differ, for failure messages."""
+    diff = np.abs(got - want)
+    t, v = np.unravel_index(diff.argmax(), diff.shape)
+    return (
+        f"max |Δ| = {diff.max():.3g} at position {t}, token {v} (got {got[t, v]:.6g}, want {want[t, v]:.6g})"
+    )
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+@pytest.mark.parametrize("case", CASES)
+def test_f32_file_reloads_to_the_same_logits(oracle_files, case, length):
+    f = oracle_files(case, "F32")
+    ids = ids_for(f.config, length)
+    want, got = hf_logits(f.model, ids), hf_logits(oracle_files.reloaded(case, "F32"), ids)
+    assert np.abs(got - want).max() <= F32_ATOL, worst(got, want)
+    assert (got.argmax(-1) == want.argmax(-1)).all(), worst(got, want)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_reloaded_config_matches(oracle_files, case):
+    """transformers rebuilds the config from metadata alone; the fields that matter survive."""
+    f = oracle_files(case, "F32")
+    got = oracle_files.reloaded(case, "F32").config
+    names = ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "tie_word_embeddings"]
+    if hf_gguf.ARCHS[f.arch].rms_norm:
+        names += ["num_key_value_heads", "rms_norm_eps"]
+        assert hf_gguf.head_dim(got) == hf_gguf.head_dim(f.config)
+        assert hf_gguf.rope_theta(got) == pytest.approx(hf_gguf.rope_theta(f.config))
+    for name in names:
+        assert getattr(got, name) == pytest.approx(getattr(f.config, name)), name
+
+
+@pytest.mark.parametrize("ftype", ["F16", "Q8_0"])
+@pytest.mark.parametrize("case", CASES)
+def test_quantized_file_is_exactly_its_dequantized_twin(oracle_files, case, ftype):
+    """transformers reads exactly the blocks we stored: its model equals `quantized_copy`."""
+    f = oracle_files(case, ftype)
+    ids = ids_for(f.config, 64)
+    want, got = f.expected_logits(ids), hf_logits(oracle_files.reloaded(case, ftype), ids)
+    assert np.abs(got - want).max() <= F32_ATOL, worst(got, want)
+
+
+@pytest.mark.parametrize("ftype", ["F16", "Q8_0"])
+@pytest.mark.parametrize("case", CASES)
+def test_quantized_file_stays_near_the_float_model(oracle_files, case, ftype, record_property):
+    f = oracle_files(case, ftype)
+    ids = ids_for(f.config, 64)
+    want, got = hf_logits(f.model, ids), hf_logits(oracle_files.reloaded(case, ftype), ids)
+    rel = np.abs(got - want).max() / np.abs(want).max()
+    record_property("max_rel_delta", float(rel))
+    assert rel <= QUANT_REL_TOL[ftype], worst(got, want) + f", {rel:.3g} of max |logit|"
+
+
+@pytest.mark.parametrize("ftype", ["F32", "F16", "Q8_0"])
+@pytest.mark.parametrize("case", ["gpt2", "llama", "llama-tied", "qwen2"])
+def test_tensor_types_follow_llama_cpp(oracle_files, case, ftype):
+    """Norms, biases, 1-D tensors and position_embd stay F32; other weights take the file type."""
+    f = oracle_files(case, ftype)
+    reader = gguf.GGUFReader(f.path)
+    types = {t.name: gguf.GGMLQuantizationType(t.tensor_type).name for t in reader.tensors}
+    want = {"F32": "F32", "F16": "F16", "Q8_0": "Q8_0"}[ftype]
+    for name, qtype in types.items():
+        keep_f32 = name.endswith(("_norm.weight", ".bias")) or name == "position_embd.weight"
+        assert qtype == ("F32" if keep_f32 else want), name
+    assert types["token_embd.weight"] == want
+    assert ("output.weight" in types) == (not f.config.tie_word_embeddings)
+    assert reader.fields["general.file_type"].contents() == int(hf_gguf.FILE_TYPES[ftype][0])
+
+
+def test_gguf_layout_of_fused_and_grouped_tensors(oracle_files):
+    """GGUF NumPy shapes are (n_out, n_in); GPT-2's Conv1D is transposed; rows of attn_qkv are q; k; v."""
+    gpt2, llama = oracle_files("gpt2"), oracle_files("llama")
+    g = {t.name: t for t in gguf.GGUFReader(gpt2.path).tensors}
+    attn = gpt2.model.transformer.h[0].attn
+    np.testing.assert_array_equal(g["blk.0.attn_qkv.weight"].data, attn.c_attn.weight.detach().numpy().T)
+    assert g["blk.0.ffn_up.weight"].data.shape == (256, 64)  # (4·d_e, d_e)
+    l = {t.name: t for t in gguf.GGUFReader(llama.path).tensors}
+    assert l["blk.0.attn_k.weight"].data.shape == (32, 64)  # (H_kv·d_h, d_e)
+    assert list(l["blk.0.attn_k.weight"].shape) == [64, 32]  # ggml order: ne = [n_in, n_out]
+    v = llama.model.model.layers[0].self_attn.v_proj.weight.detach().numpy()
+    np.testing.assert_array_equal(l["blk.0.attn_v.weight"].data, v)  # V is never permuted
+
+
+def test_omitting_the_qk_permutation_is_caught(oracle_files, tmp_path, record_property):
+    """A llama file written without llama.cpp's Q/K permutation reloads into a different model."""
+    model, config = oracle_files.model("llama")
+    bad = hf_gguf.write_gguf(model, config, tmp_path / "unpermuted.gguf", "llama", permute=False)
+    ids = ids_for(config, 64)
+    want, got = hf_logits(model, ids), hf_gguf.hf_logits_from_gguf(bad, ids)
+    delta = np.abs(got - want).max()
+    record_property("max_delta_unpermuted", float(delta))
+    assert delta > 0.1 * np.abs(want).max(), worst(got, want)
+    assert np.abs(got[0] - want[0]).max() <= F32_ATOL  # position 0 has no rotation: only RoPE differs
+
+
+def _rope_adjacent_pairs(x: np.ndarray, pos: int, base: float) -> np.ndarray:
+    """ggml's rope mode NORM on one head: rotate (x[2i], x[2i+1]) by pos · base^(-2i/d_h)."""
+    theta = pos * base ** (-np.arange(0, x.shape[-1], 2) / x.shape[-1])
+    c, s, a, b = np.cos(theta), np.sin(theta), x[0::2], x[1::2]
+    out = np.empty_like(x)
+    out[0::2], out[1::2] = a * c - b * s, a * s + b * c
+    return out
+
+
+def test_permutation_turns_hf_halves_rope_into_adjacent_pairs(oracle_files):
+    """rope_adjacent(permute(q)) == permute(HF's rope(q)): the direction of llama.cpp's permutation."""
+    model, config = oracle_files.model("llama")
+    d_h, pos = config.head_dim, 5
+    q = np.random.default_rng(0).standard_normal((1, 1, 1, d_h)).astype(np.float32)
+    cos, sin = model.model.rotary_emb(torch.from_numpy(q), torch.tensor([[pos]]))
+    hf_rot, _ = transformers.models.llama.modeling_llama.apply_rotary_pos_emb(
+        torch.from_numpy(q), torch.from_numpy(q), cos, sin
+    )
+    ours = _rope_adjacent_pairs(permute_qk(q[0, 0, 0], 1), pos, hf_gguf.rope_theta(config))
+    np.testing.assert_allclose(ours, permute_qk(hf_rot[0, 0, 0].numpy(), 1), atol=1e-5)
+
+
+def test_permute_and_unpermute_are_inverse():
+    w = np.arange(2 * 8 * 3).reshape(16, 3)  # H = 2 heads of d_h = 8 rows
+    assert permute_qk(w, 2)[:8, 0].tolist() == [0, 12, 3, 15, 6, 18, 9, 21]  # rows 0 4 1 5 2 6 3 7
+    np.testing.assert_array_equal(unpermute_qk(permute_qk(w, 2), 2), w)
+
+
+@pytest.mark.parametrize("case", ["gpt2", "llama", "qwen2"])
+def test_tokenizer_metadata_loads_in_transformers(oracle_files, case):
+    f = oracle_files(case)
+    tok = transformers.AutoTokenizer.from_pretrained(f.path.parent, gguf_file=f.path.name)
+    text = "the cat sat on the mat"
+    assert len(tok) == f.config.vocab_size
+    assert tok.decode(tok(text)["input_ids"], skip_special_tokens=True).strip() == text
+
+
+def test_extra_kv_adds_replaces_and_removes_keys(oracle_files, tmp_path):
+    model, config = oracle_files.model("llama")
+    extra = {"llama.rope.freq_base": 123.0, "llama.attention.layer_norm_rms_epsilon": None, "x.flag": True}
+    path = hf_gguf.write_gguf(model, config, tmp_path / "kv.gguf", "llama", extra_kv=extra)
+    fields = gguf.GGUFReader(path).fields
+    assert fields["llama.rope.freq_base"].contents() == 123.0
+    assert "llama.attention.layer_norm_rms_epsilon" not in fields
+    assert fields["x.flag"].contents() is True
+    assert fields["general.architecture"].contents() == "llama"
+    assert fields["llama.attention.head_count_kv"].contents() == 2
+
+
+@pytest.mark.parametrize("module", [hf_gguf, vocab, cases])
+def test_oracle_docstring_examples(module):
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0
