@@ -125,6 +125,8 @@ def distribution(
     if temperature == 0.0:
         p[np.argmax(z)] = 1.0
         return p
+    if top_k is None and (top_p is None or top_p >= 1.0):
+        return softmax(z / temperature)  # nothing to cut, so no sort
     order = _order(z, None if top_k is None else int(top_k))  # (k,) ids, largest logit first
     z_kept = z[order]  # (k,)
     if top_p is not None and top_p < 1.0:
