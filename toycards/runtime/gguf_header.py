@@ -63,6 +63,7 @@ _MIN_ELEMENT_BYTES = {
 }
 _MIN_KV_BYTES = 8 + 1 + 4 + 1  # key length, a 1-byte key, value type, a 1-byte value
 _MIN_TENSOR_INFO_BYTES = 8 + 1 + 4 + 8 + 4 + 8  # name length, name, n_dims, one dim, type, offset
+TENSOR_COUNT_OFFSET = 8  # after the magic and the version
 LAZY = object()  # the value of an array not decoded yet
 
 
@@ -151,12 +152,13 @@ class Cursor:
         except UnicodeDecodeError:
             raise self.error(f"{what} is not valid UTF-8: {raw[:40]!r}") from None
 
-    def count(self, n: int, min_bytes: int, what: str) -> None:
-        """Refuse a count (just read) whose smallest possible encoding overruns the file."""
+    def count(self, n: int, min_bytes: int, what: str, at: int | None = None) -> None:
+        """Refuse a count (read at offset `at`, by default just now) whose smallest
+        possible encoding overruns the rest of the file."""
         left = self.size - self.off
         if n * min_bytes > left:
             raise self.error(
-                f"truncated: {what} {n} at offset {self.off - 8} needs at least "
+                f"truncated: {what} {n} at offset {self.off - 8 if at is None else at} needs at least "
                 f"{n * min_bytes} bytes, only {left} left"
             )
 
@@ -210,6 +212,7 @@ def read_header(cur: Cursor) -> tuple[int, int, dict[str, Entry]]:
         raise cur.error(f"unsupported GGUF version {version} (supported: 2 and 3)")
     n_tensors = cur.scalar(_U64, "tensor count")
     n_kv = cur.scalar(_U64, "key-value count")
+    cur.count(n_tensors, _MIN_TENSOR_INFO_BYTES, "tensor count", TENSOR_COUNT_OFFSET)
     cur.count(n_kv, _MIN_KV_BYTES, "key-value count")
     entries: dict[str, Entry] = {}
     for i in range(n_kv):
@@ -253,7 +256,7 @@ def read_alignment(cur: Cursor, entries: dict[str, Entry]) -> int:
 
 def read_tensor_infos(cur: Cursor, n_tensors: int) -> list[tuple[str, tuple[int, ...], int, int]]:
     """(name, ne, ggml_type, relative offset) of each tensor; names and dims validated."""
-    cur.count(n_tensors, _MIN_TENSOR_INFO_BYTES, "tensor count")
+    cur.count(n_tensors, _MIN_TENSOR_INFO_BYTES, "tensor count", TENSOR_COUNT_OFFSET)
     infos, seen = [], set()
     for i in range(n_tensors):
         name = cur.string(f"name of tensor #{i}")
