@@ -1,0 +1,60 @@
+"""Tokenizer speed: loading a vocabulary and encoding text, toycards against Hugging Face.
+
+Run: `.venv/bin/python bench/tokenizer_speed.py [VOCAB_DIR]` (default ../shared/vocab). For each of
+llama.cpp's test vocabularies it times loading the GGUF vocabulary and encoding a ~90 kB text
+(llama.cpp's test strings, repeated), by toycards and by `transformers` (Rust `tokenizers`
+where available) loaded from the same GGUF file, and prints the ratios. It also counts the
+lines on which the two disagree (informational: llama.cpp, not Hugging Face, is our oracle).
+toycards' byte-level BPE caches words, and the text repeats, as real text does.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from toycards.runtime.tokenizer import load_tokenizer
+
+NAMES = ["gpt-2", "starcoder", "llama-spm", "phi-3"]
+
+
+def _timed(fn, repeat: int = 3):
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def main(vocab_dir: Path) -> None:
+    from transformers import AutoTokenizer
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    print(
+        f"{'vocab':<10} {'load ours':>10} {'load HF':>9} {'ratio':>6}   {'enc ours':>9} {'enc HF':>8} {'ratio':>6}  differ"
+    )
+    for name in NAMES:
+        gguf_file = vocab_dir / f"ggml-vocab-{name}.gguf"
+        texts = (
+            gguf_file.with_suffix(".gguf.inp").read_text(encoding="utf-8").split("\n__ggml_vocab_test__\n")
+        )
+        lines = [t for t in texts if t] * 40
+        load_ours, ours = _timed(lambda f=gguf_file: load_tokenizer(f))
+        load_hf, hf = _timed(
+            lambda f=gguf_file: AutoTokenizer.from_pretrained(str(vocab_dir), gguf_file=f.name), 1
+        )
+        enc_ours, ids_ours = _timed(lambda: [ours.encode(t, add_bos=False) for t in lines], 1)
+        enc_hf, ids_hf = _timed(lambda: [hf.encode(t, add_special_tokens=False) for t in lines], 1)
+        differ = sum(a != b for a, b in zip(ids_ours, ids_hf)) // 40
+        print(
+            f"{name:<10} {load_ours:>9.3f}s {load_hf:>8.3f}s {load_hf / load_ours:>5.1f}×   "
+            f"{enc_ours:>8.3f}s {enc_hf:>7.3f}s {enc_hf / enc_ours:>5.2f}×  {differ}/{len(texts)}"
+        )
+    print(f"({sum(len(t) for t in lines)} characters per encode run; ratio > 1 means toycards is faster)")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "shared" / "vocab")
