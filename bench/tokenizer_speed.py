@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 from toycards.runtime.tokenizer import load_tokenizer
@@ -28,6 +29,10 @@ def _timed(fn, repeat: int = 3):
     return best, out
 
 
+def _encode_all(encode, lines: list[str]) -> list[list[int]]:
+    return [encode(t) for t in lines]
+
+
 def main(vocab_dir: Path) -> None:
     from transformers import AutoTokenizer
     from transformers.utils import logging
@@ -42,12 +47,12 @@ def main(vocab_dir: Path) -> None:
             gguf_file.with_suffix(".gguf.inp").read_text(encoding="utf-8").split("\n__ggml_vocab_test__\n")
         )
         lines = [t for t in texts if t] * 40
-        load_ours, ours = _timed(lambda f=gguf_file: load_tokenizer(f))
+        load_ours, ours = _timed(partial(load_tokenizer, gguf_file))
         load_hf, hf = _timed(
-            lambda f=gguf_file: AutoTokenizer.from_pretrained(str(vocab_dir), gguf_file=f.name), 1
+            partial(AutoTokenizer.from_pretrained, str(vocab_dir), gguf_file=gguf_file.name), 1
         )
-        enc_ours, ids_ours = _timed(lambda: [ours.encode(t, add_bos=False) for t in lines], 1)
-        enc_hf, ids_hf = _timed(lambda: [hf.encode(t, add_special_tokens=False) for t in lines], 1)
+        enc_ours, ids_ours = _timed(partial(_encode_all, partial(ours.encode, add_bos=False), lines), 1)
+        enc_hf, ids_hf = _timed(partial(_encode_all, partial(hf.encode, add_special_tokens=False), lines), 1)
         differ = sum(a != b for a, b in zip(ids_ours, ids_hf)) // 40
         print(
             f"{name:<10} {load_ours:>9.3f}s {load_hf:>8.3f}s {load_hf / load_ours:>5.1f}×   "
