@@ -305,6 +305,9 @@ def test_bad_arguments_raise(toks):
         toks["gpt-2"].decode([50257])
     with pytest.raises(ToycardsError, match="str"):
         toks["gpt-2"].encode(b"bytes")  # type: ignore[arg-type]
+    for name in ("gpt-2", "llama-spm"):
+        with pytest.raises(ToycardsError, match="surrogate"):
+            toks[name].encode("a\ud800b")
 
 
 # --- chat templates -------------------------------------------------------------------------
@@ -346,3 +349,12 @@ def test_broken_chat_template_raises(template, message):
 def test_chat_template_conventions():
     template = "{% for m in messages %}\n{{ m.content|tojson }}\n{% endfor %}{{ add_generation_prompt }}"
     assert render_chat(template, [{"content": "é<"}], add_generation_prompt=True) == '"é<"\nTrue'
+
+
+@pytest.mark.parametrize("module", ["tokenizer", "tokenizer_bpe", "tokenizer_spm", "tokenizer_chat"])
+def test_docstring_examples(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(f"toycards.runtime.{module}"))
+    assert result.failed == 0, f"{result.failed} docstring examples of {module} fail"

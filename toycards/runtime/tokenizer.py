@@ -224,14 +224,26 @@ class Tokenizer:
     ) -> list[int]:
         """Token ids of `text`; `add_bos`/`add_eos` None means as the file says.
 
-        >>> tok.encode(" Hello")            # Llama 2: "▁" + "▁Hello"    # doctest: +SKIP
+        >>> tok.encode(" Hello", add_bos=False)   # Llama 2: "▁" + "▁Hello"    # doctest: +SKIP
         [29871, 15043]
         """
         if not isinstance(text, str):
             raise ToycardsError(f"encode() takes a str, not {type(text).__name__}")
         ids = [self._required("bos")] if (self.add_bos if add_bos is None else add_bos) else []
+        try:
+            ids += self._encode_fragments(self.split_special(text, parse_special) if text else [])
+        except UnicodeEncodeError as e:
+            raise ToycardsError(
+                f"text is not valid Unicode: lone surrogate {e.object[e.start : e.end]!r}"
+            ) from None
+        if self.add_eos if add_eos is None else add_eos:
+            ids.append(self._required("eos"))
+        return ids
+
+    def _encode_fragments(self, fragments: list[str | int]) -> list[int]:
+        ids: list[int] = []
         starts_fragment = True  # SentencePiece: a fragment after BOS/special gets a leading space
-        for fragment in self.split_special(text, parse_special) if text else []:
+        for fragment in fragments:
             if isinstance(fragment, int):
                 ids.append(fragment)
                 starts_fragment = True
@@ -242,8 +254,6 @@ class Tokenizer:
             else:
                 ids += self._bpe.encode(fragment)
             starts_fragment = False
-        if self.add_eos if add_eos is None else add_eos:
-            ids.append(self._required("eos"))
         return ids
 
     def _required(self, role: str) -> int:
