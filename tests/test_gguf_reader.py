@@ -275,6 +275,7 @@ BAD_FILES = {
     ),
     "empty key": (_file([_kv(key="")]), "key #0 has an empty name"),
     "duplicate key": (_file([_kv(), _kv()]), "duplicate key 'general.architecture'"),
+    "newline in a key": (_file([_kv("a\nb"), _kv("a\nb")]), r"duplicate key 'a\\nb'"),
     "unknown value type": (_file([_kv(vtype=13, value=None, payload=b"")]), "unknown value type 13"),
     "unknown element type": (
         _file([_kv(vtype=V.ARRAY, payload=struct.pack("<IQ", 77, 1))]),

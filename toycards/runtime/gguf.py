@@ -32,7 +32,6 @@ import numpy as np
 import numpy.typing as npt
 from gguf import GGUFValueType
 
-from toycards.errors import ToycardsError
 from toycards.runtime.dequant import PLAIN_DTYPES, dequantize
 from toycards.runtime.gguf_header import (
     LAZY,
@@ -40,6 +39,7 @@ from toycards.runtime.gguf_header import (
     Entry,
     TensorInfo,
     decode_array,
+    file_error,
     ggml_type_name,
     read_alignment,
     read_header,
@@ -124,20 +124,18 @@ class GGUFFile:
         """Number of elements of an array value, without decoding it."""
         entry = self._entry(key)
         if entry.vtype != GGUFValueType.ARRAY:
-            raise ToycardsError(
-                f"{self.path}: metadata key '{key}' is a {self.value_type(key)}, not an array"
-            )
+            raise file_error(self.path, f"metadata key '{key}' is a {self.value_type(key)}, not an array")
         return entry.count
 
     def _entry(self, key: str) -> Entry:
         entries = self.metadata._entries
         if key not in entries:
-            raise ToycardsError(f"{self.path}: missing metadata key '{key}'{_did_you_mean(key, entries)}")
+            raise file_error(self.path, f"missing metadata key '{key}'{_did_you_mean(key, entries)}")
         return entries[key]
 
     def _decode(self, key: str, entry: Entry) -> list | np.ndarray:
         if self._buf is None:
-            raise ToycardsError(f"{self.path}: file is closed; array '{key}' was not read before close()")
+            raise file_error(self.path, f"file is closed; array '{key}' was not read before close()")
         cur = Cursor(self._buf, self.file_size, self.path, entry.start)
         value = decode_array(cur, entry.subtype, entry.count, f"value of '{key}'")
         if isinstance(value, np.ndarray):
@@ -148,7 +146,7 @@ class GGUFFile:
     def tensor_info(self, name: str) -> TensorInfo:
         """The table entry of `name`, or a `ToycardsError` with the nearest name."""
         if name not in self.tensors:
-            raise ToycardsError(f"{self.path}: no tensor named '{name}'{_did_you_mean(name, self.tensors)}")
+            raise file_error(self.path, f"no tensor named '{name}'{_did_you_mean(name, self.tensors)}")
         return self.tensors[name]
 
     def raw(self, name: str) -> np.ndarray:
@@ -159,7 +157,7 @@ class GGUFFile:
         """
         info = self.tensor_info(name)
         if not info.known_type:
-            raise ToycardsError(f"{self.path}: tensor '{name}' has unsupported type {info.type_name}")
+            raise file_error(self.path, f"tensor '{name}' has unsupported type {info.type_name}")
         data = self._mapped()[info.offset : info.offset + info.n_bytes]
         if info.ggml_type in PLAIN_DTYPES:
             return data.view(PLAIN_DTYPES[info.ggml_type]).reshape(info.shape)
@@ -178,11 +176,11 @@ class GGUFFile:
 
     def _mapped(self) -> np.ndarray:
         if self._buf is None:
-            raise ToycardsError(f"{self.path}: file is closed")
+            raise file_error(self.path, "file is closed")
         if self._data is None:
             data = np.memmap(self.path, dtype=np.uint8, mode="r")
             if data.size != self.file_size:
-                raise ToycardsError(f"{self.path}: the file changed size since it was opened")
+                raise file_error(self.path, "the file changed size since it was opened")
             self._data = np.asarray(data)  # a plain ndarray view; the mapping lives on in its base
         return self._data
 
@@ -220,14 +218,14 @@ def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
         with open(label, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
             if size < 4:
-                raise ToycardsError(f"{label}: not a GGUF file ({f'only {size} bytes' if size else 'empty'})")
+                raise file_error(label, f"not a GGUF file ({f'only {size} bytes' if size else 'empty'})")
             buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     except IsADirectoryError:
-        raise ToycardsError(f"{label}: is a directory, not a GGUF file") from None
+        raise file_error(label, "is a directory, not a GGUF file") from None
     except FileNotFoundError:
-        raise ToycardsError(f"{label}: no such file") from None
+        raise file_error(label, "no such file") from None
     except OSError as e:
-        raise ToycardsError(f"{label}: cannot read the file ({e.strerror or e})") from None
+        raise file_error(label, f"cannot read the file ({e.strerror or e})") from None
     try:
         return GGUFFile(label, buf, size)
     except BaseException:

@@ -116,6 +116,14 @@ class Entry:
     end: int = 0
 
 
+def file_error(label: str, message: str) -> ToycardsError:
+    """`label: message` on one line: control characters from names in the file are escaped."""
+    text = f"{label}: {message}"
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return ToycardsError(text)
+
+
 class Cursor:
     """Reads little-endian values from a buffer, checking each against the bytes left."""
 
@@ -123,7 +131,7 @@ class Cursor:
         self.buf, self.size, self.label, self.off = buf, size, label, off
 
     def error(self, message: str) -> ToycardsError:
-        return ToycardsError(f"{self.label}: {message}")
+        return file_error(self.label, message)
 
     def scalar(self, st: struct.Struct, what: str) -> int | float:
         left = self.size - self.off
