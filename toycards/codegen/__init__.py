@@ -1,0 +1,85 @@
+"""Code generation: card IR → readable, runnable Python modules (torch or NumPy).
+
+Owns: `generate_source(card, target)`, which runs the emitter (every decision) and lays the
+result out through `templates/module.py.jinja` (text only), then checks that the output
+parses before returning it. Leaves out: loading weights and running (runtime/, loader.py).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+from importlib import resources
+
+import jinja2
+
+from toycards import ir
+from toycards.errors import ToycardsError
+
+TARGETS = {
+    "torch": (
+        [
+            "import torch  # noqa: F401",
+            "",
+            "from toycards.runtime import context as runtime",
+            "from toycards.runtime import ops_torch as ops",
+            "from toycards.runtime.model_torch import TorchModel",
+        ],
+        "TorchModel",
+    ),
+    "numpy": (
+        [
+            "import numpy as np  # noqa: F401",
+            "",
+            "from toycards.runtime import context as runtime",
+            "from toycards.runtime import ops_numpy as ops",
+            "from toycards.runtime.model_numpy import NumpyModel",
+        ],
+        "NumpyModel",
+    ),
+}
+
+
+@functools.cache
+def _template() -> jinja2.Template:
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    env.filters["pyrepr"] = repr
+    text = (
+        resources.files("toycards.codegen").joinpath("templates/module.py.jinja").read_text(encoding="utf-8")
+    )
+    return env.from_string(text)
+
+
+def generate_source(card: ir.Card, target: str = "torch") -> str:
+    """Python source of a module implementing `card`'s main algorithm for `target`."""
+    from toycards.codegen.emitter import Emitter, ModuleSpec
+    from toycards.library import library_algorithms
+    from toycards.render.card import render_card
+
+    if target not in TARGETS:
+        raise ToycardsError(f"unknown target {target!r}: choose one of {', '.join(TARGETS)}")
+    if not card.algorithms:
+        raise ToycardsError("the card has no algorithm to generate")
+    main = card.main
+    if not main.body:
+        raise ToycardsError(f"{main.name} has no steps (a declaration-only card); nothing to generate")
+    text = render_card(card)
+    emitter = Emitter(card, target, library_algorithms())
+    main_fn, funcs = emitter.emit(main)
+    hyper = [
+        (emitter.module_ns.name(n), n)
+        for d in main.hyper_decls
+        for n in d.names
+        if not (isinstance(d.type, ir.TensorType) and d.type.dims)
+    ]
+    spec = ModuleSpec(target, "Model", text, hashlib.sha256(text.encode()).hexdigest(), main_fn, funcs, hyper)
+    imports, base = TARGETS[target]
+    source = _template().render(spec=spec, imports=imports, base_class=base)
+    try:
+        ast.parse(source)
+    except SyntaxError as exc:  # a bug in the emitter, never the user's card
+        raise ToycardsError(
+            f"internal error: generated code does not parse ({exc.msg}, line {exc.lineno})"
+        ) from None
+    return source

@@ -1,0 +1,54 @@
+"""What the emitter knows about each generated expression, and the map variables it vectorises.
+
+Owns: `Val` (code text plus the card facts that decide which array operation to emit: rank,
+layout, whether it is a Python number, a mask function, or carries a mapped axis) and
+`MapVar` (a parallel-map variable and how its values are laid out).
+Leaves out: producing code (emitter.py).
+
+Layout convention of generated code: a card matrix `ℝ^{m×n}` computed at run time is an
+array `[…, n, m]` ("code" layout: one row per token, features last); a matrix parameter is
+kept as stored in GGUF, which is either the card's order `(m, n)` ("card" layout) or, for
+`^⊺` bindings, already `[n, m]`. A vector is `[…, n]`; an array scalar is `[…, 1]`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+# Calls whose key/value arguments (by position) are extended with the KV cache before the call.
+CACHED_ARGS = {"attention": (1, 2)}
+
+
+@dataclass(frozen=True)
+class Val:
+    code: str
+    rank: int  # card rank: 0 scalar, 1 vector, 2 matrix
+    py: bool = False  # a Python number (hyperparameters and their arithmetic)
+    layout: str = "code"  # rank 2 only: "code" ([…, n, m]) or "card" ((m, n), a stored parameter)
+    param: bool = False  # a parameter as stored (no batch axes)
+    row: bool = False  # a transposed vector (only meaningful on the left of `·`)
+    ones_row: bool = False  # `1^⊺`
+    mask: bool = False  # a mask passed as a function of (t_z, t_x)
+    fams: frozenset[str] = frozenset()  # map variables whose axis this value carries
+    windowed: bool = False  # its columns are the (cached) sequence's new tokens
+    boolean: bool = False
+    enum: bool = False  # an enumeration option or string
+
+    def with_(self, **kw) -> Val:
+        return replace(self, **kw)
+
+
+@dataclass
+class MapVar:
+    """A variable of a parallel map `for v ∈ [n]`, vectorised into an array axis."""
+
+    name: str  # card name
+    ident: str  # identifier of its value array
+    bound_code: str  # code for n
+    windowed: bool  # its values are absolute token positions
+    kind: str = ""  # "element" (axis −1), "column" (axis −2), "block" (axis −3)
+    used_as_value: bool = False
+
+    @property
+    def ndim_after(self) -> int:
+        return {"element": 0, "column": 1, "block": 2}[self.kind]

@@ -1,0 +1,144 @@
+"""The small set of array operations that generated NumPy modules call.
+
+Owns: the NumPy meaning of each card operation under the codegen layout (a card matrix
+`ℝ^{m×n}` is an array `[…, n, m]`, a vector `ℝ^{n}` is `[…, n]`, a scalar computed from arrays
+is `[…, 1]`; leading axes are batch, head or other mapped axes), plus `erf`, which NumPy lacks.
+Leaves out: anything torch (ops_torch.py mirrors these names), caching (context.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+inf = np.inf
+exp, log, tanh, sin, cos, sqrt, abs_ = np.exp, np.log, np.tanh, np.sin, np.cos, np.sqrt, np.abs
+
+
+def erf(x):
+    """Error function, |error| < 1.2e-7 (Numerical Recipes' erfc Chebyshev fit), float32 in, float32 out.
+
+    >>> round(float(erf(np.float32(0.5))), 6)
+    0.5205
+    """
+    x = np.asarray(x)
+    z = np.abs(x).astype(np.float64)
+    t = 1.0 / (1.0 + 0.5 * z)
+    poly = (
+        -z * z
+        - 1.26551223
+        + t
+        * (
+            1.00002368
+            + t
+            * (
+                0.37409196
+                + t
+                * (
+                    0.09678418
+                    + t
+                    * (
+                        -0.18628806
+                        + t
+                        * (
+                            0.27886807
+                            + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))
+                        )
+                    )
+                )
+            )
+        )
+    )
+    r = 1.0 - t * np.exp(poly)
+    return np.where(x >= 0, r, -r).astype(x.dtype if x.dtype.kind == "f" else np.float32)  # fmt: skip
+
+
+def sigmoid(x):
+    return 0.5 * (1.0 + np.tanh(0.5 * x))
+
+
+def linear(x, W):
+    """W · X for a weight stored as [d_out, d_in]: x [..., d_in] → [..., d_out]."""
+    return x @ W.T
+
+
+def matmul(a, b):
+    return a @ b
+
+
+def mT(a):
+    return np.swapaxes(a, -1, -2)
+
+
+def sum_last(x):
+    return np.sum(x, axis=-1, keepdims=True)
+
+
+def max_last(x):
+    return np.max(x, axis=-1, keepdims=True)
+
+
+def min_last(x):
+    return np.min(x, axis=-1, keepdims=True)
+
+
+def where(cond, a, b):
+    return np.where(cond, a, b)
+
+
+def take(a, index, axis):
+    """a's entries at 0-based `index` along `axis`."""
+    return np.take(a, np.asarray(index), axis=axis)
+
+
+def embed(W, ids):
+    """Rows of W (stored [N, d]) picked by integer ids [...] → [..., d]."""
+    return W[np.asarray(ids)]
+
+
+def split_rows(a, k):
+    """Card rows in blocks of k (heads): [..., ℓ, n·k] → [..., n, ℓ, k]."""
+    *lead, ell, nk = a.shape
+    return np.swapaxes(a.reshape(*lead, ell, nk // k, k), -2, -3)
+
+
+def merge_rows(a):
+    """Inverse of split_rows: [..., n, ℓ, k] → [..., ℓ, n·k]."""
+    *lead, n, ell, k = a.shape
+    return np.swapaxes(a, -2, -3).reshape(*lead, ell, n * k)
+
+
+def cat_last(parts):
+    return np.concatenate(parts, axis=-1)
+
+
+def stack_cols(parts):
+    return np.stack(parts, axis=-2)
+
+
+def index_vector(values, ndim_after):
+    """A 1-D array of index values shaped to broadcast against `ndim_after` trailing axes."""
+    v = np.asarray(values)
+    return v.reshape(v.shape + (1,) * ndim_after)
+
+
+def arange(start, stop):
+    return np.arange(start, stop)
+
+
+def zeros_for(value, size):
+    """A zero array shaped like `value` but with `size` entries on the last axis."""
+    value = np.asarray(value)
+    return np.zeros(value.shape[:-1] + (size,), dtype=value.dtype)
+
+
+def full_like_last(a, n, fill):
+    return np.full(a.shape[:-1] + (n,), fill, dtype=a.dtype)
+
+
+def as_float(x):
+    return np.asarray(x, dtype=np.float32)
+
+
+def concat_seq(past, new):
+    """Append new columns (axis -2) to cached ones."""
+    return new if past is None else np.concatenate([past, new], axis=-2)

@@ -1,0 +1,116 @@
+"""The small set of tensor operations that generated torch modules call (mirrors ops_numpy.py).
+
+Owns: the torch meaning of each card operation under the codegen layout (a card matrix
+`ℝ^{m×n}` is a tensor `[…, n, m]`, a vector `[…, n]`, an array scalar `[…, 1]`).
+Leaves out: NumPy (ops_numpy.py), caching (context.py). Imported only by torch modules.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+inf = math.inf
+exp, log, tanh, sin, cos, sqrt, abs_, erf = (
+    torch.exp,
+    torch.log,
+    torch.tanh,
+    torch.sin,
+    torch.cos,
+    torch.sqrt,
+    torch.abs,
+    torch.erf,
+)
+sigmoid = torch.sigmoid
+
+
+def linear(x, W):
+    """W · X for a weight stored as [d_out, d_in]: x [..., d_in] → [..., d_out]."""
+    return F.linear(x, W)
+
+
+def matmul(a, b):
+    return a @ b
+
+
+def mT(a):
+    return a.transpose(-1, -2)
+
+
+def sum_last(x):
+    return x.sum(-1, keepdim=True)
+
+
+def max_last(x):
+    return x.amax(-1, keepdim=True)
+
+
+def min_last(x):
+    return x.amin(-1, keepdim=True)
+
+
+def where(cond, a, b):
+    if not torch.is_tensor(cond):
+        cond = torch.as_tensor(cond)
+    if not torch.is_tensor(a):
+        a = torch.as_tensor(a, dtype=b.dtype if torch.is_tensor(b) else torch.float32)
+    if not torch.is_tensor(b):
+        b = torch.as_tensor(b, dtype=a.dtype)
+    return torch.where(cond, a, b)
+
+
+def take(a, index, axis):
+    return torch.index_select(
+        a,
+        axis if axis >= 0 else a.dim() + axis,
+        torch.as_tensor(index, dtype=torch.long, device=a.device).reshape(-1),
+    ).reshape(*a.shape[: axis % a.dim()], *torch.as_tensor(index).shape, *a.shape[axis % a.dim() + 1 :])
+
+
+def embed(W, ids):
+    return F.embedding(torch.as_tensor(ids, dtype=torch.long, device=W.device), W)
+
+
+def split_rows(a, k):
+    *lead, ell, nk = a.shape
+    return a.reshape(*lead, ell, nk // k, k).transpose(-2, -3)
+
+
+def merge_rows(a):
+    *lead, n, ell, k = a.shape
+    return a.transpose(-2, -3).reshape(*lead, ell, n * k)
+
+
+def cat_last(parts):
+    return torch.cat(parts, dim=-1)
+
+
+def stack_cols(parts):
+    return torch.stack(parts, dim=-2)
+
+
+def index_vector(values, ndim_after):
+    v = torch.as_tensor(values)
+    return v.reshape(tuple(v.shape) + (1,) * ndim_after)
+
+
+def arange(start, stop):
+    return torch.arange(start, stop)
+
+
+def zeros_for(value, size):
+    return value.new_zeros(tuple(value.shape[:-1]) + (size,))
+
+
+def full_like_last(a, n, fill):
+    return a.new_full(tuple(a.shape[:-1]) + (n,), fill)
+
+
+def as_float(x):
+    return torch.as_tensor(x, dtype=torch.float32)
+
+
+def concat_seq(past, new):
+    return new if past is None else torch.cat([past, new], dim=-2)
