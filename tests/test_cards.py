@@ -1,0 +1,293 @@
+"""The card library (`toycards/cards/*.card`): every card parses, is in canonical form, survives
+the ASCII round trip and checks clean; the prelude and paper cards hold the algorithms that
+model cards and codegen rely on; the model cards bind llama.cpp's tensor names and metadata keys
+(`gguf.constants`) with the NumPy shapes that llama.cpp's converter writes (the oracle files of
+`tests/oracle`, written from Hugging Face models the llama.cpp way).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from importlib import resources
+
+import gguf
+import pytest
+
+from toycards import ir
+from toycards.parse import parse
+from toycards.render.card import render_card
+
+CARD_DIR = resources.files("toycards.cards")
+CARD_NAMES = sorted(p.name.removesuffix(".card") for p in CARD_DIR.iterdir() if p.name.endswith(".card"))
+MODEL_CARDS = [n for n in CARD_NAMES if n not in ("prelude", "paper")]
+
+
+def card_text(name: str) -> str:
+    return CARD_DIR.joinpath(f"{name}.card").read_text(encoding="utf-8")
+
+
+def load(name: str) -> ir.Card:
+    return parse(card_text(name), file=f"toycards/cards/{name}.card")
+
+
+def first_difference(expected: str, actual: str) -> str:
+    diff = difflib.unified_diff(expected.splitlines(), actual.splitlines(), "card", "formatted", lineterm="")
+    return "\n".join(list(diff)[:40])
+
+
+def test_library_has_the_expected_cards():
+    assert {"prelude", "paper", "gpt2", "llama"} <= set(CARD_NAMES)
+
+
+# ── every card: parse, canonical form, ASCII round trip ─────────────────────────────────
+@pytest.mark.parametrize("name", CARD_NAMES)
+def test_card_formats_to_itself(name):
+    text = card_text(name)
+    formatted = render_card(parse(text))
+    assert formatted == text, f"{name}.card is not in canonical form:\n{first_difference(text, formatted)}"
+
+
+@pytest.mark.parametrize("name", CARD_NAMES)
+def test_card_ascii_round_trip(name):
+    card = load(name)
+    ascii_text = render_card(card, ascii=True)
+    again = parse(ascii_text)
+    assert again == card, f"{name}.card: the ASCII rendering reads back differently:\n" + first_difference(
+        render_card(card), render_card(again)
+    )
+    assert render_card(again, ascii=True) == ascii_text
+
+
+@pytest.mark.parametrize("name", CARD_NAMES)
+def test_card_checks_clean(name):
+    check = pytest.importorskip("toycards.check")
+    if not hasattr(check, "check_card"):
+        pytest.skip("toycards.check.check_card is not written yet")
+    diagnostics = check.check_card(load(name)).diagnostics
+    problems = [d for d in diagnostics if d.severity != "note"]
+    assert not problems, f"{name}.card:\n" + "\n".join(d.headline() for d in problems)
+
+
+# ── the prelude and the paper card hold what callers rely on ─────────────────────────────
+def header(a: ir.Algorithm) -> str:
+    """`OUT ← Name(inputs | params)` as in /tmp/semantics.md's list."""
+    params = f" | {', '.join(a.params)}" if a.params else ""
+    return f"{a.output} ← {a.name}({', '.join(a.inputs)}{params})"
+
+
+PRELUDE_HEADERS = {
+    "token_embedding": ("1", "e ← token_embedding(v | W_e)"),
+    "positional_embedding": ("2", "e_p ← positional_embedding(t | W_p)"),
+    "basic_attention": ("3", "ṽ ← basic_attention(e, Z | W_q, b_q, W_k, b_k, W_v, b_v)"),
+    "Attention": ("4", "Ṽ ← Attention(X, Z | W_q, b_q, W_k, b_k, W_v, b_v, Mask)"),
+    "MHAttention": ("5", "Ṽ ← MHAttention(X, Z | W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o, H, Mask)"),
+    "layer_norm": ("6", "ê ← layer_norm(e | γ, β, ε)"),
+    "unembedding": ("7", "p ← unembedding(e | W_u)"),
+    "softmax": ("", "y ← softmax(x)"),
+    "rms_norm": ("", "ê ← rms_norm(e | γ, ε)"),
+    "GELU": ("", "y ← GELU(x)"),
+    "GELU_tanh": ("", "y ← GELU_tanh(x)"),
+    "SiLU": ("", "y ← SiLU(x)"),
+    "ReLU": ("", "y ← ReLU(x)"),
+    "SwiGLU": ("", "Y ← SwiGLU(X | W_gate, W_up, W_down)"),
+    "attention": ("", "Ṽ ← attention(Q, K, V | Mask)"),
+    "rope_pairs": ("", "y ← rope_pairs(x, t | θ, ρ)"),
+    "rope_halves": ("", "y ← rope_halves(x, t | θ, ρ)"),
+    "MHAttention_fused": ("", "Ṽ ← MHAttention_fused(X | W_qkv, b_qkv, W_o, b_o, H, Mask)"),
+    "GQAttention_rope_pairs": ("", "Ṽ ← GQAttention_rope_pairs(X | W_q, W_k, W_v, W_o, H, H_kv, θ, ρ, Mask)"),
+    "GQAttention_rope_halves": (
+        "",
+        "Ṽ ← GQAttention_rope_halves(X | W_q, W_k, W_v, W_o, H, H_kv, θ, ρ, Mask)",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PRELUDE_HEADERS))
+def test_prelude_algorithm_header(name):
+    algo = load("prelude").algorithm(name)
+    assert algo is not None, f"prelude.card has no algorithm {name}"
+    number, expected = PRELUDE_HEADERS[name]
+    assert (algo.number, header(algo)) == (number, expected)
+    assert algo.description, f"{name}: no /* description */"
+    assert algo.output_decls and algo.output_decls[0].names == (algo.output,), f"{name}: Output undeclared"
+    declared = {n for d in algo.input_decls + algo.hyper_decls for n in d.names}
+    declared |= {d.names[i] for d, _ in algo.all_params() for i in range(len(d.names))}
+    missing = [n for n in algo.inputs + algo.params if n not in declared]
+    assert not missing, f"{name}: header names without a declaration: {missing}"
+
+
+PAPER = {
+    "8": "P ← EDTransformer(z, x | θ)",
+    "9": "P ← ETransformer(x | θ)",
+    "10": "P ← DTransformer(x | θ)",
+}
+
+
+def test_paper_card_has_algorithms_8_to_10():
+    card = load("paper")
+    assert {a.number: header(a) for a in card.algorithms} == PAPER
+
+
+def called_algorithms(stmts) -> set[str]:
+    found: set[str] = set()
+
+    def visit(node):
+        if isinstance(node, ir.Call):
+            found.add(node.func)
+        if isinstance(node, tuple):
+            for x in node:
+                visit(x)
+        elif hasattr(node, "__dataclass_fields__"):
+            for f in node.__dataclass_fields__:
+                if f != "span":
+                    visit(getattr(node, f))
+
+    visit(stmts)
+    return found
+
+
+BUILTINS = {"length", "exp", "log", "tanh", "erf", "sin", "cos", "sqrt", "abs", "sigmoid", "max", "min"}
+BUILTINS |= {"ceil", "rows", "topk"}
+
+
+@pytest.mark.parametrize("name", CARD_NAMES)
+def test_every_call_has_a_callee(name):
+    known = {a.name for a in load("prelude").algorithms} | {a.name for a in load(name).algorithms}
+    for algo in load(name).algorithms:
+        unknown = called_algorithms(algo.body) - known - BUILTINS
+        assert not unknown, f"{name}.card, {algo.name}: calls {sorted(unknown)}, defined nowhere"
+
+
+# ── model cards: entry point, llama.cpp names ────────────────────────────────────────────
+@pytest.mark.parametrize("name", MODEL_CARDS)
+def test_model_card_entry_point(name):
+    main = load(name).main
+    assert (main.output, main.inputs, main.params) == ("P", ("x",), ("θ",))
+    assert render_card(ir.Card((main,))).count("Input: x ∈ V^ℓ") == 1
+    assert "Output: P ∈ (0,1)^{N_V×ℓ}" in render_card(ir.Card((main,)))
+
+
+def metadata_keys(algo: ir.Algorithm) -> list[str]:
+    return [
+        s.tensor
+        for d in algo.hyper_decls
+        if d.binding is not None and d.binding.kind == "from"
+        for group in d.binding.sources
+        for s in group
+    ]
+
+
+def tensor_templates(algo: ir.Algorithm) -> list[str]:
+    """Every tensor a model card names, as `gguf.TENSOR_NAMES` spells it (`blk.{bid}.attn_q`)."""
+    out = []
+    for decl, group in algo.all_params():
+        prefix = re.sub(r"\{[^}]*\}", "{bid}", group.prefix) if group else ""
+        for alternatives in decl.binding.sources:
+            out += [prefix + s.tensor for s in alternatives if s.tensor]
+    return [re.sub(r"\.(weight|bias)$", "", t) for t in out]
+
+
+@pytest.mark.parametrize("name", MODEL_CARDS)
+def test_model_card_uses_gguf_constants(name):
+    arch = gguf.MODEL_ARCH[name.upper()]
+    algo = load(name).main
+    known_keys = {v for cls in vars(gguf.Keys).values() if isinstance(cls, type) for v in vars(cls).values()}
+    unknown_keys = [k for k in metadata_keys(algo) if k not in known_keys]
+    assert not unknown_keys, f"{name}.card: metadata keys not in gguf.Keys: {unknown_keys}"
+    known_tensors = {gguf.TENSOR_NAMES[t] for t in gguf.MODEL_TENSORS[arch]}
+    unknown = [t for t in tensor_templates(algo) if t not in known_tensors]
+    assert not unknown, f"{name}.card: tensors llama.cpp does not name for {name}: {unknown}"
+
+
+@pytest.mark.parametrize("name", MODEL_CARDS)
+def test_model_card_parameters_are_all_bound(name):
+    unbound = [d.names for d, _ in load(name).main.all_params() if d.binding is None]
+    assert not unbound, f"{name}.card: parameters without a tensor: {unbound}"
+
+
+# ── model cards: shapes equal the tensors llama.cpp's converter writes ───────────────────
+ORACLE_CASES = {"gpt2": ["gpt2"], "llama": ["llama", "llama-tied"]}
+
+
+def _value(e: ir.Expr | ir.Dim, env: dict[str, float]) -> float:
+    """The number a card expression or dimension stands for, under `env`."""
+    if isinstance(e, ir.Num | ir.DimNum):
+        return float(e.text) if isinstance(e, ir.Num) else e.value
+    if isinstance(e, ir.Name | ir.DimName):
+        return env[e.id if isinstance(e, ir.Name) else e.name]
+    left, right = _value(e.left, env), _value(e.right, env)
+    op = {"·": "*", "-": "-"}.get(e.op, e.op)
+    return {"+": left + right, "-": left - right, "*": left * right, "/": left / right}[op]
+
+
+def _hyperparameters(algo: ir.Algorithm, meta: dict, arch: str) -> dict[str, float]:
+    env: dict[str, float] = {}
+    for d in algo.hyper_decls:
+        b, name = d.binding, d.names[0]
+        if not isinstance(d.type, ir.TensorType):  # enumerations and strings shape nothing
+            continue
+        if b is not None and b.kind == "derived":
+            env[name] = _value(b.expr, env)
+        elif b is not None:
+            keys = [s.tensor.replace("{arch}", arch) for s in b.sources[0]]
+            present = [meta[k] for k in keys if k in meta]
+            if present and isinstance(present[0], int | float):
+                env[name] = present[0]
+            elif not present and isinstance(b.default, ir.Num | ir.Name):
+                env[name] = _value(b.default, env)
+    return env
+
+
+def _prefix(group: ir.ParamGroup, layer: int, env: dict) -> str:
+    """`"blk.{l-1}."` for layer 3 → `"blk.2."`."""
+    scope = {**env, group.var: layer}
+    return re.sub(r"\{([^}]*)\}", lambda m: str(eval(m.group(1), {}, scope)), group.prefix)  # noqa: S307
+
+
+def _bound_tensors(algo: ir.Algorithm, env: dict, tensors: dict) -> list[tuple[str, tuple, tuple, bool]]:
+    """(tensor, card shape, stored NumPy shape, transposed) for every parameter the file provides."""
+    out = []
+    for decl, group in algo.all_params():
+        layers = range(1, int(env[group.bound.name]) + 1) if group else [None]
+        for layer in layers:
+            prefix = _prefix(group, layer, env) if group else ""
+            for alternatives in decl.binding.sources:
+                present = [s for s in alternatives if s.tensor and prefix + s.tensor in tensors]
+                if present:
+                    s = present[0]
+                    out.append((prefix + s.tensor, decl.type, tensors[prefix + s.tensor], s.transpose))
+    return out
+
+
+def _infer(algo: ir.Algorithm, env: dict, tensors: dict) -> None:
+    """Fill in hyperparameters without a binding (N_V) from the shapes of bound tensors."""
+    for _, typ, stored, transposed in _bound_tensors(algo, env, tensors):
+        shape = stored[::-1] if transposed else stored
+        for d, n in zip(typ.dims, shape):
+            if isinstance(d, ir.DimName) and d.name not in env:
+                env[d.name] = n
+
+
+@pytest.mark.parametrize("name,case", [(n, c) for n in MODEL_CARDS for c in ORACLE_CASES.get(n, [])])
+def test_model_card_shapes_match_llama_cpp_files(name, case, oracle_files):
+    """Every tensor of a file the llama.cpp way is bound, with the card's shape (no loader involved)."""
+    path = oracle_files(case).path
+    reader = gguf.GGUFReader(path)
+    meta = {k: f.contents() for k, f in reader.fields.items()}
+    tensors = {t.name: tuple(int(n) for n in reversed(t.shape)) for t in reader.tensors}
+    algo = load(name).main
+    env = _hyperparameters(algo, meta, meta["general.architecture"])
+    _infer(algo, env, tensors)
+    bound = _bound_tensors(algo, env, tensors)
+    wrong = []
+    for tensor, typ, stored, transposed in bound:
+        card_shape = tuple(int(_value(d, env)) for d in typ.dims)
+        expected = stored[::-1] if transposed else stored
+        if card_shape != expected:
+            wrong.append(
+                f"{tensor}: card {card_shape}, file {expected}{' (transposed)' if transposed else ''}"
+            )
+    assert not wrong, f"{name}.card vs {case}: " + "; ".join(wrong)
+    unbound = sorted(set(tensors) - {t for t, *_ in bound})
+    assert not unbound, f"{name}.card leaves tensors of {case} unbound: {unbound}"
