@@ -167,8 +167,10 @@ class Emitter:
         ex = ExprEmitter(self, scope)
         body: list[str] = []
         args = self._prologue(scope, ex, body)
+        n_prologue = len(body)
         steps = StepEmitter(self, scope, ex)
         steps.block(algo.body, body, 0)
+        body = _prune_prologue(body, n_prologue)
         header = (
             f"{algo.output} ← {algo.name}("
             + ", ".join(algo.inputs)
@@ -187,6 +189,7 @@ class Emitter:
         if scope.is_main:
             return self._main_prologue(scope, body)
         args: list[str] = []
+        pending: list[tuple[str, ir.Type, str]] = []
         decls = {n: d for d in (*algo.input_decls, *algo.hyper_decls) for n in d.names}
         pdecls = {n: (d, g) for d, g in algo.all_params() for n in d.names}
         for name in (*algo.inputs, *algo.params):
@@ -197,7 +200,7 @@ class Emitter:
                 rank = len(d.type.dims) if isinstance(d.type, ir.TensorType) else 0
                 scope.vals[name] = Val(ident, rank, layout="card", param=True)
                 scope.decl_types[name] = d.type
-                self._bind_dims(scope, ident, d.type, "card", body)
+                pending.append((ident, d.type, "card"))
             elif name in decls:
                 d = decls[name]
                 scope.decl_types[name] = d.type
@@ -206,6 +209,9 @@ class Emitter:
                 raise ToycardsError(f"{algo.name}: header parameter {name} is not declared")
             else:
                 raise ToycardsError(f"{algo.name}: header name {name} is not declared")
+        for _ in range(3):  # dimensions known only through others (H·d_h) need a second pass
+            for ident, t, layout in pending:
+                self._bind_dims(scope, ident, t, layout, body)
         for d in algo.hyper_decls:
             if d.binding is not None and d.binding.kind == "derived":
                 for name in d.names:
@@ -236,21 +242,19 @@ class Emitter:
         return Val(ident, 0)
 
     def _bind_dims(self, scope: Scope, ident: str, t: ir.Type, layout: str, body: list[str]) -> None:
+        """Give each dimension of a declared input/parameter a value from the array's shape."""
         if not isinstance(t, ir.TensorType) or not t.dims:
             return
-        axes = range(len(t.dims)) if layout == "card" else range(len(t.dims) - 1, -1, -1)
         n = len(t.dims)
-        for pos, axis in enumerate(axes):
-            dim = t.dims[axis]
-            if (
-                isinstance(dim, ir.DimName)
-                and dim.name not in scope.dims
-                and dim.name not in {x for h in scope.algo.hyper_decls for x in h.names}
-            ):
-                code_axis = pos - n if layout == "code" else pos - n
-                dim_ident = scope.ns.name(dim.name)
-                body.append(f"{dim_ident} = {ident}.shape[{code_axis}]")
-                scope.dims[dim.name] = dim_ident
+        hypers = {x for h in scope.algo.hyper_decls for x in h.names}
+        for axis, dim in enumerate(t.dims):
+            code_axis = axis - n if layout == "card" else -1 - axis
+            solved = _solve_dim(dim, f"{ident}.shape[{code_axis}]", scope.dims)
+            if solved is not None and solved[0] not in hypers:
+                name, value = solved
+                dim_ident = scope.ns.name(name)
+                body.append(f"{dim_ident} = {value}")
+                scope.dims[name] = dim_ident
 
     def _main_prologue(self, scope: Scope, body: list[str]) -> list[str]:
         algo, ns = scope.algo, scope.ns
@@ -296,6 +300,52 @@ class Emitter:
                         )
                     scope.param_families[key] = (d, g, n)
         return ["x", "cache"]
+
+
+def _prune_prologue(body: list[str], n: int) -> list[str]:
+    """Drop prologue assignments (dimensions, hyperparameters) that no statement reads."""
+    prologue, rest = body[:n], body[n:]
+    changed = True
+    while changed:
+        changed = False
+        for i, line in enumerate(prologue):
+            m = re.match(r"^(\w+) = ", line)
+            if m is None or m.group(1) == "ctx":
+                continue
+            used = re.compile(rf"(?<![\w.]){m.group(1)}(?!\w)")
+            others = [o for o in prologue[:i] + prologue[i + 1 :] + rest if not o.lstrip().startswith("#")]
+            if not any(used.search(o.split(" = ", 1)[1] if re.match(rf"^\s*{m.group(1)} = ", o) else o) for o in others):
+                del prologue[i]
+                changed = True
+                break
+    return prologue + rest
+
+
+def _solve_dim(dim: ir.Dim, value: str, known: dict[str, str]) -> tuple[str, str] | None:
+    """The one unknown dimension name in `dim` = value, when it can be solved: `H·d_h` → d_h = value // H."""
+    if isinstance(dim, ir.DimName):
+        return None if dim.name in known else (dim.name, value)
+    if not isinstance(dim, ir.DimOp):
+        return None
+
+    def code(d: ir.Dim) -> str | None:
+        if isinstance(d, ir.DimNum):
+            return str(d.value)
+        if isinstance(d, ir.DimName):
+            return known.get(d.name)
+        left, right = code(d.left), code(d.right)
+        if left is None or right is None:
+            return None
+        return f"({left} {dict(zip('+-*/', ['+', '-', '*', '//'], strict=True))[d.op]} {right})"
+
+    left, right = code(dim.left), code(dim.right)
+    if left is not None and right is None:
+        inverse = {"*": f"{value} // {left}", "+": f"{value} - {left}", "-": f"{left} - {value}", "/": None}[dim.op]
+        return _solve_dim(dim.right, inverse, known) if inverse else None
+    if right is not None and left is None:
+        inverse = {"*": f"{value} // {right}", "+": f"{value} - {right}", "-": f"{value} + {right}", "/": f"{value} * {right}"}[dim.op]
+        return _solve_dim(dim.left, f"({inverse})", known)
+    return None
 
 
 def _calls(body) -> list[ir.Call]:
