@@ -74,6 +74,13 @@ def module_class(card: ir.Card, target: str):
     return namespace["Model"]
 
 
+def _const_fallback(p) -> str | None:
+    """The constant alternative (`or 1`) of a parameter's binding, if it has one."""
+    sources = p.decl.binding.sources if p.decl.binding else ()
+    alts = sources[min(p.decl.names.index(p.name), len(sources) - 1)] if sources else ()
+    return next((s.const for s in alts if s.const), None)
+
+
 def _random_weights(bound: Bound, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     out: dict[str, np.ndarray] = {}
@@ -81,8 +88,9 @@ def _random_weights(bound: Bound, seed: int) -> dict[str, np.ndarray]:
         if p.key in out:
             continue
         shape = p.stored_shape
-        if p.const is not None:
-            out[p.key] = np.full(shape, float(p.const), dtype=np.float32)
+        const = p.const if p.const is not None else _const_fallback(p)
+        if const is not None:  # `from "rope_freqs.weight" or 1`: the card's own fill, never random
+            out[p.key] = np.full(shape, float(const), dtype=np.float32)
         elif p.name.startswith("γ"):
             out[p.key] = np.ones(shape, dtype=np.float32)
         elif len(shape) == 1:
