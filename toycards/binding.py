@@ -118,7 +118,7 @@ def eval_scalar(e: ir.Expr, values: dict[str, object], enum_names: frozenset[str
     raise EvalError("not a scalar expression of hyperparameters")
 
 
-def expand_template(template: str, arch: str, var: str = "", value: int | None = None) -> str:
+def expand_template(template: str, arch: str | None, var: str = "", value: int | None = None) -> str:
     """Fill `{arch}` and `{l-1}`-style placeholders.
 
     >>> expand_template("blk.{l-1}.attn_q.weight", "llama", "l", 1), expand_template("{arch}.block_count", "gpt2")
@@ -128,7 +128,7 @@ def expand_template(template: str, arch: str, var: str = "", value: int | None =
     def fill(m: re.Match) -> str:
         inner = m.group(1).replace(" ", "").replace("−", "-")
         if inner == "arch":
-            return arch
+            return arch if arch is not None else m.group(0)
         m2 = re.fullmatch(rf"{re.escape(var)}([+-]\d+)?", inner) if var else None
         if m2 is None or value is None:
             raise EvalError(f"cannot fill {{{m.group(1)}}} in {template!r}")
@@ -272,7 +272,8 @@ def _infer(algo: ir.Algorithm, name: str, values, tensor_shapes, arch) -> tuple[
     raise EvalError(f"{name} cannot be inferred")
 
 
-def _tensor_name(src: ir.Source, group: ir.ParamGroup | None, arch: str, layer: int | None) -> str:
+def _tensor_name(src: ir.Source, group: ir.ParamGroup | None, arch: str | None, layer: int | None) -> str:
+    """The tensor's name in the file (`arch` given) or in the generated module (`arch=None`)."""
     if group is None:
         return expand_template(src.tensor, arch)
     return expand_template(group.prefix, arch, group.var, layer) + expand_template(src.tensor, arch)
@@ -317,7 +318,13 @@ def _bind_one(decl, name, alts, group, layer, values, tensor_shapes, arch, probl
     if not tensors:
         problems.append(Diagnostic(decl.span, f"parameter {name} names no tensor"))
         return None
-    key = _tensor_name(tensors[0], group, arch, layer)
+    try:
+        key = _tensor_name(tensors[0], group, None, layer)
+        for src in tensors:
+            _tensor_name(src, group, arch, layer)
+    except EvalError as exc:
+        problems.append(Diagnostic(decl.span, f"parameter {name}: {exc}"))
+        return None
     for src in alts:
         if src.const:
             return BoundParam(name, layer, key, None, False, src.const, shape, decl)

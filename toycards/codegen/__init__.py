@@ -45,10 +45,16 @@ TARGETS = {
 def _template() -> jinja2.Template:
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
     env.filters["pyrepr"] = repr
+    env.filters["docstring"] = _docstring_safe
     text = (
         resources.files("toycards.codegen").joinpath("templates/module.py.jinja").read_text(encoding="utf-8")
     )
     return env.from_string(text)
+
+
+def _docstring_safe(text: str) -> str:
+    """Text that cannot end a triple-quoted docstring or start an escape."""
+    return text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
 
 
 def generate_source(card: ir.Card, target: str = "torch") -> str:

@@ -302,6 +302,14 @@ class Emitter:
         return ["x", "cache"]
 
 
+_LINE_BREAKS = re.compile("[\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def comment_safe(text: str) -> str:
+    """Card text made safe to sit in a `#` comment: no character Python or an editor breaks lines at."""
+    return _LINE_BREAKS.sub(" ", text)
+
+
 def _prune_prologue(body: list[str], n: int) -> list[str]:
     """Drop prologue assignments (dimensions, hyperparameters) that no statement reads."""
     prologue, rest = body[:n], body[n:]
@@ -314,7 +322,10 @@ def _prune_prologue(body: list[str], n: int) -> list[str]:
                 continue
             used = re.compile(rf"(?<![\w.]){m.group(1)}(?!\w)")
             others = [o for o in prologue[:i] + prologue[i + 1 :] + rest if not o.lstrip().startswith("#")]
-            if not any(used.search(o.split(" = ", 1)[1] if re.match(rf"^\s*{m.group(1)} = ", o) else o) for o in others):
+            if not any(
+                used.search(o.split(" = ", 1)[1] if re.match(rf"^\s*{m.group(1)} = ", o) else o)
+                for o in others
+            ):
                 del prologue[i]
                 changed = True
                 break
@@ -340,10 +351,17 @@ def _solve_dim(dim: ir.Dim, value: str, known: dict[str, str]) -> tuple[str, str
 
     left, right = code(dim.left), code(dim.right)
     if left is not None and right is None:
-        inverse = {"*": f"{value} // {left}", "+": f"{value} - {left}", "-": f"{left} - {value}", "/": None}[dim.op]
+        inverse = {"*": f"{value} // {left}", "+": f"{value} - {left}", "-": f"{left} - {value}", "/": None}[
+            dim.op
+        ]
         return _solve_dim(dim.right, inverse, known) if inverse else None
     if right is not None and left is None:
-        inverse = {"*": f"{value} // {right}", "+": f"{value} - {right}", "-": f"{value} + {right}", "/": f"{value} * {right}"}[dim.op]
+        inverse = {
+            "*": f"{value} // {right}",
+            "+": f"{value} - {right}",
+            "-": f"{value} + {right}",
+            "/": f"{value} * {right}",
+        }[dim.op]
         return _solve_dim(dim.left, f"({inverse})", known)
     return None
 
@@ -381,13 +399,13 @@ class StepEmitter:
                 line += f"  ∷ {r.type(annot)}"
         else:
             line = text
-        return f"# {self.number}  {line}"
+        return f"# {self.number}  {comment_safe(line)}"
 
     def block(self, body: tuple[ir.Stmt, ...], out: list[str], depth: int) -> None:
         pad = "    " * depth
         for s in body:
             if isinstance(s, ir.Comment):
-                out.append(f"{pad}# ▷ {s.text}")
+                out.append(f"{pad}# ▷ {comment_safe(s.text)}")
                 continue
             self.number += 1
             try:

@@ -105,24 +105,28 @@ class ExprEmitter:
         return None
 
     def _param_member(self, key: str, index: str) -> Val:
+        """`W_q^l` → `self.w[f"blk.{l - 1}.attn_q.weight"]`: the tensor name with the layer filled in."""
         decl, group, n = self.scope.param_families[key]
         src = decl.binding.sources[decl.names.index(n)][0]
         idx = self.index_code(index)
-        var = re.escape(group.var)
-
-        def fill(m: re.Match) -> str:
+        parts: list[tuple[str, str]] = []  # ("text", literal) or ("expr", python)
+        pos = 0
+        for m in re.finditer(r"\{([^{}]*)\}", group.prefix):
+            parts.append(("text", group.prefix[pos : m.start()]))
             inner = m.group(1).replace(" ", "").replace("−", "-")
-            return (
-                "{"
-                + re.sub(rf"(?<![\w]){var}(?![\w])", f"({idx})" if not idx.isidentifier() else idx, inner)
-                .replace("-", " - ")
-                .replace("+", " + ")
-                + "}"
-            )
-
-        template = re.sub(r"\{([^{}]*)\}", fill, group.prefix) + src.tensor
+            aff = re.fullmatch(rf"{re.escape(group.var)}([+-]\d+)?", inner)
+            if aff is None:
+                raise ToycardsError(
+                    f"the group prefix may only use {{{group.var}}} plus or minus a number, not {{{m.group(1)}}}"
+                )
+            offset = int(aff.group(1) or 0)
+            code = idx if not offset else f"{_paren(idx)} {'+' if offset > 0 else '-'} {abs(offset)}"
+            parts.append(("expr", code))
+            pos = m.end()
+        parts.append(("text", group.prefix[pos:] + src.tensor))
         rank = len(decl.type.dims) if isinstance(decl.type, ir.TensorType) else 0
-        return Val(f'self.w[f"{template}"]', rank, layout="code" if src.transpose else "card", param=True)
+        layout = "code" if src.transpose else "card"
+        return Val(f"self.w[{_name_code(parts)}]", rank, layout=layout, param=True)
 
     def index_code(self, index: str) -> str:
         if index in self.scope.loops:
@@ -662,6 +666,13 @@ def _paren(code: str) -> str:
         if depth == 0 and i < len(code) - 1:
             return f"({code})"
     return code
+
+
+def _name_code(parts: list[tuple[str, str]]) -> str:
+    """A tensor-name expression: a readable f-string for plain names, else literal concatenation."""
+    if all(kind == "expr" or re.fullmatch(r"[\w.\-]*", text) for kind, text in parts):
+        return 'f"' + "".join(text if kind == "text" else "{" + text + "}" for kind, text in parts) + '"'
+    return " + ".join(repr(text) if kind == "text" else f"str({text})" for kind, text in parts if text)
 
 
 def _expr_text(e: ir.Expr) -> str:
