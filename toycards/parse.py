@@ -784,13 +784,7 @@ class _Assembler:
                 stack[-1][1].append(self._close(opener, body, orelse, d["comment"]))
         for opener, _body, _ in stack[1:]:
             self.error(opener.span, "this block is never closed", "add a line `end`")
-        if not stack[0][1]:
-            self.error(
-                head,
-                "the algorithm has no steps",
-                "add numbered steps after the declarations, ending with `return …`",
-            )
-        return tuple(stack[0][1])
+        return tuple(stack[0][1])  # no steps: a declaration-only algorithm (e.g. describe of an unknown architecture)
 
     @staticmethod
     def _close(opener: _Line, body: list, orelse: list | None, end_comment: str) -> ir.Stmt:
