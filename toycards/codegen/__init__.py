@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import re
 from importlib import resources
 
 import jinja2
@@ -53,8 +54,15 @@ def _template() -> jinja2.Template:
 
 
 def _docstring_safe(text: str) -> str:
-    """Text that cannot end a triple-quoted docstring or start an escape."""
-    return text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+    r"""Text that cannot end a triple-quoted docstring or start an escape.
+
+    A quote is escaped when another quote or the end of the text follows it: no run of three
+    raw quotes remains, and a trailing quote cannot merge with the docstring's closing quotes.
+
+    >>> print(_docstring_safe('a "b" c"" \\ d"'))
+    a "b" c\"" \\ d\"
+    """
+    return re.sub(r'"(?="|\Z)', r'\\"', text.replace("\\", "\\\\"))
 
 
 def generate_source(card: ir.Card, target: str = "torch") -> str:
