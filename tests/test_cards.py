@@ -8,6 +8,7 @@ model cards and codegen rely on; the model cards bind llama.cpp's tensor names a
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from importlib import resources
 
@@ -291,3 +292,89 @@ def test_model_card_shapes_match_llama_cpp_files(name, case, oracle_files):
     assert not wrong, f"{name}.card vs {case}: " + "; ".join(wrong)
     unbound = sorted(set(tensors) - {t for t, *_ in bound})
     assert not unbound, f"{name}.card leaves tensors of {case} unbound: {unbound}"
+
+
+# ── model cards compute what transformers computes (through codegen and the loader) ──────
+IDS = list(range(3, 60))
+
+
+def _worst(got, expected) -> str:
+    diff = abs(got - expected)
+    t, v = divmod(int(diff.argmax()), diff.shape[1])
+    return f"max |card − transformers| = {diff.max():.3g} at position {t}, token {v}"
+
+
+@pytest.mark.parametrize("target", ["numpy", "torch"])
+@pytest.mark.parametrize("case", ["gpt2", "llama", "llama-tied"])
+def test_model_card_logits_match_transformers(case, target, oracle_files):
+    import toycards
+
+    f = oracle_files(case)
+    got, expected = toycards.load(str(f.path), target=target).logits(IDS), f.expected_logits(IDS)
+    assert abs(got - expected).max() < 1e-4, f"{case} ({target}): {_worst(got, expected)}"
+
+
+def _with_tensor(src, name: str, array):
+    """A copy of the GGUF file `src` with one more tensor (llama.cpp writes rope_freqs this way)."""
+    import numpy as np
+
+    reader = gguf.GGUFReader(src)
+    dst = src.with_suffix(".extra.gguf")
+    writer = gguf.GGUFWriter(dst, reader.fields["general.architecture"].contents())
+    for key, field in reader.fields.items():
+        if not key.startswith("GGUF.") and key != "general.architecture":
+            vtype = field.types[0]
+            sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+            writer.add_key_value(key, field.contents(), vtype, sub_type=sub)
+    for t in reader.tensors:
+        writer.add_tensor(t.name, np.array(t.data))
+    writer.add_tensor(name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return dst
+
+
+def _llama3_rope_factors(theta: float, d_h: int, rope: dict):
+    """rope_freqs.weight as llama.cpp's converter computes it from a `llama3` rope config."""
+    import numpy as np
+
+    factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
+    old = rope["original_max_position_embeddings"]
+    out = []
+    for i in range(0, d_h, 2):
+        wavelength = 2 * math.pi * theta ** (i / d_h)
+        if wavelength < old / high:
+            out.append(1.0)
+        elif wavelength > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelength - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, np.float32)
+
+
+LINEAR = {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+LLAMA3 |= {"original_max_position_embeddings": 64, "rope_theta": 10000.0}
+
+
+@pytest.mark.parametrize("rope", [LINEAR, LLAMA3], ids=["linear", "llama3"])
+def test_llama_card_rope_scaling_matches_transformers(rope, tmp_path):
+    """Linear scaling (ρ̃ ← ρ · s) and Llama 3 frequency factors (rope_freqs.weight), 57 positions."""
+    from oracle.hf_gguf import head_dim, hf_logits, tiny_model, write_gguf
+
+    import toycards
+
+    model, config = tiny_model("llama", max_position_embeddings=128, rope_parameters=rope)
+    if rope is LINEAR:
+        keys = {"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": rope["factor"]}
+        path = write_gguf(model, config, tmp_path / "linear.gguf", "llama", extra_kv=keys)
+    else:
+        factors = _llama3_rope_factors(rope["rope_theta"], head_dim(config), rope)
+        path = _with_tensor(
+            write_gguf(model, config, tmp_path / "l3.gguf", "llama"), "rope_freqs.weight", factors
+        )
+    got, expected = toycards.load(str(path), target="numpy").logits(IDS), hf_logits(model, IDS)
+    assert abs(got - expected).max() < 1e-4, f"{rope['rope_type']}: {_worst(got, expected)}"
