@@ -14,6 +14,7 @@ Leaves out: the steps (steps.py) and the expressions of derived real hyperparame
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from toycards import ir
 from toycards.check.context import Ctx, Signature
@@ -28,8 +29,9 @@ _TEMPLATE = re.compile(r"\{([^{}]*)\}")
 ALL_PARAMS = "θ"
 
 
-def name_span(ctx: Ctx, span: Span, name: str) -> Span:
-    """The span of `name` inside the one-line region `span` (Unicode or ASCII spelling)."""
+def name_span(ctx: Ctx, span: Span, name: str, skip: int = 0) -> Span:
+    """The span of `name` inside the one-line region `span` (Unicode or ASCII spelling),
+    after skipping `skip` earlier occurrences."""
     src = ctx.card.source
     if not src or span.line <= 0:
         return span
@@ -37,13 +39,22 @@ def name_span(ctx: Ctx, span: Span, name: str) -> Span:
     for spelling in (name, ascii_name(name)):
         for m in re.finditer(re.escape(spelling), region):
             after = region[m.end() : m.end() + 1]
-            if not (after.isalnum() or after in "_^~"):
+            before = region[m.start() - 1 : m.start()] if m.start() else ""
+            if _continues(after) or before.isalnum() or before in ("_", "^"):
+                continue
+            if skip:
+                skip -= 1
+            else:
                 start = span.start + m.start()
                 col = span.col + (start - span.start)
                 return Span(
                     span.file, span.line, col, span.line, col + len(spelling), start, start + len(spelling)
                 )
     return span
+
+
+def _continues(ch: str) -> bool:
+    return bool(ch) and (ch.isalnum() or ch in "_^~" or unicodedata.combining(ch) > 0)
 
 
 def declare(ctx: Ctx) -> Signature:
@@ -167,6 +178,7 @@ class _Declarer:
                     f"per-layer parameter {name} does not carry the group variable {group.var}",
                     f"write it as {name}^{group.var} or {name}_{group.var}",
                 )
+                key = family_key(f"{name}^{group.var}", group.var)  # so that uses of W^l still resolve
             if key is not None:
                 entry.family_var, entry.bound, entry.where = group.var, bound, decl.span.line
                 self.ctx.scope.families[key] = entry
@@ -291,17 +303,19 @@ class _Declarer:
             )
         for d in a.output_decls:
             for n in d.names:
-                if n != a.output:
+                if n != a.output and a.output in outs:
                     self.ctx.error(
                         name_span(self.ctx, d.span, n),
                         f"Output declares {n} but the header returns {a.output}",
                     )
         args = _after_paren(self.ctx, a.span)
-        listed: set[str] = set()
+        listed: dict[str, int] = {}
         for n in (*a.inputs, *a.params):
             if n in listed:
-                self.ctx.error(name_span(self.ctx, args, n), f"{n} appears twice in the header")
-            listed.add(n)
+                self.ctx.error(
+                    name_span(self.ctx, args, n, skip=listed[n]), f"{n} appears twice in the header"
+                )
+            listed[n] = listed.get(n, 0) + 1
         ins = {n: d for d in a.input_decls for n in d.names}
         for n in a.inputs:
             if n not in ins:
@@ -310,6 +324,7 @@ class _Declarer:
                     f"header input {n} is not declared under Input",
                     scope.hint_for(n),
                 )
+                scope.declared.setdefault(n, Entry("input", n, None, a, where=a.span.line))
             sig.inputs.append((n, scope.declared[n].shape if n in ins else None))
         for n, d in ins.items():
             if n not in a.inputs:
@@ -389,7 +404,7 @@ class _Declarer:
                         f"{n} = {values[n]} but {n} ≔ {self.ctx.text(decl.binding.expr)} = {v}",
                     )
                 values[n] = v
-        a = self.ctx.algo
+        a, reported = self.ctx.algo, {d.message for d in self.ctx.diags}
         for decl in [*a.input_decls, *a.output_decls, *(d for d, _ in a.all_params())]:
             for node in getattr(decl.type, "dims", ()):
                 d = _dim_or_none(node)
@@ -397,7 +412,9 @@ class _Declarer:
                     try:
                         evaluate(d.substitute(self.sig.derived), values)
                     except DimError as exc:
-                        self.ctx.error(node.span, f"dimension {exc}")
+                        if f"dimension {exc}" not in reported:
+                            reported.add(f"dimension {exc}")
+                            self.ctx.error(node.span, f"dimension {exc}")
 
 
 def _after_paren(ctx: Ctx, span: Span) -> Span:

@@ -104,7 +104,7 @@ class CallChecker:
             u.add(p, name, declared, actual, mapped=False)
         u.solve()
         self.ctx.info.dim_bindings[id(c)] = u.final_bindings()
-        if u.failed or sig.output is None:
+        if u.failed or sig.output is None or any(s is None for s in (*args, *params)):
             return None
         return u.result(sig.output)
 

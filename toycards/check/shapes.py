@@ -163,7 +163,7 @@ def compatible(declared: Shape, actual: Shape, eq: DimEq) -> bool:
 
 def _where_differ(a: Shape, b: Shape, eq: DimEq) -> str:
     if a.rank != b.rank:
-        return f"{a.rank} axes and {b.rank} axes"
+        return f"{a.rank}-axis and {b.rank}-axis values"
     for i, (x, y) in enumerate(zip(a.dims, b.dims)):
         if not eq.same(x, y):
             return f"dimension {i + 1}: {x} and {y} differ"
@@ -221,8 +221,11 @@ def matmul(a: Shape, b: Shape, eq: DimEq) -> Shape:
 
 
 def transpose(a: Shape) -> Shape:
+    """`v^⊺` of a vector is a row (1×n); the transpose of a row is a vector again (a column)."""
     if a.rank == 1:
         return Shape(a.field, (Dim.num(1), a.dims[0]))
+    if a.rank == 2 and a.dims[0] == 1:
+        return Shape(a.field, (a.dims[1],))
     if a.rank == 2:
         return Shape(a.field, (a.dims[1], a.dims[0]))
     raise ShapeError(f"^⊺ needs a vector or a matrix, got {a}", "a scalar needs no transpose")

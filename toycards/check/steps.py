@@ -54,7 +54,7 @@ class StepChecker:
 
     def annotation(self, annot: ir.Type, value: Shape | None) -> None:
         declared = self.type_shape(annot)
-        if value is not None and not compatible(declared, value, self.ctx.eq):
+        if declared is not None and value is not None and not compatible(declared, value, self.ctx.eq):
             self.ctx.error(
                 annot.span,
                 f"annotation ∷ {declared} does not match the inferred shape {value}",
@@ -62,13 +62,13 @@ class StepChecker:
                 (declared, value),
             )
 
-    def type_shape(self, t: ir.Type) -> Shape:
-        for node in _dim_names(t):
-            if not self.ctx.scope.is_dim(node.name):
-                self.ctx.error(
-                    node.span, f"unknown dimension {node.name}", self.ctx.scope.hint_for(node.name)
-                )
-        return shape_from_type(t, lambda d, msg: self.ctx.error(d.span, f"dimension {msg}"))
+    def type_shape(self, t: ir.Type) -> Shape | None:
+        """The shape of an annotation; None when it names an unknown dimension (reported)."""
+        unknown = [n for n in _dim_names(t) if not self.ctx.scope.is_dim(n.name)]
+        for node in unknown:
+            self.ctx.error(node.span, f"unknown dimension {node.name}", self.ctx.scope.hint_for(node.name))
+        shape = shape_from_type(t, lambda d, msg: self.ctx.error(d.span, f"dimension {msg}"))
+        return None if unknown else shape
 
     def map_var_of(self, name: str) -> str:
         """The map variable in scope that is `name`'s sub- or superscript (`e_t` → t), or ""."""
@@ -167,30 +167,28 @@ class StepChecker:
         """`X̃[:, t] ← v` inside `for t ∈ [ℓ]` defines X̃ ∈ ℝ^{d×ℓ} when X̃ is new."""
         dims: list[Dim | None] = []
         free = list(value.dims) if value is not None else []
-        ok = value is not None
+        valid, colons = True, 0
         for item in t.indices:
             if isinstance(item, ir.Slice) and item.lo is None and item.hi is None:
-                ok = ok and bool(free)
+                colons += 1
                 dims.append(free.pop(0) if free else None)
                 continue
             v = self.ctx.scope.var(item.id) if isinstance(item, ir.Name) else None
             if v is None or v.kind != "mapvar":
-                ok = False
+                valid = False
             else:
                 self.ex.infer(item)
                 dims.append(v.bound)
-        if not ok or free:
-            if value is not None:
-                self.ctx.error(
-                    t.base.span,
-                    f"{t.base.id} is not defined before its entries are assigned",
-                    f"assign {t.base.id} first, or define it column by column in a map: "
-                    f"for t ∈ [ℓ]: {t.base.id}[:, t] ← …",
-                )
+        if not valid or (value is not None and colons != value.rank):
+            self.ctx.error(
+                t.base.span,
+                f"{t.base.id} is not defined before its entries are assigned",
+                f"assign {t.base.id} first, or define it column by column in a map: "
+                f"for t ∈ [ℓ]: {t.base.id}[:, t] ← …",
+            )
             return
-        self.define(
-            t.base, s, Shape("R" if value is None else value.field, tuple(dims)), self.map_var_of(t.base.id)
-        )
+        shape = None if value is None else Shape(value.field, tuple(dims))
+        self.define(t.base, s, shape, self.map_var_of(t.base.id))
 
     # ── loops and conditions ──
     def for_seq(self, s: ir.ForSeq) -> None:
