@@ -25,8 +25,8 @@ from __future__ import annotations
 import functools
 
 from toycards import ir
-from toycards.check.bindings import declare, name_span
 from toycards.check.context import AlgoInfo, CheckResult, Ctx, Signature
+from toycards.check.declarations import declare, name_span
 from toycards.check.dims import Dim, DimError, evaluate
 from toycards.check.exprs import ExprChecker
 from toycards.check.names import Scope, Symbol

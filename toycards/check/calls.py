@@ -16,7 +16,7 @@ from toycards import ir
 from toycards.check.builtins import BUILTINS
 from toycards.check.context import Signature
 from toycards.check.dims import Dim, DimError, solve_for
-from toycards.check.names import Entry, did_you_mean
+from toycards.check.names import Entry, Symbol, did_you_mean
 from toycards.check.shapes import NATURAL, Shape, ShapeError
 from toycards.errors import Span
 
@@ -34,6 +34,7 @@ class CallChecker:
             return None
         algo, sig = target
         self.ctx.info.callees[id(c)] = algo
+        self.ctx.info.symbols[id(c)] = Symbol("func", algo.name, None, algo)
         if algo is self.ctx.algo:
             self.ctx.error(self.func_span(c), f"{c.func} calls itself", "cards have no recursion")
             return None
@@ -64,6 +65,7 @@ class CallChecker:
     def builtin(self, c: ir.Call) -> Shape | None:
         b = BUILTINS[c.func]
         self.ctx.info.callees[id(c)] = c.func
+        self.ctx.info.symbols[id(c)] = Symbol("builtin", c.func, None, b)
         shapes = [self.ex.infer(a) for a in c.args]
         if c.params:
             self.ctx.error(c.params[0].span, f"{c.func} takes no parameters after |")

@@ -58,7 +58,8 @@ class AlgoInfo:
     def shape_of(self, node: object) -> Shape | None:
         return self.shapes.get(id(node))
 
-    def symbol_of(self, node: ir.Name) -> Symbol | None:
+    def symbol_of(self, node: ir.Name | ir.Call) -> Symbol | None:
+        """What a name node refers to; for a call node, its callee (kind "func" or "builtin")."""
         return self.symbols.get(id(node))
 
     def callee_of(self, node: ir.Call) -> ir.Algorithm | str | None:

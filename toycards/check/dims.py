@@ -325,3 +325,24 @@ def expr_to_dim(e: ir.Expr, is_dim: Callable[[str], bool]) -> Dim | None:
         right = expr_to_dim(e.right, is_dim) if left is not None else None
         return None if right is None else _EXPR_OPS[e.op](left, right)
     return None
+
+
+def ir_dim_names(d: ir.Dim) -> list[ir.DimName]:
+    """The name nodes of an IR dimension, left to right (`H·d_h` → H, d_h)."""
+    out, stack = [], [d]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, ir.DimName):
+            out.append(x)
+        elif isinstance(x, ir.DimOp):
+            stack += [x.right, x.left]
+    return out
+
+
+def type_dim_names(t: ir.Type) -> list[ir.DimName]:
+    """The dimension name nodes of a declared type (`ℝ^{d_e×ℓ}` → d_e, ℓ; `[N_V]` → N_V)."""
+    if isinstance(t, ir.TensorType):
+        return [n for d in t.dims for n in ir_dim_names(d)]
+    if isinstance(t, ir.IndexType):
+        return ir_dim_names(t.bound)
+    return []

@@ -12,9 +12,9 @@ Leaves out: expressions (exprs.py) and declarations (bindings.py).
 from __future__ import annotations
 
 from toycards import ir
-from toycards.check.bindings import name_span
 from toycards.check.context import Ctx
-from toycards.check.dims import Dim, DimError, from_ir
+from toycards.check.declarations import name_span
+from toycards.check.dims import Dim, DimError, from_ir, ir_dim_names, type_dim_names
 from toycards.check.exprs import ExprChecker
 from toycards.check.names import Entry, Symbol, family_key
 from toycards.check.shapes import NATURAL, Shape, compatible, shape_from_type
@@ -64,7 +64,7 @@ class StepChecker:
 
     def type_shape(self, t: ir.Type) -> Shape | None:
         """The shape of an annotation; None when it names an unknown dimension (reported)."""
-        unknown = [n for n in _dim_names(t) if not self.ctx.scope.is_dim(n.name)]
+        unknown = [n for n in type_dim_names(t) if not self.ctx.scope.is_dim(n.name)]
         for node in unknown:
             self.ctx.error(node.span, f"unknown dimension {node.name}", self.ctx.scope.hint_for(node.name))
         shape = shape_from_type(t, lambda d, msg: self.ctx.error(d.span, f"dimension {msg}"))
@@ -189,6 +189,8 @@ class StepChecker:
             return
         shape = None if value is None else Shape(value.field, tuple(dims))
         self.define(t.base, s, shape, self.map_var_of(t.base.id))
+        if value is not None:
+            self.ctx.info.shapes[id(t)] = value
 
     # ── loops and conditions ──
     def for_seq(self, s: ir.ForSeq) -> None:
@@ -233,7 +235,7 @@ class StepChecker:
                 scope.gone[name] = scope.locals.pop(name)
 
     def range_bound(self, r: ir.Range) -> Dim | None:
-        bad = [n for n in _dim_names_of(r.bound) if not self.ctx.scope.is_dim(n.name)]
+        bad = [n for n in ir_dim_names(r.bound) if not self.ctx.scope.is_dim(n.name)]
         for n in bad:
             self.ctx.error(n.span, f"unknown dimension {n.name}", self.ctx.scope.hint_for(n.name))
         try:
@@ -310,22 +312,3 @@ def _names_in(e: ir.Expr) -> list[ir.Name]:
         elif hasattr(node, "__dataclass_fields__"):
             stack.extend(getattr(node, f) for f in node.__dataclass_fields__ if f != "span")
     return out
-
-
-def _dim_names_of(d: ir.Dim) -> list[ir.DimName]:
-    out, stack = [], [d]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, ir.DimName):
-            out.append(x)
-        elif isinstance(x, ir.DimOp):
-            stack += [x.right, x.left]
-    return out
-
-
-def _dim_names(t: ir.Type) -> list[ir.DimName]:
-    if isinstance(t, ir.TensorType):
-        return [n for d in t.dims for n in _dim_names_of(d)]
-    if isinstance(t, ir.IndexType):
-        return _dim_names_of(t.bound)
-    return []
