@@ -501,6 +501,22 @@ def test_families_and_column_definitions_inside_maps():
     assert "T" in info.locals  # a per-iteration temporary, still reported for codegen
 
 
+def test_vector_built_entry_by_entry_inside_a_map():
+    text = """\
+Algorithm: y ← swap(x)
+Input: x ∈ ℝ^{n}
+Output: y ∈ ℝ^{n}
+1 for i ∈ [n/2] do
+2   z[2·i − 1] ← x[2·i]
+3   z[2·i] ← x[2·i − 1]
+4 end
+5 return y = z
+"""
+    card, result = run(text)
+    assert result.diagnostics == [], show(result.diagnostics)
+    assert str(result.algorithms["swap"].locals["z"]) == "ℝ^{?}"
+
+
 def test_map_temporary_is_not_visible_after_the_map():
     text = mutate("7 return Y", "7 S ← T\n8 return Y", MAPS)
     d = only(text, "unknown name T")

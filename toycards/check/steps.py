@@ -164,7 +164,8 @@ class StepChecker:
         self.define_by_entries(s, t, value)
 
     def define_by_entries(self, s: ir.Assign, t: ir.Index, value: Shape | None) -> None:
-        """`X̃[:, t] ← v` inside `for t ∈ [ℓ]` defines X̃ ∈ ℝ^{d×ℓ} when X̃ is new."""
+        """`X̃[:, t] ← v` inside `for t ∈ [ℓ]` defines X̃ ∈ ℝ^{d×ℓ} when X̃ is new; an entry
+        `y[2·i − 1] ← …` inside `for i ∈ [n]` defines y with a length left open (ℝ^{?})."""
         dims: list[Dim | None] = []
         free = list(value.dims) if value is not None else []
         valid, colons = True, 0
@@ -174,11 +175,14 @@ class StepChecker:
                 dims.append(free.pop(0) if free else None)
                 continue
             v = self.ctx.scope.var(item.id) if isinstance(item, ir.Name) else None
-            if v is None or v.kind != "mapvar":
-                valid = False
-            else:
+            if v is not None and v.kind == "mapvar":
                 self.ex.infer(item)
                 dims.append(v.bound)
+            elif not isinstance(item, ir.Slice) and self.uses_map_var(item):
+                self.ex.scalar(item, "an index")
+                dims.append(None)  # built entry by entry (`y[2·i − 1] ← …`): the length is not known here
+            else:
+                valid = False
         if not valid or (value is not None and colons != value.rank):
             self.ctx.error(
                 t.base.span,
@@ -191,6 +195,9 @@ class StepChecker:
         self.define(t.base, s, shape, self.map_var_of(t.base.id))
         if value is not None:
             self.ctx.info.shapes[id(t)] = value
+
+    def uses_map_var(self, e: ir.Expr) -> bool:
+        return any((v := self.ctx.scope.var(n.id)) is not None and v.kind == "mapvar" for n in _names_in(e))
 
     # ── loops and conditions ──
     def for_seq(self, s: ir.ForSeq) -> None:
@@ -296,8 +303,9 @@ def _a(kind: str) -> str:
 
 
 def _index_vars(target: ir.Expr) -> set[str]:
+    """Names used in the indices of an assignment target (`y[2·i − 1]` → {i})."""
     if isinstance(target, ir.Index):
-        return {i.id for i in target.indices if isinstance(i, ir.Name)}
+        return {n.id for i in target.indices if not isinstance(i, ir.Slice) for n in _names_in(i)}
     return set()
 
 
