@@ -1,0 +1,102 @@
+"""The KV cache and batching: incremental decoding equals the full forward pass, both targets.
+
+The reference is the same model's full pass over the whole sequence (which the oracle tests tie to
+`transformers`); here the cache must reproduce it whatever the split: prefill k tokens then one at
+a time, uneven chunks, past the cache's first capacity (16 slots, then doubling). A batch of
+sequences must equal the sequences run one by one, with and without a cache.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_models_oracle import assert_logits_close
+
+from toycards.loader import load
+
+TARGETS = ("numpy", "torch")
+CASES = ("gpt2", "llama")
+ATOL = 1e-5  # same model, same weights: only the order of float32 sums changes
+
+
+@pytest.fixture(scope="module")
+def model(oracle_files):
+    loaded: dict[tuple[str, str], object] = {}
+
+    def get(case: str, target: str):
+        if (case, target) not in loaded:
+            loaded[case, target] = load(oracle_files(case, "F32").path, target=target)
+        return loaded[case, target]
+
+    return get
+
+
+def run(m, ids: np.ndarray, cache=None) -> np.ndarray:
+    """`m(ids[B, T], cache)` as float32 NumPy `[B, T, N_V]`, for either target."""
+    import torch
+
+    with torch.no_grad():
+        out = m(np.asarray(ids, dtype=np.int64), cache)
+    return out.numpy() if torch.is_tensor(out) else np.asarray(out)
+
+
+def decode_in_chunks(m, ids: np.ndarray, sizes: list[int]) -> np.ndarray:
+    """Logits of `ids[B, T]` fed through one cache in chunks of the given sizes."""
+    assert sum(sizes) == ids.shape[-1]
+    cache, parts, start = m.new_cache(), [], 0
+    for n in sizes:
+        parts.append(run(m, ids[:, start : start + n], cache))
+        start += n
+        assert cache.length == start, f"cache holds {cache.length} tokens after {start}"
+    return np.concatenate(parts, axis=1)
+
+
+def token_ids(n_vocab: int, batch: int, length: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, n_vocab, size=(batch, length))
+
+
+@pytest.mark.parametrize("prefill", [1, 5])
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("target", TARGETS)
+def test_prefill_then_one_token_at_a_time_equals_full_pass(model, target, case, prefill):
+    m = model(case, target)
+    ids = token_ids(m.hp["N_V"], 1, 40)  # 40 tokens: the cache grows past 16 and 32 slots
+    full = run(m, ids)
+    got = decode_in_chunks(m, ids, [prefill] + [1] * (40 - prefill))
+    assert_logits_close(got[0], full[0], ATOL, f"{case} {target} prefill {prefill} then 1 by 1")
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("target", TARGETS)
+def test_uneven_chunks_on_a_batch(model, target, case):
+    m = model(case, target)
+    ids = token_ids(m.hp["N_V"], 3, 23, seed=1)
+    full = run(m, ids)
+    got = decode_in_chunks(m, ids, [7, 1, 9, 2, 4])
+    for b in range(3):
+        assert_logits_close(got[b], full[b], ATOL, f"{case} {target} chunks 7,1,9,2,4, sequence {b}")
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("target", TARGETS)
+def test_batch_of_three_equals_three_single_runs(model, target, case):
+    m = model(case, target)
+    ids = token_ids(m.hp["N_V"], 3, 12, seed=2)
+    batch = run(m, ids)
+    assert batch.shape == (3, 12, m.hp["N_V"])
+    for b in range(3):
+        single = m.logits(ids[b].tolist())
+        assert_logits_close(batch[b], single, ATOL, f"{case} {target} batch row {b} vs a single run")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_two_caches_do_not_interfere(model, target):
+    """Interleaving two generations, each with its own cache, changes neither."""
+    m = model("llama", target)
+    a, b = token_ids(m.hp["N_V"], 1, 10, seed=3), token_ids(m.hp["N_V"], 1, 10, seed=4)
+    cache_a, cache_b, got_a, got_b = m.new_cache(), m.new_cache(), [], []
+    for t in range(10):
+        got_a.append(run(m, a[:, t : t + 1], cache_a))
+        got_b.append(run(m, b[:, t : t + 1], cache_b))
+    assert_logits_close(np.concatenate(got_a, 1)[0], run(m, a)[0], ATOL, f"{target} cache a")
+    assert_logits_close(np.concatenate(got_b, 1)[0], run(m, b)[0], ATOL, f"{target} cache b")

@@ -1,0 +1,214 @@
+"""RoPE scaling in the Llama card: linear scaling and Llama 3 frequency factors (`rope_freqs`).
+
+transformers ignores both when it loads a GGUF, so the oracle here is a NumPy Llama forward pass
+written below from the formulas (float64, Hugging Face layout: unpermuted Q/K, rotation of halves),
+with the scaled inverse frequencies computed by hand:
+
+- linear (`llama.rope.scaling.type = "linear"`, factor s): every inverse frequency θ^(−2i/d_h) / s;
+- Llama 3 (`rope_freqs.weight`, written by llama.cpp's converter, no metadata keys): with
+  wavelength λ_i = 2π / f_i, f_i = θ^(−2i/d_h), and the config's factor, low/high frequency factors
+  and original context length n: λ < n/high keeps f, λ > n/low divides f by factor, in between f is
+  blended, f · ((1 − a)/factor + a) with a = (n/λ − low)/(high − low). The file stores the
+  per-frequency *divisors* (1, factor, 1/((1 − a)/factor + a)) the way the converter computes them;
+  the reference computes the scaled frequencies directly, the way transformers' `llama3` rope does.
+
+The reference is first checked against transformers itself (a model built in memory with the same
+`rope_parameters`), so that it is trusted where transformers' GGUF loader cannot follow.
+θ = 100 puts the 8 frequencies of d_h = 16 at wavelengths 6…353 tokens, so with n = 128 every
+regime occurs and 64 positions rotate every pair noticeably.
+"""
+
+from __future__ import annotations
+
+import math
+
+import gguf
+import numpy as np
+import pytest
+import torch
+import transformers
+from oracle.hf_gguf import gguf_tensors, tiny_model
+from test_models_oracle import assert_logits_close, worst
+
+from toycards.loader import load
+
+THETA = 100.0
+LLAMA3 = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=128)
+LINEAR = 4.0
+IDS = np.random.default_rng(7).integers(0, 128, size=64).tolist()
+
+
+def inverse_frequencies(d_h: int, theta: float) -> np.ndarray:
+    """f_i = θ^(−2i/d_h), i = 0 … d_h/2 − 1."""
+    return theta ** -(np.arange(0, d_h, 2, dtype=np.float64) / d_h)
+
+
+def llama3_divisors(
+    d_h: int, theta: float, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings
+):
+    """What llama.cpp's converter writes as `rope_freqs.weight`: one divisor per frequency."""
+    n = original_max_position_embeddings
+    out = []
+    for f in inverse_frequencies(d_h, theta):
+        wavelength = 2 * math.pi / f
+        if wavelength < n / high_freq_factor:
+            out.append(1.0)
+        elif wavelength > n / low_freq_factor:
+            out.append(factor)
+        else:
+            a = (n / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)
+            out.append(1 / ((1 - a) / factor + a))
+    return np.array(out, dtype=np.float32)
+
+
+def llama3_frequencies(
+    d_h: int, theta: float, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings
+):
+    """The scaled inverse frequencies themselves (transformers' form of the same formula)."""
+    n = original_max_position_embeddings
+    f = inverse_frequencies(d_h, theta)
+    wavelength = 2 * np.pi / f
+    a = (n / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    blended = f * ((1 - a) / factor + a)
+    return np.where(
+        wavelength < n / high_freq_factor, f, np.where(wavelength > n / low_freq_factor, f / factor, blended)
+    )
+
+
+# ── the reference forward pass ─────────────────────────────────────────────────────────────
+def _rms_norm(x, w, eps):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
+
+
+def _rotate(x, positions, inv_freq):
+    """HF rotation of halves on x [H, T, d_h]: pair (i, i + d_h/2) turns by position · f_i."""
+    angle = positions[:, None] * inv_freq[None, :]  # [T, d_h/2]
+    cos, sin = np.cos(angle), np.sin(angle)
+    x1, x2 = np.split(x, 2, axis=-1)
+    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+def llama_reference(state: dict[str, np.ndarray], config, ids: list[int], inv_freq: np.ndarray) -> np.ndarray:
+    """Logits [T, N_V] of a Hugging Face Llama state dict, in float64."""
+    w = {k: v.astype(np.float64) for k, v in state.items()}
+    H, H_kv, eps = config.num_attention_heads, config.num_key_value_heads, config.rms_norm_eps
+    T, d_h = len(ids), config.hidden_size // H
+    x = w["model.embed_tokens.weight"][ids]  # [T, d_e]
+    positions = np.arange(T, dtype=np.float64)
+    causal = np.tril(np.ones((T, T), dtype=bool))
+    for i in range(config.num_hidden_layers):
+        p = f"model.layers.{i}."
+        h = _rms_norm(x, w[p + "input_layernorm.weight"], eps)
+        q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(T, H, d_h).transpose(1, 0, 2)
+        k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(T, H_kv, d_h).transpose(1, 0, 2)
+        v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(T, H_kv, d_h).transpose(1, 0, 2)
+        q, k = _rotate(q, positions, inv_freq), _rotate(k, positions, inv_freq)
+        group = np.arange(H) // (H // H_kv)  # query head → its key/value head
+        scores = q @ k[group].transpose(0, 2, 1) / np.sqrt(d_h)  # [H, T, T]
+        scores = np.where(causal, scores, -np.inf)
+        attn = np.exp(scores - scores.max(-1, keepdims=True))
+        attn /= attn.sum(-1, keepdims=True)
+        y = (attn @ v[group]).transpose(1, 0, 2).reshape(T, H * d_h)
+        x = x + y @ w[p + "self_attn.o_proj.weight"].T
+        h = _rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        gate, up = h @ w[p + "mlp.gate_proj.weight"].T, h @ w[p + "mlp.up_proj.weight"].T
+        x = x + (gate / (1 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T
+    x = _rms_norm(x, w["model.norm.weight"], eps)
+    return x @ w["lm_head.weight"].T
+
+
+# ── fixtures: one tiny model, files with each kind of scaling ──────────────────────────────
+@pytest.fixture(scope="module")
+def tiny():
+    model, config = tiny_model("llama", seed=3)
+    state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    return model, config, state
+
+
+def write_llama(path, model, config, scaling: str | None = None, factor: float = 1.0, rope_freqs=None):
+    """The tiny model as a llama GGUF (llama.cpp names and Q/K permutation), θ = THETA."""
+    K, A, R = gguf.Keys.LLM, gguf.Keys.Attention, gguf.Keys.Rope
+    w = gguf.GGUFWriter(str(path), "llama")
+    u32 = {
+        K.BLOCK_COUNT: config.num_hidden_layers, K.CONTEXT_LENGTH: config.max_position_embeddings,
+        K.EMBEDDING_LENGTH: config.hidden_size, K.FEED_FORWARD_LENGTH: config.intermediate_size,
+        A.HEAD_COUNT: config.num_attention_heads, A.HEAD_COUNT_KV: config.num_key_value_heads,
+    }  # fmt: skip
+    for key, value in u32.items():
+        w.add_uint32(key.format(arch="llama"), value)
+    w.add_float32(A.LAYERNORM_RMS_EPS.format(arch="llama"), config.rms_norm_eps)
+    w.add_float32(R.FREQ_BASE.format(arch="llama"), THETA)
+    if scaling is not None:
+        w.add_string(R.SCALING_TYPE.format(arch="llama"), scaling)
+        w.add_float32(R.SCALING_FACTOR.format(arch="llama"), factor)
+    tensors = gguf_tensors(model, config, "llama")
+    if rope_freqs is not None:
+        tensors[gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight"] = rope_freqs
+    for name, t in tensors.items():
+        w.add_tensor(name, t)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def hf_with_rope(model, config, rope_parameters: dict) -> np.ndarray:
+    """transformers' own logits for the tiny model's weights under `rope_parameters` (in memory)."""
+    kwargs = {k: getattr(config, k) for k in ("vocab_size", "hidden_size", "intermediate_size",
+              "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "rms_norm_eps",
+              "max_position_embeddings", "tie_word_embeddings")}  # fmt: skip
+    twin = transformers.LlamaForCausalLM(
+        transformers.LlamaConfig(**kwargs, rope_parameters={"rope_theta": THETA, **rope_parameters})
+    ).eval()
+    twin.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        return twin(torch.tensor([IDS]), use_cache=False).logits[0].double().numpy()
+
+
+D_H = 16
+SCALINGS = {  # name → (GGUF scaling type, factor, rope_freqs, reference frequencies, HF rope_parameters)
+    "none": (None, 1.0, None, inverse_frequencies(D_H, THETA), {"rope_type": "default"}),
+    "linear": ("linear", LINEAR, None, inverse_frequencies(D_H, THETA) / LINEAR,
+               {"rope_type": "linear", "factor": LINEAR}),
+    "llama3": (None, 1.0, llama3_divisors(D_H, THETA, **LLAMA3), llama3_frequencies(D_H, THETA, **LLAMA3),
+               {"rope_type": "llama3", **LLAMA3}),
+    "llama3+linear": ("linear", LINEAR, llama3_divisors(D_H, THETA, **LLAMA3),
+                      llama3_frequencies(D_H, THETA, **LLAMA3) / LINEAR, None),
+}  # fmt: skip
+
+
+def test_the_llama3_setup_covers_every_regime(tiny):
+    _, config, _ = tiny
+    assert config.hidden_size // config.num_attention_heads == D_H
+    divisors = llama3_divisors(D_H, THETA, **LLAMA3)
+    assert (divisors == 1).sum() >= 2 and (divisors == LLAMA3["factor"]).sum() >= 2
+    assert ((divisors > 1) & (divisors < LLAMA3["factor"])).sum() >= 2, divisors
+    np.testing.assert_allclose(
+        inverse_frequencies(D_H, THETA) / divisors, llama3_frequencies(D_H, THETA, **LLAMA3), rtol=1e-6
+    )
+
+
+@pytest.mark.parametrize("name", [n for n, s in SCALINGS.items() if s[4] is not None])
+def test_reference_agrees_with_transformers(tiny, name):
+    model, config, state = tiny
+    _, _, _, inv_freq, rope_parameters = SCALINGS[name]
+    want = hf_with_rope(model, config, rope_parameters)
+    got = llama_reference(state, config, IDS, inv_freq)
+    assert np.abs(got - want).max() < 1e-4, worst(got, want)
+
+
+@pytest.mark.parametrize("target", ["numpy", "torch"])
+@pytest.mark.parametrize("name", list(SCALINGS))
+def test_scaled_rope_matches_the_reference(tiny, tmp_path_factory, name, target):
+    model, config, state = tiny
+    scaling, factor, rope_freqs, inv_freq, _ = SCALINGS[name]
+    path = write_llama(
+        tmp_path_factory.mktemp("rope") / f"{name}.gguf", model, config, scaling, factor, rope_freqs
+    )
+    got = load(path, target=target).logits(IDS)
+    want = llama_reference(state, config, IDS, inv_freq)
+    assert_logits_close(got, want, what=f"rope {name}, {target}")
+    if name != "none":  # the scaling must matter: far from the unscaled reference
+        unscaled = llama_reference(state, config, IDS, inverse_frequencies(D_H, THETA))
+        assert np.abs(want - unscaled).max() > 0.05, worst(want, unscaled)
