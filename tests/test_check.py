@@ -596,6 +596,14 @@ def test_library_card_checks_clean(name):
         assert all(info.callee_of(c) is not None for c in _calls(a)), f"unresolved call in {a.name}"
 
 
+def test_prelude_result_is_cached_and_clean():
+    from toycards.check import check_prelude
+
+    first = check_prelude()
+    assert first is check_prelude() and first.ok
+    assert "softmax" in first.algorithms
+
+
 def _calls(a: ir.Algorithm) -> list[ir.Call]:
     out, stack = [], [a.body]
     while stack:

@@ -7,7 +7,9 @@ same card first, then the library prelude (`toycards/cards/prelude.card`), then 
 Leaves out: checking against a GGUF file (describe), printing diagnostics (errors.py, cli).
 
 Modules: dims.py (symbolic dimensions), shapes.py (shape rules), names.py (scopes, families,
-did-you-mean), bindings.py (declarations), exprs.py, calls.py, builtins.py, steps.py.
+did-you-mean), declarations.py (names and signatures), bindings.py (`from …` rules, concrete
+values), exprs.py, calls.py (unification, implicit map), builtins.py, steps.py, context.py
+(results), fragments.py (family indices and prefix templates written inside names/strings).
 
 >>> from toycards.parse import parse
 >>> card = parse('''Algorithm: y ← f(x | W)
@@ -36,8 +38,20 @@ from toycards.errors import Diagnostic, ToycardsError
 
 __all__ = [
     "AlgoInfo", "CheckResult", "Dim", "DimError", "Shape", "Signature", "Symbol", "check", "check_card",
-    "evaluate",
+    "check_prelude", "evaluate",
 ]  # fmt: skip
+
+
+def check_prelude() -> CheckResult | None:
+    """The library prelude checked once per process (its AlgoInfos serve codegen of callees);
+    None when the prelude cannot be read."""
+    lib = _prelude()
+    return None if lib is None else _prelude_result(id(lib))
+
+
+@functools.cache
+def _prelude_result(_key: int) -> CheckResult:
+    return check_card(_prelude())
 
 
 def check(card: ir.Card) -> list[Diagnostic]:

@@ -28,13 +28,17 @@ from collections.abc import Callable
 from fractions import Fraction
 
 from toycards import ir
+from toycards.errors import ToycardsError
 from toycards.names import ascii_name
 
 Monomial = tuple[tuple[str, int], ...]  # ((name, exponent), …) sorted by name, exponents ≠ 0
 
 
-class DimError(ValueError):
-    """A dimension that cannot be formed or evaluated (`10/3`, a missing value, `a/(b+c)`)."""
+class DimError(ToycardsError):
+    """A dimension that cannot be formed or evaluated (`10/3`, a missing value, `a/(b+c)`).
+
+    A ToycardsError, so that a division that fails once values are concrete (a GGUF file whose
+    d_e is not a multiple of H) reaches the user as a one-line message."""
 
 
 def _mono_mul(a: Monomial, b: Monomial, sign: int = 1) -> Monomial:
