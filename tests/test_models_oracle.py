@@ -17,6 +17,8 @@ business; here we only show the file is really quantized: that distance is far a
 from __future__ import annotations
 
 import dataclasses
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -187,3 +189,30 @@ def test_targets_agree_on_library_card(name):
     want = np_model.logits(ids)
     assert np.abs(want).max() > 0.5, "weights too small for a meaningful comparison"
     assert_logits_close(torch_model.logits(ids), want, what=f"{name}: torch vs numpy")
+
+
+# ── the shipped example ─────────────────────────────────────────────────────────────────
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tiny-llama.gguf"
+
+
+def test_example_is_reproducible(tmp_path):
+    sys.path.insert(0, str(EXAMPLE.parent))
+    try:
+        import make_example
+    finally:
+        sys.path.remove(str(EXAMPLE.parent))
+    if not make_example.DEFAULT_VOCAB.exists():
+        pytest.skip(f"{make_example.DEFAULT_VOCAB} is not here")
+    rebuilt = make_example.build(tmp_path / "tiny-llama.gguf", make_example.DEFAULT_VOCAB)
+    assert rebuilt.read_bytes() == EXAMPLE.read_bytes(), "run `.venv/bin/python examples/make_example.py`"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_example_matches_transformers(target):
+    from oracle.hf_gguf import hf_from_gguf
+
+    ids = ids_for(1024, 20)
+    want = hf_logits(hf_from_gguf(EXAMPLE), ids)
+    model = load(EXAMPLE, target=target)
+    assert_logits_close(model.logits(ids), want, what=f"examples/tiny-llama.gguf, {target}")
+    assert model.tokenizer.decode(model.tokenizer.encode("Hello, world")) == "Hello, world"
