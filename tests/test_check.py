@@ -517,6 +517,20 @@ Output: y ∈ ℝ^{n}
     assert str(result.algorithms["swap"].locals["z"]) == "ℝ^{?}"
 
 
+def test_a_local_whole_number_is_a_dimension():
+    text = """\
+Algorithm: y ← f(x)
+Input: x ∈ ℝ^{m}
+Output: y ∈ ℝ^{m}
+1 n ← length(x)
+2 for i ∈ [n]: z_i ← x[i]
+3 return y = [z_1; …; z_n]
+"""
+    card, result = run(text)
+    assert result.diagnostics == [], show(result.diagnostics)
+    assert str(result.algorithms["f"].shape_of(card.main.body[2].value)) == "ℝ^{n}"
+
+
 def test_map_temporary_is_not_visible_after_the_map():
     text = mutate("7 return Y", "7 S ← T\n8 return Y", MAPS)
     d = only(text, "unknown name T")

@@ -103,7 +103,7 @@ class Scope:
 
     def is_dim(self, name: str) -> bool:
         e = self.var(name) or self.locals.get(name) or self.declared.get(name)
-        return e is not None and (e.kind in ("dim", "loopvar", "mapvar") or _is_natural_hyper(e))
+        return e is not None and (e.kind in ("dim", "loopvar", "mapvar") or _is_natural(e))
 
     # lookup
     def lookup(self, name: str) -> Found | None:
@@ -160,5 +160,6 @@ def did_you_mean(name: str, candidates: list[str]) -> str:
     return spelled[hit[0]] if hit else ""
 
 
-def _is_natural_hyper(e: Entry) -> bool:
-    return e.kind == "hyper" and e.shape is not None and e.shape.field == "N" and not e.shape.dims
+def _is_natural(e: Entry) -> bool:
+    """A hyperparameter in ℕ, or a local holding a whole number (`n ← length(x)`), is a dimension."""
+    return e.kind in ("hyper", "local") and e.shape is not None and e.shape.field == "N" and not e.shape.dims

@@ -120,6 +120,11 @@ class DimEq:
         self.defs = defs or {}
         self._expanded: dict[Dim, Dim] = {}
 
+    def define(self, name: str, d: Dim) -> None:
+        """Add `name = d` (a local `n ← length(x)` names x's length)."""
+        self.defs = {**self.defs, name: d.substitute(self.defs)}
+        self._expanded.clear()
+
     def expand(self, d: Dim) -> Dim:
         out = self._expanded.get(d)
         if out is None:

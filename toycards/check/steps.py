@@ -86,6 +86,7 @@ class StepChecker:
         if var and (found is None or found.entry.kind == "local" and found.index_text):
             return self.define(t, s, value, var)
         if found is None:
+            self.length_alias(t.id, s.value)
             return self.define(t, s, value, "")
         e = found.entry
         self.ctx.info.symbols[id(t)] = Symbol(e.kind, e.key, None, e.decl)
@@ -100,6 +101,13 @@ class StepChecker:
                 )
         else:
             self.reassign(t, e, value)
+
+    def length_alias(self, name: str, value: ir.Expr) -> None:
+        """`n ← length(x)` with x ∈ ℝ^{m} (or V^m, or ℝ^{d×m}): n is the dimension m."""
+        if isinstance(value, ir.Call) and self.ctx.info.callees.get(id(value)) == "length" and value.args:
+            arg = self.ctx.info.shapes.get(id(value.args[0]))
+            if arg is not None and arg.dims and arg.dims[-1] is not None:
+                self.ctx.eq.define(name, arg.dims[-1])
 
     def reassign(self, t: ir.Name, e: Entry, value: Shape | None) -> None:
         if e.shape is None:
@@ -128,6 +136,7 @@ class StepChecker:
             scope.families[key] = entry
             idx: ir.Expr | None = ir.Name(var, span=t.span)
             self.ctx.info.symbols[id(idx)] = Symbol("mapvar", var, None, scope.var(var).decl)
+            self.ctx.info.shapes[id(idx)] = NATURAL
         else:
             scope.locals[t.id] = entry
             idx = None
