@@ -16,6 +16,7 @@ only for the special tokens shown. The chat template is kept as text; it is neve
 
 from __future__ import annotations
 
+import struct
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,11 +167,25 @@ def _rope(f, arch: str) -> dict[str, object]:
 
 
 def _token_texts(f, ids: dict[str, int]) -> dict[str, str]:
-    """Texts of the special tokens, decoding the token list only when there are ids to show."""
-    if not ids or Tk.LIST not in f.metadata or f.value_type(Tk.LIST) != "array[string]":
+    """Texts of the special tokens, without decoding the whole token list.
+
+    Steps over the length prefixes of `tokenizer.ggml.tokens` up to the largest id shown (the
+    reader validated every prefix when it opened the file) and decodes only those tokens.
+    """
+    key = Tk.LIST
+    if not ids or key not in f.metadata or f.value_type(key) != "array[string]":
         return {}
-    tokens = f.metadata[Tk.LIST]
-    return {name: tokens[i] for name, i in ids.items() if 0 <= i < len(tokens)}
+    entry, buf = f._entry(key), f._buf  # runtime internals: where the array's elements start
+    wanted = {i for i in ids.values() if 0 <= i < entry.count}
+    if buf is None or not wanted:
+        return {}
+    texts, off, unpack = {}, entry.start, struct.Struct("<Q").unpack_from
+    for i in range(max(wanted) + 1):
+        n = unpack(buf, off)[0]
+        if i in wanted:
+            texts[i] = bytes(buf[off + 8 : off + 8 + n]).decode("utf-8", "replace")
+        off += 8 + n
+    return {name: texts[i] for name, i in ids.items() if i in texts}
 
 
 def _tokenizer(f) -> dict[str, object]:
