@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 import unicodedata
 from dataclasses import dataclass, field
 from importlib import resources
@@ -42,7 +43,19 @@ def parse(text_or_path: str | Path, file: str | None = None) -> ir.Card:
         tree = _parser().parse(text)
     except lark.exceptions.UnexpectedInput as exc:
         raise ToycardsError.from_diagnostics([_syntax_diagnostic(exc, text, file)], {file: text}) from None
-    lines = _ToIR(file).transform(tree)
+    to_ir = _ToIR(file)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 12000))  # lark's Transformer recurses once per tree level
+    try:
+        lines = to_ir.transform(tree)
+    except (RecursionError, lark.exceptions.VisitError) as exc:
+        if isinstance(exc, lark.exceptions.VisitError) and not isinstance(exc.orig_exc, RecursionError):
+            raise
+        raise ToycardsError(f"{file}: an expression is too long or too deeply nested to read") from None
+    finally:
+        sys.setrecursionlimit(limit)
+    if to_ir.diags:
+        raise ToycardsError.from_diagnostics(to_ir.diags, {file: text})
     card = _Assembler(file, text).assemble(lines)
     return ir.Card(card.algorithms, card.version, card.preamble, file=file, source=text)
 
@@ -188,7 +201,10 @@ def _syntax_diagnostic(exc: lark.exceptions.UnexpectedInput, text: str, file: st
         if token is not None
         else "input"
     )
-    label = exc.match_examples(_parser().parse, {m: ex for m, _, ex in SYNTAX_EXAMPLES}, use_accepts=True)
+    try:
+        label = exc.match_examples(_parser().parse, {m: ex for m, _, ex in SYNTAX_EXAMPLES}, use_accepts=True)
+    except (TypeError, ValueError, AttributeError):  # lark cannot compare some parser states
+        label = None
     if label:
         hint = next(h for m, h, _ in SYNTAX_EXAMPLES if m == label)
         message = f"{label} (found {found})"
@@ -270,6 +286,7 @@ class _ToIR(Transformer):
     def __init__(self, file: str) -> None:
         super().__init__()
         self.file = file
+        self.diags: list[Diagnostic] = []
 
     def sp(self, meta: object) -> Span:
         return span_of(meta, self.file)
@@ -411,7 +428,11 @@ class _ToIR(Transformer):
         return ir.DimName(canonical_name(c[0]), span=self.sp(meta))
 
     def dim_num(self, meta, c):
-        return ir.DimNum(int(c[0]), span=self.sp(meta))
+        text = str(c[0])
+        if not text.isdigit():
+            self.diags.append(Diagnostic(self.sp(meta), f"a dimension is a whole number, not {text}", "write e.g. ℝ^{3·d_e}"))
+            return ir.DimNum(0, span=self.sp(meta))
+        return ir.DimNum(int(text), span=self.sp(meta))
 
     def _dim_op(op):  # noqa: N805 - a small factory used in the class body
         def method(self, meta, c):
