@@ -25,6 +25,7 @@ values), exprs.py, calls.py (unification, implicit map), builtins.py, steps.py, 
 from __future__ import annotations
 
 import functools
+import sys
 
 from toycards import ir
 from toycards.check.context import AlgoInfo, CheckResult, Ctx, Signature
@@ -188,3 +189,13 @@ def _library_signatures(lib: ir.Card):
         return cache[name]
 
     return lookup
+
+
+class _CheckModule(sys.modules[__name__].__class__):
+    """`toycards.check` is both this package and the public function: calling it checks a card."""
+
+    def __call__(self, card: ir.Card) -> list[Diagnostic]:
+        return check(card)
+
+
+sys.modules[__name__].__class__ = _CheckModule
