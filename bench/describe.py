@@ -5,15 +5,17 @@ Builds two files in a temporary directory:
       data is a sparse hole, since neither side reads it), and
   (b) a vocabulary-only file with 150,000 tokens and 150,000 merges;
 then times, on each file, in the same run:
-  ours       `describe_fn(path)`: open_gguf + every scalar value, every array's type
-             and length, the whole tensor table, and check_hparams;
+  ours       `toycards.describe(path)`: the validated header, the header facts (special
+             token texts decoded one by one, arrays otherwise only measured), the card
+             (library card parsed, or a declaration-only card built), binding and problems;
+             in a fresh process: `python -m toycards describe PATH --format json`;
   gguf-dump  the `gguf` package's dump script on the same file (it parses every field,
              arrays included, with gguf.GGUFReader).
 Both are timed end to end in a fresh interpreter (start-up and imports included, output
-to /dev/null; a first row shows that floor: the imports alone), and also in this process (ours: `describe_fn`; gguf: `GGUFReader(path)`
-plus reading every field, which is what gguf-dump spends its time on). Best of --repeat.
-
-`describe_fn` is the one function to swap for `toycards.describe` once it exists.
+to /dev/null; a first row shows that floor: the imports alone), and also in this process
+(ours: `describe` with the library card already parsed, as in a long-running program, and
+once cold, parsing it; gguf: `GGUFReader(path)` plus reading every field, which is what
+gguf-dump spends its time on). Best of --repeat.
 
     .venv/bin/python bench/describe.py [--repeat 3]
 """
@@ -32,18 +34,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from toycards.runtime.gguf import check_hparams, open_gguf  # noqa: E402
+from toycards.describe import describe  # noqa: E402
 
 
 def describe_fn(path: str | Path) -> dict:
-    """Everything a describe reads from the file (arrays are measured, never decoded)."""
-    with open_gguf(path) as f:
-        metadata = {}
-        for key in f.metadata:
-            vtype = f.value_type(key)
-            metadata[key] = (vtype, f.array_len(key)) if vtype.startswith("array") else f.metadata[key]
-        tensors = [(t.name, t.type_name, t.shape, t.n_bytes) for t in f.tensors.values()]
-        return {"metadata": metadata, "tensors": tensors, "problems": check_hparams(f)}
+    """`toycards.describe(path)`: header, bound card and problems (arrays measured, not decoded)."""
+    card = describe(path)
+    return {"header": card.header, "card": card, "problems": card.problems}
 
 
 def gguf_reader_fn(path: str | Path) -> None:
@@ -65,7 +62,7 @@ def gguf_dump_cmd(path: Path) -> list[str]:
 
 
 def ours_cmd(path: Path) -> list[str]:
-    return [sys.executable, str(Path(__file__).resolve()), "--describe", str(path)]
+    return [sys.executable, "-m", "toycards", "describe", str(path), "--format", "json"]
 
 
 def best_of(repeat: int, fn: Callable[[], object]) -> float:
@@ -94,46 +91,57 @@ def build_files(tmp: Path) -> dict[str, Path]:
     return {f"(a) Llama-shaped, {len(specs)} tensors": model, "(b) 150k tokens + 150k merges": vocab}
 
 
+def cold_call(path: Path) -> float:
+    """Seconds of the first `describe` call in a fresh interpreter (imports not counted)."""
+    code = (
+        "import sys, time; import toycards.describe as d; t = time.perf_counter(); "
+        "d.describe(sys.argv[1]); print(time.perf_counter() - t)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, env=env)
+    if done.returncode:
+        sys.exit(f"describe failed on {path}:\n{done.stderr}")
+    return float(done.stdout)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement; the best counts")
-    ap.add_argument("--describe", metavar="GGUF", help="(internal) run describe_fn on one file and exit")
     args = ap.parse_args()
-    if args.describe:
-        d = describe_fn(args.describe)
-        print(len(d["metadata"]), "keys,", len(d["tensors"]), "tensors,", len(d["problems"]), "problems")
-        return
     with tempfile.TemporaryDirectory() as tmp:
         files = build_files(Path(tmp))
         print(f"best of {args.repeat}; times in seconds; ratio = gguf / ours\n")
-        head = f"{'file':38} {'size':>8}  {'what is timed':32} {'ours':>8} {'gguf':>8} {'ratio':>7}"
+        head = f"{'file':38} {'size':>8}  {'what is timed':36} {'ours':>8} {'gguf':>8} {'ratio':>7}"
         print(head + "\n" + "-" * len(head))
         imports = (
-            best_of(args.repeat, lambda: run_quiet([sys.executable, "-c", "import toycards.runtime.gguf"])),
+            best_of(args.repeat, lambda: run_quiet([sys.executable, "-c", "import toycards.describe"])),
             best_of(args.repeat, lambda: run_quiet([sys.executable, "-c", "import gguf.scripts.gguf_dump"])),
         )
-        print(f"{'(start-up floor: imports only)':38} {'':>8}  {'fresh python: imports':32} ", end="")
+        print(f"{'(start-up floor: imports only)':38} {'':>8}  {'fresh python: imports':36} ", end="")
         print(f"{imports[0]:8.3f} {imports[1]:8.3f} {imports[1] / imports[0]:6.1f}×")
         for label, path in files.items():
-            size = (
-                f"{path.stat().st_size / 1e9:.2f} GB"
-                if path.stat().st_size > 1e8
-                else f"{path.stat().st_size / 1e6:.1f} MB"
-            )
+            n = path.stat().st_size
+            size = f"{n / 1e9:.2f} GB" if n > 1e8 else f"{n / 1e6:.1f} MB"
+            reader = best_of(args.repeat, lambda p=path: gguf_reader_fn(p))
             rows = [
                 (
-                    "in process: describe_fn | GGUFReader",
+                    "in process: describe | GGUFReader",
                     best_of(args.repeat, lambda p=path: describe_fn(p)),
-                    best_of(args.repeat, lambda p=path: gguf_reader_fn(p)),
+                    reader,
                 ),
                 (
-                    "fresh python: ours | gguf-dump",
+                    "first call, cold: describe | GGUFReader",
+                    min(cold_call(path) for _ in range(args.repeat)),
+                    reader,
+                ),
+                (
+                    "fresh python: toycards | gguf-dump",
                     best_of(args.repeat, lambda p=path: run_quiet(ours_cmd(p))),
                     best_of(args.repeat, lambda p=path: run_quiet(gguf_dump_cmd(p))),
                 ),
             ]
             for what, ours, theirs in rows:
-                print(f"{label:38} {size:>8}  {what:32} {ours:8.3f} {theirs:8.3f} {theirs / ours:6.1f}×")
+                print(f"{label:38} {size:>8}  {what:36} {ours:8.3f} {theirs:8.3f} {theirs / ours:6.1f}×")
                 label = size = ""
 
 

@@ -19,6 +19,7 @@ other keys become snake-case names (`rope.scaling.yarn_log_multiplier` →
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -68,6 +69,7 @@ _DIGIT_PART = re.compile(r"(?<=\.)\d+(?=\.|$)")
 
 
 # ── roles ───────────────────────────────────────────────────────────────────────────────
+@functools.cache
 def _templates(arch: str) -> dict[str, MODEL_TENSOR]:
     """TENSOR_NAMES reversed; where two enums share a name, the architecture's own wins."""
     out: dict[str, MODEL_TENSOR] = {}
