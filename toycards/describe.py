@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -285,3 +286,14 @@ def describe(path: str | os.PathLike) -> DescribedCard:
         notice=notice,
         bound=bound,
     )
+
+
+class _DescribeModule(sys.modules[__name__].__class__):
+    """`toycards.describe` is both this module and the public function: calling it describes a file
+    (importing the module makes it the package's `describe` attribute)."""
+
+    def __call__(self, path: str | os.PathLike) -> DescribedCard:
+        return describe(path)
+
+
+sys.modules[__name__].__class__ = _DescribeModule
