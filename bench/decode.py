@@ -1,0 +1,194 @@
+"""Benchmark: prefill and greedy decoding, toycards' generated modules against transformers.
+
+A SmolLM2-135M-shaped Llama (d_e 576, L 30, H 9, H_kv 3, d_ff 1536, N_V 49152, tied output)
+with random F32 weights is built with transformers, written to a temporary GGUF the way
+llama.cpp's converter writes it (`tests/oracle`), and run in the same process, with the same
+thread count (torch.set_num_threads and the BLAS thread variables), by:
+
+- toycards' generated torch module (`toycards.load(path, target="torch")`, KV cache),
+- transformers with eager attention and with SDPA (a DynamicCache, the same loop),
+- toycards' generated NumPy module.
+
+Each prefills the same prompt, then decodes greedily one token at a time; prefill is timed as
+the best of --repeat passes (each with a fresh cache), decoding once (the first new token comes
+from the prefill, so decoding speed is over --decode − 1 steps). The implementations take turns
+step by step, so that load from other processes on a shared machine hits them alike. Prints
+tokens/s, the ratios against transformers, and whether every implementation chose the same tokens.
+
+    .venv/bin/python bench/decode.py [--prefill 128] [--decode 64] [--threads 2] [--skip-numpy]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import inspect
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--prefill", type=int, default=128, help="prompt tokens")
+    p.add_argument("--decode", type=int, default=64, help="tokens generated greedily")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--repeat", type=int, default=2, help="prefill passes; the best is kept")
+    p.add_argument("--layers", type=int, default=30, help="fewer layers for a quick run")
+    p.add_argument("--skip-numpy", action="store_true")
+    return p.parse_args()
+
+
+ARGS = _parse_args() if __name__ == "__main__" else None
+if ARGS is not None:  # BLAS reads these once, when numpy and torch are first imported
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(ARGS.threads)
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from oracle.hf_gguf import tiny_model, write_gguf  # noqa: E402
+
+import toycards  # noqa: E402
+
+# transformers 5.2x renamed `past_key_values` to `cache`
+CACHE_ARG = (
+    "cache"
+    if "cache" in inspect.signature(transformers.LlamaForCausalLM.forward).parameters
+    else "past_key_values"
+)
+SMOLLM2_135M = dict(  # HuggingFaceTB/SmolLM2-135M's shape
+    hidden_size=576,
+    num_attention_heads=9,
+    num_key_value_heads=3,
+    num_hidden_layers=30,
+    intermediate_size=1536,
+    vocab_size=49152,
+    max_position_embeddings=2048,
+    tie_word_embeddings=True,
+    rope_theta=100000.0,
+    rms_norm_eps=1e-5,
+)
+
+
+class Toycards:
+    """Greedy steps with a toycards model (either target) and its KV cache."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+
+    def new_cache(self):
+        return self.model.new_cache()
+
+    def step(self, ids: np.ndarray, cache) -> int:
+        out = self.model(ids[None, :], cache)  # logits [1, T, N_V]
+        return int((out[0, -1].float().numpy() if torch.is_tensor(out) else out[0, -1]).argmax())
+
+
+class Transformers:
+    """The same with a transformers model and its DynamicCache."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+
+    def new_cache(self):
+        return transformers.DynamicCache()
+
+    def step(self, ids: np.ndarray, cache) -> int:
+        out = self.model(torch.as_tensor(ids)[None, :], **{CACHE_ARG: cache}, use_cache=True)
+        return int(out.logits[0, -1].argmax())
+
+
+def race(
+    runners: dict[str, object], prompt: np.ndarray, n_new: int, repeat: int
+) -> dict[str, tuple[float, float, list[int]]]:
+    """(best prefill seconds, total decode seconds, tokens) per runner.
+
+    The runners take turns, one prefill or one decoding step each, so that a machine shared with
+    other work slows them all alike.
+    """
+    prefill = dict.fromkeys(runners, float("inf"))
+    decode = dict.fromkeys(runners, 0.0)
+    caches, tokens = {}, {}
+    with torch.inference_mode():
+        for r in runners.values():  # warm up: allocations, kernel selection
+            cache = r.new_cache()
+            r.step(r.step(prompt[:8], cache) * np.ones(1, np.int64), cache)
+        for _ in range(repeat):
+            for name, r in runners.items():
+                caches[name] = r.new_cache()
+                t0 = time.perf_counter()
+                tokens[name] = [r.step(prompt, caches[name])]
+                prefill[name] = min(prefill[name], time.perf_counter() - t0)
+        for _ in range(n_new - 1):
+            for name, r in runners.items():
+                t0 = time.perf_counter()
+                tokens[name].append(r.step(np.asarray([tokens[name][-1]]), caches[name]))
+                decode[name] += time.perf_counter() - t0
+    return {name: (prefill[name], decode[name], tokens[name]) for name in runners}
+
+
+def main() -> None:
+    args = ARGS
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    shape = {**SMOLLM2_135M, "num_hidden_layers": args.layers}
+    t0 = time.perf_counter()
+    hf, config = tiny_model("llama", seed=0, **shape)
+    n_params = sum(p.numel() for p in hf.parameters())
+    prompt = np.random.default_rng(0).integers(0, config.vocab_size, size=args.prefill)
+    print(
+        f"SmolLM2-135M-shaped Llama, L={args.layers}: {n_params / 1e6:.1f}M parameters (F32), "
+        f"prefill {args.prefill}, decode {args.decode}, {args.threads} threads, torch {torch.__version__}, "
+        f"transformers {transformers.__version__}"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_gguf(hf, config, Path(tmp) / "smollm2-135m-shaped.gguf", "llama", "F32")
+        print(f"built and wrote {path.stat().st_size / 2**20:.0f} MiB in {time.perf_counter() - t0:.1f} s")
+        sdpa = copy.deepcopy(hf)
+        sdpa.set_attn_implementation("sdpa")
+        hf.set_attn_implementation("eager")
+        runners = {
+            "toycards torch": Toycards(toycards.load(path, target="torch")),
+            "transformers eager": Transformers(hf),
+            "transformers sdpa": Transformers(sdpa),
+        }
+        if not args.skip_numpy:
+            runners["toycards numpy"] = Toycards(toycards.load(path, target="numpy"))
+        runs = race(runners, prompt, args.decode, args.repeat)
+    for name, (prefill, decode, _) in runs.items():
+        print(
+            f"  {name:<20} prefill {args.prefill / prefill:8.1f} tok/s   decode {(args.decode - 1) / decode:7.2f} tok/s"
+        )
+    report(runs, args)
+
+
+def report(runs: dict[str, tuple[float, float, list[int]]], args: argparse.Namespace) -> None:
+    base = runs["toycards torch"]
+    print("ratios (> 1: toycards torch is faster)")
+    for name in ("transformers eager", "transformers sdpa"):
+        prefill, decode, _ = runs[name]
+        print(
+            f"  toycards torch / {name:<19} prefill ×{prefill / base[0]:.2f}   decode ×{decode / base[1]:.2f}"
+        )
+    if "toycards numpy" in runs:
+        prefill, decode, _ = runs["toycards numpy"]
+        print(
+            f"  toycards numpy / toycards torch      prefill ×{base[0] / prefill:.2f}   decode ×{base[1] / decode:.2f}"
+        )
+    tokens = {name: run[2] for name, run in runs.items()}
+    agree = {name: sum(a == b for a, b in zip(t, base[2])) for name, t in tokens.items()}
+    print(
+        "greedy tokens equal to toycards torch's: "
+        + ", ".join(f"{n} {k}/{args.decode}" for n, k in agree.items())
+    )
+
+
+if __name__ == "__main__":
+    main()
