@@ -20,7 +20,7 @@ GREEK = {
     "alpha": "α", "beta": "β", "gamma": "γ", "delta": "δ", "epsilon": "ε", "zeta": "ζ", "eta": "η",
     "theta": "θ", "iota": "ι", "kappa": "κ", "lambda": "λ", "mu": "μ", "nu": "ν", "xi": "ξ",
     "pi": "π", "rho": "ρ", "tau": "τ", "upsilon": "υ", "phi": "φ", "chi": "χ", "psi": "ψ",
-    "omega": "ω", "Gamma": "Γ", "Delta": "Δ", "Theta": "Θ", "Lambda": "Λ", "Xi": "Ξ", "Pi": "Π",
+    "omega": "ω", "sigma": "σ", "omicron": "ο", "Gamma": "Γ", "Delta": "Δ", "Theta": "Θ", "Lambda": "Λ", "Xi": "Ξ", "Pi": "Π",
     "Phi": "Φ", "Psi": "Ψ", "Omega": "Ω", "ell": "ℓ",
 }  # fmt: skip
 UNGREEK = {v: k for k, v in GREEK.items()}
@@ -28,7 +28,7 @@ ACCENTS = {"~": "\u0303", ".hat": "\u0302", ".bar": "\u0304"}
 UNACCENT = {v: k for k, v in ACCENTS.items()}
 
 _SEGMENT = re.compile(r"[A-Za-z]+")
-_BRACED = re.compile(r"([_^])\{([\w\u0300-\u036f~.]+)\}")
+_BRACED = re.compile(r"([_^])\{((?:[^\W_]|[\u0300-\u036f~])+)\}")
 
 
 def canonical_name(text: object) -> str:

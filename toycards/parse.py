@@ -781,13 +781,18 @@ class _Assembler:
     def steps(self, lines: list[_Line], head: Span) -> tuple[ir.Stmt, ...]:
         """Nest `do … end` and `if … else … end` blocks with a stack."""
         stack: list[tuple[_Line, list, list | None]] = [(None, [], None)]  # (opener, body, else-body)
+
+        def current() -> list:
+            _, body, orelse = stack[-1]
+            return orelse if orelse is not None else body
+
         for line in lines:
             k, d = line.kind, line.data
             if k == "stmt":
                 s = d["stmt"]
-                stack[-1][1].append(_with(s, comment=d["comment"]) if d["comment"] else s)
+                current().append(_with(s, comment=d["comment"]) if d["comment"] else s)
             elif k == "comment":
-                stack[-1][1].append(ir.Comment(d["text"], span=line.span))
+                current().append(ir.Comment(d["text"], span=line.span))
             elif k in ("for_seq", "forall", "if"):
                 stack.append((line, [], None))
             elif k == "else":
@@ -802,7 +807,7 @@ class _Assembler:
                     self.error(line.span, "`end` without a matching `for … do` or `if … then`")
                     continue
                 opener, body, orelse = stack.pop()
-                stack[-1][1].append(self._close(opener, body, orelse, d["comment"]))
+                current().append(self._close(opener, body, orelse, d["comment"]))
         for opener, _body, _ in stack[1:]:
             self.error(opener.span, "this block is never closed", "add a line `end`")
         return tuple(stack[0][1])  # no steps: a declaration-only algorithm (e.g. describe of an unknown architecture)

@@ -10,6 +10,7 @@ Leaves out: Markdown/LaTeX/HTML/JSON (sibling modules), terminal colour (render/
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from dataclasses import dataclass
 
@@ -32,6 +33,7 @@ ASCII = {
 OR, AND, NOT, CMP, SUM, PROD, UNARY, POWER, POSTFIX, ATOM = range(1, 11)
 _BINARY_LEVEL = {"∨": OR, "∧": AND, "+": SUM, "-": SUM, "·": PROD, "⊙": PROD, "/": PROD, "mod": PROD}
 _CMP = {"<", "≤", "=", "≠", "≥", ">"}
+_READS_AS_TRANSPOSE = re.compile(r"(⊺|T)(?![\w\u0300-\u036f])")  # `^T` is the transpose token
 
 
 def display_width(text: str) -> int:
@@ -57,8 +59,7 @@ class Renderer:
             return str(d.value)
         mine = 1 if d.op in "+-" else 2
         op = {"*": self.tok("·"), "-": self.tok("-"), "+": "+", "/": "/"}[d.op]
-        right_level = mine + 1 if d.op in "-/" or mine == 2 else mine
-        text = f"{self.dim(d.left, mine)}{op}{self.dim(d.right, right_level if d.op != '/' else 3)}"
+        text = f"{self.dim(d.left, mine)}{op}{self.dim(d.right, mine + 1)}"  # left-associative
         return f"({text})" if mine < level else text
 
     def dims(self, dims: tuple[ir.Dim, ...]) -> str:
@@ -123,7 +124,7 @@ class Renderer:
             return self.tok("⟦") + self.expr(e.cond) + self.tok("⟧"), ATOM
         if isinstance(e, ir.Sum):
             head = f"{self.tok('Σ')}_{{{self.name(e.var)}={self.expr(e.lo)}}}^{{{self.expr(e.hi)}}}"
-            return f"{head} {self.expr(e.body, UNARY)}", UNARY
+            return f"{head} {self.expr(e.body, PROD)}", UNARY
         if isinstance(e, ir.Concat):
             sep = ", " if e.axis == "cols" else "; "
             items = [self.expr(x) for x in e.items]
@@ -138,12 +139,18 @@ class Renderer:
             return f"{self.expr(e.left, SUM)} {op} {self.expr(e.right, SUM)}", CMP
         if e.op == "^":
             left = self.expr(e.left, POSTFIX)
-            if isinstance(e.left, ir.Name):  # `x^2` would read as the name x^2
+            if isinstance(e.left, ir.Name | ir.Const):  # `x^2`, `pi^2` would read as one name
                 left = f"({left})"
-            return f"{left}^{self.expr(e.right, ATOM)}", POWER
+            right = self.expr(e.right, ATOM)
+            if _READS_AS_TRANSPOSE.match(right):  # `(x)^(T)` is a power, `(x)^T` a transpose
+                right = f"({right})"
+            return f"{left}^{right}", POWER
         mine = _BINARY_LEVEL[e.op]
         op = self.tok(e.op) if e.op in UNICODE else e.op
-        return f"{self.expr(e.left, mine)} {op} {self.expr(e.right, mine + 1)}", mine
+        left = self.expr(e.left, mine)
+        if mine >= PROD and _open_right(e.left) and not left.startswith("("):
+            left = f"({left})"  # `(Σ_i a) · b`: a Σ's body would take in `· b`
+        return f"{left} {op} {self.expr(e.right, mine + 1)}", mine
 
     def index_item(self, i: ir.Expr | ir.Slice) -> str:
         if isinstance(i, ir.Slice):
@@ -160,6 +167,17 @@ class Renderer:
             return f"{self.name(c.func)}({args})"
         params = ", ".join(self.expr(p) for p in c.params)
         return f"{self.name(c.func)}({args}{' ' if args else ''}|{' ' if params else ''}{params})"
+
+
+def _open_right(e: ir.Expr) -> bool:
+    """Whether e, printed bare, ends in a Σ whose body would take in a following product."""
+    if isinstance(e, ir.Sum):
+        return True
+    if isinstance(e, ir.UnOp) and e.op in ("-", "√"):
+        return _open_right(e.operand)
+    if isinstance(e, ir.BinOp) and e.op in _BINARY_LEVEL and _BINARY_LEVEL[e.op] >= PROD:
+        return _open_right(e.right)
+    return False
 
 
 def render_card(card: ir.Card, ascii: bool = False) -> str:
@@ -295,7 +313,7 @@ def _flatten(r: Renderer, body: tuple[ir.Stmt, ...], depth: int, out: list) -> N
     pad = "  " * depth
     for s in body:
         if isinstance(s, ir.Comment):
-            out.append((False, pad, _comment(r, s.text), None, ""))
+            out.append((False, pad, f"{r.tok('▷')} {s.text}".rstrip(), None, ""))  # even when empty
         elif isinstance(s, ir.ForSeq):
             second = f"{r.expr(s.second)}, " if s.second is not None else ""
             head = f"for {r.name(s.var)} = {r.expr(s.start)}, {second}{r.tok('…')}, {r.expr(s.stop)} do"
@@ -310,7 +328,7 @@ def _flatten(r: Renderer, body: tuple[ir.Stmt, ...], depth: int, out: list) -> N
         elif isinstance(s, ir.If) and not s.inline:
             out.append((True, pad, f"if {r.expr(s.cond)} then", None, s.comment))
             _flatten(r, s.then, depth + 1, out)
-            if s.orelse:
+            if s.orelse or s.else_comment:  # an empty `else ▷ note` keeps its note
                 out.append((True, pad, "else", None, s.else_comment))
                 _flatten(r, s.orelse, depth + 1, out)
             out.append((True, pad, "end", None, s.end_comment))
