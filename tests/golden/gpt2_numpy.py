@@ -60,9 +60,9 @@ def layer_norm(e, gamma, beta, epsilon, ctx=None):
     """
     d_e = e.shape[-1]
     # 1  m ← Σ_{i=1}^{d_e} e[i] / d_e  ∷ ℝ
-    m = ops.sum_last(e) / d_e
+    m = ops.sum_last(e / d_e)
     # 2  v ← Σ_{i=1}^{d_e} (e[i] − m)^2 / d_e  ∷ ℝ
-    v = (ops.sum_last((e - m) ** 2)) / d_e
+    v = ops.sum_last(((e - m) ** 2) / d_e)
     # 3  return ê = (e − m) / √(v + ε) ⊙ γ + β
     return (((e - m) / ops.sqrt(v + epsilon)) * gamma) + beta
 

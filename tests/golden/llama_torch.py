@@ -28,7 +28,7 @@ def GQAttention_rope_pairs(X, W_q, W_k, W_v, W_o, H, H_kv, theta, rho, Mask, ctx
     Grouped-query self-attention with RoPE on adjacent pairs (Llama); query head h reads key/value head ⌈h·H_kv/H⌉
     """
     ell = X.shape[-2]
-    d_h = (rho.shape[-1] * 2)
+    d_h = W_q.shape[-2] // H
     # 1  Q ← W_q · X  ∷ ℝ^{H·d_h×ℓ}
     Q = ops.linear(X, W_q)
     # 2  K ← W_k · X  ∷ ℝ^{H_kv·d_h×ℓ}
@@ -70,7 +70,7 @@ def rms_norm(e, gamma, epsilon, ctx=None):
     """
     d_e = e.shape[-1]
     # 1  r ← Σ_{i=1}^{d_e} e[i]^2 / d_e  ∷ ℝ
-    r = ops.sum_last(e ** 2) / d_e
+    r = ops.sum_last((e ** 2) / d_e)
     # 2  return ê = e / √(r + ε) ⊙ γ
     return (e / ops.sqrt(r + epsilon)) * gamma
 

@@ -89,7 +89,9 @@ def generate_source(card: ir.Card, target: str = "torch") -> str:
     ]
     spec = ModuleSpec(target, "Model", text, hashlib.sha256(text.encode()).hexdigest(), main_fn, funcs, hyper)
     imports, base = TARGETS[target]
-    source = _template().render(spec=spec, imports=imports, base_class=base)
+    lines = [line for f in (main_fn, *funcs) for line in f.body]
+    needs_math = any(re.search(r"(?<![\w.])math\.", line) for line in lines)
+    source = _template().render(spec=spec, imports=imports, base_class=base, needs_math=needs_math)
     try:
         ast.parse(source)
     except SyntaxError as exc:  # a bug in the emitter, never the user's card

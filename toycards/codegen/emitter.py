@@ -209,6 +209,9 @@ class Emitter:
                 raise ToycardsError(f"{algo.name}: header parameter {name} is not declared")
             else:
                 raise ToycardsError(f"{algo.name}: header name {name} is not declared")
+        for name, v in scope.vals.items():
+            if v.py and not v.enum:
+                scope.dims.setdefault(name, v.code)
         for _ in range(3):  # dimensions known only through others (H·d_h) need a second pass
             for ident, t, layout in pending:
                 self._bind_dims(scope, ident, t, layout, body)

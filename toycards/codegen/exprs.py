@@ -436,7 +436,7 @@ class ExprEmitter:
             return a.with_(code=f"{a.code}[..., {sl}]")
         heads = f"ops.split_rows({self.code_layout(a)}, {k})"
         if isinstance(block, ir.Name) and block.id == var:
-            return Val(heads, 2, fams=a.fams | {var}, windowed=a.windowed)
+            return Val(heads, a.rank, fams=a.fams | {var}, windowed=a.windowed)
         gathered = self._gather_member(heads, 2, _expr_text(block))
         return gathered.with_(fams=a.fams | {var}, windowed=a.windowed)
 
@@ -448,6 +448,7 @@ class ExprEmitter:
         decls = {n: d for d in (*callee.input_decls, *callee.hyper_decls) for n in d.names}
         pnames = {n for d, _ in callee.all_params() for n in d.names}
         codes, fams, extra, win = [], frozenset(), 0, False
+        arg_vals: list[Val] = []
         cached = CACHED_ARGS.get(callee.name, ())
         for k, (name, arg) in enumerate(zip(callee.inputs, c.args, strict=True)):
             v = self.expr(arg)
@@ -467,6 +468,7 @@ class ExprEmitter:
             elif v.windowed and extra > 0:
                 win = True
             codes.append(self.code_layout(v))
+            arg_vals.append(v)
         if cached:
             k_ident, v_ident = (self.scope.ns.fresh(callee.inputs[i] + "_all") for i in cached)
             self.pre.append(
@@ -482,6 +484,11 @@ class ExprEmitter:
             codes.append(
                 v.code if name not in pnames or v.rank < 2 or v.layout == "card" else f"ops.mT({v.code})"
             )
+        blocks = {m for m in fams if m in self.scope.maps and self.scope.maps[m].kind in ("block", "pending")}
+        if blocks:  # per-head arguments beside shared ones: give the shared inputs a head axis
+            for k, v in enumerate(arg_vals):
+                if not (v.fams & blocks) and v.rank == 2 and not v.param and not v.py and k not in cached:
+                    codes[k] = f"{codes[k]}[..., None, :, :]"
         out = callee.output_decls[0].type if callee.output_decls else None
         rank = (len(out.dims) if isinstance(out, ir.TensorType) and out.field != "V" else 0) + extra
         out_col = out.dims[1] if isinstance(out, ir.TensorType) and len(out.dims) == 2 else None

@@ -57,8 +57,16 @@ def sigmoid(x):
 
 
 def linear(x, W):
-    """W · X for a weight stored as [d_out, d_in]: x [..., d_in] → [..., d_out]."""
-    return x @ W.T
+    """W · X for a weight stored as [d_out, d_in] (or a stack [..., d_out, d_in]): x [..., d_in] → [..., d_out]."""
+    return x @ (W.T if W.ndim == 2 else np.swapaxes(W, -1, -2))
+
+
+def maximum(a, b):
+    return np.maximum(a, b)
+
+
+def minimum(a, b):
+    return np.minimum(a, b)
 
 
 def matmul(a, b):
@@ -96,7 +104,9 @@ def embed(W, ids):
 
 
 def split_rows(a, k):
-    """Card rows in blocks of k (heads): [..., ℓ, n·k] → [..., n, ℓ, k]."""
+    """Card rows in blocks of k (heads): [..., ℓ, n·k] → [..., n, ℓ, k]; a vector [n·k] → [n, 1, k]."""
+    if a.ndim == 1:
+        return a.reshape(-1, 1, k)
     *lead, ell, nk = a.shape
     return np.swapaxes(a.reshape(*lead, ell, nk // k, k), -2, -3)
 

@@ -27,8 +27,24 @@ sigmoid = torch.sigmoid
 
 
 def linear(x, W):
-    """W · X for a weight stored as [d_out, d_in]: x [..., d_in] → [..., d_out]."""
-    return F.linear(x, W)
+    """W · X for a weight stored as [d_out, d_in] (or a stack [..., d_out, d_in]): x [..., d_in] → [..., d_out]."""
+    return F.linear(x, W) if W.dim() == 2 else x @ W.transpose(-1, -2)
+
+
+def maximum(a, b):
+    if not torch.is_tensor(b):
+        return torch.clamp_min(a, b)
+    if not torch.is_tensor(a):
+        return torch.clamp_min(b, a)
+    return torch.maximum(a, b)
+
+
+def minimum(a, b):
+    if not torch.is_tensor(b):
+        return torch.clamp_max(a, b)
+    if not torch.is_tensor(a):
+        return torch.clamp_max(b, a)
+    return torch.minimum(a, b)
 
 
 def matmul(a, b):
@@ -52,8 +68,8 @@ def min_last(x):
 
 
 def where(cond, a, b):
-    if not torch.is_tensor(cond):
-        cond = torch.as_tensor(cond)
+    if not torch.is_tensor(cond) or cond.dtype != torch.bool:
+        cond = torch.as_tensor(cond).bool()
     if not torch.is_tensor(a):
         a = torch.as_tensor(a, dtype=b.dtype if torch.is_tensor(b) else torch.float32)
     if not torch.is_tensor(b):
@@ -74,6 +90,8 @@ def embed(W, ids):
 
 
 def split_rows(a, k):
+    if a.dim() == 1:
+        return a.reshape(-1, 1, k)
     *lead, ell, nk = a.shape
     return a.reshape(*lead, ell, nk // k, k).transpose(-2, -3)
 
