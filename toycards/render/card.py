@@ -195,14 +195,22 @@ def _comment(r: Renderer, text: str) -> str:
     return f"{r.tok('▷')} {text}".rstrip() if text else ""
 
 
-def _algorithm_lines(r: Renderer, a: ir.Algorithm) -> list[str]:
-    number = f" {a.number}" if a.number else ""
+def signature_text(r: Renderer, a: ir.Algorithm) -> str:
+    """`P ← GPT2(x | θ)`: the header without `Algorithm N:`."""
     inputs = ", ".join(r.name(n) for n in a.inputs)
     params = ", ".join(r.name(n) for n in a.params)
     sig = f"{inputs} | {params}" if params else inputs
-    lines = [
-        f"Algorithm{number}: {r.name(a.output)} {r.tok('←')} {r.name(a.name)}({sig})".replace("( | ", "(| ")
-    ]
+    return f"{r.name(a.output)} {r.tok('←')} {r.name(a.name)}({sig})".replace("( | ", "(| ")
+
+
+def header_text(r: Renderer, a: ir.Algorithm) -> str:
+    """`Algorithm 10: P ← GPT2(x | θ)`."""
+    number = f" {a.number}" if a.number else ""
+    return f"Algorithm{number}: {signature_text(r, a)}"
+
+
+def _algorithm_lines(r: Renderer, a: ir.Algorithm) -> list[str]:
+    lines = [header_text(r, a)]
     lines += [f"/* {d} */" for d in a.description.split("\n")] if a.description else []
     for title, decls in (
         ("Input", a.input_decls),
@@ -216,14 +224,16 @@ def _algorithm_lines(r: Renderer, a: ir.Algorithm) -> list[str]:
     return lines
 
 
-def _decl_parts(r: Renderer, d: ir.Decl) -> tuple[str, str, str]:
+def decl_parts(r: Renderer, d: ir.Decl) -> tuple[str, str, str]:
+    """(`names ∈ type = value`, binding, `▷ comment`) of a declaration."""
     lhs = ", ".join(r.name(n) for n in d.names) + f" {r.tok('∈')} {r.type(d.type)}"
     if d.value is not None:
         lhs += f" = {r.expr(d.value)}"
-    return lhs, _binding(r, d.binding), _comment(r, d.comment)
+    return lhs, binding_text(r, d.binding), _comment(r, d.comment)
 
 
-def _binding(r: Renderer, b: ir.Binding | None) -> str:
+def binding_text(r: Renderer, b: ir.Binding | None) -> str:
+    """`from "a" or "b", "c" default 1e-5`, `≔ d_e / H`, or "" when unbound."""
     if b is None:
         return ""
     if b.kind == "derived":
@@ -261,7 +271,7 @@ def _columns(rows: list[tuple[str, str, str, str]]) -> list[str]:
 
 def _block_lines(r: Renderer, title: str, decls: tuple) -> list[str]:
     if len(decls) == 1 and isinstance(decls[0], ir.Decl):
-        lhs, b, c = _decl_parts(r, decls[0])
+        lhs, b, c = decl_parts(r, decls[0])
         return _columns([(f"{title}: ", lhs, b, c)])
     rows: list[tuple[str, str, str, str]] = []
     heads: dict[int, str] = {}
@@ -270,9 +280,9 @@ def _block_lines(r: Renderer, title: str, decls: tuple) -> list[str]:
             heads[len(rows)] = f'  for {r.name(d.var)} {r.tok("∈")} [{r.dim(d.bound)}], in "{d.prefix}":' + (
                 f"  {_comment(r, d.comment)}" if d.comment else ""
             )
-            rows += [("    ", *_decl_parts(r, m)) for m in d.decls]
+            rows += [("    ", *decl_parts(r, m)) for m in d.decls]
         else:
-            rows.append(("  ", *_decl_parts(r, d)))
+            rows.append(("  ", *decl_parts(r, d)))
     body = _columns(rows)
     out = [f"{title}:"]
     for i, line in enumerate(body):
@@ -308,8 +318,8 @@ def _inner_comment(s: ir.Stmt) -> str:
     return getattr(s, "comment", "")
 
 
-def _flatten(r: Renderer, body: tuple[ir.Stmt, ...], depth: int, out: list) -> None:
-    """Rows (numbered?, indent, text, annotation, comment) for a block of steps."""
+def step_rows(r: Renderer, body: tuple[ir.Stmt, ...], depth: int, out: list) -> None:
+    """Append rows (numbered?, indent, text, annotation, comment) for a block of steps to `out`."""
     pad = "  " * depth
     for s in body:
         if isinstance(s, ir.Comment):
@@ -318,19 +328,19 @@ def _flatten(r: Renderer, body: tuple[ir.Stmt, ...], depth: int, out: list) -> N
             second = f"{r.expr(s.second)}, " if s.second is not None else ""
             head = f"for {r.name(s.var)} = {r.expr(s.start)}, {second}{r.tok('…')}, {r.expr(s.stop)} do"
             out.append((True, pad, head, None, s.comment))
-            _flatten(r, s.body, depth + 1, out)
+            step_rows(r, s.body, depth + 1, out)
             out.append((True, pad, "end", None, s.end_comment))
         elif isinstance(s, ir.ForAll) and not s.inline:
             ranges = ", ".join(f"{r.name(x.var)} {r.tok('∈')} [{r.dim(x.bound)}]" for x in s.ranges)
             out.append((True, pad, f"for {ranges} do", None, s.comment))
-            _flatten(r, s.body, depth + 1, out)
+            step_rows(r, s.body, depth + 1, out)
             out.append((True, pad, "end", None, s.end_comment))
         elif isinstance(s, ir.If) and not s.inline:
             out.append((True, pad, f"if {r.expr(s.cond)} then", None, s.comment))
-            _flatten(r, s.then, depth + 1, out)
+            step_rows(r, s.then, depth + 1, out)
             if s.orelse or s.else_comment:  # an empty `else ▷ note` keeps its note
                 out.append((True, pad, "else", None, s.else_comment))
-                _flatten(r, s.orelse, depth + 1, out)
+                step_rows(r, s.orelse, depth + 1, out)
             out.append((True, pad, "end", None, s.end_comment))
         else:
             text, annot = _stmt_text(r, s)
@@ -339,7 +349,7 @@ def _flatten(r: Renderer, body: tuple[ir.Stmt, ...], depth: int, out: list) -> N
 
 def _step_lines(r: Renderer, body: tuple[ir.Stmt, ...]) -> list[str]:
     rows: list = []
-    _flatten(r, body, 0, rows)
+    step_rows(r, body, 0, rows)
     n_steps = sum(1 for numbered, *_ in rows if numbered)
     width = len(str(n_steps))
     annot_col = min(
