@@ -91,23 +91,23 @@ Parameters:
 """
 # The same card with every name and string made hostile: Python keywords, builtins, the generated
 # module's own names (TorchModel, NumpyModel, Model, CARD, math, ops, self, ctx, cache, runtime, str,
-# print), a superscript holding a Python statement, names that collide once made ASCII (X_tilde, X̃),
-# and strings with quotes, backslashes and template braces in descriptions, comments, metadata
-# keys, tensor names and group prefixes. (QQ stands for three single quotes, DQ for three double.)
+# print), a superscript holding a Python statement, a subscript that closes a docstring, names
+# that collide once made ASCII (X_tilde, X̃), and strings with quotes, backslashes and template
+# braces in descriptions, comments, metadata keys, tensor names and group prefixes. (QQ stands for three single quotes, DQ for three double.)
 EVIL = 'W^{"); __import__("os").system("touch PWNED"); ("}'
 HOSTILE = (
     r"""toycards 1
 ▷ DQ QQ \ "); __import__("os").system("touch PWNED") #
 
-Algorithm: Y ← TorchModel(math | self, ops)
+Algorithm: Y_{DQ; import os} ← TorchModel(math | self, ops)
 /* DQ + __import__("os").system("touch PWNED") + DQ \N{BULLET} \x00 " */
 Input: math ∈ ℝ^{d×ℓ}
-Output: Y ∈ ℝ^{d×ℓ}
+Output: Y_{DQ; import os} ∈ ℝ^{d×ℓ}
 Parameters:
   self ∈ ℝ^{d×d}  ▷ "); print("pwned
   ops ∈ ℝ^{d}
-1  Y ← self · math + ops · 1^⊺  ∷ ℝ^{d×ℓ}
-2  return Y
+1  Y_{DQ; import os} ← self · math + ops · 1^⊺  ∷ ℝ^{d×ℓ}
+2  return Y_{DQ; import os}
 
 Algorithm: print ← str(π^{__import__})
 /* shadows the builtin str, which tensor-name expressions call */
