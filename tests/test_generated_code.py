@@ -93,7 +93,8 @@ Parameters:
 # module's own names (TorchModel, NumpyModel, Model, CARD, math, ops, self, ctx, cache, runtime, str,
 # print), a superscript holding a Python statement, a subscript that closes a docstring, names
 # that collide once made ASCII (X_tilde, X̃), and strings with quotes, backslashes and template
-# braces in descriptions, comments, metadata keys, tensor names and group prefixes. (QQ stands for three single quotes, DQ for three double.)
+# braces in descriptions, comments, metadata keys, tensor names and group prefixes.
+# (QQ stands for three single quotes, DQ for three double quotes.)
 EVIL = 'W^{"); __import__("os").system("touch PWNED"); ("}'
 HOSTILE = (
     r"""toycards 1
