@@ -42,8 +42,8 @@ def GQAttention_rope_pairs(X, W_q, W_k, W_v, W_o, H, H_kv, theta, rho, Mask, ctx
     t = ops.as_float(ops.index_vector(runtime.positions(ctx, ell), 1))  # t ∈ [ell]
     K_hat = rope_pairs(ops.split_rows(K, d_h), t, theta, rho, ctx=ctx)
     # 6  for h ∈ [H]: Y^h ← attention(Q̂^h, K̂^{⌈h·H_kv/H⌉}, rows(V, ⌈h · H_kv / H⌉, d_h) | Mask)  ∷ ℝ^{d_h×ℓ}
-    K_all, V_all = runtime.extend(ctx, ops.take(K_hat, [int(math.ceil((h_2 * H_kv) / H)) - 1 for h_2 in range(1, H + 1)], -3), ops.take(ops.split_rows(V, d_h), [int(math.ceil((h_3 * H_kv) / H)) - 1 for h_3 in range(1, H + 1)], -3))
-    Y = attention(Q_hat, K_all, V_all, Mask, ctx=ctx)
+    K_all, V_all = runtime.extend(ctx, K_hat, ops.split_rows(V, d_h))
+    Y = attention(Q_hat, ops.take(K_all, [int(math.ceil((h_2 * H_kv) / H)) - 1 for h_2 in range(1, H + 1)], -3), ops.take(V_all, [int(math.ceil((h_3 * H_kv) / H)) - 1 for h_3 in range(1, H + 1)], -3), Mask, ctx=ctx)
     # 7  Y ← [Y^1; …; Y^H]  ∷ ℝ^{H·d_h×ℓ}
     Y = ops.merge_rows(Y)
     # 8  return Ṽ = W_o · Y

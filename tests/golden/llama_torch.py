@@ -42,8 +42,8 @@ def GQAttention_rope_pairs(X, W_q, W_k, W_v, W_o, H, H_kv, theta, rho, Mask, ctx
     t = ops.as_float(ops.index_vector(runtime.positions(ctx, ell), 1))  # t ∈ [ell]
     K_hat = rope_pairs(ops.split_rows(K, d_h), t, theta, rho, ctx=ctx)
     # 6  for h ∈ [H]: Y^h ← attention(Q̂^h, K̂^{⌈h·H_kv/H⌉}, rows(V, ⌈h · H_kv / H⌉, d_h) | Mask)  ∷ ℝ^{d_h×ℓ}
-    K_all, V_all = runtime.extend(ctx, ops.take(K_hat, [int(math.ceil((h_2 * H_kv) / H)) - 1 for h_2 in range(1, H + 1)], -3), ops.take(ops.split_rows(V, d_h), [int(math.ceil((h_3 * H_kv) / H)) - 1 for h_3 in range(1, H + 1)], -3))
-    Y = attention(Q_hat, K_all, V_all, Mask, ctx=ctx)
+    K_all, V_all = runtime.extend(ctx, K_hat, ops.split_rows(V, d_h))
+    Y = attention(Q_hat, ops.take(K_all, [int(math.ceil((h_2 * H_kv) / H)) - 1 for h_2 in range(1, H + 1)], -3), ops.take(V_all, [int(math.ceil((h_3 * H_kv) / H)) - 1 for h_3 in range(1, H + 1)], -3), Mask, ctx=ctx)
     # 7  Y ← [Y^1; …; Y^H]  ∷ ℝ^{H·d_h×ℓ}
     Y = ops.merge_rows(Y)
     # 8  return Ṽ = W_o · Y
@@ -69,6 +69,8 @@ def rms_norm(e, gamma, epsilon, ctx=None):
     Root-mean-square normalization (RMSNorm): layer_norm without centring and without offset
     """
     d_e = e.shape[-1]
+    if ops.fast:  # one kernel for the steps below (tests/test_kernels.py ties the two)
+        return ops.rms_norm(e, gamma, epsilon)
     # 1  r ← Σ_{i=1}^{d_e} e[i]^2 / d_e  ∷ ℝ
     r = ops.sum_last((e ** 2) / d_e)
     # 2  return ê = e / √(r + ε) ⊙ γ
@@ -83,6 +85,8 @@ def attention(Q, K, V, Mask, ctx=None):
     d_h = Q.shape[-1]
     ell_x = Q.shape[-2]
     ell_z = K.shape[-2]
+    if ops.fast:  # one kernel for the steps below (tests/test_kernels.py ties the two)
+        return ops.attention(Q, K, V, Mask, ops.arange(1, ell_z + 1), runtime.positions(ctx, ell_x))
     # 1  S ← K^⊺ · Q / √d_h  ∷ ℝ^{ℓ_z×ℓ_x}
     S = (ops.matmul(Q, ops.mT(K))) / math.sqrt(d_h)
     # 2  for t_z ∈ [ℓ_z], t_x ∈ [ℓ_x] do
@@ -118,6 +122,8 @@ def SiLU(x, ctx=None):
 
     Sigmoid linear unit (swish), x · sigmoid(x) (element-wise)
     """
+    if ops.fast:  # one kernel for the steps below (tests/test_kernels.py ties the two)
+        return ops.silu(x)
     # 1  return y = x / (1 + exp(−x))
     return x / (1 + ops.exp(-x))
 
@@ -128,6 +134,8 @@ def softmax(x, ctx=None):
     Softmax of a vector; applied to a matrix it acts on each column
     """
     n = x.shape[-1]
+    if ops.fast:  # one kernel for the steps below (tests/test_kernels.py ties the two)
+        return ops.softmax(x)
     # 1  m ← max(x)  ∷ ℝ
     m = ops.max_last(x)
     # 2  z ← exp(x − m)  ∷ ℝ^{n}

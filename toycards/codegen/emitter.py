@@ -108,11 +108,20 @@ def family_key(name: str, index_names: set[str]) -> tuple[str, str] | None:
     return None
 
 
+# Prelude algorithms with a single-kernel equivalent per target (ops_<target>.<kernel>).
+FAST_KERNELS = {
+    "torch": {
+        "softmax": "softmax", "layer_norm": "layer_norm", "rms_norm": "rms_norm", "SiLU": "silu",
+        "GELU": "gelu", "GELU_tanh": "gelu_tanh", "attention": "attention",
+    },
+}  # fmt: skip
+
+
 class Emitter:
     """Emits a whole module for one target."""
 
     def __init__(self, card: ir.Card, target: str, library: dict[str, ir.Algorithm]) -> None:
-        self.card, self.target = card, target
+        self.card, self.target, self.library = card, target, library
         self.algos = {**library, **{a.name: a for a in card.algorithms}}
         self.module_ns = Namespace(reserved={"CARD", "CARD_SHA256", "Model"})
         self.func_names: dict[str, str] = {}
@@ -167,6 +176,7 @@ class Emitter:
         ex = ExprEmitter(self, scope)
         body: list[str] = []
         args = self._prologue(scope, ex, body)
+        body += self._fast_path(algo, scope)
         n_prologue = len(body)
         steps = StepEmitter(self, scope, ex)
         steps.block(algo.body, body, 0)
@@ -225,6 +235,32 @@ class Emitter:
                     scope.vals[name] = Val(ident, 0, py=True)
                     scope.dims[name] = ident
         return args
+
+    def _fast_path(self, algo: ir.Algorithm, scope: Scope) -> list[str]:
+        """A one-kernel shortcut for a prelude algorithm, when the target has one (torch).
+
+        Only the library's own algorithm gets it (a card that redefines `softmax` keeps its
+        steps), and tests/test_kernels.py shows each kernel equals the steps it replaces.
+        """
+        kernel = FAST_KERNELS.get(self.target, {}).get(algo.name)
+        if kernel is None or self.library.get(algo.name) != algo:
+            return []
+        args = [scope.vals[n].code for n in (*algo.inputs, *algo.params)]
+        if kernel == "attention":  # the mask is a function of positions: give it those
+            mask = next(
+                d for d in algo.hyper_decls if isinstance(d.type, ir.TensorType) and d.type.field == "B"
+            )
+            for dim in mask.type.dims:
+                code = scope.dims[dim.name]
+                args.append(
+                    f"runtime.positions(ctx, {code})"
+                    if dim.name in scope.windowed
+                    else f"ops.arange(1, {code} + 1)"
+                )
+        return [
+            "if ops.fast:  # one kernel for the steps below (tests/test_kernels.py ties the two)",
+            f"    return ops.{kernel}({', '.join(args)})",
+        ]
 
     def _input_val(self, scope: Scope, name: str, ident: str, d: ir.Decl, body: list[str]) -> Val:
         t = d.type

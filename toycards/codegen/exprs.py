@@ -156,11 +156,13 @@ class ExprEmitter:
             else:
                 s.loops.pop(var, None)
         axis = -(rank + 1) if rank else -1
+        index = f"[int({code}) - 1 for {loop} in range(1, {m.bound_code} + 1)]"
         return Val(
-            f"ops.take({ident}, [int({code}) - 1 for {loop} in range(1, {m.bound_code} + 1)], {axis})",
+            f"ops.take({ident}, {index}, {axis})",
             rank,
             fams=frozenset({var}),
             windowed=rank == 1,
+            gather=(ident, index, axis),
         )
 
     # ── expressions ────────────────────────────────────────────────────────────────────
@@ -469,12 +471,13 @@ class ExprEmitter:
                 win = True
             codes.append(self.code_layout(v))
             arg_vals.append(v)
-        if cached:
+        if cached:  # the cache keeps the (fewer) key/value heads; query heads pick from it afterwards
             k_ident, v_ident = (self.scope.ns.fresh(callee.inputs[i] + "_all") for i in cached)
-            self.pre.append(
-                f"{k_ident}, {v_ident} = runtime.extend(ctx, {codes[cached[0]]}, {codes[cached[1]]})"
-            )
-            codes[cached[0]], codes[cached[1]] = k_ident, v_ident
+            bases = [arg_vals[i].gather[0] if arg_vals[i].gather else codes[i] for i in cached]
+            self.pre.append(f"{k_ident}, {v_ident} = runtime.extend(ctx, {bases[0]}, {bases[1]})")
+            for i, ident in zip(cached, (k_ident, v_ident), strict=True):
+                g = arg_vals[i].gather
+                codes[i] = f"ops.take({ident}, {g[1]}, {g[2]})" if g else ident
         for name, p in zip(callee.params, c.params, strict=True):
             if isinstance(p, ir.MaskDef):
                 codes.append(self.mask_function(p))

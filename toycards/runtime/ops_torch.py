@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 inf = math.inf
+fast = True  # use the single kernels below in place of a prelude algorithm's steps
 exp, log, tanh, sin, cos, sqrt, abs_, erf = (
     torch.exp,
     torch.log,
@@ -132,3 +133,36 @@ def as_float(x):
 
 def concat_seq(past, new):
     return new if past is None else torch.cat([past, new], dim=-2)
+
+
+# ── single kernels for prelude algorithms (each tied to the card's steps by tests/test_kernels.py)
+def softmax(x):
+    return torch.softmax(x, dim=-1)
+
+
+def layer_norm(e, gamma, beta, epsilon):
+    return F.layer_norm(e, (e.shape[-1],), gamma, beta, epsilon)
+
+
+def rms_norm(e, gamma, epsilon):
+    return F.rms_norm(e, (e.shape[-1],), gamma, epsilon)
+
+
+def silu(x):
+    return F.silu(x)
+
+
+def gelu(x):
+    return F.gelu(x)
+
+
+def gelu_tanh(x):
+    return F.gelu(x, approximate="tanh")
+
+
+def attention(Q, K, V, mask, t_z, t_x):
+    """Scaled dot-product attention with the card's mask evaluated at key positions t_z, query positions t_x."""
+    t_z = torch.as_tensor(t_z, dtype=torch.float32).reshape(1, -1)
+    t_x = torch.as_tensor(t_x, dtype=torch.float32).reshape(-1, 1)
+    allowed = torch.as_tensor(mask(t_z, t_x)).bool().expand(t_x.shape[0], t_z.shape[1])
+    return F.scaled_dot_product_attention(Q, K, V, attn_mask=allowed)
