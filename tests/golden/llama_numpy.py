@@ -105,10 +105,11 @@ def rope_pairs(x, t, theta, rho, ctx=None):
     # 2  φ_i ← (t − 1) / ((θ)^(2 · (i − 1) / d_h) · ρ[i])  ∷ ℝ
     phi = (t - 1) / ((theta ** ((2 * (i - 1)) / d_h)) * rho)
     # 3  y[2 · i − 1] ← x[2 · i − 1] · cos(φ_i) − x[2 · i] · sin(φ_i)
-    y = ops.zeros_for((x[..., 2 + -1 - 1:2 + -1 - 1 + 2 * ((d_h // 2) - 1) + 1:2] * ops.cos(phi)) - (x[..., 1:1 + 2 * ((d_h // 2) - 1) + 1:2] * ops.sin(phi)), d_h)
-    y[..., 2 + -1 - 1:2 + -1 - 1 + 2 * ((d_h // 2) - 1) + 1:2] = (x[..., 2 + -1 - 1:2 + -1 - 1 + 2 * ((d_h // 2) - 1) + 1:2] * ops.cos(phi)) - (x[..., 1:1 + 2 * ((d_h // 2) - 1) + 1:2] * ops.sin(phi))
+    y_part = (x[..., :2 * (d_h // 2) - 1:2] * ops.cos(phi)) - (x[..., 1:2 * (d_h // 2):2] * ops.sin(phi))
+    y = ops.zeros_for(y_part, d_h)
+    y[..., :2 * (d_h // 2) - 1:2] = y_part
     # 4  y[2 · i] ← x[2 · i − 1] · sin(φ_i) + x[2 · i] · cos(φ_i)
-    y[..., 1:1 + 2 * ((d_h // 2) - 1) + 1:2] = (x[..., 2 + -1 - 1:2 + -1 - 1 + 2 * ((d_h // 2) - 1) + 1:2] * ops.sin(phi)) + (x[..., 1:1 + 2 * ((d_h // 2) - 1) + 1:2] * ops.cos(phi))
+    y[..., 1:2 * (d_h // 2):2] = (x[..., :2 * (d_h // 2) - 1:2] * ops.sin(phi)) + (x[..., 1:2 * (d_h // 2):2] * ops.cos(phi))
     # 6  return y
     return y
 

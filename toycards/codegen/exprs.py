@@ -377,9 +377,7 @@ class ExprEmitter:
             raise ToycardsError("an element index must be affine in a map variable (e.g. 2·i − 1, i + d/2)")
         var, scale, offset = aff
         m = s.maps[var]
-        off = self.expr(offset).code if offset is not None else "0"
-        start = f"{scale} + {off} - 1" if off != "0" else f"{scale - 1}"
-        if scale == 1 and off == "0":
+        if scale == 1 and offset is None:
             declared = s.decl_types.get(base_name or "")
             if (
                 isinstance(declared, ir.TensorType)
@@ -387,10 +385,29 @@ class ExprEmitter:
                 and self.dim(declared.dims[0]) == m.bound_code
             ):
                 return base.with_(fams=base.fams | {var}, rank=0)
-            return base.with_(code=f"{base.code}[..., :{m.bound_code}]", fams=base.fams | {var}, rank=0)
-        stop = f"{start} + {scale} * ({m.bound_code} - 1) + 1"
-        step = f":{scale}" if scale != 1 else ""
-        return base.with_(code=f"{base.code}[..., {start}:{stop}{step}]", fams=base.fams | {var}, rank=0)
+        return base.with_(
+            code=f"{base.code}[..., {self.affine_slice(m, scale, offset)}]", fams=base.fams | {var}, rank=0
+        )
+
+    def affine_slice(self, m: MapVar, scale: int, offset: ir.Expr | None) -> str:
+        """The slice of entries `scale·i + offset` for i = 1 … n (1-based card indices).
+
+        >>> # 2·i − 1 → "0:2 * n - 1:2";  2·i → "1:2 * n:2";  i + d/2 → "d // 2:d // 2 + n"
+        """
+        n = m.bound_code
+        const = _int_literal(offset)
+        if offset is None or const is not None:
+            b = const or 0
+            start = scale + b - 1
+            stop = (f"{scale} * {n}" if scale != 1 else n) + (
+                f" + {b}" if b > 0 else f" - {-b}" if b < 0 else ""
+            )
+        else:
+            off = self.expr(offset).code
+            start_code = off if scale == 1 else f"{off} + {scale - 1}"
+            stop = f"{start_code} + {n}" if scale == 1 else f"{off} + {scale} * {n}"
+            return f"{start_code}:{stop}" + (f":{scale}" if scale != 1 else "")
+        return f"{start or ''}:{stop}" + (f":{scale}" if scale != 1 else "")
 
     # ── calls ──────────────────────────────────────────────────────────────────────────
     def call(self, c: ir.Call) -> Val:
@@ -637,16 +654,15 @@ class ExprEmitter:
             raise ToycardsError("an element index must be affine in a map variable")
         var, scale, offset = aff
         m = s.maps[var]
-        off = self.expr(offset).code if offset is not None else "0"
-        start = f"{scale} + {off} - 1" if off != "0" else f"{scale - 1}"
-        stop = f"{start} + {scale} * ({m.bound_code} - 1) + 1"
         out += pre
+        value = v.code
         if name not in s.vals:
             size = self._declared_size(name)
-            out.append(f"{ident} = ops.zeros_for({v.code}, {size})")
+            value = s.ns.fresh(f"{ident}_part")  # computed once, used for the shape and the entries
+            out.append(f"{value} = {v.code}")
+            out.append(f"{ident} = ops.zeros_for({value}, {size})")
             s.vals[name] = Val(ident, 1, fams=v.fams - {var})
-        step = f":{scale}" if scale != 1 else ""
-        out.append(f"{ident}[..., {start}:{stop}{step}] = {v.code}")
+        out.append(f"{ident}[..., {self.affine_slice(m, scale, offset)}] = {value}")
 
     def _declared_size(self, name: str) -> str:
         for d in (*self.scope.algo.output_decls, *self.scope.algo.input_decls):
@@ -683,6 +699,15 @@ def _name_code(parts: list[tuple[str, str]]) -> str:
     if all(kind == "expr" or re.fullmatch(r"[\w.\-]*", text) for kind, text in parts):
         return 'f"' + "".join(text if kind == "text" else "{" + text + "}" for kind, text in parts) + '"'
     return " + ".join(repr(text) if kind == "text" else f"str({text})" for kind, text in parts if text)
+
+
+def _int_literal(e: ir.Expr | None) -> int | None:
+    """The value of `3` or `−3` written as a literal, else None."""
+    if isinstance(e, ir.Num) and e.text.isdigit():
+        return int(e.text)
+    if isinstance(e, ir.UnOp) and e.op == "-" and isinstance(e.operand, ir.Num) and e.operand.text.isdigit():
+        return -int(e.operand.text)
+    return None
 
 
 def _expr_text(e: ir.Expr) -> str:
