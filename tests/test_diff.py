@@ -15,11 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import click
 import pytest
 from click.testing import CliRunner
 
-from toycards.cli_files import describe_cmd, diff_cmd, list_cmd
 from toycards.diff import diff_cards, diff_paths, step_lines
 from toycards.parse import parse
 
@@ -29,9 +27,10 @@ LLAMA = (CARDS / "llama.card").read_text(encoding="utf-8")
 
 
 def cli(*args: str):
-    """Run one of the commands of toycards/cli_files.py as `toycards ARGS…` would."""
-    group = click.Group("toycards", commands=[describe_cmd, diff_cmd, list_cmd])
-    return CliRunner().invoke(group, list(args), catch_exceptions=False)
+    """`toycards ARGS…`, in process."""
+    from toycards.cli import main
+
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
 def changes(a_text: str, b_text: str):
@@ -188,23 +187,14 @@ def repo(tmp_path):
     return repo
 
 
-def has_cli() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("toycards.cli") is not None
-
-
-def toycards_diff() -> str:
-    """`toycards diff` as the docs' recipe spells it (through this interpreter)."""
-    if has_cli():
-        return f"{shlex.quote(sys.executable)} -m toycards diff"
-    code = "from toycards.cli_files import diff_cmd; diff_cmd(prog_name='toycards diff')"
-    return f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}"
+def toycards_command(*args: str) -> str:
+    """`toycards ARGS…` as the docs' recipes spell it, through this interpreter."""
+    return " ".join([shlex.quote(sys.executable), "-m", "toycards", *args])
 
 
 def test_git_diff_driver(repo):
     (repo / ".gitattributes").write_text("*.card diff=toycards\n")
-    git(repo, "config", "diff.toycards.command", toycards_diff())
+    git(repo, "config", "diff.toycards.command", toycards_command("diff"))
     edited = GPT2.replace("layer_norm(X[:, t] | γ, β, ε)", "rms_norm(X[:, t] | γ, ε)")
     (repo / "model.card").write_text(edited, encoding="utf-8")
     out = git(repo, "diff")
@@ -222,10 +212,8 @@ def test_git_diff_driver(repo):
 
 
 def test_git_textconv(repo):
-    if not has_cli():
-        pytest.skip("toycards/cli.py (with `fmt --stdout`) is not written yet")
     (repo / ".gitattributes").write_text("*.card diff=cardfmt\n")
-    git(repo, "config", "diff.cardfmt.textconv", f"{shlex.quote(sys.executable)} -m toycards fmt --stdout")
+    git(repo, "config", "diff.cardfmt.textconv", toycards_command("fmt", "--stdout"))
     ascii_spelling = GPT2.replace("ℓ ← length(x)", "ell <- length(x)").replace("  L ∈ ℕ   ", "  L in N   ")
     (repo / "model.card").write_text(ascii_spelling, encoding="utf-8")
     assert git(repo, "diff") == ""  # the same card in another spelling: no difference

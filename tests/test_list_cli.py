@@ -13,21 +13,19 @@ import json
 import os
 from pathlib import Path
 
-import click
 import gguf
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from toycards.cli_files import describe_cmd, diff_cmd, list_cmd
-
 Q = gguf.GGMLQuantizationType
 
 
 def cli(*args: str):
-    """Run one of the commands of toycards/cli_files.py as `toycards ARGS…` would."""
-    group = click.Group("toycards", commands=[describe_cmd, diff_cmd, list_cmd])
-    return CliRunner().invoke(group, list(args), catch_exceptions=False)
+    """`toycards ARGS…`, in process."""
+    from toycards.cli import main
+
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
 def tiny(path: Path, arch: str, name: str) -> Path:

@@ -7,8 +7,9 @@ discover.py) plus printing. The commands are plain click commands that `toycards
 its group: `main.add_command(describe_cmd)`, `diff_cmd`, `list_cmd`.
 Leaves out: the work itself (the library modules above), the other commands (cli.py).
 
-Exit status: 0 ok; 1 the input is wrong (one line on stderr), and for describe also a file that
-does not match its card; diff: 0 equal, 1 different, 2 a file that cannot be read.
+Errors follow cli.py's policy (a ToycardsError is printed by the group, exit 1), except in
+diff, which exits like diff(1): 0 equal, 1 different, 2 a file that cannot be read. describe also
+exits 1 when the file does not match its card (the problems are listed on stderr).
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ import click
 from toycards.errors import ToycardsError
 
 
-def _fail(e: ToycardsError, code: int = 1) -> None:
-    click.echo(str(e), err=True)
+def _fail(e: ToycardsError, code: int) -> None:
+    from toycards.render.terminal import print_error
+
+    print_error(e, sys.stderr)
     sys.exit(code)
 
 
@@ -29,16 +32,17 @@ DESCRIBE_FORMATS = ("terminal", "card", "text", "json", "markdown", "latex", "ht
 
 
 def _describe_terminal(card) -> None:
-    """The rich view: header table, notice, problems, then the card with light highlighting."""
+    """The rich view: header table, notice, problems, then the highlighted card."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     from toycards.describe_formats import problem_line
+    from toycards.render.terminal import highlight_card
 
-    console = Console()
+    console = Console(highlight=False, soft_wrap=True)
     table = Table(show_header=False, box=None, pad_edge=False)
-    table.add_column(style="bold cyan", justify="right")
+    table.add_column(style="bold cyan", justify="right", no_wrap=True)
     table.add_column()
     for label, value in card.header.rows():
         table.add_row(label, value)
@@ -48,12 +52,9 @@ def _describe_terminal(card) -> None:
     for d in card.problems:
         console.print(Text(problem_line(d), style="red" if d.severity == "error" else "yellow"))
     console.print()
-    text = Text(str(card))
-    text.highlight_regex(r"▷[^\n]*", "dim")
-    text.highlight_regex(r"^(Algorithm|Input|Output|Hyperparameters|Parameters)\b[^:]*:", "bold")
-    text.highlight_regex(r"(?<= = )[^ \n]+", "bold green")
-    text.highlight_regex(r'"[^"\n]*"', "magenta")
-    console.print(text, highlight=False, soft_wrap=True)
+    text = highlight_card(str(card))
+    text.highlight_regex(r"(?<= = )[^ \n]+", "bold green")  # the values describe found
+    console.print(text, end="")
 
 
 @click.command("describe")
@@ -75,10 +76,7 @@ def describe_cmd(model: str, fmt: str | None) -> None:
     from toycards.describe import describe
     from toycards.describe_formats import problem_line, render_described
 
-    try:
-        card = describe(model)
-    except ToycardsError as e:
-        _fail(e)
+    card = describe(model)
     fmt = fmt or ("terminal" if sys.stdout.isatty() else "text")
     if fmt == "terminal":
         _describe_terminal(card)
@@ -168,10 +166,7 @@ def list_cmd(dirs, recursive, hf_cache, ollama, lmstudio, no_caches, as_json) ->
     def arg(values):
         return list(values) if values else ([] if no_caches else None)
 
-    try:
-        entries = list_gguf(list(dirs) or None, arg(hf_cache), arg(ollama), arg(lmstudio), recursive)
-    except ToycardsError as e:
-        _fail(e)
+    entries = list_gguf(list(dirs) or None, arg(hf_cache), arg(ollama), arg(lmstudio), recursive)
     if as_json:
         click.echo(json.dumps([dataclasses.asdict(e) for e in entries], ensure_ascii=False, indent=1))
         return

@@ -123,14 +123,14 @@ def _markdown(card: DescribedCard) -> str:
 
 
 _LATEX_SPECIAL = {c: "\\" + c for c in "&%$#_{}"} | {
-    "~": r"\textasciitilde{}",
-    "^": r"\textasciicircum{}",
-    "\\": r"\textbackslash{}",
-}
+    "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}",
+    "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}", "×": r"$\times$",
+    "θ": r"$\theta$", "…": r"\ldots{}", "→": r"$\to$",
+}  # fmt: skip
 
 
 def latex_escape(text: str) -> str:
-    r"""Text for a LaTeX document: `50% of d_e` → `50\% of d\_e`."""
+    r"""Text for a LaTeX document: `50% of d_e` → `50\% of d\_e`, `F32 ×28` → `F32 $\times$28`."""
     return "".join(_LATEX_SPECIAL.get(c, c) for c in str(text))
 
 
