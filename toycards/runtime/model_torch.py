@@ -57,5 +57,5 @@ class TorchModel(nn.Module, ModelAPI):
         return out
 
     def _forward_numpy(self, ids: np.ndarray, cache: KVCache | None) -> np.ndarray:
-        with torch.no_grad():
+        with torch.inference_mode():
             return self(torch.as_tensor(ids), cache).float().cpu().numpy()

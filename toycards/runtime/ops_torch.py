@@ -7,6 +7,7 @@ Leaves out: NumPy (ops_numpy.py), caching (context.py). Imported only by torch m
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -78,12 +79,18 @@ def where(cond, a, b):
     return torch.where(cond, a, b)
 
 
+@functools.lru_cache(maxsize=256)
+def _index_tensor(index: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    return torch.tensor(index, dtype=torch.long, device=device)
+
+
 def take(a, index, axis):
-    return torch.index_select(
-        a,
-        axis if axis >= 0 else a.dim() + axis,
-        torch.as_tensor(index, dtype=torch.long, device=a.device).reshape(-1),
-    ).reshape(*a.shape[: axis % a.dim()], *torch.as_tensor(index).shape, *a.shape[axis % a.dim() + 1 :])
+    """a's entries at 0-based `index` (a list, or a 1-D tensor of positions) along `axis`."""
+    if torch.is_tensor(index):
+        idx = index.to(dtype=torch.long, device=a.device).reshape(-1)
+    else:
+        idx = _index_tensor(tuple(int(i) for i in index), a.device)
+    return torch.index_select(a, axis % a.dim(), idx)
 
 
 def embed(W, ids):
