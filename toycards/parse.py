@@ -171,6 +171,19 @@ SYNTAX_EXAMPLES: list[tuple[str, str, list[str]]] = [
         ["Algorithm: f(x)\n", "Algorithm 1 a ← f(x)\n", "Algorithm: a ← f x\n"],
     ),
     (
+        "a binding names its tensor or metadata key in double quotes",
+        'e.g. `from "token_embd.weight"`, `from "{arch}.block_count"`',
+        [
+            "Algorithm: a ← f(x | W)\nInput: x ∈ ℝ\nParameters: W ∈ ℝ from token_embd.weight\n",
+            "Algorithm: a ← f(x)\nInput: x ∈ ℝ\nHyperparameters: L ∈ ℕ from block_count\n",
+        ],
+    ),
+    (
+        "`default` needs a value",
+        'e.g. `from "{arch}.attention.layer_norm_epsilon" default 1e-5`',
+        ['Algorithm: a ← f(x)\nInput: x ∈ ℝ\nHyperparameters: ε ∈ ℝ from "k" default\n'],
+    ),
+    (
         "a loop needs `do` at the end of its line, or `:` and one statement",
         "`for l = 1, …, L do` … `end`, or `for t ∈ [ℓ]: X[:, t] ← …`",
         [
@@ -205,6 +218,8 @@ def _syntax_diagnostic(exc: lark.exceptions.UnexpectedInput, text: str, file: st
         label = exc.match_examples(_parser().parse, {m: ex for m, _, ex in SYNTAX_EXAMPLES}, use_accepts=True)
     except (TypeError, ValueError, AttributeError):  # lark cannot compare some parser states
         label = None
+    if not label and token is not None and token.type == "_NL" and _unclosed_bracket(text, offset) is not None:
+        label = "unclosed bracket"  # the examples cannot list every place a bracket may open
     if label:
         hint = next(h for m, h, _ in SYNTAX_EXAMPLES if m == label)
         message = f"{label} (found {found})"
@@ -233,10 +248,53 @@ _TOKEN_WORDS = {
 }  # fmt: skip
 
 
+# ASCII spellings shown as their Unicode partner in "expected …" hints
+_UNICODE_OF = {
+    "-": "−", "<-": "←", ":=": "≔", "::": "∷", "in": "∈", "or": "∨", "and": "∧", "not": "¬",
+    "...": "…", "*": "·", ".*": "⊙", "x": "×", "sqrt": "√", "[|": "⟦", "|]": "⟧", "inf": "∞",
+    "R": "ℝ", "N": "ℕ", "Z": "ℤ", "S": "𝕊",
+}  # fmt: skip
+
+
 def _describe_expected(expected: set[str]) -> str:
-    words = sorted({_TOKEN_WORDS.get(t, t.strip("_").lower().replace("__anon", "")) for t in expected})
-    words = [w for w in words if w and not w.startswith("anon")]
-    return ", ".join(words[:12]) + (", …" if len(words) > 12 else "") if words else "something else"
+    """`a name, a number, (, −, √, Σ_{…}` from lark's terminal names (ASCII twins folded)."""
+    terminals = {t.name: t for t in _parser().terminals}
+    words: set[str] = set()
+    for name in expected:
+        term = terminals.get(name)
+        if name in _TOKEN_WORDS:
+            words.add(_TOKEN_WORDS[name])
+        elif name == "_SUM":
+            words.add("Σ_{…}")
+        elif term is not None and term.pattern.type == "str":
+            words.add(_UNICODE_OF.get(term.pattern.value, term.pattern.value))
+    ordered = sorted(words)
+    return ", ".join(ordered[:12]) + (", …" if len(ordered) > 12 else "") if ordered else "something else"
+
+
+_CLOSERS = {"(": ")", "[": "]", "{": "}", "⟦": "⟧", "⌈": "⌉"}
+
+
+def _unclosed_bracket(text: str, offset: int) -> int | None:
+    """Offset of the innermost bracket left open on the line that ends at `offset`, if any.
+
+    >>> _unclosed_bracket('y ← f(x, "(" + [1', 17)
+    15
+    """
+    start = text.rfind("\n", 0, offset) + 1
+    stack: list[int] = []
+    in_string = False
+    for i in range(start, min(offset, len(text))):
+        ch = text[i]
+        if ch == '"':
+            in_string = not in_string
+        elif in_string:
+            continue
+        elif ch in _CLOSERS:
+            stack.append(i)
+        elif stack and ch == _CLOSERS[text[stack[-1]]]:
+            stack.pop()
+    return stack[-1] if stack else None
 
 
 _LOOKALIKES = {
