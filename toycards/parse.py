@@ -218,7 +218,8 @@ def _syntax_diagnostic(exc: lark.exceptions.UnexpectedInput, text: str, file: st
         label = exc.match_examples(_parser().parse, {m: ex for m, _, ex in SYNTAX_EXAMPLES}, use_accepts=True)
     except (TypeError, ValueError, AttributeError):  # lark cannot compare some parser states
         label = None
-    if not label and token is not None and token.type == "_NL" and _unclosed_bracket(text, offset) is not None:
+    at_line_end = token is not None and token.type == "_NL"
+    if not label and at_line_end and _unclosed_bracket(text, offset) is not None:
         label = "unclosed bracket"  # the examples cannot list every place a bracket may open
     if label:
         hint = next(h for m, h, _ in SYNTAX_EXAMPLES if m == label)
