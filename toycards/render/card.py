@@ -21,12 +21,13 @@ UNICODE = {
     "←": "←", "∈": "∈", "≔": "≔", "∷": "∷", "▷": "▷", "·": "·", "⊙": "⊙", "×": "×", "-": "−",
     "√": "√", "Σ": "Σ", "⟦": "⟦", "⟧": "⟧", "≤": "≤", "≥": "≥", "≠": "≠", "¬": "¬", "∧": "∧",
     "∨": "∨", "…": "…", "⊺": "⊺", "∞": "∞", "π": "π", "R": "ℝ", "N": "ℕ", "Z": "ℤ", "S": "𝕊",
+    "mod": "mod",
 }  # fmt: skip
 ASCII = {
     "←": "<-", "∈": "in", "≔": ":=", "∷": "::", "▷": "|>", "·": "*", "⊙": ".*", "×": " x ", "-": "-",
     "√": "sqrt", "Σ": "sum", "⟦": "[|", "⟧": "|]", "≤": "<=", "≥": ">=", "≠": "!=", "¬": "not ",
     "∧": "and", "∨": "or", "…": "...", "⊺": "T", "∞": "inf", "π": "pi", "R": "R", "N": "N",
-    "Z": "Z", "S": "S",
+    "Z": "Z", "S": "S", "mod": "mod",
 }  # fmt: skip
 
 # precedence levels, low → high (mirrors card.lark)
@@ -50,6 +51,10 @@ class Renderer:
 
     def name(self, n: str) -> str:
         return ascii_name(n) if self.ascii else n
+
+    def func(self, n: str) -> str:
+        """An algorithm or builtin name (other renderers typeset these apart from variables)."""
+        return self.name(n)
 
     # dimensions and types
     def dim(self, d: ir.Dim, level: int = 0) -> str:
@@ -164,9 +169,9 @@ class Renderer:
             return f"⌈{self.expr(c.args[0])}⌉"
         args = ", ".join(self.expr(a) for a in c.args)
         if not c.has_bar and not c.params:
-            return f"{self.name(c.func)}({args})"
+            return f"{self.func(c.func)}({args})"
         params = ", ".join(self.expr(p) for p in c.params)
-        return f"{self.name(c.func)}({args}{' ' if args else ''}|{' ' if params else ''}{params})"
+        return f"{self.func(c.func)}({args}{' ' if args else ''}|{' ' if params else ''}{params})"
 
 
 def _open_right(e: ir.Expr) -> bool:
@@ -200,7 +205,7 @@ def signature_text(r: Renderer, a: ir.Algorithm) -> str:
     inputs = ", ".join(r.name(n) for n in a.inputs)
     params = ", ".join(r.name(n) for n in a.params)
     sig = f"{inputs} | {params}" if params else inputs
-    return f"{r.name(a.output)} {r.tok('←')} {r.name(a.name)}({sig})".replace("( | ", "(| ")
+    return f"{r.name(a.output)} {r.tok('←')} {r.func(a.name)}({sig})".replace("( | ", "(| ")
 
 
 def header_text(r: Renderer, a: ir.Algorithm) -> str:
@@ -220,7 +225,7 @@ def _algorithm_lines(r: Renderer, a: ir.Algorithm) -> list[str]:
     ):
         if decls:
             lines += _block_lines(r, title, decls)
-    lines += _step_lines(r, a.body)
+    lines += step_lines(r, a.body)
     return lines
 
 
@@ -347,7 +352,8 @@ def step_rows(r: Renderer, body: tuple[ir.Stmt, ...], depth: int, out: list) -> 
             out.append((True, pad, text, annot, _inner_comment(s)))
 
 
-def _step_lines(r: Renderer, body: tuple[ir.Stmt, ...]) -> list[str]:
+def step_lines(r: Renderer, body: tuple[ir.Stmt, ...]) -> list[str]:
+    """The numbered, indented step lines with aligned `∷` annotations and `▷` comments."""
     rows: list = []
     step_rows(r, body, 0, rows)
     n_steps = sum(1 for numbered, *_ in rows if numbered)

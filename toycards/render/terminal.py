@@ -1,0 +1,103 @@
+"""Colour on a terminal: diagnostics in the compiler style and a highlighted card view.
+
+Owns: `print_error` / `print_diagnostics` (headline `file:line:col: error: message` in bold with
+the severity coloured, the source line, a caret in green, the hint in cyan), `highlight_card`
+(keywords, names being assigned, types, strings and comments of a card's text as rich `Text`)
+and `use_colour` (the decision: a terminal, unless NO_COLOR; FORCE_COLOR forces it).
+Leaves out: the plain-text layout (errors.format_diagnostic, which this mirrors exactly when
+colour is off), exit codes (cli.py).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import IO
+
+from rich.console import Console
+from rich.text import Text
+
+from toycards.errors import Diagnostic, ToycardsError, excerpt, format_diagnostic
+
+SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow", "note": "bold cyan"}
+
+
+def use_colour(stream: IO[str]) -> bool:
+    """Colour when writing to a terminal, unless NO_COLOR is set; FORCE_COLOR forces it."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return bool(getattr(stream, "isatty", lambda: False)())
+
+
+def diagnostic_text(diag: Diagnostic, source: str | None = None) -> Text:
+    """The coloured form of `format_diagnostic`: same characters, with styles."""
+    out = Text()
+    where = diag.headline()[: -len(f"{diag.severity}: {diag.message}")]
+    out.append(where, style="bold")
+    out.append(f"{diag.severity}:", style=SEVERITY_STYLE.get(diag.severity, "bold"))
+    out.append(f" {diag.message}", style="bold")
+    if source is not None and diag.span.line > 0:
+        text, caret = excerpt(source, diag.span)
+        if text or caret:
+            out.append(f"\n  {text}\n")
+            out.append(f"  {caret}", style="bold green")
+    if diag.hint:
+        out.append("\n  ")
+        out.append("hint:", style="bold cyan")
+        out.append(f" {diag.hint}")
+    return out
+
+
+def print_diagnostics(
+    diags: list[Diagnostic], sources: dict[str, str], stream: IO[str], colour: bool | None = None
+) -> None:
+    """Write each diagnostic (headline, source line, caret, hint) to `stream`."""
+    colour = use_colour(stream) if colour is None else colour
+    if not colour:
+        for d in diags:
+            stream.write(format_diagnostic(d, sources.get(d.span.file)) + "\n")
+        return
+    console = Console(file=stream, force_terminal=True, highlight=False, soft_wrap=True)
+    for d in diags:
+        console.print(diagnostic_text(d, sources.get(d.span.file)))
+
+
+def print_error(err: ToycardsError, stream: IO[str], colour: bool | None = None) -> None:
+    """A ToycardsError: its diagnostics with carets, or its one-line message."""
+    if err.diagnostics:
+        print_diagnostics(err.diagnostics, err.sources, stream, colour)
+        return
+    colour = use_colour(stream) if colour is None else colour
+    if not colour:
+        stream.write(f"error: {err.message}\n")
+        return
+    line = Text()
+    line.append("error:", style=SEVERITY_STYLE["error"])
+    line.append(f" {err.message}", style="bold")
+    Console(file=stream, force_terminal=True, highlight=False, soft_wrap=True).print(line)
+
+
+_KEYWORDS = r"\b(Algorithm|Input|Output|Hyperparameters|Parameters|for|do|end|if|then|else|return|from|default|or|mod|toycards)\b"
+
+
+def highlight_card(text: str) -> Text:
+    """Card text with light syntax colouring (the characters are unchanged)."""
+    out = Text(text)
+    out.highlight_regex(_KEYWORDS, "bold")
+    out.highlight_regex(r"(ℝ|ℕ|ℤ|𝕊|\{0,1\}|\(0,1\)|V)\^?(\{[^}\n]*\}|\S*)?(?=\s|$)", "cyan")
+    out.highlight_regex(r"(?m)^\s*\d+\s+(?:for [^:\n]*: )?[^\s←]+(?= ←)", "bold blue")
+    out.highlight_regex(r'"[^"\n]*"', "magenta")
+    out.highlight_regex(r"/\*[^\n]*\*/", "italic")
+    out.highlight_regex(r"(▷|\|>)[^\n]*", "dim green")
+    return out
+
+
+def print_card(text: str, stream: IO[str], colour: bool | None = None) -> None:
+    """Card text, coloured on a terminal, byte-for-byte otherwise."""
+    if not (use_colour(stream) if colour is None else colour):
+        stream.write(text)
+        return
+    Console(file=stream, force_terminal=True, highlight=False, soft_wrap=True).print(
+        highlight_card(text), end=""
+    )
