@@ -62,13 +62,7 @@ def gguf_dump_cmd(path: Path) -> list[str]:
 
 
 def ours_cmd(path: Path) -> list[str]:
-    """`toycards describe PATH --format json` (through cli_files until toycards/cli.py exists)."""
-    import importlib.util
-
-    if importlib.util.find_spec("toycards.cli") is not None:
-        return [sys.executable, "-m", "toycards", "describe", str(path), "--format", "json"]
-    code = "from toycards.cli_files import describe_cmd; describe_cmd(prog_name='toycards describe')"
-    return [sys.executable, "-c", code, str(path), "--format", "json"]
+    return [sys.executable, "-m", "toycards", "describe", str(path), "--format", "json"]
 
 
 def best_of(repeat: int, fn: Callable[[], object]) -> float:
