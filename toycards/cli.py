@@ -270,10 +270,11 @@ def _arg_path(file: str) -> Path:
 
 
 def _add_file_commands() -> None:
-    """describe, diff and list (cli_files.py)."""
+    """describe, diff and list (cli_files.py); gen, run and eval (cli_models.py)."""
     from toycards.cli_files import describe_cmd, diff_cmd, list_cmd
+    from toycards.cli_models import eval_cmd, gen_cmd, run_cmd
 
-    for cmd in (describe_cmd, diff_cmd, list_cmd):
+    for cmd in (describe_cmd, diff_cmd, list_cmd, gen_cmd, run_cmd, eval_cmd):
         main.add_command(cmd)
 
 

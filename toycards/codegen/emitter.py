@@ -298,11 +298,17 @@ class Emitter:
     def _main_prologue(self, scope: Scope, body: list[str]) -> list[str]:
         algo, ns = scope.algo, scope.ns
         if len(algo.inputs) != 1:
-            raise ToycardsError(f"{algo.name}: a model card's algorithm takes one input, the token ids x")
+            raise ToycardsError(
+                f"{algo.name}, the card's last algorithm, is its entry point and must be a model taking one input,"
+                " the token ids (`x ∈ V^ℓ`)"
+            )
         x = algo.inputs[0]
         x_decl = next((d for d in algo.input_decls if x in d.names), None)
         if x_decl is None or not isinstance(x_decl.type, ir.TensorType) or x_decl.type.field != "V":
-            raise ToycardsError(f"{algo.name}: the input {x} must be declared as token ids, `{x} ∈ V^ℓ`")
+            raise ToycardsError(
+                f"{algo.name}, the card's last algorithm, is its entry point and must be a model taking token ids"
+                f" (`{x} ∈ V^ℓ`); put the model's algorithm last"
+            )
         seq = x_decl.type.dims[0]
         seq_name = seq.name if isinstance(seq, ir.DimName) else "ℓ"
         scope.windowed.add(seq_name)
