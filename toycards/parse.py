@@ -31,7 +31,7 @@ MAX_BYTES = 8 * 1024 * 1024
 @functools.cache
 def _parser() -> lark.Lark:
     grammar = resources.files("toycards.grammar").joinpath("card.lark").read_text(encoding="utf-8")
-    return lark.Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=False)
+    return lark.Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=False, cache=True)
 
 
 # ── public entry points ─────────────────────────────────────────────────────────────────
