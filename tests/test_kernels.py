@@ -101,3 +101,18 @@ def test_kernels_are_used_only_for_the_library_algorithms():
     mine = "Algorithm: y ← softmax(x)\nInput: x ∈ ℝ^{n}\nOutput: y ∈ ℝ^{n}\n1  return y = x\n\n"
     own = parse(mine + library_card("gpt2").source.split("\n", 1)[1])  # before GPT2, the entry point
     assert "return ops.softmax(" not in generate_source(own, "torch")
+
+
+def test_training_after_inference_in_one_process():
+    """Tensors cached while serving logits (inference mode) must not break a later backward pass."""
+    from toycards.binding import bind_values
+    from toycards.loader import _random_weights, module_class
+
+    card = library_card("llama")
+    values = {"L": 1, "H": 4, "H_kv": 2, "d_e": 16, "d_ff": 24, "ℓ_max": 16, "N_V": 20, "ε": 1e-5}
+    bound = bind_values(card.main, values)
+    model = module_class(card, "torch")(bound.hyper, _random_weights(bound, seed=0))
+    model.logits([1, 2, 3])
+    loss = model(torch.tensor([[1, 2, 3]])).logsumexp(-1).sum()
+    loss.backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)

@@ -81,7 +81,8 @@ def where(cond, a, b):
 
 @functools.lru_cache(maxsize=256)
 def _index_tensor(index: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    return torch.tensor(index, dtype=torch.long, device=device)
+    with torch.inference_mode(False):  # a normal tensor, usable when training too
+        return torch.tensor(index, dtype=torch.long, device=device)
 
 
 def take(a, index, axis):
