@@ -42,16 +42,35 @@ def canonical_name(text: object) -> str:
 
 
 def ascii_name(name: str) -> str:
-    """The ASCII spelling of a canonical name (inverse of `canonical_name`)."""
+    """The ASCII spelling of a canonical name (inverse of `canonical_name`).
+
+    A Greek letter becomes its word only when it stands alone in its run of letters (`γ_l`,
+    `ℓ_max`); inside a run (`Wπ`, `αβ`) the word would read back as Latin letters, so the
+    letter stays as it is.
+    """
+    chars = unicodedata.normalize("NFD", name)
     out = []
-    for ch in unicodedata.normalize("NFD", name):
+    for k, ch in enumerate(chars):
         if ch in UNACCENT:
             out.append(UNACCENT[ch])
-        elif ch in UNGREEK:
+        elif ch in UNGREEK and _alone(chars, k):
             out.append(UNGREEK[ch])
         else:
             out.append(ch)
     return "".join(out)
+
+
+def _alone(chars: str, k: int) -> bool:
+    def letter(i: int) -> bool:
+        return 0 <= i < len(chars) and chars[i].isalpha()
+
+    left = k - 1
+    while left >= 0 and unicodedata.combining(chars[left]):
+        left -= 1
+    right = k + 1
+    while right < len(chars) and unicodedata.combining(chars[right]):
+        right += 1
+    return not letter(left) and not letter(right)
 
 
 _PARTS = re.compile(r"^(?P<base>[^_^]+)(?:_(?P<sub>\{[^{}]*\}|[^_^]+))?(?:\^(?P<sup>\{[^{}]*\}|[^_^]+))?$")

@@ -43,7 +43,7 @@ def parse(text_or_path: str | Path, file: str | None = None) -> ir.Card:
         tree = _parser().parse(text)
     except lark.exceptions.UnexpectedInput as exc:
         raise ToycardsError.from_diagnostics([_syntax_diagnostic(exc, text, file)], {file: text}) from None
-    to_ir = _ToIR(file)
+    to_ir = _ToIR(file, text)
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 12000))  # lark's Transformer recurses once per tree level
     try:
@@ -342,9 +342,9 @@ def _split_comment(children: list) -> tuple[list, str]:
 class _ToIR(Transformer):
     """One Transformer from lark's tree to IR nodes; statements come out as `_Line`s."""
 
-    def __init__(self, file: str) -> None:
+    def __init__(self, file: str, text: str = "") -> None:
         super().__init__()
-        self.file = file
+        self.file, self.text = file, text
         self.diags: list[Diagnostic] = []
 
     def sp(self, meta: object) -> Span:
@@ -361,7 +361,7 @@ class _ToIR(Transformer):
         c = list(c)
         c.pop(0)  # "Algorithm"
         number = _text(c.pop(0)) if c[0].type == "NUMBER" else ""
-        out, name = canonical_name(c[0]), _text(c[1])
+        out, name = canonical_name(c[0]), canonical_name(c[1])
         inputs: tuple = ()
         params: tuple = ()
         rest = c[2:]
@@ -449,6 +449,15 @@ class _ToIR(Transformer):
     def source_const(self, meta, c):
         return ir.Source("", const=c[0], span=self.sp(meta))
 
+    def parenthesized(self, e: ir.Expr) -> bool:
+        """Whether the source wrote `(…)` right around e (the tree drops parentheses)."""
+        start, end = e.span.start, e.span.end
+        before, after = self.text[:start].rstrip(), self.text[end:].lstrip()
+        return before.endswith("(") and after.startswith(")")
+
+    def negative_number(self, meta, c):
+        return "-" + str(c[-1])
+
     def signed_number(self, meta, c):
         return ("-" if len(c) > 1 else "") + str(c[-1])
 
@@ -489,7 +498,11 @@ class _ToIR(Transformer):
     def dim_num(self, meta, c):
         text = str(c[0])
         if not text.isdigit():
-            self.diags.append(Diagnostic(self.sp(meta), f"a dimension is a whole number, not {text}", "write e.g. ℝ^{3·d_e}"))
+            self.diags.append(
+                Diagnostic(
+                    self.sp(meta), f"a dimension is a whole number, not {text}", "write e.g. ℝ^{3·d_e}"
+                )
+            )
             return ir.DimNum(0, span=self.sp(meta))
         return ir.DimNum(int(text), span=self.sp(meta))
 
@@ -508,7 +521,8 @@ class _ToIR(Transformer):
 
     def return_stmt(self, meta, c):
         value, annot, name = c[0], (c[1] if len(c) > 1 else None), ""
-        if isinstance(value, ir.BinOp) and value.op == "=" and isinstance(value.left, ir.Name):
+        named = isinstance(value, ir.BinOp) and value.op == "=" and isinstance(value.left, ir.Name)
+        if named and not self.parenthesized(value):  # `return (a = b)` returns the equation
             name, value = value.left.id, value.right
         return "stmt", {"stmt": ir.Return(value, name, annot, span=self.sp(meta))}
 
@@ -619,7 +633,7 @@ class _ToIR(Transformer):
     def call(self, meta, c):
         func = canonical_name(c[0])
         args, params, bar = c[1]
-        params = tuple(_mask_def(p) for p in params)
+        params = tuple(p if self.parenthesized(p) else _mask_def(p) for p in params)
         return ir.Call(func, args, params, bar, span=self.sp(meta))
 
     def call_args(self, meta, c):
@@ -869,7 +883,9 @@ class _Assembler:
                 current().append(self._close(opener, body, orelse, d["comment"]))
         for opener, _body, _ in stack[1:]:
             self.error(opener.span, "this block is never closed", "add a line `end`")
-        return tuple(stack[0][1])  # no steps: a declaration-only algorithm (e.g. describe of an unknown architecture)
+        return tuple(
+            stack[0][1]
+        )  # no steps: a declaration-only algorithm (e.g. describe of an unknown architecture)
 
     @staticmethod
     def _close(opener: _Line, body: list, orelse: list | None, end_comment: str) -> ir.Stmt:

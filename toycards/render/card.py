@@ -170,8 +170,19 @@ class Renderer:
         args = ", ".join(self.expr(a) for a in c.args)
         if not c.has_bar and not c.params:
             return f"{self.func(c.func)}({args})"
-        params = ", ".join(self.expr(p) for p in c.params)
+        params = ", ".join(self.expr(p, SUM if _reads_as_mask(p) else 0) for p in c.params)
         return f"{self.func(c.func)}({args}{' ' if args else ''}|{' ' if params else ''}{params})"
+
+
+def _reads_as_mask(e: ir.Expr) -> bool:
+    """An equation `M[i, j] = …` among call parameters would read back as a mask definition."""
+    return (
+        isinstance(e, ir.BinOp)
+        and e.op == "="
+        and isinstance(e.left, ir.Index)
+        and isinstance(e.left.base, ir.Name)
+        and all(isinstance(i, ir.Name) for i in e.left.indices)
+    )
 
 
 def _open_right(e: ir.Expr) -> bool:
@@ -304,7 +315,13 @@ def _stmt_text(r: Renderer, s: ir.Stmt) -> tuple[str, ir.Type | None]:
         target = r.expr(s.target)
         return f"{target} {r.tok('←')} {r.expr(s.value)}", s.annot
     if isinstance(s, ir.Return):
-        value = r.expr(s.value, SUM if s.name else 0)
+        unnamed_equation = (
+            not s.name
+            and isinstance(s.value, ir.BinOp)
+            and s.value.op == "="
+            and isinstance(s.value.left, ir.Name)
+        )
+        value = r.expr(s.value, SUM if s.name or unnamed_equation else 0)  # `return (a = b)` is not named
         return (f"return {r.name(s.name)} = {value}" if s.name else f"return {value}"), s.annot
     if isinstance(s, ir.ForAll):
         ranges = ", ".join(f"{r.name(x.var)} {r.tok('∈')} [{r.dim(x.bound)}]" for x in s.ranges)
