@@ -19,7 +19,16 @@ from typing import TYPE_CHECKING
 from toycards.errors import Diagnostic, ToycardsError
 
 __version__ = "0.1.0"
-__all__ = ["Diagnostic", "ToycardsError", "check", "describe", "generate_source", "load", "load_tokenizer", "parse"]
+__all__ = [
+    "Diagnostic",
+    "ToycardsError",
+    "check",
+    "describe",
+    "generate_source",
+    "load",
+    "load_tokenizer",
+    "parse",
+]
 
 _LAZY = {
     "parse": ("toycards.parse", "parse"),
