@@ -51,7 +51,7 @@ _TOKENS = {
 _TEXT_ESCAPES = {
     "\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "$": r"\$", "&": r"\&", "#": r"\#",
     "_": r"\_", "%": r"\%", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-    "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}", '"': r"\textquotedbl{}",
+    "<": r"\ensuremath{<}", ">": r"\ensuremath{>}", "|": r"\ensuremath{|}", '"': r"\texttt{\char34}",
 }  # fmt: skip
 _RUN = re.compile(r"[A-Za-z0-9\u0370-\u03ff\u2113\u0300-\u036f]+")
 _WORD = re.compile(r"[^\W\d_][\w\u0300-\u036f]*")
@@ -98,7 +98,11 @@ def _index(text: str) -> str:
 
 def latex_name(name: str) -> str:
     """A variable's name in math mode (see the module docstring)."""
+    name = unicodedata.normalize("NFD", name)
     base, sub, sup = split_name(name)
+    if base == name and "_" in name[1:]:  # `e_ℓ_x`: the subscript is itself subscripted
+        head, rest = name.split("_", 1)
+        return f"{latex_name(head)}_{{{latex_name(rest)}}}"
     if not _RUN.fullmatch(base):
         return rf"\mathrm{{{_text(name)}}}"
     out = _run(base)

@@ -10,6 +10,7 @@ colour is off), exit codes (cli.py).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import IO
 
@@ -49,10 +50,23 @@ def diagnostic_text(diag: Diagnostic, source: str | None = None) -> Text:
     return out
 
 
+MAX_MESSAGE = 300
+
+
+def clipped(diag: Diagnostic) -> Diagnostic:
+    """The diagnostic with an overlong message or hint shortened in the middle (a 1 MB name)."""
+
+    def clip(text: str) -> str:
+        return text if len(text) <= MAX_MESSAGE else f"{text[:200]}…{text[-80:]}"
+
+    return dataclasses.replace(diag, message=clip(diag.message), hint=clip(diag.hint))
+
+
 def print_diagnostics(
     diags: list[Diagnostic], sources: dict[str, str], stream: IO[str], colour: bool | None = None
 ) -> None:
     """Write each diagnostic (headline, source line, caret, hint) to `stream`."""
+    diags = [clipped(d) for d in diags]
     colour = use_colour(stream) if colour is None else colour
     if not colour:
         for d in diags:
