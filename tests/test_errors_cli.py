@@ -51,6 +51,8 @@ CATALOGUE = {
     "cyrillic_a": ("unexpected character 'а' (CYRILLIC SMALL LETTER A)", 3, 14, True, False),
     "fullwidth_colon": ("unexpected character '：' (FULLWIDTH COLON)", 2, 6, True, False),
     "en_dash": ("unexpected character '–' (EN DASH)", 3, 16, True, False),
+    "zero_width_space": ("unexpected character '\\u200b' (ZERO WIDTH SPACE)", 4, 13, True, False),
+    "byte_order_mark": ("unexpected character '\\ufeff' (ZERO WIDTH NO-BREAK SPACE)", 1, 1, True, False),
     # structure
     "unclosed_do": ("this block is never closed", 6, 1, True, False),
     "stray_end": ("`end` without a matching `for … do` or `if … then`", 6, 1, False, False),

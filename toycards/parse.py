@@ -306,8 +306,12 @@ _LOOKALIKES = {
 
 
 def _lookalike_hint(ch: str) -> str:
+    if ch == "\ufeff":
+        return "a byte-order mark: save the card as UTF-8 without BOM"
     if ch in _LOOKALIKES:
         return f"this looks like {_LOOKALIKES[ch]!r} but is a different character; retype it"
+    if ch and unicodedata.category(ch) in ("Cf", "Cc", "Zs"):
+        return "an invisible or control character; delete it"
     if ch and unicodedata.category(ch).startswith("L"):
         return "names use Latin or Greek letters (ASCII spellings: alpha, gamma, ell, …)"
     return "see docs/card-language.md for the tokens a card may use"
