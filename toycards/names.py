@@ -27,7 +27,7 @@ UNGREEK = {v: k for k, v in GREEK.items()}
 ACCENTS = {"~": "\u0303", ".hat": "\u0302", ".bar": "\u0304"}
 UNACCENT = {v: k for k, v in ACCENTS.items()}
 
-_SEGMENT = re.compile(r"[A-Za-z]+")
+_SEGMENT = re.compile(r"[A-Za-z0-9]+")  # a Greek word counts only as a whole run: Phi3 stays Latin
 _BRACED = re.compile(r"([_^])\{((?:[^\W_]|[\u0300-\u036f~])+)\}")
 
 
@@ -62,7 +62,7 @@ def ascii_name(name: str) -> str:
 
 def _alone(chars: str, k: int) -> bool:
     def letter(i: int) -> bool:
-        return 0 <= i < len(chars) and chars[i].isalpha()
+        return 0 <= i < len(chars) and chars[i].isalnum()
 
     left = k - 1
     while left >= 0 and unicodedata.combining(chars[left]):
