@@ -187,6 +187,13 @@ def test_library_cards_check_clean(path):
     assert "error" not in result.stdout
 
 
+def test_check_reads_stdin():
+    result = run("check", "-", input=HEAD + "1 return y = x +\n")
+    assert result.exit_code == 1
+    assert_diagnostic(result.output, "<stdin>", "unexpected end of line", 4, 17, True)
+    assert run("check", "-", input=HEAD + "1 return y = x\n").exit_code == 0
+
+
 def test_check_through_the_installed_entry_point(tmp_path):
     """`python -m toycards check` as a user runs it: exit status and output from a real process."""
     bad = tmp_path / "bad.card"

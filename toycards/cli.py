@@ -70,7 +70,7 @@ def _check_file(file: str) -> tuple[list[Diagnostic], dict[str, str]]:
     from toycards.parse import parse
 
     try:
-        card = parse(_arg_path(file))
+        card = parse(sys.stdin.read(), file="<stdin>") if file == "-" else parse(_arg_path(file))
     except ToycardsError as e:
         return _as_diagnostics(e, file), e.sources
     try:
@@ -93,7 +93,7 @@ def _as_diagnostics(e: ToycardsError, file: str) -> list[Diagnostic]:
 @main.command("check")
 @click.argument("files", nargs=-1, required=True)
 def check_cmd(files: tuple[str, ...]) -> None:
-    """Parse and shape-check cards; print `file:line:col: error: …` with the line and a caret.
+    """Parse and shape-check cards (`-` reads stdin); print `file:line:col: error: …`, the line, a caret.
 
     Exit status 0 when every card is free of errors (warnings are printed), 1 otherwise.
     """
