@@ -131,21 +131,7 @@ def test_paper_card_has_algorithms_8_to_10():
 
 
 def called_algorithms(stmts) -> set[str]:
-    found: set[str] = set()
-
-    def visit(node):
-        if isinstance(node, ir.Call):
-            found.add(node.func)
-        if isinstance(node, tuple):
-            for x in node:
-                visit(x)
-        elif hasattr(node, "__dataclass_fields__"):
-            for f in node.__dataclass_fields__:
-                if f != "span":
-                    visit(getattr(node, f))
-
-    visit(stmts)
-    return found
+    return {node.func for node in ir.walk(stmts) if isinstance(node, ir.Call)}
 
 
 BUILTINS = {"length", "exp", "log", "tanh", "erf", "sin", "cos", "sqrt", "abs", "sigmoid", "max", "min"}

@@ -422,6 +422,34 @@ class Card:
         return render_card(self)
 
 
+# ── traversal and shared predicates ─────────────────────────────────────────────────────
+def walk(node: object):
+    """Every IR node in and below `node` (tuples of nodes included), depth first, iteratively.
+
+    >>> [type(n).__name__ for n in walk(BinOp("+", Name("a"), Num("1")))]
+    ['BinOp', 'Name', 'Num']
+    """
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, tuple):
+            stack.extend(reversed(n))
+        elif dataclasses.is_dataclass(n) and not isinstance(n, type):
+            yield n
+            stack.extend(reversed([getattr(n, f.name) for f in dataclasses.fields(n) if f.name != "span"]))
+
+
+def is_mask_equation(e: object) -> bool:
+    """`Mask[t_z, t_x] = …`: among call parameters (not parenthesised) this defines a mask."""
+    return (
+        isinstance(e, BinOp)
+        and e.op == "="
+        and isinstance(e.left, Index)
+        and isinstance(e.left.base, Name)
+        and all(isinstance(i, Name) for i in e.left.indices)
+    )
+
+
 # ── JSON ────────────────────────────────────────────────────────────────────────────────
 NODE_TYPES = {
     cls.__name__: cls

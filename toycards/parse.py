@@ -690,13 +690,7 @@ def _with(node, **changes):
 
 def _mask_def(e: ir.Expr) -> ir.Expr:
     """`Mask[t_z, t_x] = ⟦…⟧` among call parameters defines a mask by its entries."""
-    if (
-        isinstance(e, ir.BinOp)
-        and e.op == "="
-        and isinstance(e.left, ir.Index)
-        and isinstance(e.left.base, ir.Name)
-        and all(isinstance(i, ir.Name) for i in e.left.indices)
-    ):
+    if ir.is_mask_equation(e):
         return ir.MaskDef(e.left.base.id, tuple(i.id for i in e.left.indices), e.right, span=e.span)
     return e
 

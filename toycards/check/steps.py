@@ -319,13 +319,4 @@ def _index_vars(target: ir.Expr) -> set[str]:
 
 
 def _names_in(e: ir.Expr) -> list[ir.Name]:
-    out, stack = [], [e]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ir.Name):
-            out.append(node)
-        elif isinstance(node, tuple):
-            stack.extend(node)
-        elif hasattr(node, "__dataclass_fields__"):
-            stack.extend(getattr(node, f) for f in node.__dataclass_fields__ if f != "span")
-    return out
+    return [n for n in ir.walk(e) if isinstance(n, ir.Name)]

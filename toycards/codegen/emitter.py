@@ -412,21 +412,7 @@ def _solve_dim(dim: ir.Dim, value: str, known: dict[str, str]) -> tuple[str, str
 
 
 def _calls(body) -> list[ir.Call]:
-    out: list[ir.Call] = []
-
-    def walk(node: object) -> None:
-        if isinstance(node, ir.Call):
-            out.append(node)
-        if isinstance(node, tuple):
-            for x in node:
-                walk(x)
-        elif hasattr(node, "__dataclass_fields__"):
-            for f in node.__dataclass_fields__:
-                if f != "span":
-                    walk(getattr(node, f))
-
-    walk(body)
-    return out
+    return [n for n in ir.walk(body) if isinstance(n, ir.Call)]
 
 
 class StepEmitter:
@@ -639,18 +625,4 @@ def _map_kinds(s: ir.ForAll, names: set[str]) -> dict[str, str]:
 
 
 def _names(e: object) -> set[str]:
-    out: set[str] = set()
-
-    def walk(node: object) -> None:
-        if isinstance(node, ir.Name):
-            out.add(node.id)
-        if isinstance(node, tuple):
-            for x in node:
-                walk(x)
-        elif hasattr(node, "__dataclass_fields__"):
-            for f in node.__dataclass_fields__:
-                if f != "span":
-                    walk(getattr(node, f))
-
-    walk(e)
-    return out
+    return {n.id for n in ir.walk(e) if isinstance(n, ir.Name)}

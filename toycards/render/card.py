@@ -170,19 +170,8 @@ class Renderer:
         args = ", ".join(self.expr(a) for a in c.args)
         if not c.has_bar and not c.params:
             return f"{self.func(c.func)}({args})"
-        params = ", ".join(self.expr(p, SUM if _reads_as_mask(p) else 0) for p in c.params)
+        params = ", ".join(self.expr(p, SUM if ir.is_mask_equation(p) else 0) for p in c.params)
         return f"{self.func(c.func)}({args}{' ' if args else ''}|{' ' if params else ''}{params})"
-
-
-def _reads_as_mask(e: ir.Expr) -> bool:
-    """An equation `M[i, j] = …` among call parameters would read back as a mask definition."""
-    return (
-        isinstance(e, ir.BinOp)
-        and e.op == "="
-        and isinstance(e.left, ir.Index)
-        and isinstance(e.left.base, ir.Name)
-        and all(isinstance(i, ir.Name) for i in e.left.indices)
-    )
 
 
 def _open_right(e: ir.Expr) -> bool:
