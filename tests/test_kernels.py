@@ -15,14 +15,16 @@ torch = pytest.importorskip("torch")
 
 from toycards.codegen import generate_source  # noqa: E402
 from toycards.library import library_card  # noqa: E402
+from toycards.parse import parse  # noqa: E402
 from toycards.runtime import ops_torch  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def funcs():
     namespace: dict = {}
-    for arch in ("gpt2", "llama"):  # together they use every kernel
-        exec(compile(generate_source(library_card(arch), "torch"), f"<{arch}>", "exec"), namespace)
+    halves = parse(library_card("llama").source.replace("rope_pairs", "rope_halves"))
+    for card in (library_card("gpt2"), library_card("llama"), halves):  # together they use every kernel
+        exec(compile(generate_source(card, "torch"), f"<{card.main.name}>", "exec"), namespace)
     return namespace
 
 
@@ -63,6 +65,14 @@ def test_norms(funcs):
     assert_close(*both(funcs["rms_norm"], e, gamma, 1e-6))
 
 
+@pytest.mark.parametrize("name", ["rope_pairs", "rope_halves"])
+def test_rope(funcs, name):
+    x, t = rand(2, 3, 5, 16, scale=2.0), torch.arange(3, 8, dtype=torch.float32).reshape(-1, 1)
+    rho = torch.rand(8, generator=g) + 0.5
+    assert_close(*both(funcs[name], x, t, 500.0, rho))
+    assert_close(*both(funcs[name], x, t + 11, 500.0, rho))  # other positions: not the cached angles
+
+
 @pytest.mark.parametrize("causal", [True, False])
 def test_attention(funcs, causal):
     Q, K, V = rand(2, 3, 6, 16), rand(2, 3, 9, 16), rand(2, 3, 9, 16)
@@ -91,10 +101,8 @@ def test_whole_model(arch):
 
 
 def test_kernels_are_used_only_for_the_library_algorithms():
-    from toycards.parse import parse
-
     src = generate_source(library_card("llama"), "torch")
-    for kernel in ("softmax", "rms_norm", "silu", "attention"):
+    for kernel in ("softmax", "rms_norm", "silu", "attention", "rope_pairs"):
         assert f"return ops.{kernel}(" in src, kernel
     assert "ops.fast" not in generate_source(library_card("llama"), "numpy")
     # a card that redefines softmax keeps its own steps

@@ -22,6 +22,7 @@ from toycards.parse import parse_library_card
 ARCH_CARDS: dict[str, str] = {
     "gpt2": "gpt2",
     "llama": "llama",
+    "qwen2": "qwen2",
 }
 
 

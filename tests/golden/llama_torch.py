@@ -104,6 +104,8 @@ def rope_pairs(x, t, theta, rho, ctx=None):
     Rotary position embedding of one head at position t, rotating adjacent pairs (GGUF rope type NORM: llama)
     """
     d_h = x.shape[-1]
+    if ops.fast:  # one kernel for the steps below (tests/test_kernels.py ties the two)
+        return ops.rope_pairs(x, t, theta, rho)
     # 1  for i ∈ [d_h/2] do
     i = ops.as_float(ops.index_vector(ops.arange(1, (d_h // 2) + 1), 0))  # i ∈ [(d_h // 2)]
     # 2  φ_i ← (t − 1) / ((θ)^(2 · (i − 1) / d_h) · ρ[i])  ∷ ℝ

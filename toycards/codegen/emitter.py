@@ -112,7 +112,8 @@ def family_key(name: str, index_names: set[str]) -> tuple[str, str] | None:
 FAST_KERNELS = {
     "torch": {
         "softmax": "softmax", "layer_norm": "layer_norm", "rms_norm": "rms_norm", "SiLU": "silu",
-        "GELU": "gelu", "GELU_tanh": "gelu_tanh", "attention": "attention",
+        "GELU": "gelu", "GELU_tanh": "gelu_tanh", "attention": "attention", "rope_pairs": "rope_pairs",
+        "rope_halves": "rope_halves",
     },
 }  # fmt: skip
 

@@ -389,6 +389,18 @@ class ExprEmitter:
             code=f"{base.code}[..., {self.affine_slice(m, scale, offset)}]", fams=base.fams | {var}, rank=0
         )
 
+    def int_code(self, e: ir.Expr) -> str:
+        """An index offset such as `d_h / 2` as integer arithmetic (`d_h // 2`)."""
+        if isinstance(e, ir.BinOp) and e.op in ("+", "-", "·", "/"):
+            op = {"+": "+", "-": "-", "·": "*", "/": "//"}[e.op]
+            return f"({self.int_code(e.left)} {op} {self.int_code(e.right)})"
+        if isinstance(e, ir.UnOp) and e.op == "-":
+            return f"-{self.int_code(e.operand)}"
+        v = self.expr(e)
+        if not v.py:
+            raise ToycardsError("an index offset must be a whole number of hyperparameters and dimensions")
+        return v.code
+
     def affine_slice(self, m: MapVar, scale: int, offset: ir.Expr | None) -> str:
         """The slice of entries `scale·i + offset` for i = 1 … n (1-based card indices).
 
@@ -403,7 +415,7 @@ class ExprEmitter:
                 f" + {b}" if b > 0 else f" - {-b}" if b < 0 else ""
             )
         else:
-            off = self.expr(offset).code
+            off = self.int_code(offset)
             start_code = off if scale == 1 else f"{off} + {scale - 1}"
             stop = f"{start_code} + {n}" if scale == 1 else f"{off} + {scale} * {n}"
             return f"{start_code}:{stop}" + (f":{scale}" if scale != 1 else "")

@@ -174,3 +174,48 @@ def attention(Q, K, V, mask, t_z, t_x):
     t_x = torch.as_tensor(t_x, dtype=torch.float32).reshape(-1, 1)
     allowed = torch.as_tensor(mask(t_z, t_x)).bool().expand(t_x.shape[0], t_z.shape[1])
     return F.scaled_dot_product_attention(Q, K, V, attn_mask=allowed)
+
+
+_ROPE_ANGLES: dict = {}
+
+
+def _rope_angles(t, theta, rho, d_h):
+    """cos φ and sin φ of φ_i = (t − 1) / (θ^(2(i−1)/d_h) · ρ_i), kept for the other layers of a pass."""
+    t = torch.as_tensor(t)
+    if torch.is_grad_enabled():  # training: no sharing of angles between passes
+        i = torch.arange(1, d_h // 2 + 1, dtype=torch.float32, device=rho.device)
+        phi = (t.to(torch.float32) - 1) / ((theta ** ((2 * (i - 1)) / d_h)) * rho)
+        return torch.cos(phi), torch.sin(phi)
+    key = (
+        tuple(t.shape),
+        float(t.reshape(-1)[0]),
+        float(t.reshape(-1)[-1]),
+        float(theta),
+        rho.detach().cpu().numpy().tobytes(),
+        d_h,
+        t.device,
+    )
+    hit = _ROPE_ANGLES.get(key)
+    if hit is None:
+        i = torch.arange(1, d_h // 2 + 1, dtype=torch.float32, device=rho.device)
+        phi = (t.to(torch.float32) - 1) / ((theta ** ((2 * (i - 1)) / d_h)) * rho)
+        hit = (torch.cos(phi), torch.sin(phi))
+        if len(_ROPE_ANGLES) > 8:
+            _ROPE_ANGLES.clear()
+        _ROPE_ANGLES[key] = hit
+    return hit
+
+
+def rope_pairs(x, t, theta, rho):
+    """RoPE rotating entries (2i−1, 2i) of each head vector."""
+    cos, sin = _rope_angles(t, theta, rho, x.shape[-1])
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+
+
+def rope_halves(x, t, theta, rho):
+    """RoPE rotating entry i with entry i + d_h/2 of each head vector."""
+    cos, sin = _rope_angles(t, theta, rho, x.shape[-1])
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
