@@ -362,7 +362,7 @@ class _ToIR(Transformer):
         return _Line("version", self.sp(meta), {"version": int(float(c[0]))})
 
     def header_line(self, meta, c):
-        c = list(c)
+        c, comment = _split_comment(list(c))
         c.pop(0)  # "Algorithm"
         number = _text(c.pop(0)) if c[0].type == "NUMBER" else ""
         out, name = canonical_name(c[0]), canonical_name(c[1])
@@ -376,7 +376,14 @@ class _ToIR(Transformer):
         return _Line(
             "header",
             self.sp(meta),
-            {"number": number, "output": out, "name": name, "inputs": inputs, "params": params},
+            {
+                "number": number,
+                "output": out,
+                "name": name,
+                "inputs": inputs,
+                "params": params,
+                "comment": comment,
+            },
         )
 
     def desc_line(self, meta, c):
@@ -521,6 +528,12 @@ class _ToIR(Transformer):
     # statements: each returns (line kind, data)
     def assign(self, meta, c):
         annot = c[2] if len(c) > 2 else None
+        if isinstance(c[0], ir.Const):
+            self.diags.append(
+                Diagnostic(
+                    c[0].span, f"{c[0].name} is a constant and cannot be assigned", "choose another name"
+                )
+            )
         return "stmt", {"stmt": ir.Assign(c[0], c[1], annot, span=self.sp(meta))}
 
     def return_stmt(self, meta, c):
@@ -729,6 +742,12 @@ class _Assembler:
                         f"this toycards reads version {ir.CARD_LANGUAGE_VERSION}",
                     )
             elif line.kind == "header":
+                if line.data.get("comment"):
+                    self.error(
+                        line.span,
+                        "a comment on the header line would be lost",
+                        "put it in the /* description */ under the header",
+                    )
                 current = [line]
                 algos.append(current)
             elif current is None:

@@ -237,7 +237,8 @@ class _Declarer:
                     scope.hint_for(n),
                 )
                 scope.declared.setdefault(n, Entry("input", n, None, a, where=a.span.line))
-            sig.inputs.append((n, scope.declared[n].shape if n in ins else None))
+            entry = scope.declared.get(n)
+            sig.inputs.append((n, entry.shape if n in ins and entry is not None else None))
         for n, d in ins.items():
             if n not in a.inputs:
                 self.ctx.error(
