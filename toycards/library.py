@@ -17,7 +17,13 @@ from importlib import resources
 from pathlib import Path
 
 from toycards import ir
-from toycards.parse import parse_library_card
+
+
+def parse_library_card(name: str) -> ir.Card:
+    """Parse a shipped card (imports the parser, and lark, only when a card is not cached)."""
+    from toycards.parse import parse_library_card as parse_card
+
+    return parse_card(name)
 
 ARCH_CARDS: dict[str, str] = {
     "gpt2": "gpt2",
