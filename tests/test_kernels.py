@@ -80,6 +80,18 @@ def test_attention(funcs, causal):
     assert_close(*both(funcs["attention"], Q, K, V, mask))
 
 
+@pytest.mark.parametrize("kv_index", [[0, 0, 1, 1, 2, 2], [0, 1, 2, 0, 1, 2]])
+def test_grouped_query_attention(funcs, kv_index):
+    """Query head h reads key/value head kv_index[h]: grouped (SDPA's own grouping) or any other."""
+    Q, K, V = rand(2, 6, 5, 16), rand(2, 3, 9, 16), rand(2, 3, 9, 16)
+    mask = lambda t_z, t_x: t_z <= t_x + 4  # noqa: E731
+    slow, fast = both(lambda *a: funcs["attention"](*a, kv_index=kv_index), Q, K, V, mask)
+    assert_close(slow, fast)
+    idx = torch.tensor(kv_index)
+    ungrouped, _ = both(funcs["attention"], Q, K[:, idx], V[:, idx], mask)
+    assert_close(ungrouped, slow)
+
+
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 def test_whole_model(arch):
     card = library_card(arch)

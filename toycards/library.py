@@ -25,6 +25,7 @@ def parse_library_card(name: str) -> ir.Card:
 
     return parse_card(name)
 
+
 ARCH_CARDS: dict[str, str] = {
     "gpt2": "gpt2",
     "llama": "llama",

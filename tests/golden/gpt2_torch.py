@@ -71,7 +71,7 @@ def layer_norm(e, gamma, beta, epsilon, ctx=None):
     return (((e - m) / ops.sqrt(v + epsilon)) * gamma) + beta
 
 
-def attention(Q, K, V, Mask, ctx=None):
+def attention(Q, K, V, Mask, ctx=None, kv_index=None):
     """Ṽ ← attention(Q, K, V | Mask)
 
     Scaled dot-product attention on one head: Algorithm 4 after its projections
@@ -80,7 +80,9 @@ def attention(Q, K, V, Mask, ctx=None):
     ell_x = Q.shape[-2]
     ell_z = K.shape[-2]
     if ops.fast:  # one kernel for the steps below (tests/test_kernels.py ties the two)
-        return ops.attention(Q, K, V, Mask, ops.arange(1, ell_z + 1), runtime.positions(ctx, ell_x))
+        return ops.attention(Q, K, V, Mask, ops.arange(1, ell_z + 1), runtime.positions(ctx, ell_x), kv_index)
+    if kv_index is not None:  # the key/value head each query head reads (grouped-query attention)
+        K, V = ops.take(K, kv_index, -3), ops.take(V, kv_index, -3)
     # 1  S ← K^⊺ · Q / √d_h  ∷ ℝ^{ℓ_z×ℓ_x}
     S = (ops.matmul(Q, ops.mT(K))) / math.sqrt(d_h)
     # 2  for t_z ∈ [ℓ_z], t_x ∈ [ℓ_x] do

@@ -43,7 +43,7 @@ def GQAttention_rope_pairs(X, W_q, W_k, W_v, W_o, H, H_kv, theta, rho, Mask, ctx
     K_hat = rope_pairs(ops.split_rows(K, d_h), t, theta, rho, ctx=ctx)
     # 6  for h ∈ [H]: Y^h ← attention(Q̂^h, K̂^{⌈h·H_kv/H⌉}, rows(V, ⌈h · H_kv / H⌉, d_h) | Mask)  ∷ ℝ^{d_h×ℓ}
     K_all, V_all = runtime.extend(ctx, K_hat, ops.split_rows(V, d_h))
-    Y = attention(Q_hat, ops.take(K_all, [int(math.ceil((h_2 * H_kv) / H)) - 1 for h_2 in range(1, H + 1)], -3), ops.take(V_all, [int(math.ceil((h_3 * H_kv) / H)) - 1 for h_3 in range(1, H + 1)], -3), Mask, ctx=ctx)
+    Y = attention(Q_hat, K_all, V_all, Mask, ctx=ctx, kv_index=[int(math.ceil((h_2 * H_kv) / H)) - 1 for h_2 in range(1, H + 1)])
     # 7  Y ← [Y^1; …; Y^H]  ∷ ℝ^{H·d_h×ℓ}
     Y = ops.merge_rows(Y)
     # 8  return Ṽ = W_o · Y
@@ -75,7 +75,7 @@ def rms_norm(e, gamma, epsilon, ctx=None):
     return (e / ops.sqrt(r + epsilon)) * gamma
 
 
-def attention(Q, K, V, Mask, ctx=None):
+def attention(Q, K, V, Mask, ctx=None, kv_index=None):
     """Ṽ ← attention(Q, K, V | Mask)
 
     Scaled dot-product attention on one head: Algorithm 4 after its projections
@@ -83,6 +83,8 @@ def attention(Q, K, V, Mask, ctx=None):
     d_h = Q.shape[-1]
     ell_x = Q.shape[-2]
     ell_z = K.shape[-2]
+    if kv_index is not None:  # the key/value head each query head reads (grouped-query attention)
+        K, V = ops.take(K, kv_index, -3), ops.take(V, kv_index, -3)
     # 1  S ← K^⊺ · Q / √d_h  ∷ ℝ^{ℓ_z×ℓ_x}
     S = (ops.matmul(Q, ops.mT(K))) / math.sqrt(d_h)
     # 2  for t_z ∈ [ℓ_z], t_x ∈ [ℓ_x] do

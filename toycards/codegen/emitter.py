@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from toycards import ir
 from toycards.codegen.exprs import ExprEmitter
 from toycards.codegen.namespace import Namespace
-from toycards.codegen.values import MapVar, Val
+from toycards.codegen.values import CACHED_ARGS, MapVar, Val
 from toycards.errors import Diagnostic, ToycardsError
 from toycards.render.card import Renderer, _stmt_text
 
@@ -52,6 +52,7 @@ class Function:
     args: list[str]
     body: list[str]
     is_main: bool = False
+    keywords: list[str] = field(default_factory=list)  # extra keyword parameters, after ctx
 
 
 @dataclass
@@ -177,7 +178,18 @@ class Emitter:
         ex = ExprEmitter(self, scope)
         body: list[str] = []
         args = self._prologue(scope, ex, body)
+        keywords: list[str] = []
+        if not is_main and algo.name in CACHED_ARGS and self.library.get(algo.name) == algo:
+            keywords.append(
+                "kv_index=None"
+            )  # grouped-query attention: the heads of K and V each query head reads
         body += self._fast_path(algo, scope)
+        if keywords:
+            k, v = (scope.vals[algo.inputs[i]].code for i in CACHED_ARGS[algo.name])
+            body += [
+                "if kv_index is not None:  # the key/value head each query head reads (grouped-query attention)",
+                f"    {k}, {v} = ops.take({k}, kv_index, -3), ops.take({v}, kv_index, -3)",
+            ]
         n_prologue = len(body)
         steps = StepEmitter(self, scope, ex)
         steps.block(algo.body, body, 0)
@@ -188,7 +200,9 @@ class Emitter:
             + (" | " + ", ".join(algo.params) if algo.params else "")
             + ")"
         )
-        return Function(self.func_names[algo.name], algo.name, header, algo.description, args, body, is_main)
+        return Function(
+            self.func_names[algo.name], algo.name, header, algo.description, args, body, is_main, keywords
+        )
 
     def _prologue(self, scope: Scope, ex: ExprEmitter, body: list[str]) -> list[str]:
         algo, ns = scope.algo, scope.ns
@@ -258,6 +272,8 @@ class Emitter:
                     if dim.name in scope.windowed
                     else f"ops.arange(1, {code} + 1)"
                 )
+            if algo.name in CACHED_ARGS:
+                args.append("kv_index")
         return [
             "if ops.fast:  # one kernel for the steps below (tests/test_kernels.py ties the two)",
             f"    return ops.{kernel}({', '.join(args)})",

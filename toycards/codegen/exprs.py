@@ -162,7 +162,7 @@ class ExprEmitter:
             rank,
             fams=frozenset({var}),
             windowed=rank == 1,
-            gather=(ident, index, axis),
+            gather=(ident, index, axis, expr),
         )
 
     # ── expressions ────────────────────────────────────────────────────────────────────
@@ -479,6 +479,7 @@ class ExprEmitter:
         decls = {n: d for d in (*callee.input_decls, *callee.hyper_decls) for n in d.names}
         pnames = {n for d, _ in callee.all_params() for n in d.names}
         codes, fams, extra, win = [], frozenset(), 0, False
+        kv_index = ""
         arg_vals: list[Val] = []
         cached = CACHED_ARGS.get(callee.name, ())
         for k, (name, arg) in enumerate(zip(callee.inputs, c.args, strict=True)):
@@ -504,9 +505,17 @@ class ExprEmitter:
             k_ident, v_ident = (self.scope.ns.fresh(callee.inputs[i] + "_all") for i in cached)
             bases = [arg_vals[i].gather[0] if arg_vals[i].gather else codes[i] for i in cached]
             self.pre.append(f"{k_ident}, {v_ident} = runtime.extend(ctx, {bases[0]}, {bases[1]})")
-            for i, ident in zip(cached, (k_ident, v_ident), strict=True):
-                g = arg_vals[i].gather
-                codes[i] = f"ops.take({ident}, {g[1]}, {g[2]})" if g else ident
+            gathers = [arg_vals[i].gather for i in cached]
+            shared = (  # K and V pick the same heads by the same rule: let `attention` do it
+                gathers[0] is not None
+                and gathers[1] is not None
+                and gathers[0][3] == gathers[1][3]
+                and gathers[0][2] == -3
+            )
+            for i, ident, g in zip(cached, (k_ident, v_ident), gathers, strict=True):
+                codes[i] = ident if shared or not g else f"ops.take({ident}, {g[1]}, {g[2]})"
+            if shared and self.em.library.get(callee.name) == callee:
+                kv_index = f", kv_index={gathers[0][1]}"
         for name, p in zip(callee.params, c.params, strict=True):
             if isinstance(p, ir.MaskDef):
                 codes.append(self.mask_function(p))
@@ -527,7 +536,10 @@ class ExprEmitter:
         if isinstance(out_col, ir.DimName) and out_col.name in self.em.windowed.get(callee.name, set()):
             win = True
         return Val(
-            f"{self.em.func_names[callee.name]}({', '.join(codes)}, ctx=ctx)", rank, fams=fams, windowed=win
+            f"{self.em.func_names[callee.name]}({', '.join(codes)}, ctx=ctx{kv_index})",
+            rank,
+            fams=fams,
+            windowed=win,
         )
 
     def mask_function(self, m: ir.MaskDef) -> str:

@@ -33,7 +33,9 @@ class Val:
     windowed: bool = False  # its columns are the (cached) sequence's new tokens
     boolean: bool = False
     enum: bool = False  # an enumeration option or string
-    gather: tuple[str, str, int] | None = None  # (family array, index list, axis) this value picks from
+    gather: tuple | None = (
+        None  # (family array, index list code, axis, index expression) this value picks from
+    )
 
     def with_(self, **kw) -> Val:
         return replace(self, **kw)

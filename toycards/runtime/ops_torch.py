@@ -168,12 +168,21 @@ def gelu_tanh(x):
     return F.gelu(x, approximate="tanh")
 
 
-def attention(Q, K, V, mask, t_z, t_x):
-    """Scaled dot-product attention with the card's mask evaluated at key positions t_z, query positions t_x."""
+def attention(Q, K, V, mask, t_z, t_x, kv_index=None):
+    """Scaled dot-product attention with the card's mask evaluated at key positions t_z, query positions t_x.
+
+    `kv_index[h]` is the key/value head that query head h reads (grouped-query attention); when
+    the query heads read consecutive groups of equal size, SDPA does the grouping without copies.
+    """
     t_z = torch.as_tensor(t_z, dtype=torch.float32).reshape(1, -1)
     t_x = torch.as_tensor(t_x, dtype=torch.float32).reshape(-1, 1)
     allowed = torch.as_tensor(mask(t_z, t_x)).bool().expand(t_x.shape[0], t_z.shape[1])
-    return F.scaled_dot_product_attention(Q, K, V, attn_mask=allowed)
+    if kv_index is None:
+        return F.scaled_dot_product_attention(Q, K, V, attn_mask=allowed)
+    n_q, n_kv = len(kv_index), K.shape[-3]
+    if n_q % n_kv == 0 and list(kv_index) == [h // (n_q // n_kv) for h in range(n_q)]:
+        return F.scaled_dot_product_attention(Q, K, V, attn_mask=allowed, enable_gqa=True)
+    return F.scaled_dot_product_attention(Q, take(K, kv_index, -3), take(V, kv_index, -3), attn_mask=allowed)
 
 
 _ROPE_ANGLES: dict = {}
