@@ -145,51 +145,6 @@ Parameters:
     .replace("DQ", '"' * 3)
     .replace("EVIL", EVIL)
 )
-PLAIN = """toycards 1
-▷ a tiny residual model
-
-Algorithm: Y ← mix(X | A, b)
-/* one affine map */
-Input: X ∈ ℝ^{d×ℓ}
-Output: Y ∈ ℝ^{d×ℓ}
-Parameters:
-  A ∈ ℝ^{d×d}
-  b ∈ ℝ^{d}
-1  Y ← A · X + b · 1^⊺  ∷ ℝ^{d×ℓ}
-2  return Y
-
-Algorithm: y ← squash(v)
-/* tanh */
-Input: v ∈ ℝ
-Output: y ∈ ℝ
-1  return y = tanh(v)
-
-Algorithm: P ← Net(x | θ)
-/* a residual stack */
-Input: x ∈ V^ℓ
-Output: P ∈ (0,1)^{N_V×ℓ}
-Hyperparameters:
-  L ∈ ℕ = 2  from "{arch}.block_count"
-  d ∈ ℕ = 16  from "{arch}.width"
-  N_V ∈ ℕ = 20
-  c ∈ ℝ = 0.5
-Parameters:
-  E ∈ ℝ^{d×N_V}  from "token_embd.weight"^⊺
-  for l ∈ [L], in "blk.{l-1}.":
-    A_l ∈ ℝ^{d×d}  from "a.weight"
-    b_l ∈ ℝ^{d}  from "b.bias"
-  U ∈ ℝ^{N_V×d}  from "output.weight"
-1  ℓ ← length(x)
-2  for t ∈ [ℓ]: e_t ← E[:, x[t]]
-3  Z ← [e_1, …, e_ℓ]  ∷ ℝ^{d×ℓ}
-4  for l = 1, 2, …, L do
-5    X ← Z
-6    X̃ ← c · squash(mix(X | A_l, b_l))
-7    Z ← X + X̃
-8  end
-9  S ← U · Z
-10  return P = softmax(S)
-"""
 ALLOWED_IMPORTS = {"math", "numpy", "torch", "__future__"}
 
 
