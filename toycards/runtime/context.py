@@ -43,8 +43,8 @@ class KVCache:
 
 
 def _grow(ops, old, like, used: int, capacity: int):
-    new = ops.zeros_for(ops.mT(like), capacity)
-    new = ops.mT(new)
+    """A buffer of `capacity` rows shaped like `like` otherwise, holding the `used` rows of `old`."""
+    new = ops.zeros_rows(like, capacity)
     if old is not None and used:
         new[..., :used, :] = old[..., :used, :]
     return new

@@ -152,3 +152,8 @@ def as_float(x):
 def concat_seq(past, new):
     """Append new columns (axis -2) to cached ones."""
     return new if past is None else np.concatenate([past, new], axis=-2)
+
+
+def zeros_rows(like, n):
+    """Zeros shaped like `like` but with n rows (axis −2), laid out row by row."""
+    return np.zeros(like.shape[:-2] + (n, like.shape[-1]), dtype=like.dtype)

@@ -228,3 +228,8 @@ def rope_halves(x, t, theta, rho):
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+def zeros_rows(like, n):
+    """Zeros shaped like `like` but with n rows (axis −2), laid out row by row."""
+    return like.new_zeros(tuple(like.shape[:-2]) + (n, like.shape[-1]))
