@@ -120,10 +120,11 @@ def _file_span(path: str) -> Span:
 def _choose(f) -> tuple[ir.Card, str, str]:
     """(card, origin, notice) for an open file."""
     from toycards.library import ARCH_CARDS, card_for_arch
-    from toycards.parse import parse
 
     embedded = f.get(CARD_KEY)
     if isinstance(embedded, str) and embedded.strip():
+        from toycards.parse import parse  # only an embedded card needs the parser
+
         return parse(embedded, file=f"{f.path}:{CARD_KEY}"), "embedded", ""
     arch = f.get("general.architecture")
     name = Path(f.path).name
