@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 from toycards import ir
-from toycards.errors import Diagnostic, Span
+from toycards.errors import Diagnostic
 
 _TEMPLATE = re.compile(r"\{([^{}]*)\}")
 
@@ -165,9 +165,18 @@ def _enum_names(algo: ir.Algorithm) -> frozenset[str]:
 
 
 def bind_hyperparameters(
-    algo: ir.Algorithm, metadata, arch: str, tensor_shapes: dict[str, tuple[int, ...]], file: str = ""
+    algo: ir.Algorithm,
+    metadata,
+    arch: str,
+    tensor_shapes: dict[str, tuple[int, ...]],
+    file: str = "",
+    given: dict[str, object] | None = None,
 ):
-    """Values of every hyperparameter, their sources, and problems (as diagnostics)."""
+    """Values of every hyperparameter, their sources, and problems (as diagnostics).
+
+    `given` values (from the caller) take precedence over every binding, like a card's `= value`.
+    """
+    given = given or {}
     values: dict[str, object] = {}
     source: dict[str, str] = {}
     problems: list[Diagnostic] = []
@@ -180,7 +189,9 @@ def bind_hyperparameters(
             continue  # masks and other tensor-valued hyperparameters are passed by callers, not bound
         for name in d.names:
             try:
-                if d.value is not None:
+                if name in given:
+                    values[name], source[name] = _convert(given[name], d.type, name), "given"
+                elif d.value is not None:
                     values[name], source[name] = (
                         _convert(eval_scalar(d.value, values, enums), d.type, name),
                         "value",
@@ -362,27 +373,7 @@ def bind(algo: ir.Algorithm, gguf, file: str = "") -> Bound:
 
 
 def bind_values(algo: ir.Algorithm, values: dict[str, object] | None = None, arch: str = "") -> Bound:
-    """Bind a card without a file: hyperparameters from the card's `= value`s (and `values`)."""
-    metadata = {
-        expand_template(s.tensor, arch): v
-        for d in algo.hyper_decls
-        for n in d.names
-        if d.binding and d.binding.kind == "from"
-        for s in d.binding.sources[0]
-        for k, v in (values or {}).items()
-        if k == n and s.tensor
-    }
-    given = dict(values or {})
-    hyper, source, problems = bind_hyperparameters(algo, metadata, arch, {}, "")
-    for k, v in given.items():
-        hyper.setdefault(k, v)
-    problems = [p for p in problems if not any(n in hyper for n in _names_in(p))]
+    """Bind a card without a file: hyperparameters from the card's `= value`s and from `values`."""
+    hyper, source, problems = bind_hyperparameters(algo, {}, arch, {}, "", given=values)
     params, more = bind_parameters(algo, hyper, None, arch)
     return Bound(algo, arch, hyper, source, params, problems + more)
-
-
-def _names_in(d: Diagnostic) -> list[str]:
-    return re.findall(r"determine (\S+):", d.message)
-
-
-NO_SPAN = Span("<none>", 0, 0, 0, 0, 0, 0)
