@@ -55,6 +55,15 @@ def test_gen_from_gguf_and_card_to_stdout_and_file(tmp_path, target):
     )
 
 
+def test_gen_never_overwrites_its_input(tmp_path):
+    card = tmp_path / "m.card"
+    text = (ROOT / "toycards/cards/llama.card").read_text(encoding="utf-8")
+    card.write_text(text, encoding="utf-8")
+    result = CliRunner().invoke(main, ["gen", str(card), "-o", str(card)])
+    assert result.exit_code == 1 and "refusing to overwrite" in result.output
+    assert card.read_text(encoding="utf-8") == text
+
+
 def test_gen_errors_are_one_line(tmp_path):
     bad = tmp_path / "bad.card"
     bad.write_text(

@@ -49,6 +49,8 @@ def gen_cmd(source: str, target: str, output: str | None) -> None:
     errors = [d for d in check(card) if d.severity == "error"]
     if errors:
         raise ToycardsError.from_diagnostics(errors, {card.main.span.file: card.source})
+    if output is not None and Path(output).exists() and Path(output).resolve() == Path(source).resolve():
+        raise ToycardsError(f"{output}: is the input; refusing to overwrite it with generated code")
     text = generate_source(card, target)
     if output is None:
         click.echo(text, nl=False)
