@@ -257,7 +257,12 @@ def render_cmd(file: str, fmt: str, ascii_: bool, output: str | None) -> None:
     card = parse(sys.stdin.read(), file="<stdin>") if file == "-" else parse(_arg_path(file))
     text = render(card, fmt, ascii_)
     if output:
-        if file != "-" and Path(output).exists() and Path(output).resolve() == Path(file).resolve() and fmt != "card":
+        if (
+            file != "-"
+            and Path(output).exists()
+            and Path(output).resolve() == Path(file).resolve()
+            and fmt != "card"
+        ):
             raise ToycardsError(f"{output}: is the input card; refusing to overwrite it with {fmt}")
         write_atomic(output, text)
     elif fmt == "card":
