@@ -15,7 +15,13 @@ Both are timed end to end in a fresh interpreter (start-up and imports included,
 to /dev/null; a first row shows that floor: the imports alone), and also in this process
 (ours: `describe` with the library card already parsed, as in a long-running program, and
 once cold, parsing it; gguf: `GGUFReader(path)` plus reading every field, which is what
-gguf-dump spends its time on). Best of --repeat.
+gguf-dump spends its time on). Best of --repeat, after one untimed warm-up run each.
+
+Fresh processes run as an installed package runs: with compiled bytecode. PYTHONDONTWRITEBYTECODE
+is dropped for them and PYTHONPYCACHEPREFIX points into the temporary folder, so the warm-up
+run compiles both sides once (without it, toycards, installed editable, would be compiled
+from source on every run while the gguf package's bytecode was written by pip) and the
+source tree gets no __pycache__ folders.
 
     .venv/bin/python bench/describe.py [--repeat 3]
 """
@@ -66,6 +72,7 @@ def ours_cmd(path: Path) -> list[str]:
 
 
 def best_of(repeat: int, fn: Callable[[], object]) -> float:
+    fn()  # warm-up: bytecode, page cache
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -74,8 +81,16 @@ def best_of(repeat: int, fn: Callable[[], object]) -> float:
     return min(times)
 
 
+def fresh_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "PYTHONPATH": str(ROOT), "PYTHONPYCACHEPREFIX": PYCACHE}
+
+
+PYCACHE = ""  # set by main(): a folder inside the temporary directory
+
+
 def run_quiet(cmd: list[str]) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = fresh_env()
     done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True)
     if done.returncode:
         sys.exit(f"{' '.join(cmd)} failed:\n{done.stderr}")
@@ -97,8 +112,7 @@ def cold_call(path: Path) -> float:
         "import sys, time; import toycards.describe as d; t = time.perf_counter(); "
         "d.describe(sys.argv[1]); print(time.perf_counter() - t)"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, env=env)
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, env=fresh_env())
     if done.returncode:
         sys.exit(f"describe failed on {path}:\n{done.stderr}")
     return float(done.stdout)
@@ -108,7 +122,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement; the best counts")
     args = ap.parse_args()
+    global PYCACHE
     with tempfile.TemporaryDirectory() as tmp:
+        PYCACHE = str(Path(tmp) / "pycache")
         files = build_files(Path(tmp))
         print(f"best of {args.repeat}; times in seconds; ratio = gguf / ours\n")
         head = f"{'file':38} {'size':>8}  {'what is timed':36} {'ours':>8} {'gguf':>8} {'ratio':>7}"

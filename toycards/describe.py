@@ -21,19 +21,20 @@ text), generates code and loads like any other card, and it carries `header`, `p
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
+import struct
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
 
 from toycards import ir
 from toycards.binding import Bound, EvalError, bind, eval_scalar
 from toycards.describe_header import Header, human_count, human_size, read_header
 from toycards.describe_inventory import declaration_only_card, is_declaration_only
 from toycards.errors import Diagnostic, Span
+from toycards.runtime.ggml_facts import ARCH_NAMES
 
 __all__ = ["CARD_KEY", "DescribedCard", "describe", "number_expr"]
 
@@ -88,14 +89,33 @@ def number_expr(value: float | int | bool, float32: bool = False) -> ir.Expr:
     >>> number_expr(9.999999747378752e-06, float32=True), number_expr(-3)
     (Num(text='1e-05'), UnOp(op='-', operand=Num(text='3')))
     """
-    if isinstance(value, bool | np.bool_):
+    if hasattr(value, "item"):  # a NumPy scalar from an array
+        value = value.item()
+    if isinstance(value, bool):
         return ir.Num("1" if value else "0")
-    if isinstance(value, int | np.integer):
-        text = str(abs(int(value)))
+    if isinstance(value, int):
+        text = str(abs(value))
     else:
         v = abs(float(value))
-        text = repr(float(str(np.float32(v)))) if float32 and float(np.float32(v)) == v else repr(v)
+        text = _shortest_float32(v) if float32 and _float32(v) == v else repr(v)
     return ir.UnOp("-", ir.Num(text)) if value < 0 else ir.Num(text)
+
+
+def _float32(x: float) -> float:
+    """`x` rounded to the nearest float32, as GGUF stores it (±inf beyond its range)."""
+    try:
+        return struct.unpack("<f", struct.pack("<f", x))[0]
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+def _shortest_float32(x: float) -> str:
+    """The fewest significant digits that read back as the float32 `x`: 9.99…7e-06 → '1e-05'."""
+    for digits in range(1, 10):
+        text = f"{x:.{digits}g}"
+        if _float32(float(text)) == x:
+            return repr(float(text))
+    return repr(x)
 
 
 def _value_expr(value: object, typ: ir.Type, float32: bool) -> ir.Expr | None:
@@ -105,8 +125,8 @@ def _value_expr(value: object, typ: ir.Type, float32: bool) -> ir.Expr | None:
     if isinstance(typ, ir.StrType):
         text = str(value)
         return ir.Str(text) if '"' not in text and text.isprintable() and len(text) <= 200 else None
-    if isinstance(value, bool | int | float | np.number) and not isinstance(value, str):
-        if isinstance(value, float) and not np.isfinite(value):
+    if isinstance(value, bool | int | float):
+        if isinstance(value, float) and not math.isfinite(value):
             return None
         return number_expr(value, float32)
     return None
@@ -141,10 +161,8 @@ def _choose(f) -> tuple[ir.Card, str, str]:
 
 
 def _known(arch: str) -> str:
-    from gguf import MODEL_ARCH, MODEL_ARCH_NAMES
-
-    member = next((m for m in MODEL_ARCH if MODEL_ARCH_NAMES[m] == arch), None)
-    return f"gguf knows it as MODEL_ARCH.{member.name}" if member else "unknown to gguf too"
+    member = next((m for m, name in ARCH_NAMES.items() if name == arch), None)
+    return f"gguf knows it as MODEL_ARCH.{member}" if member else "unknown to gguf too"
 
 
 def _safe(text: str) -> str:
@@ -202,7 +220,7 @@ def _value_problems(card: ir.Card, old: dict[str, ir.Expr], bound: Bound, path: 
 def _same(a: object, b: object) -> bool:
     """Equal, with floats compared as the float32 values GGUF stores."""
     if isinstance(a, float | int) and isinstance(b, float) and not isinstance(a, bool):
-        return bool(np.float32(a) == np.float32(b))
+        return _float32(a) == _float32(b)
     return a == b
 
 

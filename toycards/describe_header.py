@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gguf import MODEL_ARCH, MODEL_ARCH_NAMES, Keys, LlamaFileType
+from toycards.runtime.ggml_facts import ARCH_NAMES, Keys, file_type_name
 
 # llama.cpp's llama_model_rope_type, by gguf.MODEL_ARCH member name (GLM4 and GLM4_MOE switch
 # to multi-section RoPE when `rope.dimension_sections` is set; the table shows their text type)
@@ -51,10 +51,10 @@ _ROPE_BY_MEMBER: dict[str, tuple[str, ...]] = {
     "imrope": ("QWEN3VL", "QWEN3VLMOE", "QWEN35", "QWEN35MOE"),
 }  # fmt: skip
 ROPE_TYPES: dict[str, str] = {
-    MODEL_ARCH_NAMES[getattr(MODEL_ARCH, member)]: rope
+    ARCH_NAMES[member]: rope
     for rope, members in _ROPE_BY_MEMBER.items()
     for member in members
-    if hasattr(MODEL_ARCH, member)
+    if member in ARCH_NAMES
 }
 """general.architecture → "norm" (adjacent pairs), "neox" (halves), "mrope", "imrope" or "none"."""
 
@@ -129,11 +129,7 @@ def _general(f) -> dict[str, object]:
             out[key] = f.metadata[key]
     code = out.get(Keys.General.FILE_TYPE)
     if isinstance(code, int) and not isinstance(code, bool):
-        try:
-            name = LlamaFileType(code).name.removeprefix("MOSTLY_").removeprefix("ALL_")
-        except ValueError:
-            name = "unknown"
-        out[Keys.General.FILE_TYPE] = f"{code} ({name})"
+        out[Keys.General.FILE_TYPE] = f"{code} ({file_type_name(code) or 'unknown'})"
     return out
 
 

@@ -23,11 +23,13 @@ import functools
 import re
 from collections import Counter
 from dataclasses import dataclass
-
-from gguf import MODEL_ARCH, MODEL_ARCH_NAMES, MODEL_TENSOR, MODEL_TENSORS, TENSOR_NAMES
+from typing import TYPE_CHECKING
 
 from toycards import ir
 from toycards.names import canonical_name
+
+if TYPE_CHECKING:
+    from gguf import MODEL_TENSOR
 
 DECLARATION_ONLY = "declaration-only"
 
@@ -71,7 +73,10 @@ _DIGIT_PART = re.compile(r"(?<=\.)\d+(?=\.|$)")
 # ── roles ───────────────────────────────────────────────────────────────────────────────
 @functools.cache
 def _templates(arch: str) -> dict[str, MODEL_TENSOR]:
-    """TENSOR_NAMES reversed; where two enums share a name, the architecture's own wins."""
+    """TENSOR_NAMES reversed; where two enums share a name, the architecture's own wins.
+    (`gguf` is imported here: only files without a library card need its tensor tables.)"""
+    from gguf import MODEL_ARCH, MODEL_ARCH_NAMES, MODEL_TENSORS, TENSOR_NAMES
+
     out: dict[str, MODEL_TENSOR] = {}
     own = set()
     for member in MODEL_ARCH:

@@ -36,9 +36,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import gguf
-
 from toycards.errors import ToycardsError
+from toycards.runtime.ggml_facts import Keys, file_type_name
 
 __all__ = ["Entry", "Found", "find_gguf_files", "list_gguf", "locations", "summarise"]
 
@@ -329,24 +328,21 @@ def _file_type(value: object) -> str | None:
     code = _int(value)
     if code is None:
         return None
-    try:
-        return gguf.LlamaFileType(code).name.removeprefix("MOSTLY_").removeprefix("ALL_")
-    except ValueError:
-        return f"unknown ({code})"
+    return file_type_name(code) or f"unknown ({code})"
 
 
 def _header_summary(gf) -> dict:
     """The Entry fields that come from an open GGUFFile."""
     tensors = list(gf.tensors.values())
     n_split, split_no = (
-        _int(gf.get(gguf.Keys.Split.LLM_KV_SPLIT_COUNT)),
-        _int(gf.get(gguf.Keys.Split.LLM_KV_SPLIT_NO)),
+        _int(gf.get(Keys.Split.LLM_KV_SPLIT_COUNT)),
+        _int(gf.get(Keys.Split.LLM_KV_SPLIT_NO)),
     )
     types = Counter(t.type_name for t in tensors)
     return {
-        "architecture": _text(gf.get(gguf.Keys.General.ARCHITECTURE)),
-        "model_name": _text(gf.get(gguf.Keys.General.NAME)),
-        "file_type": _file_type(gf.get(gguf.Keys.General.FILE_TYPE)),
+        "architecture": _text(gf.get(Keys.General.ARCHITECTURE)),
+        "model_name": _text(gf.get(Keys.General.NAME)),
+        "file_type": _file_type(gf.get(Keys.General.FILE_TYPE)),
         "n_tensors": len(tensors),
         "n_params": sum(int(t.n_elements) for t in tensors),
         "tensor_types": dict(sorted(types.items(), key=lambda kv: (-kv[1], kv[0]))),

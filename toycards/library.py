@@ -9,14 +9,13 @@ Leaves out: parsing (parse.py), binding to files (binding.py).
 from __future__ import annotations
 
 import functools
-import hashlib
-import os
-import pickle
-import tempfile
-from importlib import resources
 from pathlib import Path
 
-from toycards import ir
+from toycards import cache, ir
+
+PACKAGE = Path(__file__).parent
+CARDS = PACKAGE / "cards"
+GRAMMAR = PACKAGE / "grammar" / "card.lark"
 
 
 def parse_library_card(name: str) -> ir.Card:
@@ -35,59 +34,26 @@ ARCH_CARDS: dict[str, str] = {
 
 def card_names() -> list[str]:
     """Stems of every card shipped in toycards/cards/."""
-    return sorted(
-        p.name[:-5] for p in resources.files("toycards.cards").iterdir() if p.name.endswith(".card")
-    )
+    return sorted(p.stem for p in CARDS.glob("*.card"))
 
 
 @functools.cache
 def library_card(name: str) -> ir.Card:
     """A library card, parsed once per process and cached on disk between processes.
 
-    The on-disk cache (`$TOYCARDS_CACHE`, else `$XDG_CACHE_HOME/toycards`, else
-    `~/.cache/toycards`; `TOYCARDS_CACHE=off` disables it) is keyed by the card text, the
-    grammar and the toycards version, so an edited card or grammar is parsed afresh.
+    The on-disk cache (toycards/cache.py) is keyed by the card text, the grammar and the
+    toycards version, so an edited card or grammar is parsed afresh.
     """
-    text = resources.files("toycards.cards").joinpath(f"{name}.card").read_text(encoding="utf-8")
-    path = _cache_path(name, text)
-    if path is not None:
-        try:
-            with open(path, "rb") as fh:
-                card = pickle.load(fh)  # noqa: S301 - our own cache, in the user's own folder
-            if isinstance(card, ir.Card) and card.source == text:
-                return card
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError):
-            pass
-    card = parse_library_card(name)
-    if path is not None:
-        _write_cache(path, card)
-    return card
-
-
-def _cache_path(name: str, text: str) -> Path | None:
     from toycards import __version__
 
-    root = os.environ.get("TOYCARDS_CACHE")
-    if root == "off":
-        return None
-    base = (
-        Path(root) if root else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "toycards"
-    )
-    grammar = resources.files("toycards.grammar").joinpath("card.lark").read_text(encoding="utf-8")
-    key = hashlib.sha256("\0".join((__version__, grammar, text)).encode()).hexdigest()[:24]
-    return base / f"{name}-{key}.pickle"
-
-
-def _write_cache(path: Path, card: ir.Card) -> None:
-    """Best effort: a cache that cannot be written only costs the next process a parse."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        with os.fdopen(fd, "wb") as fh:
-            pickle.dump(card, fh, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    text = (CARDS / f"{name}.card").read_text(encoding="utf-8")
+    path = cache.cache_file(name, cache.cache_key(__version__, GRAMMAR.read_text(encoding="utf-8"), text))
+    card = cache.load(path)
+    if isinstance(card, ir.Card) and card.source == text:
+        return card
+    card = parse_library_card(name)
+    cache.store(path, card)
+    return card
 
 
 def card_for_arch(arch: str) -> ir.Card | None:

@@ -7,6 +7,10 @@ dequantisation (runtime/dequant.py), the plausibility of hyperparameters
 (runtime/hparams.py, re-exported here as `check_hparams`) and what the metadata
 means for a card (describe.py). Writing files is left to `gguf.GGUFWriter`.
 
+Opening a file and reading its metadata imports neither NumPy nor `gguf` (the facts it
+needs come from runtime/ggml_facts.py): `describe` and `list` stay fast in a fresh
+process. NumPy is imported on the first numeric array or tensor read.
+
 Why not `gguf.GGUFReader`: it parses every field eagerly (seconds for a 150k-token
 vocabulary), drops all metadata when one tensor has a type it does not know, and
 reports malformed files as raw numpy errors. This reader checks what ggml's C reader
@@ -27,12 +31,9 @@ import difflib
 import mmap
 import os
 from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
 
-import numpy as np
-import numpy.typing as npt
-from gguf import GGUFValueType
-
-from toycards.runtime.dequant import PLAIN_DTYPES, dequantize
+from toycards.runtime.ggml_facts import ValueType
 from toycards.runtime.gguf_header import (
     LAZY,
     Cursor,
@@ -48,6 +49,10 @@ from toycards.runtime.gguf_header import (
     value_type_name,
 )
 from toycards.runtime.hparams import check_hparams
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = ["GGUFFile", "Metadata", "TensorInfo", "check_hparams", "ggml_type_name", "open_gguf"]
 
@@ -116,14 +121,14 @@ class GGUFFile:
     def value_type(self, key: str) -> str:
         """`"uint32"`, `"string"`, `"array[string]"`, `"array[array]"`, … without decoding."""
         entry = self._entry(key)
-        if entry.vtype != GGUFValueType.ARRAY:
+        if entry.vtype != ValueType.ARRAY:
             return value_type_name(entry.vtype)
         return f"array[{value_type_name(entry.subtype)}]"
 
     def array_len(self, key: str) -> int:
         """Number of elements of an array value, without decoding it."""
         entry = self._entry(key)
-        if entry.vtype != GGUFValueType.ARRAY:
+        if entry.vtype != ValueType.ARRAY:
             raise file_error(self.path, f"metadata key '{key}' is a {self.value_type(key)}, not an array")
         return entry.count
 
@@ -138,7 +143,7 @@ class GGUFFile:
             raise file_error(self.path, f"file is closed; array '{key}' was not read before close()")
         cur = Cursor(self._buf, self.file_size, self.path, entry.start)
         value = decode_array(cur, entry.subtype, entry.count, f"value of '{key}'")
-        if isinstance(value, np.ndarray):
+        if hasattr(value, "flags"):  # an ndarray
             value.flags.writeable = False
         return value
 
@@ -155,6 +160,8 @@ class GGUFFile:
         F32, F16, F64, I8, I16, I32 and I64 come typed, in NumPy shape; quantised
         types and BF16 come as uint8 blocks of shape `(*shape[:-1], bytes_per_row)`.
         """
+        from toycards.runtime.dequant import PLAIN_DTYPES
+
         info = self.tensor_info(name)
         if not info.known_type:
             raise file_error(self.path, f"tensor '{name}' has unsupported type {info.type_name}")
@@ -163,12 +170,16 @@ class GGUFFile:
             return data.view(PLAIN_DTYPES[info.ggml_type]).reshape(info.shape)
         return data.reshape(*info.shape[:-1], -1)
 
-    def tensor(self, name: str, dtype: npt.DTypeLike = np.float32, copy: bool = False) -> np.ndarray:
+    def tensor(self, name: str, dtype: npt.DTypeLike = "float32", copy: bool = False) -> np.ndarray:
         """The tensor dequantised and cast to `dtype`, in NumPy shape.
 
         An F32 tensor asked for as float32 comes back as a read-only view of the
         file unless `copy=True`; every other result is a fresh, writable array.
         """
+        import numpy as np
+
+        from toycards.runtime.dequant import dequantize
+
         info = self.tensor_info(name)
         out = dequantize(self.raw(name), info.ggml_type, info.shape, f"{self.path}: tensor '{name}'")
         out = out.astype(dtype, copy=False)
@@ -178,6 +189,8 @@ class GGUFFile:
         if self._buf is None:
             raise file_error(self.path, "file is closed")
         if self._data is None:
+            import numpy as np
+
             data = np.memmap(self.path, dtype=np.uint8, mode="r")
             if data.size != self.file_size:
                 raise file_error(self.path, "the file changed size since it was opened")

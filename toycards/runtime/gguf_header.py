@@ -25,11 +25,20 @@ from __future__ import annotations
 import mmap
 import struct
 from dataclasses import dataclass
-
-import numpy as np
-from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFValueType, Keys
+from typing import TYPE_CHECKING
 
 from toycards.errors import ToycardsError
+from toycards.runtime.ggml_facts import (
+    DEFAULT_ALIGNMENT,
+    QUANT_NAMES,
+    QUANT_SIZES,
+    VALUE_TYPE_NAMES,
+    Keys,
+    ValueType,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SUPPORTED_VERSIONS = (2, 3)
 MAX_NAME_BYTES = 63  # ggml's GGML_MAX_NAME is 64 including the terminating NUL
@@ -43,23 +52,23 @@ _U64 = struct.Struct("<Q")
 
 # value type → struct of a scalar; strings and arrays are variable-sized
 SCALAR_STRUCTS: dict[int, struct.Struct] = {
-    GGUFValueType.UINT8: struct.Struct("<B"),
-    GGUFValueType.INT8: struct.Struct("<b"),
-    GGUFValueType.UINT16: struct.Struct("<H"),
-    GGUFValueType.INT16: struct.Struct("<h"),
-    GGUFValueType.UINT32: _U32,
-    GGUFValueType.INT32: struct.Struct("<i"),
-    GGUFValueType.FLOAT32: struct.Struct("<f"),
-    GGUFValueType.BOOL: struct.Struct("<B"),  # ggml reads an int8 and tests != 0
-    GGUFValueType.UINT64: _U64,
-    GGUFValueType.INT64: struct.Struct("<q"),
-    GGUFValueType.FLOAT64: struct.Struct("<d"),
+    ValueType.UINT8: struct.Struct("<B"),
+    ValueType.INT8: struct.Struct("<b"),
+    ValueType.UINT16: struct.Struct("<H"),
+    ValueType.INT16: struct.Struct("<h"),
+    ValueType.UINT32: _U32,
+    ValueType.INT32: struct.Struct("<i"),
+    ValueType.FLOAT32: struct.Struct("<f"),
+    ValueType.BOOL: struct.Struct("<B"),  # ggml reads an int8 and tests != 0
+    ValueType.UINT64: _U64,
+    ValueType.INT64: struct.Struct("<q"),
+    ValueType.FLOAT64: struct.Struct("<d"),
 }
 # the fewest bytes one array element can take: bounds every count before any loop runs
 _MIN_ELEMENT_BYTES = {
     **{t: s.size for t, s in SCALAR_STRUCTS.items()},
-    GGUFValueType.STRING: 8,
-    GGUFValueType.ARRAY: 12,
+    ValueType.STRING: 8,
+    ValueType.ARRAY: 12,
 }
 _MIN_KV_BYTES = 8 + 1 + 4 + 1  # key length, a 1-byte key, value type, a 1-byte value
 _MIN_TENSOR_INFO_BYTES = 8 + 1 + 4 + 8 + 4 + 8  # name length, name, n_dims, one dim, type, offset
@@ -68,17 +77,14 @@ LAZY = object()  # the value of an array not decoded yet
 
 
 def value_type_name(vtype: int) -> str:
-    """`GGUFValueType.UINT32` → `"uint32"`; an unknown code → `"unknown(N)"`."""
-    try:
-        return GGUFValueType(vtype).name.lower()
-    except ValueError:
-        return f"unknown({vtype})"
+    """`ValueType.UINT32` → `"uint32"`; an unknown code → `"unknown(N)"`."""
+    return VALUE_TYPE_NAMES.get(vtype, f"unknown({vtype})")
 
 
 def ggml_type_name(ggml_type: int) -> str:
     """`8` → `"Q8_0"`; a type `gguf.GGML_QUANT_SIZES` does not know → `"unknown(N)"`."""
-    if ggml_type in GGML_QUANT_SIZES:
-        return GGMLQuantizationType(ggml_type).name
+    if ggml_type in QUANT_SIZES:
+        return QUANT_NAMES[ggml_type]
     return f"unknown({ggml_type})"
 
 
@@ -101,7 +107,7 @@ class TensorInfo:
 
     @property
     def known_type(self) -> bool:
-        return self.ggml_type in GGML_QUANT_SIZES
+        return self.ggml_type in QUANT_SIZES
 
 
 @dataclass
@@ -184,7 +190,7 @@ class Cursor:
     def skip_array(self, subtype: int, n: int, what: str, depth: int = 1) -> None:
         if subtype in SCALAR_STRUCTS:
             self.off += n * SCALAR_STRUCTS[subtype].size  # `count` has checked the bytes
-        elif subtype == GGUFValueType.STRING:
+        elif subtype == ValueType.STRING:
             self.skip_strings(n, what)
         else:
             for i in range(n):
@@ -238,10 +244,10 @@ def _read_value(cur: Cursor, key: str, vtype: int) -> Entry:
     what = f"value of '{key}'"
     if vtype in SCALAR_STRUCTS:
         value = cur.scalar(SCALAR_STRUCTS[vtype], what)
-        return Entry(vtype, value != 0 if vtype == GGUFValueType.BOOL else value)
-    if vtype == GGUFValueType.STRING:
+        return Entry(vtype, value != 0 if vtype == ValueType.BOOL else value)
+    if vtype == ValueType.STRING:
         return Entry(vtype, cur.string(what))
-    if vtype == GGUFValueType.ARRAY:
+    if vtype == ValueType.ARRAY:
         subtype, n = cur.array_header(what, 1)
         start = cur.off
         cur.skip_array(subtype, n, what)
@@ -253,8 +259,8 @@ def read_alignment(cur: Cursor, entries: dict[str, Entry]) -> int:
     """`general.alignment`: a uint32 power of two, at most MAX_ALIGNMENT; default 32."""
     entry = entries.get(Keys.General.ALIGNMENT)
     if entry is None:
-        return GGUF_DEFAULT_ALIGNMENT
-    if entry.vtype != GGUFValueType.UINT32:
+        return DEFAULT_ALIGNMENT
+    if entry.vtype != ValueType.UINT32:
         raise cur.error(f"{Keys.General.ALIGNMENT} must be a uint32, not {value_type_name(entry.vtype)}")
     a = entry.value
     if not (0 < a <= MAX_ALIGNMENT and a & (a - 1) == 0):
@@ -289,12 +295,12 @@ def read_tensor_infos(cur: Cursor, n_tensors: int) -> list[tuple[str, tuple[int,
 
 
 def tensor_table(cur: Cursor, infos: list, data_offset: int, alignment: int) -> dict[str, TensorInfo]:
-    """Sizes from `GGML_QUANT_SIZES`, then alignment, bounds and overlap checks."""
+    """Sizes from `gguf.GGML_QUANT_SIZES`, then alignment, bounds and overlap checks."""
     table: dict[str, TensorInfo] = {}
     for name, ne, ggml_type, rel in infos:
         n_elements, n_bytes = _prod(ne), 0
-        if ggml_type in GGML_QUANT_SIZES:
-            block, type_size = GGML_QUANT_SIZES[ggml_type]
+        if ggml_type in QUANT_SIZES:
+            block, type_size = QUANT_SIZES[ggml_type]
             if ne[0] % block:
                 raise cur.error(
                     f"tensor '{name}' of type {ggml_type_name(ggml_type)} has rows of {ne[0]} elements, "
@@ -322,13 +328,15 @@ def tensor_table(cur: Cursor, infos: list, data_offset: int, alignment: int) -> 
 
 def decode_array(cur: Cursor, subtype: int, n: int, what: str, depth: int = 1) -> list | np.ndarray:
     """Decode `n` elements from `cur.off`: numbers and bools → read-only ndarray,
-    strings → list[str], arrays → list."""
+    strings → list[str], arrays → list. (NumPy is imported here, on the first numeric array.)"""
     if subtype in SCALAR_STRUCTS:
+        import numpy as np
+
         st = SCALAR_STRUCTS[subtype]
         arr = np.frombuffer(cur.buf[cur.off : cur.off + n * st.size], dtype=np.dtype(st.format))
         cur.off += n * st.size
-        return arr != 0 if subtype == GGUFValueType.BOOL else arr
-    if subtype == GGUFValueType.STRING:
+        return arr != 0 if subtype == ValueType.BOOL else arr
+    if subtype == ValueType.STRING:
         return _decode_strings(cur, n, what)
     out = []
     for i in range(n):

@@ -17,8 +17,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-import numpy as np
-from gguf import MODEL_ARCH, MODEL_ARCH_NAMES, Keys
+from toycards.runtime.ggml_facts import ARCH_NAMES, Keys
 
 if TYPE_CHECKING:
     from toycards.runtime.gguf import GGUFFile
@@ -51,9 +50,7 @@ FLOAT_RANGES: tuple[tuple[str, float, float], ...] = (
 )
 SPECIAL_TOKEN_KEYS = (Tk.BOS_ID, Tk.EOS_ID, Tk.EOT_ID, Tk.EOM_ID, Tk.UNK_ID, Tk.SEP_ID, Tk.PAD_ID, Tk.MASK_ID)
 # recurrent architectures write head_count 0: they have no attention
-ATTENTION_FREE = frozenset(
-    MODEL_ARCH_NAMES[a] for a in (MODEL_ARCH.MAMBA, MODEL_ARCH.MAMBA2, MODEL_ARCH.RWKV6, MODEL_ARCH.RWKV7)
-)
+ATTENTION_FREE = frozenset(ARCH_NAMES[a] for a in ("MAMBA", "MAMBA2", "RWKV6", "RWKV7"))
 _INT_TYPES = {"uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64"}
 
 
@@ -92,7 +89,7 @@ def _check_int(f: GGUFFile, key: str, lo: int, hi: int, n_layer: object, problem
             return value
         problems.append(f"{key} = {value} is out of range {lo}…{hi}")
     elif vtype.startswith("array[") and vtype[6:-1] in _INT_TYPES:  # one value per layer
-        values = np.asarray(f.metadata[key], dtype=object)
+        values = [int(v) for v in f.metadata[key]]
         if isinstance(n_layer, int) and len(values) != n_layer:
             problems.append(f"{key} has {len(values)} per-layer values for {n_layer} layers")
         if len(values) and not (min(values) >= min(lo, 0) and max(values) <= hi):

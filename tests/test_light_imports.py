@@ -1,0 +1,104 @@
+"""Reading a GGUF header stays light: no NumPy, `gguf`, lark or torch in a fresh process.
+
+`toycards describe` and `toycards list` are the commands users run first, often in a fresh
+shell; importing `gguf` (and NumPy with it) would cost more than the whole describe. The
+tables they need from `gguf.constants` come from runtime/ggml_facts.py, which must agree
+with the installed `gguf` package exactly: that package is the oracle here.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import gguf
+import pytest
+
+from toycards import cache
+from toycards.runtime import ggml_facts
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "tiny-llama.gguf"
+HEAVY = ("numpy", "gguf", "lark", "jinja2", "torch", "rich")
+
+
+def imported_modules(args: list[str], cache_dir: Path) -> tuple[set[str], str]:
+    """Top-level modules a fresh `python -X importtime ARGS` imports, and its stdout."""
+    env = {**os.environ, "TOYCARDS_CACHE": str(cache_dir), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", *args], capture_output=True, text=True, env=env, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    names = {
+        line.rsplit("|", 1)[1].strip().split(".")[0]
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    return names, done.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-m", "toycards", "describe", str(EXAMPLE), "--format", "json"],
+        ["-m", "toycards", "describe", str(EXAMPLE), "--format", "card"],
+        ["-m", "toycards", "list", "--dir", str(EXAMPLE.parent), "--no-caches", "--json"],
+    ],
+    ids=["describe-json", "describe-card", "list-json"],
+)
+def test_header_commands_import_nothing_heavy(args, tmp_path):
+    first, out1 = imported_modules(args, tmp_path)  # fills the cache (parses the card, reads gguf)
+    second, out2 = imported_modules(args, tmp_path)
+    assert out1 == out2 and out1
+    assert not second & set(HEAVY), sorted(second & set(HEAVY))
+
+
+def test_cache_off_still_works(tmp_path):
+    args = ["-m", "toycards", "describe", str(EXAMPLE), "--format", "json"]
+    off, out_off = imported_modules(args, tmp_path / "unused")
+    env_off = {**os.environ, "TOYCARDS_CACHE": "off", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env_off, cwd=ROOT)
+    assert done.returncode == 0 and done.stdout == out_off
+
+
+def test_facts_match_the_gguf_package():
+    assert ggml_facts.QUANT_SIZES == {int(t): tuple(s) for t, s in gguf.GGML_QUANT_SIZES.items()}
+    assert ggml_facts.QUANT_NAMES == {int(t): t.name for t in gguf.GGMLQuantizationType}
+    assert ggml_facts.VALUE_TYPE_NAMES == {int(t): t.name.lower() for t in gguf.GGUFValueType}
+    assert all(getattr(ggml_facts.ValueType, t.name) == int(t) for t in gguf.GGUFValueType)
+    assert ggml_facts.DEFAULT_ALIGNMENT == gguf.GGUF_DEFAULT_ALIGNMENT
+    assert ggml_facts.FILE_TYPE_NAMES == {int(t): t.name for t in gguf.LlamaFileType}
+    assert ggml_facts.ARCH_NAMES == {m.name: gguf.MODEL_ARCH_NAMES[m] for m in gguf.MODEL_ARCH}
+    for group in ("General", "LLM", "Attention", "Rope", "Tokenizer", "Split"):
+        theirs = {
+            k: v for k, v in vars(getattr(gguf.Keys, group)).items() if isinstance(v, str) and k.isupper()
+        }
+        ours = getattr(ggml_facts.Keys, group)
+        assert theirs and all(getattr(ours, k) == v for k, v in theirs.items())
+    assert ggml_facts.file_type_name(int(gguf.LlamaFileType.MOSTLY_Q4_K_M)) == "Q4_K_M"
+    assert ggml_facts.file_type_name(10_000) is None
+
+
+def test_facts_cache_is_keyed_by_the_gguf_package(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOYCARDS_CACHE", str(tmp_path))
+    fresh = ggml_facts._load()
+    files = list(tmp_path.glob("ggml-facts-*.pickle"))
+    assert len(files) == 1 and cache.load(files[0]) == fresh
+    # a damaged entry is read past and rewritten
+    files[0].write_bytes(b"\x80\x05 not a pickle")
+    assert ggml_facts._load() == fresh
+    assert cache.load(files[0]) == fresh
+    # an entry of another shape (an older toycards) is not trusted
+    cache.store(files[0], {"quant_sizes": {}})
+    assert ggml_facts._load() == fresh
+
+
+def test_cache_store_never_leaves_partial_files(tmp_path):
+    path = tmp_path / "sub" / "x-1.pickle"
+    cache.store(path, {"a": 1})
+    assert cache.load(path) == {"a": 1}
+    with pytest.raises(Exception):  # an object pickle refuses: nothing is left behind
+        cache.store(path.with_name("y-1.pickle"), lambda: 0)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["x-1.pickle"]

@@ -1,0 +1,76 @@
+"""A small on-disk cache for data toycards derives from files that rarely change.
+
+Owns: where cached files live (`$TOYCARDS_CACHE`, else `$XDG_CACHE_HOME/toycards`, else
+`~/.cache/toycards`; `TOYCARDS_CACHE=off` turns the cache off), and reading and writing
+them. Callers name an entry and give a key that changes whenever its inputs change
+(library cards: the card text, grammar and version; ggml facts: the installed `gguf`
+package), so a stale entry is never found, only left behind.
+Leaves out: what is cached (library.py, runtime/ggml_facts.py).
+
+Everything here is best effort: a cache that cannot be read or written costs the next
+process the work it would have saved, never an error.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import zlib
+from pathlib import Path
+
+
+def cache_key(*parts: str) -> str:
+    """A short key for some texts (two checksums and the length: a cache name, not a seal)."""
+    data = "\0".join(parts).encode("utf-8", "surrogatepass")
+    return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}{len(data):x}"
+
+
+def cache_file(name: str, key: str) -> Path | None:
+    """Where entry `name` with `key` lives, or None when the cache is off."""
+    root = os.environ.get("TOYCARDS_CACHE")
+    if root == "off":
+        return None
+    base = (
+        Path(root) if root else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "toycards"
+    )
+    return base / f"{name}-{key}.pickle"
+
+
+def load(path: Path | None) -> object | None:
+    """The object pickled at `path`, or None when there is none or it cannot be read."""
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as fh:
+            return pickle.load(fh)  # noqa: S301 - our own cache, in the user's own folder
+    except (
+        OSError,
+        pickle.UnpicklingError,
+        EOFError,
+        AttributeError,
+        ImportError,
+        IndexError,
+        TypeError,
+        ValueError,
+    ):
+        return None
+
+
+def store(path: Path | None, obj: object) -> None:
+    """Pickle `obj` to `path` atomically (a temporary file, then a rename)."""
+    if path is None:
+        return
+    import tempfile
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                pickle.dump(obj, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError:
+        pass

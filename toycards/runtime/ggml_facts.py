@@ -1,0 +1,98 @@
+"""The `gguf` package's tables of GGUF facts, without importing the package.
+
+Owns: the facts a header reader needs from `gguf.constants` (value types, ggml tensor
+types and their block sizes, the default alignment, file types, architecture names and
+metadata keys), copied from the installed `gguf` package on first use and cached on
+disk (toycards/cache.py) under a key made from that package's constants file, so an
+upgraded `gguf` is read afresh. Importing `gguf` costs a fresh process about 70 ms,
+NumPy included; `toycards describe` and `list` read headers without either.
+Leaves out: what the facts mean (runtime/gguf_header.py, runtime/hparams.py,
+describe_header.py); tensor data, which needs `gguf.quants` (runtime/dequant.py).
+
+>>> QUANT_NAMES[8], QUANT_SIZES[8], ValueType.STRING, Keys.General.ARCHITECTURE
+('Q8_0', (32, 34), 8, 'general.architecture')
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from types import SimpleNamespace
+
+from toycards import cache
+
+_SCHEMA = "1"  # bump when the tables below change shape
+
+
+def _from_gguf() -> dict[str, object]:
+    """Read the tables from the `gguf` package itself (the slow path: imports it)."""
+    import gguf
+
+    def namespace(cls: type) -> SimpleNamespace:
+        return SimpleNamespace(
+            **{
+                k: namespace(v) if isinstance(v, type) else v
+                for k, v in vars(cls).items()
+                if not k.startswith("_") and (isinstance(v, str) or isinstance(v, type))
+            }
+        )
+
+    return {
+        "value_types": {t.name: int(t) for t in gguf.GGUFValueType},
+        "quant_sizes": {int(t): tuple(s) for t, s in gguf.GGML_QUANT_SIZES.items()},
+        "quant_names": {int(t): t.name for t in gguf.GGMLQuantizationType},
+        "default_alignment": int(gguf.GGUF_DEFAULT_ALIGNMENT),
+        "file_types": {int(t): t.name for t in gguf.LlamaFileType},
+        "arch_names": {m.name: gguf.MODEL_ARCH_NAMES[m] for m in gguf.MODEL_ARCH},
+        "keys": namespace(gguf.Keys),
+    }
+
+
+def _load() -> dict[str, object]:
+    spec = importlib.util.find_spec("gguf")
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    constants = os.path.join(folders[0], "constants.py") if folders else ""
+    try:
+        st = os.stat(constants)
+    except OSError:
+        return _from_gguf()
+    key = cache.cache_key(_SCHEMA, constants, str(st.st_size), str(st.st_mtime_ns))
+    path = cache.cache_file("ggml-facts", key)
+    facts = cache.load(path)
+    if not isinstance(facts, dict) or facts.keys() != _TABLES:
+        facts = _from_gguf()
+        cache.store(path, facts)
+    return facts
+
+
+_TABLES = {
+    "value_types",
+    "quant_sizes",
+    "quant_names",
+    "default_alignment",
+    "file_types",
+    "arch_names",
+    "keys",
+}
+_facts = _load()
+
+ValueType = SimpleNamespace(**_facts["value_types"])
+"""GGUF metadata value types by name: `ValueType.UINT32 == 4`, `ValueType.ARRAY == 9`."""
+VALUE_TYPE_NAMES: dict[int, str] = {code: name.lower() for name, code in _facts["value_types"].items()}
+QUANT_SIZES: dict[int, tuple[int, int]] = _facts["quant_sizes"]
+"""ggml tensor type → (elements per block, bytes per block)."""
+QUANT_NAMES: dict[int, str] = _facts["quant_names"]
+DEFAULT_ALIGNMENT: int = _facts["default_alignment"]
+FILE_TYPE_NAMES: dict[int, str] = _facts["file_types"]
+"""`general.file_type` → llama.cpp's name for it (`MOSTLY_Q8_0`)."""
+ARCH_NAMES: dict[str, str] = _facts["arch_names"]
+"""`gguf.MODEL_ARCH` member name → `general.architecture` (`"QWEN2"` → `"qwen2"`)."""
+Keys = _facts["keys"]
+"""`gguf.Keys` as nested namespaces: `Keys.LLM.BLOCK_COUNT == "{arch}.block_count"`."""
+del _facts
+
+
+def file_type_name(code: int) -> str | None:
+    """`15` → `"Q4_K_M"`: llama.cpp's name of a `general.file_type`; None for a code it lacks."""
+    name = FILE_TYPE_NAMES.get(code)
+    return name.removeprefix("MOSTLY_").removeprefix("ALL_") if name else None
