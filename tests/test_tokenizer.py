@@ -21,6 +21,7 @@ from toycards.runtime.gguf import open_gguf
 from toycards.runtime.tokenizer import Tokenizer, clean_up_spaces, load_tokenizer
 from toycards.runtime.tokenizer_bpe import PRE_TOKENIZERS, REGEX_FAMILIES, ByteBPE, PreTokenizer, split_words
 from toycards.runtime.tokenizer_chat import render_chat
+from toycards.runtime.tokenizer_merge import merge_pairs
 
 VOCAB_DIR = Path(
     os.environ.get("TOYCARDS_VOCAB_DIR", Path(__file__).resolve().parents[2] / "shared" / "vocab")
@@ -358,3 +359,17 @@ def test_docstring_examples(module):
 
     result = doctest.testmod(importlib.import_module(f"toycards.runtime.{module}"))
     assert result.failed == 0, f"{result.failed} docstring examples of {module} fail"
+
+
+def test_merge_pairs_by_hand():
+    """The shared merge loop: best priority first, leftmost on ties, stale pairs skipped."""
+    ranks = {("a", "b"): 0, ("b", "c"): 0, ("ab", "c"): 1, ("c", "ab"): 2}
+    # "a b c": (a,b) and (b,c) tie at rank 0 → the left one merges; then (ab,c)
+    assert merge_pairs(list("abc"), lambda x, y: ranks.get((x, y))) == ["abc"]
+    # "b c a b": (b,c) and (a,b) tie → (b,c) first, then (a,b); (c,a) and (bc,ab) cannot merge
+    assert merge_pairs(list("bcab"), lambda x, y: ranks.get((x, y))) == ["bc", "ab"]
+    # after "ab" forms, the stale (b, c) pushed earlier must not merge a "b" that is gone
+    assert merge_pairs(list("cabc"), lambda x, y: ranks.get((x, y))) == ["c", "abc"]
+    assert merge_pairs([], lambda x, y: 0) == [] and merge_pairs(["x"], lambda x, y: 0) == ["x"]
+    symbols = list("ab")
+    assert merge_pairs(symbols, lambda x, y: 0) == ["ab"] and symbols == ["a", "b"]

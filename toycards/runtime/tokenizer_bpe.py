@@ -19,11 +19,12 @@ same expressions through `regex` gives the same splits.
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 from functools import cache
 
 import regex
+
+from toycards.runtime.tokenizer_merge import merge_pairs
 
 _CONTRACTIONS = r"'s|'t|'re|'ve|'m|'ll|'d"
 _CONTRACTIONS_ANY_CASE = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
@@ -251,32 +252,7 @@ class ByteBPE:
         return ids
 
     def merge(self, word: str) -> list[str]:
-        """Merge the symbols of one byte-encoded word, lowest rank first, leftmost on ties.
-
-        This is llama.cpp's `llm_tokenizer_bpe_session`: a heap of adjacent pairs; a popped
-        pair whose two sides changed since it was pushed is stale and skipped.
-        """
-        symbols = list(word)  # symbols[i] == "" once merged into its left neighbour
-        nxt = [*range(1, len(symbols)), -1]
-        prv = list(range(-1, len(symbols) - 1))
-        heap: list[tuple[int, int, int, str]] = []
-
-        def push(left: int, right: int) -> None:
-            if left >= 0 and right >= 0:
-                rank = self.ranks.get((symbols[left], symbols[right]))
-                if rank is not None:
-                    heapq.heappush(heap, (rank, left, right, symbols[left] + symbols[right]))
-
-        for i in range(1, len(symbols)):
-            push(i - 1, i)
-        while heap:
-            _, left, right, text = heapq.heappop(heap)
-            if not symbols[left] or not symbols[right] or symbols[left] + symbols[right] != text:
-                continue
-            symbols[left], symbols[right] = text, ""
-            nxt[left] = nxt[right]
-            if nxt[right] >= 0:
-                prv[nxt[right]] = left
-            push(prv[left], left)
-            push(left, nxt[left])
-        return [s for s in symbols if s]
+        """Merge the symbols of one byte-encoded word, lowest rank first, leftmost on ties
+        (llama.cpp's `llm_tokenizer_bpe_session`)."""
+        ranks = self.ranks
+        return merge_pairs(list(word), lambda a, b: ranks.get((a, b)))

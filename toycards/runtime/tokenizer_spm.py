@@ -17,7 +17,7 @@ Example with the Llama 2 vocabulary::
 
 from __future__ import annotations
 
-import heapq
+from toycards.runtime.tokenizer_merge import merge_pairs
 
 SPACE = "\u2581"  # ▁, SentencePiece's visible space
 
@@ -73,33 +73,12 @@ class SentencePiece:
         return ids
 
     def merge(self, text: str) -> list[str]:
-        """Merge characters, highest token score first, leftmost on ties.
+        """Merge characters, highest token score first, leftmost on ties
+        (llama.cpp's `llm_tokenizer_spm_session`)."""
+        token_to_id, scores = self.token_to_id, self.scores
 
-        A heap of adjacent pairs whose concatenation is a token; a popped pair whose sides
-        changed since it was pushed is stale (llama.cpp checks the combined length).
-        """
-        symbols = list(text)  # symbols[i] == "" once merged into its left neighbour
-        nxt = [*range(1, len(symbols)), -1]
-        prv = list(range(-1, len(symbols) - 1))
-        heap: list[tuple[float, int, int, int]] = []
+        def priority(a: str, b: str) -> float | None:
+            tid = token_to_id.get(a + b)
+            return None if tid is None else -scores[tid]
 
-        def push(left: int, right: int) -> None:
-            if left >= 0 and right >= 0:
-                tid = self.token_to_id.get(symbols[left] + symbols[right])
-                if tid is not None:
-                    size = len(symbols[left]) + len(symbols[right])
-                    heapq.heappush(heap, (-self.scores[tid], left, right, size))
-
-        for i in range(1, len(symbols)):
-            push(i - 1, i)
-        while heap:
-            _, left, right, size = heapq.heappop(heap)
-            if not symbols[left] or not symbols[right] or len(symbols[left]) + len(symbols[right]) != size:
-                continue
-            symbols[left], symbols[right] = symbols[left] + symbols[right], ""
-            nxt[left] = nxt[right]
-            if nxt[right] >= 0:
-                prv[nxt[right]] = left
-            push(prv[left], left)
-            push(left, nxt[left])
-        return [s for s in symbols if s]
+        return merge_pairs(list(text), priority)
