@@ -3,7 +3,7 @@
 Owns: the rules for `from …` sources (one source list per declared name; `{…}` templates: only
 `{arch}` in metadata keys, none in tensor names, an affine expression of the group variable in a
 group prefix such as `"blk.{l-1}."`; `^⊺` only on a parameter declared as a matrix; no default
-on a parameter; no `≔` for a parameter), concrete values of a bound card (`L ∈ ℕ = 30`), and
+on a parameter; a default uses only hyperparameters declared above it; no `≔` for a parameter), concrete values of a bound card (`L ∈ ℕ = 30`), and
 exact division once values are concrete (`d_h ≔ d_e / H` with d_e = 10, H = 3 is an error).
 Leaves out: registering the declared names (declarations.py) and GGUF files (describe).
 """
@@ -41,8 +41,24 @@ def hyper_binding(ctx: Ctx, decl: ir.Decl) -> None:
                     f"unknown template {{{m.group(1)}}} in metadata key {src.tensor!r}",
                     "a metadata key may only use {arch} (general.architecture)",
                 )
-    if b.default is not None and not _is_literal(b.default):
-        ctx.error(b.default.span, "a default must be a literal number or an option name")
+    if b.default is not None:
+        default_names(ctx, decl, b.default)
+
+
+def default_names(ctx: Ctx, decl: ir.Decl, default: ir.Expr) -> None:
+    """A default is bound while the file is read, in declaration order: it may use numbers, the
+    declaration's own options and hyperparameters declared above it (`d_h … default d_e / H`)."""
+    options = decl.type.options if isinstance(decl.type, ir.EnumType) else ()
+    for node in ir.walk(default):
+        if not isinstance(node, ir.Name) or node.id in options:
+            continue
+        entry = ctx.scope.declared.get(node.id)
+        if entry is None or entry.kind != "hyper":
+            ctx.error(
+                node.span,
+                f"a default may only use numbers, options and hyperparameters declared above it, not {node.id}",
+                "declare the hyperparameter it needs first, or derive the value with ≔",
+            )
 
 
 def hyper_value(ctx: Ctx, decl: ir.Decl, shape: Shape, values: dict[str, int]) -> None:
@@ -150,12 +166,6 @@ def dim_or_none(d: ir.Dim) -> Dim | None:
         return from_ir(d)
     except DimError:
         return None
-
-
-def _is_literal(e: ir.Expr) -> bool:
-    if isinstance(e, ir.UnOp) and e.op == "-":
-        e = e.operand
-    return isinstance(e, ir.Num | ir.Name | ir.Str | ir.Const)
 
 
 def _affine(d: Dim) -> bool:
