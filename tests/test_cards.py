@@ -16,6 +16,7 @@ import gguf
 import pytest
 
 from toycards import ir
+from toycards.library import library_card
 from toycards.parse import parse
 from toycards.render.card import render_card
 
@@ -194,7 +195,7 @@ def test_model_card_parameters_are_all_bound(name):
 
 
 # ── model cards: shapes equal the tensors llama.cpp's converter writes ───────────────────
-ORACLE_CASES = {"gpt2": ["gpt2"], "llama": ["llama", "llama-tied"], "qwen2": ["qwen2"]}
+ORACLE_CASES = {"gpt2": ["gpt2"], "llama": ["llama", "llama-tied"], "qwen2": ["qwen2"], "qwen3": ["qwen3"]}
 
 
 def _value(e: ir.Expr | ir.Dim, env: dict[str, float]) -> float:
@@ -291,7 +292,7 @@ def _worst(got, expected) -> str:
 
 
 @pytest.mark.parametrize("target", ["numpy", "torch"])
-@pytest.mark.parametrize("case", ["gpt2", "llama", "llama-tied", "qwen2"])
+@pytest.mark.parametrize("case", ["gpt2", "llama", "llama-tied", "qwen2", "qwen3"])
 def test_model_card_logits_match_transformers(case, target, oracle_files):
     import toycards
 
@@ -364,3 +365,26 @@ def test_llama_card_rope_scaling_matches_transformers(rope, tmp_path):
         )
     got, expected = toycards.load(str(path), target="numpy").logits(IDS), hf_logits(model, IDS)
     assert abs(got - expected).max() < 1e-4, f"{rope['rope_type']}: {_worst(got, expected)}"
+
+
+def test_qwen3_head_size_from_key_length_or_d_e_over_h():
+    """`d_h … default d_e / H`: llama.cpp's n_embd_head_k falls back to n_embd / n_head."""
+    from toycards.binding import bind_hyperparameters
+
+    algo = library_card("qwen3").main
+    meta = {
+        "qwen3.block_count": 2,
+        "qwen3.attention.head_count": 4,
+        "qwen3.attention.head_count_kv": 2,
+        "qwen3.embedding_length": 64,
+        "qwen3.feed_forward_length": 128,
+        "qwen3.context_length": 256,
+        "qwen3.attention.layer_norm_rms_epsilon": 1e-6,
+    }
+    shapes = {"token_embd.weight": (288, 64)}
+    values, source, problems = bind_hyperparameters(algo, meta, "qwen3", shapes)
+    assert (values["d_h"], source["d_h"]) == (16, "default") and not problems
+    values, source, problems = bind_hyperparameters(
+        algo, {**meta, "qwen3.attention.key_length": 128}, "qwen3", shapes
+    )
+    assert (values["d_h"], source["d_h"]) == (128, 'key "qwen3.attention.key_length"') and not problems

@@ -15,7 +15,7 @@ from test_models_oracle import assert_logits_close
 from toycards.loader import load
 
 TARGETS = ("numpy", "torch")
-CASES = ("gpt2", "llama")
+CASES = ("gpt2", "llama", "qwen3")  # qwen3: per-head q/k norm on the cached keys
 ATOL = 1e-5  # same model, same weights: only the order of float32 sums changes
 
 

@@ -29,6 +29,7 @@ ARCH_CARDS: dict[str, str] = {
     "gpt2": "gpt2",
     "llama": "llama",
     "qwen2": "qwen2",
+    "qwen3": "qwen3",
 }
 
 
