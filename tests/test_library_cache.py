@@ -36,3 +36,27 @@ def test_cache_off(tmp_path, monkeypatch):
     assert library.library_card("gpt2").main.name == "GPT2"
     assert not list(tmp_path.iterdir())
     library.library_card.cache_clear()
+
+
+def test_cache_key_follows_the_ir_and_parser(tmp_path, monkeypatch):
+    """A pickled card from before a change to ir.py or parse.py is not reused."""
+    monkeypatch.setenv("TOYCARDS_CACHE", str(tmp_path))
+    library.library_card.cache_clear()
+    library.library_card("gpt2")
+    real = library.PACKAGE
+    fake = tmp_path / "pkg"
+    (fake / "grammar").mkdir(parents=True)
+    for rel in ("grammar/card.lark", "parse.py", "ir.py"):
+        (fake / rel).write_text((real / rel).read_text(encoding="utf-8"), encoding="utf-8")
+    monkeypatch.setattr(library, "PACKAGE", fake)
+    monkeypatch.setattr(library, "GRAMMAR", fake / "grammar" / "card.lark")
+    library.library_card.cache_clear()
+    library.library_card("gpt2")
+    assert len(list(tmp_path.glob("gpt2-*.pickle"))) == 1  # same sources: the same entry
+    (fake / "ir.py").write_text(
+        (real / "ir.py").read_text(encoding="utf-8") + "\n# changed\n", encoding="utf-8"
+    )
+    library.library_card.cache_clear()
+    library.library_card("gpt2")
+    assert len(list(tmp_path.glob("gpt2-*.pickle"))) == 2  # a new key, parsed afresh
+    library.library_card.cache_clear()

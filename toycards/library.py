@@ -42,13 +42,15 @@ def card_names() -> list[str]:
 def library_card(name: str) -> ir.Card:
     """A library card, parsed once per process and cached on disk between processes.
 
-    The on-disk cache (toycards/cache.py) is keyed by the card text, the grammar and the
-    toycards version, so an edited card or grammar is parsed afresh.
+    The on-disk cache (toycards/cache.py) is keyed by the card text, the toycards version and
+    the sources of the grammar, the parser and the IR classes, so an edited card, or a changed
+    parser or IR, is parsed afresh.
     """
     from toycards import __version__
 
     text = (CARDS / f"{name}.card").read_text(encoding="utf-8")
-    path = cache.cache_file(name, cache.cache_key(__version__, GRAMMAR.read_text(encoding="utf-8"), text))
+    sources = [p.read_text(encoding="utf-8") for p in (GRAMMAR, PACKAGE / "parse.py", PACKAGE / "ir.py")]
+    path = cache.cache_file(name, cache.cache_key(__version__, *sources, text))
     card = cache.load(path)
     if isinstance(card, ir.Card) and card.source == text:
         return card
