@@ -195,7 +195,13 @@ def test_model_card_parameters_are_all_bound(name):
 
 
 # ── model cards: shapes equal the tensors llama.cpp's converter writes ───────────────────
-ORACLE_CASES = {"gpt2": ["gpt2"], "llama": ["llama", "llama-tied"], "qwen2": ["qwen2"], "qwen3": ["qwen3"]}
+ORACLE_CASES = {
+    "gpt2": ["gpt2"],
+    "llama": ["llama", "llama-tied"],
+    "qwen2": ["qwen2"],
+    "qwen3": ["qwen3"],
+    "starcoder2": ["starcoder2"],
+}
 
 
 def _value(e: ir.Expr | ir.Dim, env: dict[str, float]) -> float:
@@ -292,7 +298,7 @@ def _worst(got, expected) -> str:
 
 
 @pytest.mark.parametrize("target", ["numpy", "torch"])
-@pytest.mark.parametrize("case", ["gpt2", "llama", "llama-tied", "qwen2", "qwen3"])
+@pytest.mark.parametrize("case", ["gpt2", "llama", "llama-tied", "qwen2", "qwen3", "starcoder2"])
 def test_model_card_logits_match_transformers(case, target, oracle_files):
     import toycards
 

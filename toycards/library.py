@@ -30,6 +30,7 @@ ARCH_CARDS: dict[str, str] = {
     "llama": "llama",
     "qwen2": "qwen2",
     "qwen3": "qwen3",
+    "starcoder2": "starcoder2",
 }
 
 

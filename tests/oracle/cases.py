@@ -28,6 +28,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "llama-tied": ("llama", {"tie_word_embeddings": True, "rope_theta": 5e5, "rms_norm_eps": 1e-6}),
     "qwen2": ("qwen2", {}),  # q/k/v biases, NEOX rope, tied output, θ = 1e6
     "qwen3": ("qwen3", {}),  # per-head q/k RMSNorm, head_dim 128 ≠ d_e/H = 16, untied
+    "starcoder2": ("starcoder2", {}),  # LayerNorm, biases everywhere, GQA, NEOX rope, GELU(tanh) MLP, tied
 }
 
 

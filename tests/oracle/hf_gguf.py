@@ -27,7 +27,7 @@ and `integrations/ggml.py`, gguf-py 0.19):
 - Types: 1-D tensors, `*_norm.weight`, tensors not ending in `.weight` (biases) and
   `position_embd` stay F32; every other 2-D weight, `token_embd` and `output` included, takes the
   file type (F16 or Q8_0); a Q8_0 row whose length is not a multiple of 32 falls back to F16.
-- transformers' loader (the legacy path for gpt2/llama/qwen2/qwen3) dequantizes every tensor with
+- transformers' loader (the legacy path for gpt2/llama/qwen2/qwen3/starcoder2) dequantizes every tensor with
   `gguf.dequantize` into a plain float model; the config comes from metadata alone:
   llama `rope.dimension_count` → `head_dim`; qwen2/qwen3 ignore `rope.dimension_count` and
   `attention.key_length`, so the reloaded `head_dim` is the config class default (Qwen3: 128) —
@@ -35,7 +35,9 @@ and `integrations/ggml.py`, gguf-py 0.19):
   uses 4·d_e; llama.cpp writes 4·d_e too) and reads `context_length` into `n_ctx`, not
   `n_positions`, so the reloaded position table has the class default 1024 rows — the tiny GPT-2
   therefore has `n_positions = 1024`. Without `{arch}.vocab_size` the vocabulary size is the
-  length of `tokenizer.ggml.tokens`.
+  length of `tokenizer.ggml.tokens`. StarCoder2 ignores `rope.freq_base` (the reloaded θ is the
+  class default 10000, which llama.cpp also assumes when the key is absent), so the tiny
+  StarCoder2 keeps θ = 10000; the file still carries the key, as llama.cpp's converter writes it.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ class ArchSpec:
     rms_norm: bool  # RMSNorm (ε under attention.layer_norm_rms_epsilon) vs LayerNorm
     vocab: str  # "spm" (SentencePiece, tokenizer.ggml.model = llama) or "bpe" (byte-level, gpt2)
     tokenizer_pre: str
+    rope: bool = True  # rotary positions and grouped-query heads (everything here but GPT-2)
 
 
 _ROPE_GQA = dict(
@@ -99,6 +102,7 @@ ARCHS: dict[str, ArchSpec] = {
         rms_norm=False,
         vocab="bpe",
         tokenizer_pre="gpt-2",
+        rope=False,
     ),
     "llama": ArchSpec(
         gguf.MODEL_ARCH.LLAMA,
@@ -133,6 +137,26 @@ ARCHS: dict[str, ArchSpec] = {
         rms_norm=True,
         vocab="bpe",
         tokenizer_pre="qwen2",
+    ),
+    "starcoder2": ArchSpec(
+        gguf.MODEL_ARCH.STARCODER2,
+        transformers.Starcoder2Config,
+        dict(
+            hidden_size=64,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            num_hidden_layers=2,
+            intermediate_size=96,
+            max_position_embeddings=128,
+            norm_epsilon=1e-5,
+            rope_theta=10000.0,
+            vocab_size=288,
+            tie_word_embeddings=True,
+        ),
+        permute_qk=False,
+        rms_norm=False,
+        vocab="bpe",
+        tokenizer_pre="starcoder",
     ),
 }
 
@@ -319,14 +343,16 @@ def _hparams_kv(config: Any, arch: str, ftype: str) -> dict[str, tuple[Any, VT]]
         Gen.FILE_TYPE: (int(FILE_TYPES[ftype][0]), VT.UINT32),
         Gen.QUANTIZATION_VERSION: (gguf.GGML_QUANT_VERSION, VT.UINT32),
     }
-    if not spec.rms_norm:
-        kv[Att.LAYERNORM_EPS] = (config.layer_norm_epsilon, VT.FLOAT32)
-    else:
+    if spec.rms_norm:
+        kv[Att.LAYERNORM_RMS_EPS] = (config.rms_norm_eps, VT.FLOAT32)
+    else:  # GPT-2's layer_norm_epsilon, StarCoder2's norm_epsilon
+        eps = getattr(config, "layer_norm_epsilon", None) or config.norm_epsilon
+        kv[Att.LAYERNORM_EPS] = (eps, VT.FLOAT32)
+    if spec.rope:
         d_h = head_dim(config)
         kv |= {
             K.VOCAB_SIZE: (config.vocab_size, VT.UINT32),
             Att.HEAD_COUNT_KV: (config.num_key_value_heads, VT.UINT32),
-            Att.LAYERNORM_RMS_EPS: (config.rms_norm_eps, VT.FLOAT32),
             Att.KEY_LENGTH: (d_h, VT.UINT32),
             Att.VALUE_LENGTH: (d_h, VT.UINT32),
             Rope.DIMENSION_COUNT: (d_h, VT.UINT32),
