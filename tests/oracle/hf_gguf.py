@@ -82,16 +82,16 @@ class ArchSpec:
     rope: bool = True  # rotary positions and grouped-query heads (everything here but GPT-2)
 
 
-_ROPE_GQA = dict(
+_GQA_SHAPE = dict(
     hidden_size=64,  # d_e
     num_attention_heads=4,  # H
     num_key_value_heads=2,  # H_kv: two query heads share each K/V head
     num_hidden_layers=2,  # L
     intermediate_size=96,  # d_mlp, a multiple of 32 so ffn_down can be Q8_0
     max_position_embeddings=128,  # ℓ_max
-    rms_norm_eps=1e-5,
     rope_theta=10000.0,
 )
+_ROPE_GQA = dict(_GQA_SHAPE, rms_norm_eps=1e-5)
 
 ARCHS: dict[str, ArchSpec] = {
     "gpt2": ArchSpec(
@@ -141,18 +141,7 @@ ARCHS: dict[str, ArchSpec] = {
     "starcoder2": ArchSpec(
         gguf.MODEL_ARCH.STARCODER2,
         transformers.Starcoder2Config,
-        dict(
-            hidden_size=64,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            num_hidden_layers=2,
-            intermediate_size=96,
-            max_position_embeddings=128,
-            norm_epsilon=1e-5,
-            rope_theta=10000.0,
-            vocab_size=288,
-            tie_word_embeddings=True,
-        ),
+        dict(_GQA_SHAPE, norm_epsilon=1e-5, vocab_size=288, tie_word_embeddings=True),
         permute_qk=False,
         rms_norm=False,
         vocab="bpe",
