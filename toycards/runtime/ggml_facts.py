@@ -33,7 +33,7 @@ def _from_gguf() -> dict[str, object]:
             **{
                 k: namespace(v) if isinstance(v, type) else v
                 for k, v in vars(cls).items()
-                if not k.startswith("_") and (isinstance(v, str) or isinstance(v, type))
+                if not k.startswith("_") and isinstance(v, str | type)
             }
         )
 
@@ -48,7 +48,19 @@ def _from_gguf() -> dict[str, object]:
     }
 
 
+_TABLES = {
+    "value_types",
+    "quant_sizes",
+    "quant_names",
+    "default_alignment",
+    "file_types",
+    "arch_names",
+    "keys",
+}
+
+
 def _load() -> dict[str, object]:
+    """The tables from the disk cache, else from `gguf` (then cached under the package's key)."""
     spec = importlib.util.find_spec("gguf")
     folders = list(spec.submodule_search_locations or []) if spec else []
     constants = os.path.join(folders[0], "constants.py") if folders else ""
@@ -65,15 +77,6 @@ def _load() -> dict[str, object]:
     return facts
 
 
-_TABLES = {
-    "value_types",
-    "quant_sizes",
-    "quant_names",
-    "default_alignment",
-    "file_types",
-    "arch_names",
-    "keys",
-}
 _facts = _load()
 
 ValueType = SimpleNamespace(**_facts["value_types"])
