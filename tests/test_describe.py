@@ -31,8 +31,9 @@ from gguf_factory import (
     write_gguf,
 )
 
+from toycards import ir
 from toycards.binding import eval_scalar
-from toycards.describe import DescribedCard, describe
+from toycards.describe import DescribedCard, _value_expr, describe, number_expr
 from toycards.describe_formats import render_described, to_json
 from toycards.describe_inventory import model_tensor, tensor_role
 from toycards.errors import ToycardsError
@@ -552,3 +553,17 @@ def test_public_api_after_the_module_is_imported(oracle_files):
 
     card = toycards.describe(oracle_files("gpt2").path)
     assert isinstance(card, DescribedCard) and card.origin == "library"
+
+
+def test_number_literals_as_float32_metadata_reads_them():
+    """Card literals for metadata numbers: the shortest text that reads back as the same float32
+    (hand-checked values), NumPy scalars as plain numbers, and no literal for inf or NaN."""
+    real = ir.TensorType("R")
+    assert number_expr(9.999999747378752e-06, float32=True) == ir.Num("1e-05")
+    assert number_expr(0.10000000149011612, float32=True) == ir.Num("0.1")
+    assert number_expr(0.1, float32=False) == ir.Num("0.1")
+    assert number_expr(np.int32(-3)) == ir.UnOp("-", ir.Num("3"))
+    assert number_expr(np.float32(0.5), float32=True) == ir.Num("0.5")
+    assert number_expr(np.bool_(True)) == ir.Num("1")
+    assert _value_expr(np.float32(2.0), real, True) == ir.Num("2.0")
+    assert _value_expr(float("inf"), real, True) is None and _value_expr(float("nan"), real, False) is None

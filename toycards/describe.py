@@ -125,6 +125,8 @@ def _value_expr(value: object, typ: ir.Type, float32: bool) -> ir.Expr | None:
     if isinstance(typ, ir.StrType):
         text = str(value)
         return ir.Str(text) if '"' not in text and text.isprintable() and len(text) <= 200 else None
+    if hasattr(value, "item"):  # a NumPy scalar
+        value = value.item()
     if isinstance(value, bool | int | float):
         if isinstance(value, float) and not math.isfinite(value):
             return None
