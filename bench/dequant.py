@@ -24,7 +24,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from gguf_factory import random_blocks  # noqa: E402
 
-from toycards.runtime.dequant import KERNELS, dequantize  # noqa: E402
+from toycards.gguf.dequant import KERNELS, dequantize  # noqa: E402
 
 TYPES = [Q.F16, Q.BF16, *KERNELS, Q.Q4_K, Q.Q6_K]
 

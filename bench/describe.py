@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from toycards.describe import describe  # noqa: E402
+from toycards.inspect.describe import describe  # noqa: E402
 
 
 def describe_fn(path: str | Path) -> dict:
@@ -109,10 +109,12 @@ def build_files(tmp: Path) -> dict[str, Path]:
 def cold_call(path: Path) -> float:
     """Seconds of the first `describe` call in a fresh interpreter (imports not counted)."""
     code = (
-        "import sys, time; import toycards.describe as d; t = time.perf_counter(); "
+        "import sys, time; import toycards.inspect.describe as d; t = time.perf_counter(); "
         "d.describe(sys.argv[1]); print(time.perf_counter() - t)"
     )
-    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, env=fresh_env())
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, env=fresh_env()
+    )
     if done.returncode:
         sys.exit(f"describe failed on {path}:\n{done.stderr}")
     return float(done.stdout)
@@ -130,7 +132,9 @@ def main() -> None:
         head = f"{'file':38} {'size':>8}  {'what is timed':36} {'ours':>8} {'gguf':>8} {'ratio':>7}"
         print(head + "\n" + "-" * len(head))
         imports = (
-            best_of(args.repeat, lambda: run_quiet([sys.executable, "-c", "import toycards.describe"])),
+            best_of(
+                args.repeat, lambda: run_quiet([sys.executable, "-c", "import toycards.inspect.describe"])
+            ),
             best_of(args.repeat, lambda: run_quiet([sys.executable, "-c", "import gguf.scripts.gguf_dump"])),
         )
         print(f"{'(start-up floor: imports only)':38} {'':>8}  {'fresh python: imports':36} ", end="")

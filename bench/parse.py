@@ -1,4 +1,4 @@
-"""Benchmark: parse + check of the whole card library (`toycards/cards/*.card`).
+"""Benchmark: parse + check of the whole card library (`toycards/library/cards/*.card`).
 
 Times, best of --repeat runs, in this process (the lark parser built once, as in a long-running
 program): parse of every card, check of every parsed card, the canonical printer, and the
@@ -21,8 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
-from toycards.parse import parse  # noqa: E402
-from toycards.render.card import render_card  # noqa: E402
+from toycards.lang.parse import parse  # noqa: E402
+from toycards.lang.printer import render_card  # noqa: E402
 
 CARDS = sorted((ROOT / "toycards" / "cards").glob("*.card"))
 
@@ -39,7 +39,7 @@ def best_of(repeat: int, fn: Callable[[], object]) -> float:
 
 def checker() -> Callable | None:
     try:
-        from toycards.check import check
+        from toycards.checker import check
     except ImportError:
         return None
     return check

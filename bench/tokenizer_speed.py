@@ -15,7 +15,7 @@ import time
 from functools import partial
 from pathlib import Path
 
-from toycards.runtime.tokenizer import load_tokenizer
+from toycards.tokenizer.tokenizer import load_tokenizer
 
 NAMES = ["gpt-2", "starcoder", "llama-spm", "phi-3"]
 

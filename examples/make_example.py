@@ -28,9 +28,9 @@ import gguf
 import numpy as np
 
 import toycards
-from toycards import ir
-from toycards.binding import bind_values, eval_scalar
+from toycards.lang import ir
 from toycards.library import library_card
+from toycards.models.binding import bind_values, eval_scalar
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_VOCAB = HERE.parent.parent / "shared" / "vocab" / "ggml-vocab-gpt-2.gguf"

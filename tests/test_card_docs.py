@@ -1,6 +1,6 @@
 """docs/card-language.md shows what toycards actually does: every message of the error
 catalogue is what toycards prints for the example card folded under it, every whole card shown
-is in canonical form, and the worked example is `toycards/cards/gpt2.card` verbatim.
+is in canonical form, and the worked example is `toycards/library/cards/gpt2.card` verbatim.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from toycards.parse import parse
-from toycards.render.card import render_card
+from toycards.lang.parse import parse
+from toycards.lang.printer import render_card
 
 ROOT = Path(__file__).parent.parent
 
@@ -23,7 +23,7 @@ def first_difference(expected: str, actual: str) -> str:
 
 
 def card_text(name: str) -> str:
-    return (ROOT / "toycards" / "cards" / f"{name}.card").read_text(encoding="utf-8")
+    return (ROOT / "toycards" / "library" / "cards" / f"{name}.card").read_text(encoding="utf-8")
 
 
 DOC = ROOT / "docs" / "card-language.md"
@@ -43,7 +43,7 @@ def _doc_error_entries() -> list[tuple[str, str, str]]:
 
 
 def _first_error(card_text: str):
-    from toycards.check import check_card
+    from toycards.checker import check_card
     from toycards.errors import ToycardsError
 
     try:

@@ -1,4 +1,4 @@
-"""The card library (`toycards/cards/*.card`): every card parses, is in canonical form, survives
+"""The card library (`toycards/library/cards/*.card`): every card parses, is in canonical form, survives
 the ASCII round trip and checks clean; the prelude and paper cards hold the algorithms that
 model cards and codegen rely on; the model cards bind llama.cpp's tensor names and metadata keys
 (`gguf.constants`) with the NumPy shapes that llama.cpp's converter writes (the oracle files of
@@ -15,12 +15,12 @@ from importlib import resources
 import gguf
 import pytest
 
-from toycards import ir
+from toycards.lang import ir
+from toycards.lang.parse import parse
+from toycards.lang.printer import render_card
 from toycards.library import library_card
-from toycards.parse import parse
-from toycards.render.card import render_card
 
-CARD_DIR = resources.files("toycards.cards")
+CARD_DIR = resources.files("toycards.library.cards")
 CARD_NAMES = sorted(p.name.removesuffix(".card") for p in CARD_DIR.iterdir() if p.name.endswith(".card"))
 MODEL_CARDS = [n for n in CARD_NAMES if n not in ("prelude", "paper")]
 
@@ -30,7 +30,7 @@ def card_text(name: str) -> str:
 
 
 def load(name: str) -> ir.Card:
-    return parse(card_text(name), file=f"toycards/cards/{name}.card")
+    return parse(card_text(name), file=f"toycards/library/cards/{name}.card")
 
 
 def first_difference(expected: str, actual: str) -> str:
@@ -63,9 +63,9 @@ def test_card_ascii_round_trip(name):
 
 @pytest.mark.parametrize("name", CARD_NAMES)
 def test_card_checks_clean(name):
-    check = pytest.importorskip("toycards.check")
+    check = pytest.importorskip("toycards.checker")
     if not hasattr(check, "check_card"):
-        pytest.skip("toycards.check.check_card is not written yet")
+        pytest.skip("toycards.checker.check_card is not written yet")
     diagnostics = check.check_card(load(name)).diagnostics
     problems = [d for d in diagnostics if d.severity != "note"]
     assert not problems, f"{name}.card:\n" + "\n".join(d.headline() for d in problems)
@@ -375,7 +375,7 @@ def test_llama_card_rope_scaling_matches_transformers(rope, tmp_path):
 
 def test_qwen3_head_size_from_key_length_or_d_e_over_h():
     """`d_h … default d_e / H`: llama.cpp's n_embd_head_k falls back to n_embd / n_head."""
-    from toycards.binding import bind_hyperparameters
+    from toycards.models.binding import bind_hyperparameters
 
     algo = library_card("qwen3").main
     meta = {

@@ -35,7 +35,7 @@ def hf():
 
 @pytest.fixture(scope="module")
 def tok():
-    from toycards.runtime.tokenizer import load_tokenizer
+    from toycards.tokenizer.tokenizer import load_tokenizer
 
     return load_tokenizer(EXAMPLE)
 
@@ -47,17 +47,17 @@ def test_gen_from_gguf_and_card_to_stdout_and_file(tmp_path, target):
     ast.parse(out.output)
     assert f"from toycards.runtime import ops_{target} as ops" in out.output
     dest = tmp_path / "llama_module.py"
-    out = cli("gen", str(ROOT / "toycards/cards/llama.card"), "--target", target, "-o", str(dest))
+    out = cli("gen", str(ROOT / "toycards/library/cards/llama.card"), "--target", target, "-o", str(dest))
     assert out.exit_code == 0, out.output
     assert (
         dest.read_text(encoding="utf-8")
-        == cli("gen", str(ROOT / "toycards/cards/llama.card"), "--target", target).output
+        == cli("gen", str(ROOT / "toycards/library/cards/llama.card"), "--target", target).output
     )
 
 
 def test_gen_never_overwrites_its_input(tmp_path):
     card = tmp_path / "m.card"
-    text = (ROOT / "toycards/cards/llama.card").read_text(encoding="utf-8")
+    text = (ROOT / "toycards/library/cards/llama.card").read_text(encoding="utf-8")
     card.write_text(text, encoding="utf-8")
     result = CliRunner().invoke(main, ["gen", str(card), "-o", str(card)])
     assert result.exit_code == 1 and "refusing to overwrite" in result.output
@@ -71,7 +71,7 @@ def test_gen_errors_are_one_line(tmp_path):
     )
     for args, fragment in [
         (("gen", str(bad)), "bad.card:4:"),  # an unknown name: the checker's diagnostic
-        (("gen", str(ROOT / "toycards/cards/prelude.card")), "entry point"),
+        (("gen", str(ROOT / "toycards/library/cards/prelude.card")), "entry point"),
         (("gen", str(tmp_path / "missing.card")), "no such file"),
         (("gen", str(ROOT / "README.md")), ""),
     ]:

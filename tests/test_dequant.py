@@ -1,4 +1,4 @@
-"""toycards.runtime.dequant against gguf.quants (the oracle) and hand-computed blocks."""
+"""toycards.gguf.dequant against gguf.quants (the oracle) and hand-computed blocks."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from gguf import GGML_QUANT_SIZES, quants
 from gguf_factory import Q, random_blocks, write_gguf
 
 from toycards.errors import ToycardsError
-from toycards.runtime.dequant import _CHUNK, KERNELS, PLAIN_DTYPES, TESTED_TYPES, dequantize
-from toycards.runtime.gguf import open_gguf
+from toycards.gguf.dequant import _CHUNK, KERNELS, PLAIN_DTYPES, TESTED_TYPES, dequantize
+from toycards.gguf.reader import open_gguf
 
 QUANTISABLE = {Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1}  # gguf.quants.quantize can make these
 BLOCK_TYPES = [t for t in TESTED_TYPES if t not in PLAIN_DTYPES and t != Q.BF16]

@@ -31,14 +31,14 @@ from gguf_factory import (
     write_gguf,
 )
 
-from toycards import ir
-from toycards.binding import eval_scalar
-from toycards.describe import DescribedCard, _value_expr, describe, number_expr
-from toycards.describe_formats import render_described, to_json
-from toycards.describe_inventory import model_tensor, tensor_role
 from toycards.errors import ToycardsError
+from toycards.inspect.describe import DescribedCard, _value_expr, describe, number_expr
+from toycards.inspect.formats import render_described, to_json
+from toycards.inspect.inventory import model_tensor, tensor_role
+from toycards.lang import ir
+from toycards.lang.parse import parse
 from toycards.library import ARCH_CARDS
-from toycards.parse import parse
+from toycards.models.binding import eval_scalar
 
 V, Q = gguf.GGUFValueType, gguf.GGMLQuantizationType
 IDS = [1, 5, 9, 2, 7, 3]
@@ -129,7 +129,7 @@ def test_header_agrees_with_gguf_reader(case, oracle_files):
 
 
 def test_rope_types_follow_design_facts():
-    from toycards.describe_header import ROPE_TYPES
+    from toycards.inspect.header import ROPE_TYPES
 
     for arch in [
         "llama",
@@ -153,9 +153,9 @@ def test_rope_types_follow_design_facts():
 @pytest.mark.parametrize("case", ROUND_TRIP_CASES)
 def test_round_trip(case, oracle_files, tmp_path):
     """describe --format card > m.card; check m.card; gen m.card; load(m.card, weights) == load(m.gguf)."""
-    from toycards.check import check
+    from toycards.checker import check
     from toycards.codegen import generate_source
-    from toycards.loader import load
+    from toycards.models.load import load
 
     f = oracle_files(case)
     out = cli("describe", str(f.path), "--format", "card")
@@ -195,7 +195,7 @@ def test_round_trip_through_toycards_commands(oracle_files, tmp_path):
 
 
 def test_described_card_loads_directly(oracle_files):
-    from toycards.loader import load
+    from toycards.models.load import load
 
     f = oracle_files("llama-tied")
     card = describe(f.path)
@@ -208,12 +208,12 @@ def _embedded(oracle_files, tmp_path, edit) -> Path:
     from oracle.hf_gguf import write_gguf as write_oracle
 
     model, config = oracle_files.model("gpt2")
-    text = edit(Path("toycards/cards/gpt2.card").read_text(encoding="utf-8"))
+    text = edit(Path("toycards/library/cards/gpt2.card").read_text(encoding="utf-8"))
     return write_oracle(model, config, tmp_path / "embedded.gguf", "gpt2", extra_kv={"toycards.card": text})
 
 
 def test_embedded_card_is_used(oracle_files, tmp_path):
-    from toycards.loader import load
+    from toycards.models.load import load
 
     path = _embedded(oracle_files, tmp_path, lambda t: t.replace("P ← GPT2(x | θ)", "P ← MyGPT(x | θ)"))
     card = describe(path)
@@ -332,7 +332,7 @@ def test_enough_architectures_without_cards():
 
 @pytest.mark.parametrize("arch", WITHOUT_CARDS)
 def test_declaration_only_card(arch, tmp_path):
-    from toycards.check import check
+    from toycards.checker import check
     from toycards.codegen import generate_source
 
     path = arch_file(tmp_path / f"{arch}.gguf", arch)
@@ -379,7 +379,7 @@ def test_declaration_only_through_the_command_line(arch, tmp_path):
 
 @pytest.mark.parametrize("arch", WITHOUT_CARDS)
 def test_declaration_only_card_text_parses_and_checks(arch, tmp_path):
-    from toycards.check import check
+    from toycards.checker import check
 
     card = describe(arch_file(tmp_path / "m.gguf", arch))
     again = parse(str(card))
@@ -549,7 +549,7 @@ def test_bad_file_in_a_fresh_process(tmp_path):
 
 def test_public_api_after_the_module_is_imported(oracle_files):
     import toycards
-    import toycards.describe  # noqa: F401 - makes `toycards.describe` the module object
+    import toycards.inspect.describe  # noqa: F401 - makes `toycards.describe` the module object
 
     card = toycards.describe(oracle_files("gpt2").path)
     assert isinstance(card, DescribedCard) and card.origin == "library"

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from toycards.diff import diff_cards, diff_paths, step_lines
-from toycards.parse import parse
+from toycards.inspect.diff import diff_cards, diff_paths, step_lines
+from toycards.lang.parse import parse
 
-CARDS = Path(__file__).resolve().parents[1] / "toycards" / "cards"
+CARDS = Path(__file__).resolve().parents[1] / "toycards" / "library" / "cards"
 GPT2 = (CARDS / "gpt2.card").read_text(encoding="utf-8")
 LLAMA = (CARDS / "llama.card").read_text(encoding="utf-8")
 

@@ -12,8 +12,8 @@ import gguf
 import numpy as np
 import pytest
 
-from toycards.discover import Entry, Found, find_gguf_files, list_gguf, locations, summarise
 from toycards.errors import ToycardsError
+from toycards.inspect.discover import Entry, Found, find_gguf_files, list_gguf, locations, summarise
 
 ENV_VARS = [
     "HF_HUB_CACHE",

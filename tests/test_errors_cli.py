@@ -25,15 +25,15 @@ import pytest
 from click.testing import CliRunner
 
 from toycards.cli import main
-from toycards.parse import parse
-from toycards.render.card import render_card
+from toycards.lang.parse import parse
+from toycards.lang.printer import render_card
 from toycards.render.json import parse_json
 
 HERE = Path(__file__).parent
 BAD = HERE / "bad_cards"
-LIBRARY = sorted((HERE.parent / "toycards" / "cards").glob("*.card"))
-HAS_CHECKER = importlib.util.find_spec("toycards.check") is not None and hasattr(
-    importlib.import_module("toycards.check"), "check"
+LIBRARY = sorted((HERE.parent / "toycards" / "library" / "cards").glob("*.card"))
+HAS_CHECKER = importlib.util.find_spec("toycards.checker") is not None and hasattr(
+    importlib.import_module("toycards.checker"), "check"
 )
 needs_checker = pytest.mark.skipif(not HAS_CHECKER, reason="the checker (toycards.check) is not written yet")
 
@@ -215,12 +215,12 @@ def test_usage_errors_exit_2():
 
 
 def test_internal_errors_exit_3_without_a_traceback(monkeypatch, tmp_path):
-    import toycards.parse
+    import toycards.lang.parse
 
     def broken(*args, **kwargs):
         raise KeyError("a bug")
 
-    monkeypatch.setattr(toycards.parse, "parse", broken)
+    monkeypatch.setattr(toycards.lang.parse, "parse", broken)
     monkeypatch.delenv("TOYCARDS_DEBUG", raising=False)
     result = run("render", str(LIBRARY[0]))
     assert result.exit_code == 3

@@ -1,6 +1,6 @@
 """Fuzzing: mutated library cards make `parse` and `check` raise ToycardsError, nothing else.
 
-Seeds are the algorithm boxes of every card in `toycards/cards/` (each box is a card on its own;
+Seeds are the algorithm boxes of every card in `toycards/library/cards/` (each box is a card on its own;
 boxes keep each case small and fast), in Unicode and in ASCII spelling. Each case applies one to
 three random mutations: delete, insert or swap characters, insert a token of the grammar (or a
 look-alike of one), duplicate, delete or swap lines, truncate. Then:
@@ -25,10 +25,10 @@ from pathlib import Path
 import pytest
 
 from toycards.errors import ToycardsError
-from toycards.parse import parse
-from toycards.render.card import render_card
+from toycards.lang.parse import parse
+from toycards.lang.printer import render_card
 
-LIBRARY = sorted((Path(__file__).parent.parent / "toycards" / "cards").glob("*.card"))
+LIBRARY = sorted((Path(__file__).parent.parent / "toycards" / "library" / "cards").glob("*.card"))
 CASES = int(os.environ.get("FUZZ_CASES", 6000 if os.environ.get("CI") else 2000))
 
 TOKENS = [
@@ -99,7 +99,7 @@ def _mutate(text: str, rng: random.Random) -> str:  # noqa: C901 - one branch pe
 
 def _checker():
     try:
-        return importlib.import_module("toycards.check").check
+        return importlib.import_module("toycards.checker").check
     except (ImportError, AttributeError):
         return None
 

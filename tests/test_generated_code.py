@@ -31,10 +31,10 @@ import numpy as np
 import pytest
 
 from toycards.codegen import generate_source
+from toycards.lang.parse import parse
+from toycards.lang.printer import render_card
 from toycards.library import library_card
-from toycards.loader import card_for_file, load
-from toycards.parse import parse
-from toycards.render.card import render_card
+from toycards.models.load import card_for_file, load
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
@@ -408,7 +408,7 @@ def test_numpy_target_runs_without_torch(tmp_path):
     """The numpy target neither imports torch nor needs it (checked in a fresh interpreter)."""
     script = (
         "import sys\nsys.modules['torch'] = None  # any import of torch now fails\n"
-        "from toycards.loader import load\nfrom toycards.library import library_card\n"
+        "from toycards.models.load import load\nfrom toycards.library import library_card\n"
         "m = load(sys.argv[1], target='numpy')\nprint(m.logits([1, 2, 3]).shape)"
     )
     card = tmp_path / "plain.card"
@@ -452,7 +452,7 @@ def test_hostile_names_only_define_a_module(hostile, tmp_path, monkeypatch, targ
 def _write_card_file(path: Path, general_name: str, arch: str) -> Path:
     """A GGUF that embeds the hostile card (key toycards.card) without its `= value`s, so that its
     hyperparameters come from the file's (hostile) metadata keys, with weights for its parameters."""
-    from toycards.binding import bind_values
+    from toycards.models.binding import bind_values
 
     bound = bind_values(parse(HOSTILE).algorithms[-1])
     unbound = HOSTILE.replace("class ∈ ℕ = 2  from", "class ∈ ℕ  from").replace(
@@ -476,7 +476,7 @@ def _write_card_file(path: Path, general_name: str, arch: str) -> Path:
 
 def test_metadata_strings_never_become_code(tmp_path):
     """Two files with the same card and different hostile metadata give the same module source."""
-    from toycards.runtime.gguf import open_gguf
+    from toycards.gguf.reader import open_gguf
 
     evil_name = '""" \'); __import__("os").system("touch PWNED") #'
     sources = []

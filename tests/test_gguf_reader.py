@@ -1,4 +1,4 @@
-"""toycards.runtime.gguf against gguf.GGUFWriter-written files, gguf.GGUFReader, and broken files.
+"""toycards.gguf.reader against gguf.GGUFWriter-written files, gguf.GGUFReader, and broken files.
 
 Oracles: the values we wrote, and `gguf.GGUFReader` reading the same file.
 """
@@ -27,9 +27,9 @@ from gguf_factory import (
     write_gguf,
 )
 
-import toycards.runtime.gguf as rg
+import toycards.gguf.reader as rg
 from toycards.errors import ToycardsError
-from toycards.runtime.gguf import check_hparams, open_gguf
+from toycards.gguf.reader import check_hparams, open_gguf
 
 RNG = np.random.default_rng(0)
 

@@ -14,8 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from toycards.codegen import generate_source  # noqa: E402
+from toycards.lang.parse import parse  # noqa: E402
 from toycards.library import library_card  # noqa: E402
-from toycards.parse import parse  # noqa: E402
 from toycards.runtime import ops_torch  # noqa: E402
 
 
@@ -99,8 +99,8 @@ def test_whole_model(arch):
         "gpt2": {"L": 2, "H": 2, "d_e": 16, "d_mlp": 32, "ℓ_max": 32, "N_V": 50},
         "llama": {"L": 2, "H": 4, "H_kv": 2, "d_e": 32, "d_ff": 48, "ℓ_max": 32, "N_V": 50, "ε": 1e-5},
     }[arch]
-    from toycards.binding import bind_values
-    from toycards.loader import _random_weights, module_class
+    from toycards.models.binding import bind_values
+    from toycards.models.load import _random_weights, module_class
 
     bound = bind_values(card.main, values)
     assert not bound.problems, bound.problems
@@ -125,8 +125,8 @@ def test_kernels_are_used_only_for_the_library_algorithms():
 
 def test_training_after_inference_in_one_process():
     """Tensors cached while serving logits (inference mode) must not break a later backward pass."""
-    from toycards.binding import bind_values
-    from toycards.loader import _random_weights, module_class
+    from toycards.models.binding import bind_values
+    from toycards.models.load import _random_weights, module_class
 
     card = library_card("llama")
     values = {"L": 1, "H": 4, "H_kv": 2, "d_e": 16, "d_ff": 24, "ℓ_max": 16, "N_V": 20, "ε": 1e-5}

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from test_models_oracle import assert_logits_close
 
-from toycards.loader import load
+from toycards.models.load import load
 
 TARGETS = ("numpy", "torch")
 CASES = ("gpt2", "llama", "qwen3")  # qwen3: per-head q/k norm on the cached keys

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import toycards.library as library
-from toycards.parse import parse_library_card
+from toycards.library import parse_library_card
 
 
 def test_cache_round_trip_and_invalidation(tmp_path, monkeypatch):
@@ -43,13 +43,12 @@ def test_cache_key_follows_the_ir_and_parser(tmp_path, monkeypatch):
     monkeypatch.setenv("TOYCARDS_CACHE", str(tmp_path))
     library.library_card.cache_clear()
     library.library_card("gpt2")
-    real = library.PACKAGE
-    fake = tmp_path / "pkg"
-    (fake / "grammar").mkdir(parents=True)
-    for rel in ("grammar/card.lark", "parse.py", "ir.py"):
-        (fake / rel).write_text((real / rel).read_text(encoding="utf-8"), encoding="utf-8")
-    monkeypatch.setattr(library, "PACKAGE", fake)
-    monkeypatch.setattr(library, "GRAMMAR", fake / "grammar" / "card.lark")
+    real = library.LANG
+    fake = tmp_path / "lang"
+    fake.mkdir()
+    for src in [*real.glob("*.py"), real / "card.lark"]:
+        (fake / src.name).write_text(src.read_text(encoding="utf-8"), encoding="utf-8")
+    monkeypatch.setattr(library, "LANG", fake)
     library.library_card.cache_clear()
     library.library_card("gpt2")
     assert len(list(tmp_path.glob("gpt2-*.pickle"))) == 1  # same sources: the same entry

@@ -18,7 +18,7 @@ import gguf
 import pytest
 
 from toycards import cache
-from toycards.runtime import ggml_facts
+from toycards.gguf import facts as ggml_facts
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "tiny-llama.gguf"

@@ -24,11 +24,11 @@ import numpy as np
 import pytest
 from oracle.hf_gguf import hf_logits, write_gguf
 
-from toycards import ir
-from toycards.binding import bind_values
+from toycards.lang import ir
+from toycards.lang.printer import render_card
 from toycards.library import card_names, library_card
-from toycards.loader import load
-from toycards.render.card import render_card
+from toycards.models.binding import bind_values
+from toycards.models.load import load
 
 TARGETS = ("numpy", "torch")
 LENGTHS = (1, 7, 64)

@@ -7,14 +7,12 @@ conventions, which transformers' loader inverts) reads back as the model it was 
 
 from __future__ import annotations
 
-import doctest
-
 import gguf
 import numpy as np
 import pytest
 import torch
 import transformers
-from oracle import cases, hf_gguf, vocab
+from oracle import hf_gguf
 from oracle.cases import CASES
 from oracle.hf_gguf import hf_logits, permute_qk, unpermute_qk
 
@@ -180,9 +178,3 @@ def test_extra_kv_adds_replaces_and_removes_keys(oracle_files, tmp_path):
     assert fields["x.flag"].contents() is True
     assert fields["general.architecture"].contents() == "llama"
     assert fields["llama.attention.head_count_kv"].contents() == 2
-
-
-@pytest.mark.parametrize("module", [hf_gguf, vocab, cases])
-def test_oracle_docstring_examples(module):
-    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.failed == 0

@@ -22,10 +22,10 @@ import pytest
 from hypothesis import given, settings
 from test_roundtrip_property import cards
 
-from toycards import ir
 from toycards.errors import Diagnostic, Span, ToycardsError, format_diagnostic
-from toycards.parse import parse
-from toycards.render.card import render_card
+from toycards.lang import ir
+from toycards.lang.parse import parse
+from toycards.lang.printer import render_card
 from toycards.render.html import render_html
 from toycards.render.json import parse_json, render_json
 from toycards.render.latex import latex_name, render_latex
@@ -33,7 +33,7 @@ from toycards.render.markdown import render_markdown
 from toycards.render.terminal import diagnostic_text, highlight_card, print_card, print_diagnostics
 
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
-LIBRARY = sorted((Path(__file__).parent.parent / "toycards" / "cards").glob("*.card"))
+LIBRARY = sorted((Path(__file__).parent.parent / "toycards" / "library" / "cards").glob("*.card"))
 RENDER_SETTINGS = settings(max_examples=200 if os.environ.get("CI") else 40, deadline=None)
 
 # A card with every construct, and text that would break each format if left unescaped.

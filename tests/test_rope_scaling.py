@@ -30,7 +30,7 @@ import transformers
 from oracle.hf_gguf import gguf_tensors, tiny_model
 from test_models_oracle import assert_logits_close, worst
 
-from toycards.loader import load
+from toycards.models.load import load
 
 THETA = 100.0
 LLAMA3 = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=128)

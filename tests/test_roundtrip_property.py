@@ -23,11 +23,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from toycards import ir
 from toycards.errors import ToycardsError
-from toycards.names import ascii_name, canonical_name
-from toycards.parse import parse
-from toycards.render.card import render_card
+from toycards.lang import ir
+from toycards.lang.names import ascii_name, canonical_name
+from toycards.lang.parse import parse
+from toycards.lang.printer import render_card
 
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
 SETTINGS = settings(

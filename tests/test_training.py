@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from test_models_oracle import CARD_VALUES, bound_library_card
 
-from toycards.loader import load
+from toycards.models.load import load
 
 torch = pytest.importorskip("torch")
 

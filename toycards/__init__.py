@@ -9,7 +9,24 @@ Public API (everything else is private by convention):
     model = toycards.load("model.gguf", target="numpy")      # or a card (+ weights="model.gguf")
     tok   = toycards.load_tokenizer("vocab.gguf")
 
-Imports are lazy so that `import toycards` stays cheap for command-line use.
+Each public name is a function defined here, and no sub-package bears its name, so importing any
+submodule can never replace it. The functions import their stage on first call, which keeps
+`import toycards` cheap for command-line use.
+
+The package follows the pipeline, one sub-package per stage (dependencies point up this list):
+
+    errors.py, cache.py   diagnostics and the one exception type; the on-disk cache
+    lang/        the card language: IR, names, grammar, parser, canonical printer
+    library/     the shipped cards, the architecture table, parsed cards cached on disk
+    checker/     names, signatures, symbolic shapes and bindings of a card
+    codegen/     IR → readable torch / NumPy module source (emitter + jinja2 template)
+    gguf/        GGUF files: header validation, reader, ggml facts, dequantisation, metadata
+    tokenizer/   byte-level BPE, SentencePiece, special tokens, chat templates
+    runtime/     only what generated modules import: ops, KV cache, model bases, sampling
+    models/      a card bound to a file: binding, loading, evaluation
+    inspect/     describe (header, inventory, formats), diff, discover (list)
+    render/      Markdown, LaTeX, HTML, JSON and terminal views of a card
+    cli/         the click group and error policy, one module per family of commands
 """
 
 from __future__ import annotations
@@ -17,6 +34,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from toycards.errors import Diagnostic, ToycardsError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from toycards.inspect.describe import DescribedCard
+    from toycards.lang.ir import Card
+    from toycards.runtime.model_base import ModelAPI
+    from toycards.tokenizer.tokenizer import Tokenizer
 
 __version__ = "0.1.0"
 __all__ = [
@@ -30,30 +55,48 @@ __all__ = [
     "parse",
 ]
 
-_LAZY = {
-    "parse": ("toycards.parse", "parse"),
-    "check": ("toycards.check", "check"),
-    "describe": ("toycards.describe", "describe"),
-    "generate_source": ("toycards.codegen", "generate_source"),
-    "load": ("toycards.loader", "load"),
-    "load_tokenizer": ("toycards.runtime.tokenizer", "load_tokenizer"),
-}
 
-if TYPE_CHECKING:
-    from toycards.check import check
-    from toycards.codegen import generate_source
-    from toycards.describe import describe
-    from toycards.loader import load
-    from toycards.parse import parse
-    from toycards.runtime.tokenizer import load_tokenizer
+def parse(text_or_path: str | Path, file: str | None = None) -> Card:
+    """Parse card text, or the card file at a path, into its IR (`str(card)` is canonical text)."""
+    from toycards.lang.parse import parse as _parse
+
+    return _parse(text_or_path, file=file)
 
 
-def __getattr__(name: str) -> object:
-    if name in _LAZY:
-        import importlib
+def check(card: Card) -> list[Diagnostic]:
+    """Every diagnostic for a card: names, calls, shapes and bindings (empty when it checks clean)."""
+    from toycards.checker import check as _check
 
-        module, attr = _LAZY[name]
-        value = getattr(importlib.import_module(module), attr)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'toycards' has no attribute {name!r}")
+    return _check(card)
+
+
+def describe(path: str | Path) -> DescribedCard:
+    """The card of a GGUF file bound to its concrete hyperparameters, every tensor checked
+    (`.card` is the bound card, `.problems` every mismatch, `.header` the file's summary)."""
+    from toycards.inspect.describe import describe as _describe
+
+    return _describe(path)
+
+
+def generate_source(card: Card | str, target: str = "torch") -> str:
+    """Python source of a readable module for the card: target "torch" or "numpy"."""
+    from toycards.codegen import generate_source as _generate_source
+
+    return _generate_source(card, target=target)
+
+
+def load(
+    source: Card | str | Path, weights: str | Path | None = None, target: str = "numpy", seed: int = 0
+) -> ModelAPI:
+    """A runnable model: a GGUF file, or a card (object, text or path) with a GGUF's weights,
+    or with random weights drawn from `seed` when no file is given."""
+    from toycards.models.load import load as _load
+
+    return _load(source, weights=weights, target=target, seed=seed)
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    """The tokenizer described by a GGUF file's metadata (vocabulary-only files included)."""
+    from toycards.tokenizer.tokenizer import load_tokenizer as _load_tokenizer
+
+    return _load_tokenizer(path)

@@ -15,8 +15,8 @@ from importlib import resources
 
 import jinja2
 
-from toycards import ir
 from toycards.errors import ToycardsError
+from toycards.lang import ir
 
 TARGETS = {
     "torch": (
@@ -68,8 +68,8 @@ def _docstring_safe(text: str) -> str:
 def generate_source(card: ir.Card, target: str = "torch") -> str:
     """Python source of a module implementing `card`'s main algorithm for `target`."""
     from toycards.codegen.emitter import Emitter, ModuleSpec
+    from toycards.lang.printer import render_card
     from toycards.library import library_algorithms
-    from toycards.render.card import render_card
 
     if target not in TARGETS:
         raise ToycardsError(f"unknown target {target!r}: choose one of {', '.join(TARGETS)}")

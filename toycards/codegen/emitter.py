@@ -16,12 +16,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from toycards import ir
 from toycards.codegen.exprs import ExprEmitter
 from toycards.codegen.namespace import Namespace
 from toycards.codegen.values import CACHED_ARGS, MapVar, Val
 from toycards.errors import Diagnostic, ToycardsError
-from toycards.render.card import Renderer, _stmt_text
+from toycards.lang import ir
+from toycards.lang.printer import Renderer, _stmt_text
 
 BUILTINS = {
     "length",

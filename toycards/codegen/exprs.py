@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from toycards import ir
 from toycards.codegen.values import CACHED_ARGS, MapVar, Val
 from toycards.errors import ToycardsError
+from toycards.lang import ir
 
 if TYPE_CHECKING:
     from toycards.codegen.emitter import Emitter, Scope
@@ -735,7 +735,7 @@ def _int_literal(e: ir.Expr | None) -> int | None:
 
 
 def _expr_text(e: ir.Expr) -> str:
-    from toycards.render.card import Renderer
+    from toycards.lang.printer import Renderer
 
     return Renderer().expr(e)
 
@@ -772,7 +772,7 @@ _EXPR_CACHE: dict[str, ir.Expr] = {}
 def parse_expr(text: str) -> ir.Expr:
     """Parse an expression written in a name's braces, e.g. `⌈h·H_kv/H⌉`."""
     if text not in _EXPR_CACHE:
-        from toycards.parse import parse
+        from toycards.lang.parse import parse
 
         card = parse(f"Algorithm: a ← f(b)\n1  return a = {text}\n")
         _EXPR_CACHE[text] = card.algorithms[0].body[0].value

@@ -16,7 +16,7 @@ import keyword
 import re
 import unicodedata
 
-from toycards.names import ACCENTS, UNGREEK
+from toycards.lang.names import ACCENTS, UNGREEK
 
 _ACCENT_WORDS = {mark: "_" + ascii_form.strip(".~") or "_tilde" for ascii_form, mark in ACCENTS.items()}
 _ACCENT_WORDS["\u0303"] = "_tilde"

@@ -18,9 +18,9 @@ from __future__ import annotations
 import html
 import re
 
-from toycards import ir
-from toycards.names import split_name
-from toycards.render.card import Renderer, decl_parts, header_text, step_rows
+from toycards.lang import ir
+from toycards.lang.names import split_name
+from toycards.lang.printer import Renderer, decl_parts, header_text, step_rows
 
 # Private-use marks: around a variable name, around a function name, around a superscript.
 _OPEN, _CLOSE, _FN, _END_FN, _SUP, _END_SUP = (chr(0xE000 + i) for i in range(6))

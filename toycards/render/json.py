@@ -6,7 +6,7 @@ Leaves out: the node ↔ dict mapping itself (`ir.to_json` / `ir.from_json`).
 
 Each node is an object with a `"node"` key naming its class; spans are not stored:
 
->>> from toycards.ir import Name
+>>> from toycards.lang.ir import Name
 >>> render_json(Name("γ_l^1"), indent=None)
 '{"node": "Name", "id": "γ_l^1"}'
 """
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import json
 
-from toycards import ir
 from toycards.errors import ToycardsError
+from toycards.lang import ir
 
 
 def render_json(node: object, indent: int | None = 2) -> str:

@@ -17,9 +17,9 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from toycards import ir
-from toycards.names import split_name
-from toycards.render.card import ATOM, POSTFIX, POWER, Renderer
+from toycards.lang import ir
+from toycards.lang.names import split_name
+from toycards.lang.printer import ATOM, POSTFIX, POWER, Renderer
 
 _GREEK = {
     "α": "alpha", "β": "beta", "γ": "gamma", "δ": "delta", "ε": "varepsilon", "ϵ": "epsilon",

@@ -7,7 +7,7 @@ the card's own notation. Expressions, types and steps come from `render/card.py`
 Markdown shows exactly what the card says.
 Leaves out: the card notation itself (card.py), other formats (sibling modules).
 
->>> from toycards.parse import parse
+>>> from toycards.lang.parse import parse
 >>> md = render_markdown(parse("Algorithm 1: e ← token_embedding(v | W_e)\\n"
 ...     "Input: v ∈ [N_V]\\nParameters: W_e ∈ ℝ^{d_e×N_V}\\n1 return e = W_e[:, v]\\n"))
 >>> print(md.splitlines()[0])
@@ -16,8 +16,8 @@ Leaves out: the card notation itself (card.py), other formats (sibling modules).
 
 from __future__ import annotations
 
-from toycards import ir
-from toycards.render.card import Renderer, binding_text, decl_parts, signature_text, step_lines
+from toycards.lang import ir
+from toycards.lang.printer import Renderer, binding_text, decl_parts, signature_text, step_lines
 
 _R = Renderer()
 

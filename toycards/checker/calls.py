@@ -1,0 +1,258 @@
+"""Calls: resolving the callee, checking arity, unifying shapes, the implicit per-column map.
+
+Owns: `f(args | params)` against the callee's Signature: the number of inputs (before `|`) and
+of parameters and hyperparameters (after `|`, in header order); unification of each argument
+shape with the callee's declared type, binding the callee's dimension names to the caller's
+dimensions (`d_e ↦ d_mlp`, solving `3·d_e` or `d_e/H` when one name is unknown); the implicit
+map (an argument with more trailing axes than declared, e.g. `softmax(Z)` with softmax on a
+vector, is mapped per column and the extra axes are carried to the result); mask parameters
+passed by definition (`Mask[t_z, t_x] = ⟦t_z ≤ t_x⟧`); builtins (builtins.py).
+Leaves out: the callee's own body (it is checked where it is defined).
+"""
+
+from __future__ import annotations
+
+from toycards.checker.builtins import BUILTINS
+from toycards.checker.context import Signature
+from toycards.checker.dims import Dim, DimError, solve_for
+from toycards.checker.names import Entry, Symbol, did_you_mean
+from toycards.checker.shapes import NATURAL, Shape, ShapeError
+from toycards.errors import Span
+from toycards.lang import ir
+
+
+class CallChecker:
+    def __init__(self, ex) -> None:  # ex: exprs.ExprChecker
+        self.ex, self.ctx = ex, ex.ctx
+
+    def call(self, c: ir.Call) -> Shape | None:
+        target = self.ctx.resolve(c.func)
+        if target is None:
+            if c.func in BUILTINS:
+                return self.builtin(c)
+            self.unknown(c)
+            return None
+        algo, sig = target
+        self.ctx.info.callees[id(c)] = algo
+        self.ctx.info.symbols[id(c)] = Symbol("func", algo.name, None, algo)
+        if algo is self.ctx.algo:
+            self.ctx.error(self.func_span(c), f"{c.func} calls itself", "cards have no recursion")
+            return None
+        if sig.all_params:
+            self.ctx.error(self.func_span(c), f"{c.func} takes every parameter (θ) and cannot be called")
+            return None
+        return self.algorithm(c, sig)
+
+    def func_span(self, c: ir.Call) -> Span:
+        s, src = c.span, self.ctx.card.source
+        n = len(c.func)
+        if src and s.line > 0:
+            end = src.find("(", s.start, s.end)
+            n = end - s.start if end > 0 else n
+        return Span(s.file, s.line, s.col, s.line, s.col + n, s.start, s.start + n)
+
+    def unknown(self, c: ir.Call) -> None:
+        for a in (*c.args, *c.params):
+            if not isinstance(a, ir.MaskDef):
+                self.ex.infer(a)
+        names = list(BUILTINS) + [a.name for a in self.ctx.card.algorithms] + self.ctx.library_names()
+        match = did_you_mean(c.func, names)
+        self.ctx.error(
+            self.func_span(c), f"unknown function {c.func}", f"did you mean {match}?" if match else ""
+        )
+
+    # ── builtins ──
+    def builtin(self, c: ir.Call) -> Shape | None:
+        b = BUILTINS[c.func]
+        self.ctx.info.callees[id(c)] = c.func
+        self.ctx.info.symbols[id(c)] = Symbol("builtin", c.func, None, b)
+        shapes = [self.ex.infer(a) for a in c.args]
+        if c.params:
+            self.ctx.error(c.params[0].span, f"{c.func} takes no parameters after |")
+            return None
+        if len(c.args) not in b.arity:
+            want = " or ".join(str(n) for n in b.arity)
+            self.ctx.error(self.func_span(c), f"{c.func} takes {want} argument(s), got {len(c.args)}", b.doc)
+            return None
+        if any(s is None for s in shapes):
+            return None
+        dims = [self.ex.dim(a) if not s.dims else None for a, s in zip(c.args, shapes)]
+        try:
+            return b.rule(shapes, dims)
+        except ShapeError as exc:
+            self.ctx.error(c.span, f"{c.func}: {exc.message}", exc.hint or b.doc, tuple(shapes))
+            return None
+
+    # ── algorithms ──
+    def algorithm(self, c: ir.Call, sig: Signature) -> Shape | None:
+        args = [self.ex.infer(a) for a in c.args]
+        params = [
+            self.mask(p, sig.params[i] if i < len(sig.params) else None)
+            if isinstance(p, ir.MaskDef)
+            else self.ex.infer(p)
+            for i, p in enumerate(c.params)
+        ]
+        if not self.arity(c, sig):
+            return None
+        u = _Unifier(self, c, sig)
+        for p, (name, _, _) in zip(c.params, sig.params):
+            if name in sig.naturals and not isinstance(p, ir.MaskDef):
+                d = self.ex.dim(p)
+                if d is not None:
+                    u.bindings[name] = d
+        for a, (name, declared), actual in zip(c.args, sig.inputs, args):
+            u.add(a, name, declared, actual, mapped=True)
+        for p, (name, _, declared), actual in zip(c.params, sig.params, params):
+            u.add(p, name, declared, actual, mapped=False)
+        u.solve()
+        self.ctx.info.dim_bindings[id(c)] = u.final_bindings()
+        if u.failed or sig.output is None or any(s is None for s in (*args, *params)):
+            return None
+        return u.result(sig.output)
+
+    def arity(self, c: ir.Call, sig: Signature) -> bool:
+        a = sig.algo
+        header = (
+            f"{a.output} ← {a.name}({', '.join(a.inputs)}{' | ' if a.params else ''}{', '.join(a.params)})"
+        )
+        ok = True
+        for what, got, want in (("input", c.args, sig.inputs), ("parameter", c.params, sig.params)):
+            if len(got) != len(want):
+                names = ", ".join(n for n, *_ in want) or "none"
+                self.ctx.error(
+                    self.func_span(c),
+                    f"{c.func} takes {len(want)} {what}{'s' * (len(want) != 1)} ({names}), got {len(got)}",
+                    f"the header is {header}",
+                )
+                ok = False
+        return ok
+
+    def mask(self, m: ir.MaskDef, param: tuple[str, str, Shape | None] | None) -> Shape | None:
+        name, _, declared = param if param is not None else (m.name, "", None)
+        if m.name != name:
+            self.ctx.error(m.span, f"a mask named {m.name} is passed where the callee expects {name}")
+        if declared is not None and (declared.field != "B" or declared.rank != len(m.indices)):
+            self.ctx.error(
+                m.span,
+                f"{name} ∈ {declared} cannot be defined entrywise by {m.name}[{', '.join(m.indices)}]",
+                "a mask parameter is declared like Mask ∈ {0,1}^{ℓ_z×ℓ_x}, with one index per axis",
+                (declared,),
+            )
+        self.ctx.scope.push({i: Entry("mapvar", i, NATURAL, m) for i in m.indices})
+        try:
+            self.ex.scalar(m.body, "a mask entry")
+        finally:
+            self.ctx.scope.pop()
+        shape = Shape("B", tuple(None for _ in m.indices))
+        self.ctx.info.shapes[id(m)] = shape
+        return shape
+
+
+class _Unifier:
+    """Binds a callee's dimension names to a caller's dimensions, one call at a time."""
+
+    def __init__(self, calls: CallChecker, c: ir.Call, sig: Signature) -> None:
+        self.calls, self.ctx, self.c, self.sig = calls, calls.ctx, c, sig
+        self.callee_eq = sig.eq
+        self.bindings: dict[str, Dim] = {}
+        self.pending: list[tuple[Dim, Dim, int]] = []  # (callee pattern, caller dim, argument number)
+        self.args: list[tuple[ir.Expr, str, Shape, Shape]] = []
+        self.extra: tuple[Dim | None, ...] | None = None
+        self.failed = False
+        self.reported: set[int] = set()
+
+    def add(
+        self, node: ir.Expr, name: str, declared: Shape | None, actual: Shape | None, mapped: bool
+    ) -> None:
+        if declared is None or actual is None:
+            return
+        k = len(self.args)
+        self.args.append((node, name, declared, actual))
+        if (
+            not _fields_fit(declared, actual)
+            or actual.rank < declared.rank
+            or (not mapped and actual.rank != declared.rank)
+        ):
+            return self.mismatch(k)
+        extra = actual.dims[declared.rank :]
+        if extra:
+            if self.extra is not None and (
+                len(self.extra) != len(extra)
+                or not all(self.ctx.eq.same(x, y) for x, y in zip(self.extra, extra))
+            ):
+                return self.mismatch(k, "the arguments are mapped over different trailing axes")
+            self.extra = extra
+        for pattern, dim in zip(declared.dims, actual.dims):
+            if pattern is not None and dim is not None:
+                self.pending.append((self.callee_eq.expand(pattern), dim, k))
+
+    def solve(self) -> None:
+        progress = True
+        while progress and self.pending:
+            progress, left = False, []
+            for pattern, dim, k in self.pending:
+                if pattern.names() <= self.bindings.keys():
+                    progress = True
+                    if not self.ctx.eq.same(self.expand(pattern), dim):
+                        self.mismatch(k)
+                    continue
+                try:
+                    sol = solve_for(pattern, dim, self.bindings)
+                except DimError:
+                    sol = None
+                if sol is None:
+                    left.append((pattern, dim, k))
+                else:
+                    self.bindings[sol[0]] = sol[1]
+                    progress = True
+            self.pending = left
+
+    def expand(self, pattern: Dim) -> Dim | None:
+        try:
+            return pattern.substitute(self.bindings)
+        except DimError:
+            return None
+
+    def mismatch(self, k: int, why: str = "") -> None:
+        if k in self.reported:
+            return
+        self.reported.add(k)
+        self.failed = True
+        node, name, declared, actual = self.args[k]
+        expected = declared.with_dims(tuple(self.show(d) for d in declared.dims))
+        self.ctx.error(
+            node.span,
+            f"{self.c.func}: {name} gets {actual}, expected {expected}" + (f" ({why})" if why else ""),
+            f"{self.sig.algo.name} declares {name} ∈ {declared}",
+            (actual, expected),
+        )
+
+    def show(self, d: Dim | None) -> Dim | None:
+        if d is None:
+            return None
+        x = self.callee_eq.expand(d)
+        return self.expand(x) if x.names() <= self.bindings.keys() else d
+
+    def final_bindings(self) -> dict[str, Dim]:
+        out = dict(self.bindings)
+        for n, d in self.sig.derived.items():
+            if n not in out and d.names() <= self.bindings.keys():
+                v = self.expand(d)
+                if v is not None:
+                    out[n] = v
+        return out
+
+    def result(self, out: Shape) -> Shape:
+        dims = []
+        for d in out.dims:
+            x = self.callee_eq.expand(d) if d is not None else None
+            dims.append(self.expand(x) if x is not None and x.names() <= self.bindings.keys() else None)
+        return Shape(out.field, (*dims, *(self.extra or ())), out.bound, out.options)
+
+
+def _fields_fit(declared: Shape, actual: Shape) -> bool:
+    if declared.field in ("E", "S"):
+        return actual.field in ("E", "S")
+    if declared.field == "V" and declared.dims:
+        return actual.field == "V"
+    return actual.numeric or actual.field == "V"

@@ -1,0 +1,193 @@
+"""The commands that start from files a user already has: `describe`, `diff` and `list`.
+
+Owns: argument parsing and terminal output of `toycards describe` (rich view, or any of the
+formats of describe_formats.py), `toycards diff` (text or JSON; also git's external diff driver
+with its seven arguments) and `toycards list`; each is one library call (describe.py, diff.py,
+discover.py) plus printing. The commands are plain click commands that `toycards.cli` adds to
+its group: `main.add_command(describe_cmd)`, `diff_cmd`, `list_cmd`.
+Leaves out: the work itself (the library modules above), the other commands (cli.py).
+
+Errors follow cli.py's policy (a ToycardsError is printed by the group, exit 1), except in
+diff, which exits like diff(1): 0 equal, 1 different, 2 a file that cannot be read. describe also
+exits 1 when the file does not match its card (the problems are listed on stderr).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from toycards.errors import ToycardsError
+
+
+def _fail(e: ToycardsError, code: int) -> None:
+    from toycards.render.terminal import print_error
+
+    print_error(e, sys.stderr)
+    sys.exit(code)
+
+
+DESCRIBE_FORMATS = ("terminal", "card", "text", "json", "markdown", "latex", "html")
+
+
+def _describe_terminal(card) -> None:
+    """The rich view: header table, notice, problems, then the highlighted card."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from toycards.inspect.formats import problem_line
+    from toycards.render.terminal import highlight_card
+
+    console = Console(highlight=False, soft_wrap=True)
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold cyan", justify="right", no_wrap=True)
+    table.add_column()
+    for label, value in card.header.rows():
+        table.add_row(label, value)
+    console.print(table)
+    if card.notice:
+        console.print(Text(f"notice: {card.notice}", style="yellow"))
+    for d in card.problems:
+        console.print(Text(problem_line(d), style="red" if d.severity == "error" else "yellow"))
+    console.print()
+    text = highlight_card(str(card))
+    text.highlight_regex(r"(?<= = )[^ \n]+", "bold green")  # the values describe found
+    console.print(text, end="")
+
+
+@click.command("describe")
+@click.argument("model", type=click.Path())
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(DESCRIBE_FORMATS),
+    default=None,
+    help="terminal (default on a terminal), text (default otherwise), card (a card that parses), "
+    "json, markdown, latex or html.",
+)
+def describe_cmd(model: str, fmt: str | None) -> None:
+    """The bound card of a GGUF file: concrete hyperparameters, every tensor checked, a header.
+
+    Exit status 1 when the file is not valid GGUF or does not match its card (the problems are
+    listed on stderr); an architecture without a card gives a declaration-only card and exit 0.
+    """
+    from toycards.inspect.describe import describe
+    from toycards.inspect.formats import problem_line, render_described
+
+    card = describe(model)
+    fmt = fmt or ("terminal" if sys.stdout.isatty() else "text")
+    if fmt == "terminal":
+        _describe_terminal(card)
+    else:
+        click.echo(render_described(card, fmt), nl=False)
+        if card.notice:
+            click.echo(f"notice: {card.notice}", err=True)
+        for d in card.problems:
+            click.echo(problem_line(d), err=True)
+    sys.exit(1 if card.errors else 0)
+
+
+@click.command("diff")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+def diff_cmd(paths: tuple[str, ...], fmt: str) -> None:
+    """What changed between A and B (cards or GGUF files): exit 0 when equal, 1 when not, 2 on errors.
+
+    Also git's external diff driver: given git's seven arguments (path old-file old-hex old-mode
+    new-file new-hex new-mode) it prints the report for that path and exits 0.
+    """
+    import json
+
+    from toycards.inspect.diff import diff_paths
+
+    if len(paths) not in (2, 7):
+        raise click.UsageError("give two files (A B), or git's seven diff-driver arguments")
+    git = len(paths) == 7
+    a, b = (paths[1], paths[4]) if git else paths
+    labels = (f"a/{paths[0]}", f"b/{paths[0]}") if git else (a, b)
+    try:
+        result = diff_paths(a, b, *labels)
+    except ToycardsError as e:
+        if git:  # never stop `git diff`: fall back to the lines
+            click.echo(_plain_diff(a, b, labels, e), nl=False)
+            sys.exit(0)
+        _fail(e, 2)
+    if git:
+        click.echo(f"diff --toycards {labels[0]} {labels[1]}")
+    click.echo(
+        json.dumps(result.to_json(), ensure_ascii=False, indent=1) if fmt == "json" else result.text(),
+        nl=False,
+    )
+    sys.exit(0 if git or result.equal else 1)
+
+
+def _plain_diff(a: str, b: str, labels: tuple[str, str], why: Exception) -> str:
+    import difflib
+
+    def lines(p: str) -> list[str]:
+        try:
+            return open(p, encoding="utf-8", errors="replace").read().splitlines(True)
+        except OSError:
+            return []
+
+    head = f"diff --toycards {labels[0]} {labels[1]}\n(not compared as cards: {str(why).splitlines()[0]})\n"
+    return head + "".join(difflib.unified_diff(lines(a), lines(b), *labels))
+
+
+@click.command("list")
+@click.option(
+    "--dir",
+    "dirs",
+    multiple=True,
+    type=click.Path(),
+    help="a folder or file to search (repeatable); default: .",
+)
+@click.option("--recursive", "-r", is_flag=True, help="descend into sub-folders of --dir folders")
+@click.option(
+    "--hf-cache", multiple=True, type=click.Path(), help="Hugging Face hub cache(s) instead of the usual one"
+)
+@click.option(
+    "--ollama", multiple=True, type=click.Path(), help="Ollama model store(s) instead of the usual one"
+)
+@click.option(
+    "--lmstudio", multiple=True, type=click.Path(), help="LM Studio model folder(s) instead of the usual one"
+)
+@click.option("--no-caches", is_flag=True, help="search only the folders, not the model caches")
+@click.option("--json", "as_json", is_flag=True, help="one JSON array on stdout")
+def list_cmd(dirs, recursive, hf_cache, ollama, lmstudio, no_caches, as_json) -> None:
+    """GGUF files in folders, the Hugging Face cache, Ollama's store and LM Studio's models."""
+    import dataclasses
+    import json
+
+    from toycards.inspect.discover import list_gguf
+
+    def arg(values):
+        return list(values) if values else ([] if no_caches else None)
+
+    entries = list_gguf(list(dirs) or None, arg(hf_cache), arg(ollama), arg(lmstudio), recursive)
+    if as_json:
+        click.echo(json.dumps([dataclasses.asdict(e) for e in entries], ensure_ascii=False, indent=1))
+        return
+    _list_table(entries)
+
+
+def _list_table(entries) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from toycards.inspect.header import human_count, human_size
+
+    console = Console() if sys.stdout.isatty() else Console(width=100_000)  # a pipe gets whole names
+    if not entries:
+        console.print("no GGUF files found")
+        return
+    table = Table(
+        "name", "source", "architecture", "size", "parameters", "tensor types", box=None, pad_edge=False
+    )
+    for e in entries:
+        types = ", ".join(f"{t} ×{n}" for t, n in e.tensor_types.items())
+        params = human_count(e.n_params).split(" ")[-1].strip("()") if e.n_params is not None else ""
+        table.add_row(e.name, e.source, e.architecture or "", human_size(e.size), params, e.error or types)
+    console.print(table)

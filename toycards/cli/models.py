@@ -1,0 +1,133 @@
+"""The commands that turn cards and GGUF files into running code: `gen`, `run` and `eval`.
+
+Owns: argument parsing and output of `toycards gen` (a generated module to stdout or, written
+atomically, to a file), `toycards run` (streamed text generation) and `toycards eval` (per-token
+log-probabilities and perplexity, text or JSON); each is one library call (codegen, loader,
+evaluate) plus printing. `toycards.cli` adds them to its group.
+Leaves out: the work itself, the card-file and GGUF-inspection commands (cli.py, cli_files.py).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from toycards.errors import ToycardsError
+
+
+def _card_or_file(source: str):
+    """The card to generate from: a card file, or the card describing a GGUF file."""
+    if source.endswith(".gguf"):
+        from toycards.gguf.reader import open_gguf
+        from toycards.models.load import card_for_file
+
+        with open_gguf(source) as f:
+            return card_for_file(f)
+    from toycards.lang.parse import parse
+
+    return parse(Path(source))
+
+
+@click.command("gen")
+@click.argument("source")
+@click.option("--target", type=click.Choice(["torch", "numpy"]), default="torch", show_default=True)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    help="Write the module here (atomically) instead of stdout.",
+)
+def gen_cmd(source: str, target: str, output: str | None) -> None:
+    """Generate a runnable module from CARD or from the card of MODEL.gguf."""
+    from toycards.checker import check
+    from toycards.codegen import generate_source
+
+    card = _card_or_file(source)
+    errors = [d for d in check(card) if d.severity == "error"]
+    if errors:
+        raise ToycardsError.from_diagnostics(errors, {card.main.span.file: card.source})
+    if output is not None and Path(output).exists() and Path(output).resolve() == Path(source).resolve():
+        raise ToycardsError(f"{output}: is the input; refusing to overwrite it with generated code")
+    text = generate_source(card, target)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    from toycards.cli import write_atomic
+
+    write_atomic(output, text)
+    click.echo(f"wrote {output} ({target}, {len(text.splitlines())} lines)", err=True)
+
+
+def _load(model: str, target: str):
+    from toycards.models.load import load
+
+    if not model.endswith(".gguf"):
+        raise ToycardsError(f"{model}: expected a .gguf file")
+    return load(model, target=target)
+
+
+@click.command("run")
+@click.argument("model")
+@click.option("-p", "--prompt", required=True, help="Text to continue.")
+@click.option(
+    "-n", "--max-tokens", "max_tokens", type=click.IntRange(0, 100_000), default=64, show_default=True
+)
+@click.option(
+    "--temperature", type=click.FloatRange(0.0), default=0.0, show_default=True, help="0 is greedy."
+)
+@click.option("--top-k", "top_k", type=click.IntRange(1), default=None)
+@click.option("--top-p", "top_p", type=click.FloatRange(0.0, 1.0, min_open=True), default=None)
+@click.option("--seed", type=int, default=None)
+@click.option("--target", type=click.Choice(["numpy", "torch"]), default="numpy", show_default=True)
+def run_cmd(
+    model: str, prompt: str, max_tokens: int, temperature: float, top_k, top_p, seed, target: str
+) -> None:
+    """Generate text from MODEL.gguf, streaming it as it comes."""
+    m = _load(model, target)
+    sys.stdout.write(prompt)
+    sys.stdout.flush()
+    for piece in m.generate(
+        prompt, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed
+    ):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+
+
+@click.command("eval")
+@click.argument("model")
+@click.option("--text", "text_file", type=click.Path(dir_okay=False), help="Score the text of this file.")
+@click.option("-p", "--prompt", help="Score this text.")
+@click.option(
+    "--top-k", "top_k", type=click.IntRange(0), default=0, help="Also show the model's k likeliest tokens."
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--target", type=click.Choice(["numpy", "torch"]), default="numpy", show_default=True)
+def eval_cmd(
+    model: str, text_file: str | None, prompt: str | None, top_k: int, as_json: bool, target: str
+) -> None:
+    """Per-token log-probabilities and perplexity of a text under MODEL.gguf."""
+    from toycards.models.evaluate import evaluate
+
+    if (text_file is None) == (prompt is None):
+        raise click.UsageError("give exactly one of --text FILE or --prompt TEXT")
+    if text_file is not None:
+        try:
+            prompt = Path(text_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ToycardsError(
+                f"{text_file}: cannot read the text ({getattr(e, 'strerror', None) or e})"
+            ) from None
+    result = evaluate(_load(model, target), text=prompt, top_k=top_k)
+    if as_json:
+        click.echo(json.dumps(result.to_json(), ensure_ascii=False, indent=1))
+        return
+    for s in result.tokens:
+        alts = "  ".join(f"{piece!r} {lp:.3f}" for _, piece, lp in s.top)
+        click.echo(f"{s.position:>5}  {s.piece!r:<16} {s.logprob:9.4f}" + (f"   top: {alts}" if alts else ""))
+    click.echo(
+        f"tokens {result.n_tokens}  mean log-prob {result.mean_logprob:.4f}  perplexity {result.perplexity:.3f}"
+    )

@@ -1,0 +1,1 @@
+"""GGUF files: header validation, the reader, ggml facts, dequantisation, metadata checks."""

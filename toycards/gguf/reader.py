@@ -1,0 +1,246 @@
+"""Reading GGUF files: a validated header, lazy metadata, the tensor table, mapped data.
+
+Owns: `open_gguf`, `GGUFFile` (metadata as a lazy mapping, the tensor table in NumPy
+order, memory-mapped raw tensor data and dequantised tensors) and `TensorInfo`.
+Leaves out: the byte-level parsing and validation (runtime/gguf_header.py),
+dequantisation (runtime/dequant.py), the plausibility of hyperparameters
+(runtime/hparams.py, re-exported here as `check_hparams`) and what the metadata
+means for a card (describe.py). Writing files is left to `gguf.GGUFWriter`.
+
+Opening a file and reading its metadata imports neither NumPy nor `gguf` (the facts it
+needs come from runtime/ggml_facts.py): `describe` and `list` stay fast in a fresh
+process. NumPy is imported on the first numeric array or tensor read.
+
+Why not `gguf.GGUFReader`: it parses every field eagerly (seconds for a 150k-token
+vocabulary), drops all metadata when one tensor has a type it does not know, and
+reports malformed files as raw numpy errors. This reader checks what ggml's C reader
+checks, decodes arrays only when asked, and raises one-line `ToycardsError`s.
+
+>>> with open_gguf("model.gguf") as f:                      # doctest: +SKIP
+...     f.get("llama.block_count"), f.array_len("tokenizer.ggml.tokens")
+...     f.tensors["blk.0.attn_q.weight"].shape              # (n_out, n_in)
+...     f.tensor("blk.0.attn_q.weight").dtype
+(32, 32000)
+(4096, 4096)
+dtype('float32')
+"""
+
+from __future__ import annotations
+
+import difflib
+import mmap
+import os
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
+
+from toycards.gguf.facts import ValueType
+from toycards.gguf.header import (
+    LAZY,
+    Cursor,
+    Entry,
+    TensorInfo,
+    decode_array,
+    file_error,
+    ggml_type_name,
+    read_alignment,
+    read_header,
+    read_tensor_infos,
+    tensor_table,
+    value_type_name,
+)
+from toycards.gguf.metadata import check_hparams
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+__all__ = ["GGUFFile", "Metadata", "TensorInfo", "check_hparams", "ggml_type_name", "open_gguf"]
+
+
+class Metadata(Mapping):
+    """The key/value pairs of a GGUF file, in file order.
+
+    Scalars are plain Python values (int, float, bool, str). Arrays are decoded on
+    first access and cached: numbers and bools as read-only `np.ndarray`s, strings
+    as a `list[str]` (shared between callers: do not mutate), arrays of arrays as lists.
+    """
+
+    def __init__(self, entries: dict[str, Entry], owner: GGUFFile) -> None:
+        self._entries, self._owner = entries, owner
+
+    def __getitem__(self, key: str) -> object:
+        entry = self._entries[key]
+        if entry.value is LAZY:
+            entry.value = self._owner._decode(key, entry)
+        return entry.value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+    def __repr__(self) -> str:
+        return f"<Metadata of {self._owner.path}: {len(self)} keys>"
+
+
+class GGUFFile:
+    """An open, validated GGUF file. Use as a context manager or call `close()`.
+
+    Attributes: `path`, `version` (2 or 3), `alignment`, `file_size`, `data_offset`
+    (where tensor data starts), `metadata` (a lazy `Metadata` mapping) and `tensors`
+    (name → `TensorInfo`, in file order). After `close()`, scalars and arrays already
+    read stay available; reading an array not yet decoded, or tensor data, fails.
+    """
+
+    def __init__(self, path: str, buf: mmap.mmap, file_size: int) -> None:
+        self.path, self.file_size = path, file_size
+        self._buf: mmap.mmap | None = buf
+        self._data: np.ndarray | None = None
+        cur = Cursor(buf, file_size, path)
+        self.version, n_tensors, entries = read_header(cur)
+        self.metadata = Metadata(entries, self)
+        self.alignment = read_alignment(cur, entries)
+        infos = read_tensor_infos(cur, n_tensors)
+        self.data_offset = -(-cur.off // self.alignment) * self.alignment
+        self.tensors: dict[str, TensorInfo] = tensor_table(cur, infos, self.data_offset, self.alignment)
+
+    # -- metadata --------------------------------------------------------------
+    def get(self, key: str, default: object = None) -> object:
+        """The value of `key` (arrays decoded), or `default` when the file lacks it."""
+        return self.metadata[key] if key in self.metadata else default
+
+    def require(self, key: str) -> object:
+        """The value of `key`, or a `ToycardsError` naming the file and the missing key."""
+        self._entry(key)
+        return self.metadata[key]
+
+    def value_type(self, key: str) -> str:
+        """`"uint32"`, `"string"`, `"array[string]"`, `"array[array]"`, … without decoding."""
+        entry = self._entry(key)
+        if entry.vtype != ValueType.ARRAY:
+            return value_type_name(entry.vtype)
+        return f"array[{value_type_name(entry.subtype)}]"
+
+    def array_len(self, key: str) -> int:
+        """Number of elements of an array value, without decoding it."""
+        entry = self._entry(key)
+        if entry.vtype != ValueType.ARRAY:
+            raise file_error(self.path, f"metadata key '{key}' is a {self.value_type(key)}, not an array")
+        return entry.count
+
+    def _entry(self, key: str) -> Entry:
+        entries = self.metadata._entries
+        if key not in entries:
+            raise file_error(self.path, f"missing metadata key '{key}'{_did_you_mean(key, entries)}")
+        return entries[key]
+
+    def _decode(self, key: str, entry: Entry) -> list | np.ndarray:
+        if self._buf is None:
+            raise file_error(self.path, f"file is closed; array '{key}' was not read before close()")
+        cur = Cursor(self._buf, self.file_size, self.path, entry.start)
+        value = decode_array(cur, entry.subtype, entry.count, f"value of '{key}'")
+        if hasattr(value, "flags"):  # an ndarray
+            value.flags.writeable = False
+        return value
+
+    # -- tensors ---------------------------------------------------------------
+    def tensor_info(self, name: str) -> TensorInfo:
+        """The table entry of `name`, or a `ToycardsError` with the nearest name."""
+        if name not in self.tensors:
+            raise file_error(self.path, f"no tensor named '{name}'{_did_you_mean(name, self.tensors)}")
+        return self.tensors[name]
+
+    def raw(self, name: str) -> np.ndarray:
+        """The tensor's bytes, memory-mapped and read-only, in the form `gguf.quants` expects.
+
+        F32, F16, F64, I8, I16, I32 and I64 come typed, in NumPy shape; quantised
+        types and BF16 come as uint8 blocks of shape `(*shape[:-1], bytes_per_row)`.
+        """
+        from toycards.gguf.dequant import PLAIN_DTYPES
+
+        info = self.tensor_info(name)
+        if not info.known_type:
+            raise file_error(self.path, f"tensor '{name}' has unsupported type {info.type_name}")
+        data = self._mapped()[info.offset : info.offset + info.n_bytes]
+        if info.ggml_type in PLAIN_DTYPES:
+            return data.view(PLAIN_DTYPES[info.ggml_type]).reshape(info.shape)
+        return data.reshape(*info.shape[:-1], -1)
+
+    def tensor(self, name: str, dtype: npt.DTypeLike = "float32", copy: bool = False) -> np.ndarray:
+        """The tensor dequantised and cast to `dtype`, in NumPy shape.
+
+        An F32 tensor asked for as float32 comes back as a read-only view of the
+        file unless `copy=True`; every other result is a fresh, writable array.
+        """
+        import numpy as np
+
+        from toycards.gguf.dequant import dequantize
+
+        info = self.tensor_info(name)
+        out = dequantize(self.raw(name), info.ggml_type, info.shape, f"{self.path}: tensor '{name}'")
+        out = out.astype(dtype, copy=False)
+        return np.array(out) if copy and not out.flags.writeable else out
+
+    def _mapped(self) -> np.ndarray:
+        if self._buf is None:
+            raise file_error(self.path, "file is closed")
+        if self._data is None:
+            import numpy as np
+
+            data = np.memmap(self.path, dtype=np.uint8, mode="r")
+            if data.size != self.file_size:
+                raise file_error(self.path, "the file changed size since it was opened")
+            self._data = np.asarray(data)  # a plain ndarray view; the mapping lives on in its base
+        return self._data
+
+    # -- lifetime --------------------------------------------------------------
+    def close(self) -> None:
+        """Release the file; arrays already returned by `raw()`/`tensor()` stay valid."""
+        if self._buf is not None:
+            self._buf.close()
+            self._buf, self._data = None, None
+
+    def __enter__(self) -> GGUFFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "" if self._buf is not None else ", closed"
+        return f"<GGUFFile {self.path}: v{self.version}, {len(self.metadata)} keys, {len(self.tensors)} tensors{state}>"
+
+
+def _did_you_mean(name: str, choices: Mapping) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
+    """Open and validate a GGUF file; any problem is one `ToycardsError` naming the file.
+
+    >>> open_gguf("README.md")                               # doctest: +SKIP
+    ToycardsError: README.md: not a GGUF file (magic b'# to')
+    """
+    label = os.fspath(path)
+    try:
+        with open(label, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size < 4:
+                raise file_error(label, f"not a GGUF file ({f'only {size} bytes' if size else 'empty'})")
+            buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    except IsADirectoryError:
+        raise file_error(label, "is a directory, not a GGUF file") from None
+    except FileNotFoundError:
+        raise file_error(label, "no such file") from None
+    except OSError as e:
+        raise file_error(label, f"cannot read the file ({e.strerror or e})") from None
+    try:
+        return GGUFFile(label, buf, size)
+    except BaseException:
+        buf.close()
+        raise

@@ -1,0 +1,1 @@
+"""Looking into GGUF files and cards: describe, header, inventory, formats, diff, discover."""

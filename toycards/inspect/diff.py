@@ -1,0 +1,326 @@
+"""`toycards diff`: what changed between two cards, or two GGUF files, as a reviewer reads it.
+
+Owns: `diff_cards(a, b) -> CardDiff` over two IRs (algorithms paired by name, the entry
+algorithms with each other whatever their names; hyperparameters compared by type, value
+and binding; parameters added, removed, reshaped or rebound; steps aligned per algorithm with
+difflib and summarised by the calls that changed, e.g. `Llama step 7: layer_norm → rms_norm`),
+`read_side(path)` (a card file, a GGUF file through describe, or git's /dev/null) and
+`diff_paths(a, b)`. Comments, descriptions and numbering are ignored; for two GGUF files the
+file facts (tensor types, parameter count, tokenizer…) are compared too.
+Leaves out: the command line and git's calling convention (cli.py), rendering cards (render/).
+
+>>> d = diff_cards(parse("gpt2.card"), parse("llama.card"))            # doctest: +SKIP
+>>> print(d.text())
+~ GPT2 → Llama hyperparameter ε: binding from "{arch}.attention.layer_norm_epsilon" default 1e-5 → …
+~ GPT2 → Llama step 5 → 7: layer_norm → rms_norm
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from toycards.errors import ToycardsError
+from toycards.lang import ir
+from toycards.lang.printer import Renderer, render_card
+
+_R = Renderer()
+_STEP = re.compile(r"^ *(\d+)  ( *)(.*)$")
+_CALL = re.compile(r"([^\W\d][\w\u0300-\u036f]*)\(")
+_MARK = {"added": "+", "removed": "-", "changed": "~"}
+NULL_DEVICE = "/dev/null"  # git passes it for the missing side of an added or deleted file
+
+
+@dataclass(frozen=True)
+class Change:
+    """One difference. `section`: signature, input, output, hyperparameter, parameter, group,
+    step, algorithm or file; `kind`: added, removed or changed."""
+
+    section: str
+    kind: str
+    where: str  # the algorithm ("Llama", or "GPT2 → Llama"), or "file"
+    name: str  # declaration name, "step 5 → 7", or the file fact
+    old: str = ""
+    new: str = ""
+    what: str = ""  # the short summary of a change: "value 2 → 4", "layer_norm → rms_norm"
+
+    def line(self) -> str:
+        """`~ Llama step 5 → 7: layer_norm → rms_norm`, `+ Llama parameter ρ: ρ ∈ ℝ^{d_h/2} from …`."""
+        label = self.name if self.section in ("step", "file") else f"{self.section} {self.name}".strip()
+        head = f"{_MARK[self.kind]} {self.where} {label}"
+        if self.kind == "changed":
+            summary = self.what if self.section == "step" else self.what or f"{self.old} → {self.new}"
+            return f"{head}: {summary}" if summary else f"{head}:"
+        return f"{head}: {self.new or self.old}"
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class CardDiff:
+    a: str
+    b: str
+    changes: list[Change]
+
+    @property
+    def equal(self) -> bool:
+        return not self.changes
+
+    def __bool__(self) -> bool:
+        return bool(self.changes)
+
+    def text(self) -> str:
+        """The review-friendly report; empty cards say so."""
+        if not self.changes:
+            return f"{self.a} and {self.b} describe the same card\n"
+        n = len(self.changes)
+        out = [f"{self.a} → {self.b}: {n} difference{'s' * (n != 1)}"]
+        for c in self.changes:
+            out.append(c.line())
+            if c.section == "step" and c.kind == "changed":
+                out += [f"    - {c.old}", f"    + {c.new}"]
+        return "\n".join(out) + "\n"
+
+    def to_json(self) -> dict:
+        return {"a": self.a, "b": self.b, "equal": self.equal, "changes": [c.to_json() for c in self.changes]}
+
+
+# ── rendering parts of declarations ─────────────────────────────────────────────────────
+def _binding_text(b: ir.Binding | None) -> str:
+    if b is None:
+        return ""
+    if b.kind == "derived":
+        return f"≔ {_R.expr(b.expr)}"
+    alts = [
+        " or ".join(s.const or f'"{s.tensor}"' + ("^⊺" if s.transpose else "") for s in group)
+        for group in b.sources
+    ]
+    default = f" default {_R.expr(b.default)}" if b.default is not None else ""
+    return "from " + ", ".join(alts) + default
+
+
+def _decl_text(d: ir.Decl) -> str:
+    value = f" = {_R.expr(d.value)}" if d.value is not None else ""
+    binding = _binding_text(d.binding)
+    return f"{', '.join(d.names)} ∈ {_R.type(d.type)}{value}" + (f" {binding}" if binding else "")
+
+
+def _single(d: ir.Decl, i: int) -> ir.Decl:
+    """The i-th name of a shared declaration `γ, β ∈ ℝ^{d_e} from "a", "b"` on its own."""
+    b = d.binding
+    if b is not None and b.kind == "from" and len(b.sources) == len(d.names) > 1:
+        b = dataclasses.replace(b, sources=(b.sources[i],))
+    return dataclasses.replace(d, names=(d.names[i],), binding=b)
+
+
+def _by_name(decls) -> dict[str, ir.Decl]:
+    """One entry per declared name (a shared declaration `γ, β ∈ …` gives two)."""
+    return {n: _single(d, i) for d in decls for i, n in enumerate(d.names)}
+
+
+# ── declarations ────────────────────────────────────────────────────────────────────────
+def _compare_decls(section: str, where: str, a: dict, b: dict, parts) -> list[Change]:
+    """Removed and changed declarations in a's order, then added ones in b's order."""
+    out = []
+    for name, x in a.items():
+        if name not in b:
+            out.append(Change(section, "removed", where, name, old=_decl_text(x)))
+            continue
+        y = b[name]
+        whats = [
+            f"{label} {u or '(no value)'} → {v or '(no value)'}" for label, u, v in parts(x, y) if u != v
+        ]
+        if whats:
+            out.append(
+                Change(section, "changed", where, name, _decl_text(x), _decl_text(y), "; ".join(whats))
+            )
+    return out + [Change(section, "added", where, n, new=_decl_text(y)) for n, y in b.items() if n not in a]
+
+
+def _hyper_parts(x: ir.Decl, y: ir.Decl):
+    val = lambda d: _R.expr(d.value) if d.value is not None else ""  # noqa: E731
+    return [("type", _R.type(x.type), _R.type(y.type)), ("value", val(x), val(y)),
+            ("binding", _binding_text(x.binding), _binding_text(y.binding))]  # fmt: skip
+
+
+def _param_parts(x: ir.Decl, y: ir.Decl):
+    return [
+        ("shape", _R.type(x.type), _R.type(y.type)),
+        ("binding", _binding_text(x.binding), _binding_text(y.binding)),
+    ]
+
+
+def _params(algo: ir.Algorithm) -> tuple[dict[str, ir.Decl], dict[str, str]]:
+    """Parameters by name (per-layer ones with their group's tensor prefix), and the groups."""
+    decls, groups = {}, {}
+    for d, g in algo.all_params():
+        for i, n in enumerate(d.names):
+            decls[f'{n} (in "{g.prefix}")' if g else n] = _single(d, i)
+    for item in algo.param_decls:
+        if isinstance(item, ir.ParamGroup):
+            groups[item.prefix] = f"for {item.var} ∈ [{_R.dim(item.bound)}]"
+    return decls, groups
+
+
+# ── steps ───────────────────────────────────────────────────────────────────────────────
+def _strip(stmts: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+    """Steps without comments (whole-line ones dropped, trailing ones emptied)."""
+    out = []
+    for s in stmts:
+        if isinstance(s, ir.Comment):
+            continue
+        changes = {f: "" for f in ("comment", "end_comment", "else_comment") if hasattr(s, f)}
+        for f in ("body", "then", "orelse"):
+            if hasattr(s, f):
+                changes[f] = _strip(getattr(s, f))
+        out.append(dataclasses.replace(s, **changes))
+    return tuple(out)
+
+
+def step_lines(algo: ir.Algorithm) -> list[tuple[int, str]]:
+    """(number, text) of each numbered step as the formatter prints it, comments left out."""
+    bare = dataclasses.replace(
+        algo, input_decls=(), output_decls=(), hyper_decls=(), param_decls=(), description="",
+        body=_strip(algo.body),
+    )  # fmt: skip
+    out = []
+    for line in render_card(ir.Card((bare,))).splitlines():
+        m = _STEP.match(line)
+        if m:
+            out.append((int(m[1]), m[2] + " ".join(m[3].split())))
+    return out
+
+
+def _calls_summary(old: str, new: str) -> str:
+    a, b = _CALL.findall(old), _CALL.findall(new)
+    gone, came = [f for f in dict.fromkeys(a) if f not in b], [f for f in dict.fromkeys(b) if f not in a]
+    if gone and came:
+        return f"{', '.join(gone)} → {', '.join(came)}"
+    return f"no longer calls {', '.join(gone)}" if gone else (f"now calls {', '.join(came)}" if came else "")
+
+
+def _compare_steps(where: str, a: list[tuple[int, str]], b: list[tuple[int, str]]) -> list[Change]:
+    out = []
+    sm = difflib.SequenceMatcher(None, [t for _, t in a], [t for _, t in b], autojunk=False)
+    for op, i1, i2, j1, j2 in sm.get_opcodes():
+        if op == "equal":
+            continue
+        pairs = min(i2 - i1, j2 - j1) if op == "replace" else 0
+        for k in range(pairs):
+            (n, old), (m, new) = a[i1 + k], b[j1 + k]
+            label = f"step {n}" if n == m else f"step {n} → {m}"
+            what = _calls_summary(old, new)
+            out.append(Change("step", "changed", where, label, old.strip(), new.strip(), what))
+        for n, old in a[i1 + pairs : i2]:
+            out.append(Change("step", "removed", where, f"step {n}", old=old.strip()))
+        for m, new in b[j1 + pairs : j2]:
+            out.append(Change("step", "added", where, f"step {m}", new=new.strip()))
+    return out
+
+
+# ── algorithms ──────────────────────────────────────────────────────────────────────────
+def _signature(a: ir.Algorithm) -> str:
+    params = f" | {', '.join(a.params)}" if a.params else ""
+    return f"{a.output} ← {a.name}({', '.join(a.inputs)}{params})"
+
+
+def _compare_algorithms(x: ir.Algorithm, y: ir.Algorithm) -> list[Change]:
+    where = x.name if x.name == y.name else f"{x.name} → {y.name}"
+    out = []
+    if (x.output, x.inputs, x.params) != (y.output, y.inputs, y.params):
+        out.append(Change("signature", "changed", where, "", _signature(x), _signature(y)))
+    out += _compare_decls("input", where, _by_name(x.input_decls), _by_name(y.input_decls), _param_parts)
+    out += _compare_decls("output", where, _by_name(x.output_decls), _by_name(y.output_decls), _param_parts)
+    out += _compare_decls(
+        "hyperparameter", where, _by_name(x.hyper_decls), _by_name(y.hyper_decls), _hyper_parts
+    )
+    (pa, ga), (pb, gb) = _params(x), _params(y)
+    for prefix in ga.keys() & gb.keys():
+        if ga[prefix] != gb[prefix]:
+            out.append(Change("group", "changed", where, f'"{prefix}"', ga[prefix], gb[prefix]))
+    out += _compare_decls("parameter", where, pa, pb, _param_parts)
+    return out + _compare_steps(where, step_lines(x), step_lines(y))
+
+
+def _pairs(a: ir.Card, b: ir.Card) -> list[tuple[ir.Algorithm | None, ir.Algorithm | None]]:
+    """Algorithm pairs: the entry points with each other, the rest by name."""
+    rest_a, rest_b = list(a.algorithms), list(b.algorithms)
+    pairs: list = [(rest_a.pop(), rest_b.pop())] if rest_a and rest_b else []
+    unmatched = {y.name: y for y in rest_b}
+    pairs += [(x, unmatched.pop(x.name, None)) for x in rest_a]
+    return pairs + [(None, y) for y in unmatched.values()]
+
+
+def diff_cards(a: ir.Card, b: ir.Card, a_name: str = "a", b_name: str = "b") -> CardDiff:
+    """The semantic differences between two cards (see the module docstring)."""
+    changes: list[Change] = []
+    for x, y in _pairs(a, b):
+        if x is None or y is None:
+            kind, algo = ("added", y) if x is None else ("removed", x)
+            text = f"{_signature(algo)} ({len(step_lines(algo))} steps)"
+            changes.append(
+                Change("algorithm", kind, algo.name, "", old=text if x else "", new=text if y else "")
+            )
+        else:
+            changes += _compare_algorithms(x, y)
+    changes += _file_changes(a, b)
+    return CardDiff(a_name, b_name, changes)
+
+
+# ── GGUF files ──────────────────────────────────────────────────────────────────────────
+def _file_facts(card: ir.Card) -> dict[str, str] | None:
+    header = getattr(card, "header", None)
+    if header is None:
+        return None
+    tok = header.tokenizer
+    return {
+        "architecture": str(header.architecture),
+        "name": str(header.general.get("general.name", "")),
+        "parameters": f"{header.n_params:,}",
+        "tensor types": ", ".join(f"{t} ×{n}" for t, n in header.tensor_types.items()),
+        "context length": str(header.context_length),
+        "RoPE": str(header.rope.get("type")),
+        "tokenizer": f"{tok.get('model')} (pre {tok.get('pre')}), {tok.get('vocab_size')} tokens",
+        "chat template": "present" if header.chat_template is not None else "none",
+    }
+
+
+def _file_changes(a: ir.Card, b: ir.Card) -> list[Change]:
+    fa, fb = _file_facts(a), _file_facts(b)
+    if fa is None or fb is None:
+        return []
+    return [Change("file", "changed", "file", k, fa[k], fb[k]) for k in fa if fa[k] != fb[k]]
+
+
+def read_side(path: str | os.PathLike) -> ir.Card:
+    """A card file, a GGUF file (its bound card, through describe), or /dev/null (no algorithms)."""
+    from toycards.lang.parse import parse
+
+    text = os.fspath(path)
+    if text == NULL_DEVICE:
+        return ir.Card(())
+    p = Path(text)
+    if not p.exists():
+        raise ToycardsError(f"{text}: no such file")
+    if not p.is_file():
+        raise ToycardsError(f"{text}: not a file (a card or a GGUF file)")
+    try:
+        with open(p, "rb") as fh:
+            magic = fh.read(4)
+    except OSError as e:
+        raise ToycardsError(f"{text}: cannot read: {e.strerror or e}") from None
+    if magic == b"GGUF":
+        from toycards.inspect.describe import describe
+
+        return describe(p)
+    return parse(p)
+
+
+def diff_paths(a: str | os.PathLike, b: str | os.PathLike, a_name: str = "", b_name: str = "") -> CardDiff:
+    """`diff_cards` of two files, each a card or a GGUF file."""
+    return diff_cards(read_side(a), read_side(b), a_name or os.fspath(a), b_name or os.fspath(b))

@@ -1,0 +1,176 @@
+"""Output formats of `toycards describe`: plain text, JSON, Markdown, LaTeX and HTML.
+
+Owns: `render_described(card, fmt)` for fmt in `FORMATS`, and `to_json(card)` (the JSON
+object: header, problems, bound hyperparameters and parameters, card text and IR). The card
+part of Markdown, LaTeX and HTML comes from the card renderers in `toycards/render/` when they
+exist (`render_markdown`, `render_latex`, `render_html`), else from the card text in a code
+block. The header is rendered here.
+Leaves out: the rich terminal view (cli.py), the card text itself (render/card.py).
+
+>>> print(render_described(describe("gpt2.gguf"), "markdown"))        # doctest: +SKIP
+# gpt2.gguf
+| | |
+|---|---|
+| name | GPT-2 |
+…
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import importlib
+import json
+from pathlib import Path
+
+from toycards.errors import Diagnostic
+from toycards.inspect.describe import DescribedCard
+from toycards.lang import ir
+from toycards.lang.printer import render_card
+
+FORMATS = ("card", "text", "json", "markdown", "latex", "html")
+# the card renderers of render/ (module, function), used when present
+CARD_RENDERERS = {
+    "markdown": ("toycards.render.markdown", "render_markdown"),
+    "latex": ("toycards.render.latex", "render_latex"),
+    "html": ("toycards.render.html", "render_html"),
+}
+
+
+def problem_line(d: Diagnostic) -> str:
+    """`error: message (card line 22)`: one line per problem, the card line when there is one."""
+    where = f" (card {d.span.file}:{d.span.line})" if d.span.line > 0 else ""
+    return f"{d.severity}: {d.message}{where}"
+
+
+def _card_renderer(fmt: str):
+    module, func = CARD_RENDERERS[fmt]
+    try:
+        return getattr(importlib.import_module(module), func)
+    except (ImportError, AttributeError):
+        return None
+
+
+# ── JSON ────────────────────────────────────────────────────────────────────────────────
+def _jsonable(value: object) -> object:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    return value
+
+
+def to_json(card: DescribedCard) -> dict:
+    """Everything describe knows, as a JSON-ready dict."""
+    bound = card.bound
+    hyper = {
+        name: {"value": _jsonable(value), "source": bound.hyper_source.get(name)}
+        for name, value in (bound.hyper.items() if bound else ())
+    }
+    tensors = card.header.tensors if card.header else {}
+    params = [
+        {"name": p.name, "layer": p.layer, "tensor": p.tensor, "constant": p.const, "shape": list(p.shape)}
+        | ({"transposed": True} if p.transpose else {})
+        | ({"type": tensors[p.tensor]["type"]} if p.tensor in tensors else {})
+        for p in (bound.params if bound else ())
+    ]
+    problems = [
+        {"severity": d.severity, "message": d.message, "hint": d.hint or None}
+        | ({"card_line": f"{d.span.file}:{d.span.line}"} if d.span.line > 0 else {})
+        for d in card.problems
+    ]
+    return {
+        "file": card.header.path if card.header else card.file,
+        "origin": card.origin,
+        "notice": card.notice or None,
+        "header": _jsonable(dataclasses.asdict(card.header)) if card.header else None,
+        "problems": problems,
+        "hyperparameters": hyper,
+        "parameters": params,
+        "card": render_card(card),
+        "ir": ir.to_json(card.as_card()),
+    }
+
+
+# ── text formats ────────────────────────────────────────────────────────────────────────
+def _rows(card: DescribedCard) -> list[tuple[str, str]]:
+    return card.header.rows() if card.header else []
+
+
+def _text(card: DescribedCard) -> str:
+    rows = _rows(card)
+    width = max((len(k) for k, _ in rows), default=0)
+    out = [f"{k:>{width}}  {v}" for k, v in rows]
+    if card.notice:
+        out += ["", f"notice: {card.notice}"]
+    out += [""] + [problem_line(d) for d in card.problems] + ([""] if card.problems else [])
+    return "\n".join(out) + "\n" + render_card(card)
+
+
+def _markdown(card: DescribedCard) -> str:
+    cell = lambda s: str(s).replace("|", "\\|")  # noqa: E731
+    out = [f"# {Path(card.header.path).name if card.header else card.file}", "", "| | |", "|---|---|"]
+    out += [f"| {cell(k)} | {cell(v)} |" for k, v in _rows(card)]
+    if card.notice:
+        out += ["", f"> {card.notice}"]
+    if card.problems:
+        out += ["", "## Problems", ""] + [f"- {problem_line(d)}" for d in card.problems]
+    renderer = _card_renderer("markdown")
+    body = renderer(card.as_card()) if renderer else f"```\n{render_card(card)}```"
+    return "\n".join(out + ["", "## Card", "", body.rstrip("\n")]) + "\n"
+
+
+_LATEX_SPECIAL = {c: "\\" + c for c in "&%$#_{}"} | {
+    "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}",
+    "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}", "×": r"$\times$",
+    "θ": r"$\theta$", "…": r"\ldots{}", "→": r"$\to$",
+}  # fmt: skip
+
+
+def latex_escape(text: str) -> str:
+    r"""Text for a LaTeX document: `50% of d_e` → `50\% of d\_e`, `F32 ×28` → `F32 $\times$28`."""
+    return "".join(_LATEX_SPECIAL.get(c, c) for c in str(text))
+
+
+def _latex(card: DescribedCard) -> str:
+    out = [r"\begin{tabular}{ll}"]
+    out += [f"{latex_escape(k)} & {latex_escape(v)} \\\\" for k, v in _rows(card)]
+    out.append(r"\end{tabular}")
+    if card.problems:
+        out += [r"\begin{itemize}"] + [f"\\item {latex_escape(problem_line(d))}" for d in card.problems]
+        out.append(r"\end{itemize}")
+    renderer = _card_renderer("latex")
+    out.append(
+        renderer(card.as_card()).rstrip("\n")
+        if renderer
+        else "\\begin{verbatim}\n" + render_card(card) + "\\end{verbatim}"
+    )
+    return "\n".join(out) + "\n"
+
+
+def _html(card: DescribedCard) -> str:
+    e = html.escape
+    title = Path(card.header.path).name if card.header else card.file
+    out = [f'<section class="toycards-describe">\n<h1>{e(title)}</h1>', "<table>"]
+    out += [f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in _rows(card)]
+    out.append("</table>")
+    if card.notice:
+        out.append(f'<p class="notice">{e(card.notice)}</p>')
+    if card.problems:
+        items = "".join(f'<li class="{e(d.severity)}">{e(problem_line(d))}</li>' for d in card.problems)
+        out.append(f'<ul class="problems">{items}</ul>')
+    renderer = _card_renderer("html")
+    out.append(renderer(card.as_card()).rstrip("\n") if renderer else f"<pre>{e(render_card(card))}</pre>")
+    return "\n".join(out + ["</section>"]) + "\n"
+
+
+def render_described(card: DescribedCard, fmt: str = "card") -> str:
+    """`card` in one of `FORMATS`; "card" is the plain card text (it parses and checks)."""
+    if fmt == "json":
+        return json.dumps(to_json(card), ensure_ascii=False, indent=1) + "\n"
+    renderers = {"card": render_card, "text": _text, "markdown": _markdown, "latex": _latex, "html": _html}
+    if fmt not in renderers:
+        raise ValueError(f"unknown format {fmt!r}")
+    return renderers[fmt](card)

@@ -1,0 +1,1 @@
+"""The card language: IR, names, grammar, parser, canonical printer."""

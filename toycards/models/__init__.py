@@ -1,0 +1,1 @@
+"""Cards bound to files: binding, loading, evaluation."""

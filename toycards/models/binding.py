@@ -1,0 +1,379 @@
+"""Binding a card to concrete values: hyperparameters from GGUF metadata, parameters to tensors.
+
+Owns: evaluating a card's hyperparameter bindings (metadata keys with `{arch}`, defaults,
+derived `≔` values, values inferred from tensor shapes, concrete `= value`s of a bound card)
+and its parameter bindings (tensor-name templates per layer, `^⊺`, `or` fallbacks, constant
+fallbacks), with every mismatch reported as a diagnostic at the card line that declares it.
+Leaves out: reading GGUF bytes (runtime/gguf.py), symbolic checking (check/), rendering.
+
+>>> b = bind(parse_library_card("gpt2").main, open_gguf("gpt2.gguf"))   # doctest: +SKIP
+>>> b.hyper["L"], b.params[0].tensor, b.params[0].shape
+(12, 'token_embd.weight', (768, 50257))
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from toycards.errors import Diagnostic
+from toycards.lang import ir
+
+_TEMPLATE = re.compile(r"\{([^{}]*)\}")
+
+
+@dataclass(frozen=True)
+class BoundParam:
+    """One tensor of a bound card: card name, layer (1-based, or None) and where it comes from."""
+
+    name: str  # card name as declared, e.g. "γ_l^1"
+    layer: int | None  # value of the group variable, 1-based
+    key: str  # the module's name for it: the first alternative's tensor name, e.g. "blk.0.attn_norm.weight"
+    tensor: str | None  # the tensor actually present in the file (None: constant or random)
+    transpose: bool
+    const: str | None  # constant fill when no tensor is present
+    shape: tuple[int, ...]  # card shape, concrete
+    decl: ir.Decl = field(compare=False, repr=False)
+
+    @property
+    def stored_shape(self) -> tuple[int, ...]:
+        """NumPy shape of the tensor as GGUF stores it."""
+        return tuple(reversed(self.shape)) if self.transpose else self.shape
+
+
+@dataclass
+class Bound:
+    """A card's main algorithm with concrete hyperparameters and parameter sources."""
+
+    algorithm: ir.Algorithm
+    arch: str
+    hyper: dict[str, object]
+    hyper_source: dict[
+        str, str
+    ]  # name → 'key "llama.block_count"', "default", "derived", "inferred from W_e", "value"
+    params: list[BoundParam]
+    problems: list[Diagnostic]
+    unused_tensors: list[str] = field(default_factory=list)
+
+    def param_keys(self) -> dict[str, BoundParam]:
+        return {p.key: p for p in self.params}
+
+
+# ── evaluating expressions and dimensions with concrete values ─────────────────────────
+class EvalError(Exception):
+    pass
+
+
+def eval_dim(d: ir.Dim, values: dict[str, object]) -> int:
+    """A dimension's value; division must be exact."""
+    if isinstance(d, ir.DimNum):
+        return d.value
+    if isinstance(d, ir.DimName):
+        if d.name not in values:
+            raise EvalError(f"dimension {d.name} has no value")
+        return int(values[d.name])
+    a, b = eval_dim(d.left, values), eval_dim(d.right, values)
+    if d.op == "/":
+        if b == 0 or a % b:
+            raise EvalError(f"{a}/{b} is not a whole number")
+        return a // b
+    return {"+": a + b, "-": a - b, "*": a * b}[d.op]
+
+
+_BINOPS = {
+    "+": lambda a, b: a + b, "-": lambda a, b: a - b, "·": lambda a, b: a * b, "/": lambda a, b: a / b,
+    "^": lambda a, b: a**b, "mod": lambda a, b: a % b, "<": lambda a, b: a < b, "≤": lambda a, b: a <= b,
+    "=": lambda a, b: a == b, "≠": lambda a, b: a != b, "≥": lambda a, b: a >= b, ">": lambda a, b: a > b,
+    "∧": lambda a, b: bool(a) and bool(b), "∨": lambda a, b: bool(a) or bool(b),
+}  # fmt: skip
+_FUNCS = {"ceil": math.ceil, "sqrt": math.sqrt, "exp": math.exp, "log": math.log, "max": max, "min": min}
+
+
+def eval_scalar(e: ir.Expr, values: dict[str, object], enum_names: frozenset[str] = frozenset()) -> object:
+    """Evaluate a scalar expression over hyperparameters (used for derived values and conditions)."""
+    if isinstance(e, ir.Num):
+        v = float(e.text)
+        return int(v) if v.is_integer() and re.fullmatch(r"\d+", e.text) else v
+    if isinstance(e, ir.Const):
+        return math.inf if e.name == "∞" else math.pi
+    if isinstance(e, ir.Str):
+        return e.value
+    if isinstance(e, ir.Name):
+        if e.id in values:
+            return values[e.id]
+        if e.id in enum_names:
+            return e.id
+        raise EvalError(f"{e.id} has no value")
+    if isinstance(e, ir.UnOp):
+        v = eval_scalar(e.operand, values, enum_names)
+        return {"-": lambda x: -x, "¬": lambda x: not x, "√": math.sqrt}[e.op](v)
+    if isinstance(e, ir.BinOp) and e.op in _BINOPS:
+        a, b = eval_scalar(e.left, values, enum_names), eval_scalar(e.right, values, enum_names)
+        if e.op == "/" and isinstance(a, int) and isinstance(b, int) and b and a % b == 0:
+            return a // b
+        return _BINOPS[e.op](a, b)
+    if isinstance(e, ir.Call) and e.func in _FUNCS and not e.params:
+        return _FUNCS[e.func](*(eval_scalar(a, values, enum_names) for a in e.args))
+    raise EvalError("not a scalar expression of hyperparameters")
+
+
+def expand_template(template: str, arch: str | None, var: str = "", value: int | None = None) -> str:
+    """Fill `{arch}` and `{l-1}`-style placeholders.
+
+    >>> expand_template("blk.{l-1}.attn_q.weight", "llama", "l", 1), expand_template("{arch}.block_count", "gpt2")
+    ('blk.0.attn_q.weight', 'gpt2.block_count')
+    """
+
+    def fill(m: re.Match) -> str:
+        inner = m.group(1).replace(" ", "").replace("−", "-")
+        if inner == "arch":
+            return arch if arch is not None else m.group(0)
+        m2 = re.fullmatch(rf"{re.escape(var)}([+-]\d+)?", inner) if var else None
+        if m2 is None or value is None:
+            raise EvalError(f"cannot fill {{{m.group(1)}}} in {template!r}")
+        return str(value + int(m2.group(1) or 0))
+
+    return _TEMPLATE.sub(fill, template)
+
+
+# ── hyperparameters ─────────────────────────────────────────────────────────────────────
+def _convert(value: object, typ: ir.Type, name: str) -> object:
+    if isinstance(typ, ir.EnumType):
+        s = str(value)
+        if s not in typ.options:
+            raise EvalError(f"{name} = {s!r} is not one of {{{', '.join(typ.options)}}}")
+        return s
+    if isinstance(typ, ir.StrType):
+        return str(value)
+    if isinstance(typ, ir.TensorType) and not typ.dims:
+        if typ.field == "N":
+            if isinstance(value, float) and not value.is_integer():
+                raise EvalError(f"{name} = {value} is not a whole number")
+            if isinstance(value, bool | str) or int(value) < 0:
+                raise EvalError(f"{name} = {value!r} is not a natural number")
+            return int(value)
+        if typ.field in ("R", "Z"):
+            if isinstance(value, bool | str):
+                raise EvalError(f"{name} = {value!r} is not a number")
+            return float(value) if typ.field == "R" else int(value)
+    return value
+
+
+def _enum_names(algo: ir.Algorithm) -> frozenset[str]:
+    return frozenset(o for d in algo.hyper_decls if isinstance(d.type, ir.EnumType) for o in d.type.options)
+
+
+def bind_hyperparameters(
+    algo: ir.Algorithm,
+    metadata,
+    arch: str,
+    tensor_shapes: dict[str, tuple[int, ...]],
+    file: str = "",
+    given: dict[str, object] | None = None,
+):
+    """Values of every hyperparameter, their sources, and problems (as diagnostics).
+
+    `given` values (from the caller) take precedence over every binding, like a card's `= value`.
+    """
+    given = given or {}
+    values: dict[str, object] = {}
+    source: dict[str, str] = {}
+    problems: list[Diagnostic] = []
+    pending: list[tuple[str, ir.Decl]] = []
+    enums = _enum_names(algo)
+    for d in algo.hyper_decls:
+        if not isinstance(d.type, ir.TensorType | ir.EnumType | ir.StrType) or (
+            isinstance(d.type, ir.TensorType) and d.type.dims
+        ):
+            continue  # masks and other tensor-valued hyperparameters are passed by callers, not bound
+        for name in d.names:
+            try:
+                if name in given:
+                    values[name], source[name] = _convert(given[name], d.type, name), "given"
+                elif d.value is not None:
+                    values[name], source[name] = (
+                        _convert(eval_scalar(d.value, values, enums), d.type, name),
+                        "value",
+                    )
+                elif d.binding is not None and d.binding.kind == "from":
+                    _bind_from_metadata(name, d, metadata, arch, enums, values, source, problems)
+                else:
+                    pending.append((name, d))
+            except EvalError as exc:
+                problems.append(Diagnostic(d.span, str(exc)))
+    _bind_pending(algo, pending, values, source, tensor_shapes, problems, enums, arch)
+    return values, source, problems
+
+
+def _bind_from_metadata(name, d, metadata, arch, enums, values, source, problems) -> None:
+    keys = [expand_template(s.tensor, arch) for s in d.binding.sources[0] if s.tensor]
+    for key in keys:
+        if key in metadata:
+            raw = metadata[key]
+            if hasattr(raw, "__len__") and not isinstance(raw, str):
+                problems.append(
+                    Diagnostic(
+                        d.span,
+                        f"metadata key '{key}' holds an array; {name} needs one value",
+                        "per-layer values are not supported by this card",
+                    )
+                )
+                return
+            values[name], source[name] = _convert(raw, d.type, name), f'key "{key}"'
+            return
+    if d.binding.default is not None:
+        values[name], source[name] = (
+            _convert(eval_scalar(d.binding.default, values, enums), d.type, name),
+            "default",
+        )
+        return
+    problems.append(
+        Diagnostic(
+            d.span,
+            f"metadata key {' or '.join(repr(k) for k in keys)} is missing and {name} has no default",
+            "add `default …` to the card, or fix the file",
+        )
+    )
+
+
+def _bind_pending(algo, pending, values, source, tensor_shapes, problems, enums, arch) -> None:
+    """Derived and inferred hyperparameters, iterated until nothing changes."""
+    while pending:
+        progress = False
+        for name, d in list(pending):
+            try:
+                if d.binding is not None and d.binding.kind == "derived":
+                    values[name], source[name] = (
+                        _convert(eval_scalar(d.binding.expr, values, enums), d.type, name),
+                        "derived",
+                    )
+                else:
+                    value, where = _infer(algo, name, values, tensor_shapes, arch)
+                    values[name], source[name] = value, f"inferred from {where}"
+            except EvalError:
+                continue
+            pending.remove((name, d))
+            progress = True
+        if not progress:
+            for name, d in pending:
+                problems.append(
+                    Diagnostic(
+                        d.span,
+                        f"cannot determine {name}: no metadata key, no default, and no parameter shape to infer it from",
+                    )
+                )
+            return
+
+
+def _infer(algo: ir.Algorithm, name: str, values, tensor_shapes, arch) -> tuple[int, str]:
+    for decl, group in algo.all_params():
+        typ = decl.type
+        if not isinstance(typ, ir.TensorType) or not decl.binding or decl.binding.kind != "from":
+            continue
+        for axis, dim in enumerate(typ.dims):
+            if isinstance(dim, ir.DimName) and dim.name == name:
+                for i, _ in enumerate(decl.names):
+                    for src in decl.binding.sources[min(i, len(decl.binding.sources) - 1)]:
+                        tensor = _tensor_name(src, group, arch, 1)
+                        if tensor in tensor_shapes:
+                            shape = tensor_shapes[tensor][::-1] if src.transpose else tensor_shapes[tensor]
+                            if axis < len(shape):
+                                return int(shape[axis]), f"'{tensor}'"
+    raise EvalError(f"{name} cannot be inferred")
+
+
+def _tensor_name(src: ir.Source, group: ir.ParamGroup | None, arch: str | None, layer: int | None) -> str:
+    """The tensor's name in the file (`arch` given) or in the generated module (`arch=None`)."""
+    if group is None:
+        return expand_template(src.tensor, arch)
+    return expand_template(group.prefix, arch, group.var, layer) + expand_template(src.tensor, arch)
+
+
+# ── parameters ──────────────────────────────────────────────────────────────────────────
+def bind_parameters(
+    algo: ir.Algorithm, values: dict, tensor_shapes: dict[str, tuple[int, ...]] | None, arch: str
+):
+    """Every parameter tensor (per layer) with its source; `tensor_shapes=None` binds without a file."""
+    out: list[BoundParam] = []
+    problems: list[Diagnostic] = []
+    for decl, group in algo.all_params():
+        if decl.binding is None or decl.binding.kind != "from":
+            problems.append(
+                Diagnostic(decl.span, f'parameter {", ".join(decl.names)} has no `from "tensor"` binding')
+            )
+            continue
+        layers: list[int | None] = [None]
+        if group is not None:
+            try:
+                layers = list(range(1, eval_dim(group.bound, values) + 1))
+            except EvalError as exc:
+                problems.append(Diagnostic(group.span, str(exc)))
+                continue
+        for layer in layers:
+            for i, name in enumerate(decl.names):
+                alts = decl.binding.sources[i] if i < len(decl.binding.sources) else ()
+                p = _bind_one(decl, name, alts, group, layer, values, tensor_shapes, arch, problems)
+                if p is not None:
+                    out.append(p)
+    return out, problems
+
+
+def _bind_one(decl, name, alts, group, layer, values, tensor_shapes, arch, problems) -> BoundParam | None:
+    try:
+        shape = tuple(eval_dim(d, values) for d in decl.type.dims)
+    except EvalError as exc:
+        problems.append(Diagnostic(decl.span, f"shape of {name}: {exc}"))
+        return None
+    tensors = [s for s in alts if s.tensor]
+    if not tensors:
+        problems.append(Diagnostic(decl.span, f"parameter {name} names no tensor"))
+        return None
+    try:
+        key = _tensor_name(tensors[0], group, None, layer)
+        for src in tensors:
+            _tensor_name(src, group, arch, layer)
+    except EvalError as exc:
+        problems.append(Diagnostic(decl.span, f"parameter {name}: {exc}"))
+        return None
+    for src in alts:
+        if src.const:
+            return BoundParam(name, layer, key, None, False, src.const, shape, decl)
+        tensor = _tensor_name(src, group, arch, layer)
+        if tensor_shapes is None or tensor in tensor_shapes:
+            p = BoundParam(name, layer, key, tensor, src.transpose, None, shape, decl)
+            if tensor_shapes is not None and tuple(tensor_shapes[tensor]) != p.stored_shape:
+                want = "×".join(map(str, p.stored_shape))
+                got = "×".join(map(str, tensor_shapes[tensor]))
+                where = f" (card {name} ∈ ℝ^{{{'×'.join(map(str, shape))}}}" + (
+                    ", transposed)" if src.transpose else ")"
+                )
+                problems.append(
+                    Diagnostic(
+                        decl.span,
+                        f"tensor '{tensor}' has shape [{got}], the card expects [{want}]{where}",
+                        shapes=(got, want),
+                    )
+                )
+            return p
+    names = " or ".join(repr(_tensor_name(s, group, arch, layer)) for s in tensors)
+    problems.append(Diagnostic(decl.span, f"tensor {names} is missing from the file (card parameter {name})"))
+    return None
+
+
+def bind(algo: ir.Algorithm, gguf, file: str = "") -> Bound:
+    """Bind a card's algorithm to an open GGUF file (`runtime.gguf.GGUFFile`)."""
+    arch = str(gguf.get("general.architecture", ""))
+    shapes = {name: tuple(info.shape) for name, info in gguf.tensors.items()}
+    values, source, problems = bind_hyperparameters(algo, gguf.metadata, arch, shapes, file)
+    params, more = bind_parameters(algo, values, shapes, arch)
+    used = {p.tensor for p in params if p.tensor}
+    unused = [t for t in gguf.tensors if t not in used]
+    return Bound(algo, arch, values, source, params, problems + more, unused)
+
+
+def bind_values(algo: ir.Algorithm, values: dict[str, object] | None = None, arch: str = "") -> Bound:
+    """Bind a card without a file: hyperparameters from the card's `= value`s and from `values`."""
+    hyper, source, problems = bind_hyperparameters(algo, {}, arch, {}, "", given=values)
+    params, more = bind_parameters(algo, hyper, None, arch)
+    return Bound(algo, arch, hyper, source, params, problems + more)

@@ -1,0 +1,155 @@
+"""`toycards.load`: a card (or a GGUF file's card) plus weights → a runnable model.
+
+Owns: choosing the card for a GGUF file (its embedded `toycards.card`, else the library card
+for `general.architecture`), binding it (binding.py), generating and executing the module
+source (codegen), reading each bound tensor (dequantised to float32) or initialising it
+randomly from the card, and attaching the file's tokenizer.
+Leaves out: the meaning of cards (check/), code text (codegen/), file parsing (runtime/gguf.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import linecache
+import os
+from pathlib import Path
+
+import numpy as np
+
+from toycards.errors import ToycardsError
+from toycards.lang import ir
+from toycards.models.binding import Bound, bind, bind_values
+
+CARD_KEY = "toycards.card"
+
+
+def _as_card(card: ir.Card | str | os.PathLike) -> ir.Card:
+    from toycards.lang.parse import parse
+
+    if isinstance(card, ir.Card):
+        return card
+    return parse(Path(card) if isinstance(card, os.PathLike) else card)
+
+
+def card_for_file(f) -> ir.Card:
+    """The card describing an open GGUF file."""
+    from toycards.lang.parse import parse
+    from toycards.library import card_for_arch
+
+    embedded = f.get(CARD_KEY)
+    if isinstance(embedded, str) and embedded.strip():
+        return parse(embedded, file=f"{f.path}:{CARD_KEY}")
+    arch = f.get("general.architecture")
+    if not isinstance(arch, str):
+        raise ToycardsError(f"{f.path}: no general.architecture in the file")
+    card = card_for_arch(arch)
+    if card is None:
+        raise ToycardsError(
+            f"{f.path}: no card for architecture '{arch}' (toycards describe shows what the file holds)"
+        )
+    return card
+
+
+def _raise_problems(bound: Bound, card: ir.Card, what: str) -> None:
+    errors = [d for d in bound.problems if d.severity == "error"]
+    if errors:
+        raise ToycardsError.from_diagnostics(errors, {card.algorithms[-1].span.file: card.source})
+
+
+def module_class(card: ir.Card, target: str):
+    """Generate, compile and execute the module for `card`; return its `Model` class."""
+    from toycards.codegen import generate_source
+
+    if target == "torch":
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise ToycardsError("the torch target needs PyTorch: pip install 'toycards[torch]'") from None
+    source = generate_source(card, target)
+    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
+    filename = f"<toycards {card.main.name} {target} {digest}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace: dict[str, object] = {"__name__": f"toycards_generated_{digest}"}
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own emitter's output, ast-checked
+    return namespace["Model"]
+
+
+def _const_fallback(p) -> str | None:
+    """The constant alternative (`or 1`) of a parameter's binding, if it has one."""
+    sources = p.decl.binding.sources if p.decl.binding else ()
+    alts = sources[min(p.decl.names.index(p.name), len(sources) - 1)] if sources else ()
+    return next((s.const for s in alts if s.const), None)
+
+
+def _random_weights(bound: Bound, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out: dict[str, np.ndarray] = {}
+    for p in bound.params:
+        if p.key in out:
+            continue
+        shape = p.stored_shape
+        const = p.const if p.const is not None else _const_fallback(p)
+        if const is not None:  # `from "rope_freqs.weight" or 1`: the card's own fill, never random
+            out[p.key] = np.full(shape, float(const), dtype=np.float32)
+        elif p.name.startswith("γ"):
+            out[p.key] = np.ones(shape, dtype=np.float32)
+        elif len(shape) == 1:
+            out[p.key] = np.zeros(shape, dtype=np.float32)
+        else:
+            out[p.key] = rng.normal(0.0, 0.02, size=shape).astype(np.float32)
+    return out
+
+
+def _file_weights(bound: Bound, f) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    weights: dict[str, np.ndarray] = {}
+    shared: dict[str, str] = {}
+    by_tensor: dict[str, str] = {}
+    for p in bound.params:
+        if p.key in weights or p.key in shared:
+            continue
+        if p.tensor is None:
+            weights[p.key] = np.full(p.stored_shape, float(p.const or 0), dtype=np.float32)
+        elif p.tensor in by_tensor:
+            shared[p.key] = by_tensor[p.tensor]
+            weights[p.key] = weights[by_tensor[p.tensor]]
+        else:
+            weights[p.key] = f.tensor(p.tensor)
+            by_tensor[p.tensor] = p.key
+    return weights, shared
+
+
+def load(source, weights=None, target: str = "numpy", seed: int = 0):
+    """A runnable model: `load("m.gguf")`, `load(card, weights="m.gguf")`, or `load(card)` (random weights)."""
+    from toycards.gguf.reader import open_gguf
+
+    if target not in ("numpy", "torch"):
+        raise ToycardsError(f"unknown target {target!r}: choose numpy or torch")
+    path = None
+    if isinstance(source, str | os.PathLike) and str(source).endswith(".gguf"):
+        if weights is not None:
+            raise ToycardsError("give either a GGUF file or a card with weights=, not both")
+        path = source
+        f = open_gguf(path)
+        card = card_for_file(f)
+    else:
+        card = _as_card(source)
+        f = open_gguf(weights) if weights is not None else None
+        path = weights
+    try:
+        bound = bind(card.main, f) if f is not None else bind_values(card.main)
+        _raise_problems(bound, card, str(path or "card"))
+        cls = module_class(card, target)
+        if f is not None:
+            tensors, shared = _file_weights(bound, f)
+        else:
+            tensors, shared = _random_weights(bound, seed), {}
+        model = cls(bound.hyper, tensors, shared) if target == "torch" else cls(bound.hyper, tensors)
+        model.bound = bound
+        if f is not None and f.get("tokenizer.ggml.model") is not None:
+            from toycards.tokenizer.tokenizer import Tokenizer
+
+            model.tokenizer = Tokenizer.from_metadata(f.get)
+    finally:
+        if f is not None:
+            f.close()
+    return model

@@ -1,0 +1,258 @@
+"""Byte-level BPE (`tokenizer.ggml.model = "gpt2"`), as llama.cpp runs it.
+
+Owns: the table of pre-tokenizers keyed by `tokenizer.ggml.pre` (llama.cpp's regex lists
+and per-family flags), splitting text into words with them, GPT-2's byte ↔ unicode
+alphabet, merging each word by merge rank, and turning a normal token's text back into bytes.
+Leaves out: special tokens, BOS/EOS and the public API (runtime/tokenizer.py), and the
+SentencePiece-style BPE of Gemma 3n/4 (`escape_whitespaces`), which llama.cpp treats apart.
+
+How llama.cpp pre-tokenizes (`unicode_regex_split`): the regexes of a family are applied in
+turn; each one splits every piece left by the previous one into its matches *and* the gaps
+between matches. Each regex sees one piece at a time, so a look-ahead like `\\s+(?!\\S)`
+cannot look past the end of its piece. Example for "starcoder" (`\\p{N}` first, then GPT-2's)::
+
+    "ab  12"  →  ["ab  ", "1", "2"]  →  ["ab", "  ", "1", "2"]
+
+llama.cpp derives its `\\p{L}`, `\\p{N}`, … tables from the `regex` package, so running the
+same expressions through `regex` gives the same splits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import regex
+
+from toycards.tokenizer.merge import merge_pairs
+
+_CONTRACTIONS = r"'s|'t|'re|'ve|'m|'ll|'d"
+_CONTRACTIONS_ANY_CASE = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+
+# GPT-2's expression; llama.cpp spells it without the final `|\s+` but its hand-written matcher
+# for it ends with that alternative, so it is written out here.
+_GPT2 = _CONTRACTIONS + r"| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+_LLAMA3 = (
+    _CONTRACTIONS_ANY_CASE
+    + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2 = (
+    _CONTRACTIONS_ANY_CASE
+    + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN35 = (
+    _CONTRACTIONS_ANY_CASE
+    + r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+# "upper* lower+ | upper+ lower*" where a letter outside a-z counts as both, as in llama.cpp
+_UPPER, _LOWER = r"(?:(?=\p{L})[^a-z])", r"(?:(?=\p{L})[^A-Z])"
+
+
+def _cased_words(suffix: str) -> str:
+    lead = r"[^\r\n\p{L}\p{N}]?"
+    return f"{lead}{_UPPER}*{_LOWER}+{suffix}|{lead}{_UPPER}+{_LOWER}*{suffix}"
+
+
+_GPT4O = (
+    _cased_words(_CONTRACTIONS_ANY_CASE + "?")
+    + r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_TEKKEN = _cased_words("") + r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+_BLOOM = r" ?[^(\s|.,!?…。，、।۔،)]+"
+
+# regex lists per pre-tokenizer family (llama.cpp's LLAMA_VOCAB_PRE_TYPE_*), applied in order
+REGEX_FAMILIES: dict[str, tuple[str, ...]] = {
+    "default": (r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"),
+    "gpt2": (_GPT2,),
+    "starcoder": (r"\p{N}", _GPT2),
+    "falcon": (r"[\p{P}\$\+<=>\^~\|`]+", _GPT2, r"[0-9][0-9][0-9]"),
+    "llama3": (_LLAMA3,),
+    "qwen2": (_QWEN2,),
+    "qwen35": (_QWEN35,),
+    "gpt4o": (_GPT4O,),
+    "tekken": (_TEKKEN,),
+    "bloom": (_BLOOM,),
+    "viking": (_BLOOM, r"\p{N}"),
+    "deepseek-coder": (r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", r"[一-龥ࠀ-一가-퟿]+", r"\p{N}"),
+    "deepseek-v3": (
+        r"\p{N}{1,3}",
+        r"[一-龥぀-ゟ゠-ヿ]+",
+        r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"
+        r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    ),
+    "seed-coder": (
+        _CONTRACTIONS_ANY_CASE
+        + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+|\s+(?!\S)|\s+",
+    ),
+    "bailingmoe": (
+        r"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+        r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class PreTokenizer:
+    """What one `tokenizer.ggml.pre` value selects in llama.cpp (`llama_vocab::impl::load`)."""
+
+    family: str  # key of REGEX_FAMILIES
+    clean_spaces: bool = True  # llama_detokenize's clean-up of " ," " 's" … (HF clean_up_tokenization_spaces)
+    ignore_merges: bool = False  # a word that is itself a token is taken whole (Llama 3, Tekken)
+    add_bos: bool = False  # default for tokenizer.ggml.add_bos_token
+    has_bos: bool = True  # False: the family has no BOS token (ChatGLM)
+
+
+def _rows(names: str, pre: PreTokenizer) -> dict[str, PreTokenizer]:
+    return dict.fromkeys(names.split(), pre)
+
+
+_NO_CLEAN = {"clean_spaces": False}
+# tokenizer.ggml.pre → pre-tokenizer; an absent or empty value means "default"
+PRE_TOKENIZERS: dict[str, PreTokenizer] = {
+    **_rows("default", PreTokenizer("default")),
+    **_rows(
+        "gpt-2 phi-2 jina-es jina-de gigachat jina-v2-es jina-v2-de a.x-4.0 mellum modern-bert "
+        "jina-v1-en jina-v2-code roberta-bpe exaone4 mpt olmo jais",
+        PreTokenizer("gpt2"),
+    ),
+    **_rows("trillion granite-docling", PreTokenizer("gpt2", **_NO_CLEAN)),
+    **_rows("starcoder refact codeshell exaone minerva-7b mellum2", PreTokenizer("starcoder")),
+    **_rows("command-r smollm", PreTokenizer("starcoder", **_NO_CLEAN)),
+    **_rows("falcon", PreTokenizer("falcon")),
+    **_rows(
+        "llama3 llama-v3 llama-bpe falcon3 falcon-h1 pixtral midm-2.0 lfm2 jina-v5-nano",
+        PreTokenizer("llama3", ignore_merges=True, add_bos=True),
+    ),
+    **_rows("dbrx smaug-bpe", PreTokenizer("llama3")),
+    **_rows("glm4 chatglm-bpe", PreTokenizer("llama3", has_bos=False)),
+    **_rows(
+        "qwen2 deepseek-r1-qwen kormo f2llmv2 hunyuan solar-open grok-2", PreTokenizer("qwen2", **_NO_CLEAN)
+    ),
+    **_rows("megrez stablelm2", PreTokenizer("qwen2")),
+    **_rows("qwen35", PreTokenizer("qwen35", **_NO_CLEAN)),
+    **_rows("gpt-4o llama4 kanana2 talkie", PreTokenizer("gpt4o", **_NO_CLEAN)),
+    **_rows("tekken", PreTokenizer("tekken", clean_spaces=False, ignore_merges=True, add_bos=True)),
+    **_rows("bloom gpt3-finnish", PreTokenizer("bloom")),
+    **_rows("poro-chat", PreTokenizer("bloom", **_NO_CLEAN)),
+    **_rows("viking", PreTokenizer("viking", **_NO_CLEAN)),
+    **_rows("deepseek-coder", PreTokenizer("deepseek-coder", **_NO_CLEAN)),
+    **_rows("deepseek-v3 hunyuan-dense joyai-llm hy_v4", PreTokenizer("deepseek-v3", **_NO_CLEAN)),
+    **_rows("seed-coder", PreTokenizer("seed-coder", **_NO_CLEAN)),
+    **_rows("bailingmoe bailingmoe2 llada-moe", PreTokenizer("bailingmoe", **_NO_CLEAN)),
+}
+
+
+@cache
+def _compiled(family: str) -> tuple[regex.Pattern, ...]:
+    return tuple(regex.compile(expr) for expr in REGEX_FAMILIES[family])
+
+
+def split_words(text: str, family: str) -> list[str]:
+    """Pre-tokenize `text` with a regex family: matches and the gaps between them, in order.
+
+    >>> split_words("Hello, world!  12", "gpt2")
+    ['Hello', ',', ' world', '!', ' ', ' 12']
+    >>> split_words("Hello, world!  12", "starcoder")
+    ['Hello', ',', ' world', '!', '  ', '1', '2']
+    """
+    pieces = [text] if text else []
+    for pattern in _compiled(family):
+        out: list[str] = []
+        for piece in pieces:
+            end = 0
+            for m in pattern.finditer(piece):
+                if m.start() > end:
+                    out.append(piece[end : m.start()])
+                if m.end() > m.start():
+                    out.append(m.group())
+                end = max(end, m.end())
+            if end < len(piece):
+                out.append(piece[end:])
+        pieces = out
+    return pieces
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's printable alphabet: bytes 0x21–0x7E, 0xA1–0xAC, 0xAE–0xFF map to themselves,
+    the other 68 bytes to U+0100, U+0101, … in order.
+
+    >>> m = bytes_to_unicode(); m[ord("A")], m[ord(" ")], m[ord("\\n")]
+    ('A', 'Ġ', 'Ċ')
+    """
+    kept = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    moved = [b for b in range(256) if b not in kept]
+    table = {b: chr(b) for b in kept}
+    table.update({b: chr(0x100 + n) for n, b in enumerate(moved)})
+    return table
+
+
+BYTE_TO_UNICODE = bytes_to_unicode()
+UNICODE_TO_BYTE = {c: b for b, c in BYTE_TO_UNICODE.items()}
+_BYTE_CHARS = [BYTE_TO_UNICODE[b] for b in range(256)]
+
+
+def token_bytes(text: str) -> bytes:
+    """The bytes a normal byte-level BPE token stands for: 'Ġworld' → b' world'.
+
+    Characters outside the GPT-2 alphabet (malformed vocabularies) are kept as UTF-8.
+    """
+    return b"".join(bytes([UNICODE_TO_BYTE[c]]) if c in UNICODE_TO_BYTE else c.encode() for c in text)
+
+
+def parse_merges(merges: list[str]) -> dict[tuple[str, str], int]:
+    """Rank of each merge, split at the first space after the first character, as llama.cpp does.
+
+    >>> parse_merges(["Ġ t", "h e"])
+    {('Ġ', 't'): 0, ('h', 'e'): 1}
+    """
+    ranks: dict[tuple[str, str], int] = {}
+    for rank, merge in enumerate(merges):
+        cut = merge.find(" ", 1)
+        pair = (merge[:cut], merge[cut + 1 :]) if cut >= 0 else ("", "")
+        ranks.setdefault(pair, rank)  # std::unordered_map::emplace keeps the first
+    return ranks
+
+
+class ByteBPE:
+    """Encode raw text (no special tokens) with a byte-level BPE vocabulary.
+
+    `token_to_id` maps token text to id; `ranks` maps a merge pair to its rank; `pre` is the
+    pre-tokenizer. Words are cached, so repeated words cost a dict lookup.
+    """
+
+    def __init__(self, token_to_id: dict[str, int], ranks: dict[tuple[str, str], int], pre: PreTokenizer):
+        self.token_to_id = token_to_id
+        self.ranks = ranks
+        self.pre = pre
+        self._cache: dict[str, list[int]] = {}
+
+    def encode(self, text: str) -> list[int]:
+        ids: list[int] = []
+        for word in split_words(text, self.pre.family):
+            cached = self._cache.get(word)
+            if cached is None:
+                cached = self._cache[word] = self._encode_word(word)
+            ids += cached
+        return ids
+
+    def _encode_word(self, word: str) -> list[int]:
+        encoded = "".join(_BYTE_CHARS[b] for b in word.encode("utf-8"))
+        if self.pre.ignore_merges and encoded in self.token_to_id:
+            return [self.token_to_id[encoded]]
+        ids: list[int] = []
+        for symbol in self.merge(encoded):
+            if symbol in self.token_to_id:
+                ids.append(self.token_to_id[symbol])
+            else:  # llama.cpp looks each byte up as a one-byte string; only ASCII can match
+                ids += [
+                    self.token_to_id[chr(c)]
+                    for c in symbol.encode()
+                    if c < 0x80 and chr(c) in self.token_to_id
+                ]
+        return ids
+
+    def merge(self, word: str) -> list[str]:
+        """Merge the symbols of one byte-encoded word, lowest rank first, leftmost on ties
+        (llama.cpp's `llm_tokenizer_bpe_session`)."""
+        ranks = self.ranks
+        return merge_pairs(list(word), lambda a, b: ranks.get((a, b)))
