@@ -32,9 +32,10 @@ from gguf_factory import (
 )
 
 from toycards.errors import ToycardsError
-from toycards.inspect.describe import DescribedCard, _value_expr, describe, number_expr
+from toycards.inspect.describe import DescribedCard, _value_expr, describe
 from toycards.inspect.formats import render_described, to_json
 from toycards.inspect.inventory import model_tensor, tensor_role
+from toycards.inspect.literals import number_expr
 from toycards.lang import ir
 from toycards.lang.parse import parse
 from toycards.library import ARCH_CARDS

@@ -15,7 +15,8 @@ submodule can never replace it. The functions import their stage on first call, 
 
 The package follows the pipeline, one sub-package per stage (dependencies point up this list):
 
-    errors.py, cache.py   diagnostics and the one exception type; the on-disk cache
+    errors.py, cache.py, version.py   diagnostics and the one exception type; the on-disk
+                          cache; the version
     lang/        the card language: IR, names, grammar, parser, canonical printer
     library/     the shipped cards, the architecture table, parsed cards cached on disk
     checker/     names, signatures, symbolic shapes and bindings of a card
@@ -34,6 +35,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from toycards.errors import Diagnostic, ToycardsError
+from toycards.version import __version__
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -43,8 +45,8 @@ if TYPE_CHECKING:
     from toycards.runtime.model_base import ModelAPI
     from toycards.tokenizer.tokenizer import Tokenizer
 
-__version__ = "0.1.0"
 __all__ = [
+    "__version__",
     "Diagnostic",
     "ToycardsError",
     "check",

@@ -5,7 +5,7 @@ Owns: where cached files live (`$TOYCARDS_CACHE`, else `$XDG_CACHE_HOME/toycards
 them. Callers name an entry and give a key that changes whenever its inputs change
 (library cards: the card text, grammar and version; ggml facts: the installed `gguf`
 package), so a stale entry is never found, only left behind.
-Leaves out: what is cached (library.py, runtime/ggml_facts.py).
+Leaves out: what is cached (library/, gguf/facts.py).
 
 Everything here is best effort: a cache that cannot be read or written costs the next
 process the work it would have saved, never an error.
@@ -57,20 +57,14 @@ def load(path: Path | None) -> object | None:
 
 
 def store(path: Path | None, obj: object) -> None:
-    """Pickle `obj` to `path` atomically (a temporary file, then a rename)."""
+    """Pickle `obj` to `path` atomically; a cache that cannot be written is skipped."""
     if path is None:
         return
-    import tempfile
+    from toycards.errors import ToycardsError
+    from toycards.fileio import write_atomic
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                pickle.dump(obj, fh, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-    except OSError:
+        write_atomic(path, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+    except (OSError, ToycardsError):
         pass

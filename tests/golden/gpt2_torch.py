@@ -18,7 +18,7 @@ from toycards.runtime import context as runtime
 from toycards.runtime import ops_torch as ops
 from toycards.runtime.model_torch import TorchModel
 
-CARD_SHA256 = "f1b9a3394458f3c82836aa62327f7707523a84f48060b7c9b7f5971bf549f2f8"
+CARD_SHA256 = 'f1b9a3394458f3c82836aa62327f7707523a84f48060b7c9b7f5971bf549f2f8'
 CARD = 'toycards 1\n▷ GPT-2 (general.architecture = "gpt2"): the paper\'s Algorithm 10 with llama.cpp\'s GGUF names.\n\nAlgorithm: P ← GPT2(x | θ)\n/* GPT-2: decoder-only transformer, learned positions, pre-LayerNorm, fused QKV attention, GELU (tanh) MLP, tied unembedding */\nInput: x ∈ V^ℓ  ▷ token ids\nOutput: P ∈ (0,1)^{N_V×ℓ}  ▷ column t: the distribution of x[t+1] given x[1:t]\nHyperparameters:\n  L ∈ ℕ      from "{arch}.block_count"\n  H ∈ ℕ      from "{arch}.attention.head_count"\n  d_e ∈ ℕ    from "{arch}.embedding_length"\n  d_mlp ∈ ℕ  from "{arch}.feed_forward_length"\n  ℓ_max ∈ ℕ  from "{arch}.context_length"\n  ε ∈ ℝ      from "{arch}.attention.layer_norm_epsilon" default 1e-5\n  N_V ∈ ℕ  ▷ inferred from W_e\'s shape\nParameters:\n  W_e ∈ ℝ^{d_e×N_V}           from "token_embd.weight"^⊺\n  W_p ∈ ℝ^{d_e×ℓ_max}         from "position_embd.weight"^⊺\n  for l ∈ [L], in "blk.{l-1}.":\n    γ_l^1, β_l^1 ∈ ℝ^{d_e}    from "attn_norm.weight", "attn_norm.bias"\n    W_qkv^l ∈ ℝ^{3·d_e×d_e}   from "attn_qkv.weight"              ▷ rows: q; k; v\n    b_qkv^l ∈ ℝ^{3·d_e}       from "attn_qkv.bias"\n    W_o^l ∈ ℝ^{d_e×d_e}       from "attn_output.weight"\n    b_o^l ∈ ℝ^{d_e}           from "attn_output.bias"\n    γ_l^2, β_l^2 ∈ ℝ^{d_e}    from "ffn_norm.weight", "ffn_norm.bias"\n    W_mlp1^l ∈ ℝ^{d_mlp×d_e}  from "ffn_up.weight"\n    b_mlp1^l ∈ ℝ^{d_mlp}      from "ffn_up.bias"\n    W_mlp2^l ∈ ℝ^{d_e×d_mlp}  from "ffn_down.weight"\n    b_mlp2^l ∈ ℝ^{d_e}        from "ffn_down.bias"\n  γ, β ∈ ℝ^{d_e}              from "output_norm.weight", "output_norm.bias"\n  W_u ∈ ℝ^{N_V×d_e}           from "output.weight" or "token_embd.weight"  ▷ tied to the token embedding when output.weight is absent\n 1  ℓ ← length(x)\n 2  for t ∈ [ℓ]: e_t ← W_e[:, x[t]] + W_p[:, t]\n 3  X ← [e_1, …, e_ℓ]                                                         ∷ ℝ^{d_e×ℓ}\n 4  for l = 1, 2, …, L do\n 5    for t ∈ [ℓ]: X̃[:, t] ← layer_norm(X[:, t] | γ_l^1, β_l^1, ε)\n 6    X ← X + MHAttention_fused(X̃ | W_qkv^l, b_qkv^l, W_o^l, b_o^l, H, Mask[t_z, t_x] = ⟦t_z ≤ t_x⟧)\n 7    for t ∈ [ℓ]: X̃[:, t] ← layer_norm(X[:, t] | γ_l^2, β_l^2, ε)\n 8    X ← X + W_mlp2^l · GELU_tanh(W_mlp1^l · X̃ + b_mlp1^l · 1^⊺) + b_mlp2^l · 1^⊺  ∷ ℝ^{d_e×ℓ}\n 9  end\n10  for t ∈ [ℓ]: X[:, t] ← layer_norm(X[:, t] | γ, β, ε)\n11  Z ← W_u · X                                                               ∷ ℝ^{N_V×ℓ}  ▷ logits\n12  return P = softmax(Z)\n'
 
 
@@ -30,7 +30,7 @@ def GELU_tanh(x, ctx=None):
     if ops.fast:  # one kernel for the steps below (tests/test_kernels.py ties the two)
         return ops.gelu_tanh(x)
     # 1  return y = 0.5 · x · (1 + tanh(√(2 / π) · (x + 0.044715 · (x)^3)))
-    return (0.5 * x) * (1 + (ops.tanh(math.sqrt(2 / math.pi) * (x + (0.044715 * (x**3))))))
+    return (0.5 * x) * (1 + (ops.tanh(math.sqrt(2 / math.pi) * (x + (0.044715 * (x ** 3))))))
 
 
 def MHAttention_fused(X, W_qkv, b_qkv, W_o, b_o, H, Mask, ctx=None):
@@ -43,9 +43,9 @@ def MHAttention_fused(X, W_qkv, b_qkv, W_o, b_o, H, Mask, ctx=None):
     # 1  Q ← rows(W_qkv, 1, d_e) · X + rows(b_qkv, 1, d_e) · 1^⊺  ∷ ℝ^{d_e×ℓ}
     Q = ops.linear(X, W_qkv[:d_e]) + b_qkv[..., :d_e]
     # 2  K ← rows(W_qkv, 2, d_e) · X + rows(b_qkv, 2, d_e) · 1^⊺  ∷ ℝ^{d_e×ℓ}
-    K = ops.linear(X, W_qkv[d_e : 2 * d_e]) + b_qkv[..., d_e : 2 * d_e]
+    K = ops.linear(X, W_qkv[d_e:2 * d_e]) + b_qkv[..., d_e:2 * d_e]
     # 3  V ← rows(W_qkv, 3, d_e) · X + rows(b_qkv, 3, d_e) · 1^⊺  ∷ ℝ^{d_e×ℓ}
-    V = ops.linear(X, W_qkv[2 * d_e : 3 * d_e]) + b_qkv[..., 2 * d_e : 3 * d_e]
+    V = ops.linear(X, W_qkv[2 * d_e:3 * d_e]) + b_qkv[..., 2 * d_e:3 * d_e]
     # 4  for h ∈ [H]: Y^h ← attention(rows(Q, h, d_h), rows(K, h, d_h), rows(V, h, d_h) | Mask)  ∷ ℝ^{d_h×ℓ}
     K_all, V_all = runtime.extend(ctx, ops.split_rows(K, d_h), ops.split_rows(V, d_h))
     Y = attention(ops.split_rows(Q, d_h), K_all, V_all, Mask, ctx=ctx)
@@ -115,69 +115,35 @@ class Model(TorchModel):
 
     CARD = CARD
     CARD_SHA256 = CARD_SHA256
-    HYPERPARAMETERS = ["L", "H", "d_e", "d_mlp", "ℓ_max", "ε", "N_V"]
+    HYPERPARAMETERS = ['L', 'H', 'd_e', 'd_mlp', 'ℓ_max', 'ε', 'N_V']
 
     def forward(self, x, cache=None):
         """Logits [..., ℓ, N_V] for token ids x [..., ℓ]; with a cache, x holds only the new tokens."""
         ell = x.shape[-1]
         ctx = runtime.Context(ell, cache, ops)
-        L = self.hp["L"]
-        H = self.hp["H"]
-        epsilon = self.hp["ε"]
+        L = self.hp['L']
+        H = self.hp['H']
+        epsilon = self.hp['ε']
         # 1  ℓ ← length(x)
         ell = x.shape[-1]
         # 2  for t ∈ [ℓ]: e_t ← W_e[:, x[t]] + W_p[:, t]
-        e = ops.embed(self.w["token_embd.weight"], x) + (
-            ops.take(self.w["position_embd.weight"], runtime.positions(ctx, ell) - 1, -2)
-        )
+        e = ops.embed(self.w['token_embd.weight'], x) + (ops.take(self.w['position_embd.weight'], runtime.positions(ctx, ell) - 1, -2))
         # 3  X ← [e_1, …, e_ℓ]  ∷ ℝ^{d_e×ℓ}
         X = e
         # 4  for l = 1, …, L do
         for l in range(1, L + 1):
             # 5  for t ∈ [ℓ]: X̃[:, t] ← layer_norm(X[:, t] | γ_l^1, β_l^1, ε)
-            X_tilde = layer_norm(
-                X,
-                self.w[f"blk.{l - 1}.attn_norm.weight"],
-                self.w[f"blk.{l - 1}.attn_norm.bias"],
-                epsilon,
-                ctx=ctx,
-            )
+            X_tilde = layer_norm(X, self.w[f"blk.{l - 1}.attn_norm.weight"], self.w[f"blk.{l - 1}.attn_norm.bias"], epsilon, ctx=ctx)
             # 6  X ← X + MHAttention_fused(X̃ | W_qkv^l, b_qkv^l, W_o^l, b_o^l, H, Mask[t_z, t_x] = ⟦t_z ≤ t_x⟧)
-            X = X + MHAttention_fused(
-                X_tilde,
-                self.w[f"blk.{l - 1}.attn_qkv.weight"],
-                self.w[f"blk.{l - 1}.attn_qkv.bias"],
-                self.w[f"blk.{l - 1}.attn_output.weight"],
-                self.w[f"blk.{l - 1}.attn_output.bias"],
-                H,
-                lambda t_z, t_x: t_z <= t_x,
-                ctx=ctx,
-            )
+            X = X + MHAttention_fused(X_tilde, self.w[f"blk.{l - 1}.attn_qkv.weight"], self.w[f"blk.{l - 1}.attn_qkv.bias"], self.w[f"blk.{l - 1}.attn_output.weight"], self.w[f"blk.{l - 1}.attn_output.bias"], H, lambda t_z, t_x: t_z <= t_x, ctx=ctx)
             # 7  for t ∈ [ℓ]: X̃[:, t] ← layer_norm(X[:, t] | γ_l^2, β_l^2, ε)
-            X_tilde = layer_norm(
-                X,
-                self.w[f"blk.{l - 1}.ffn_norm.weight"],
-                self.w[f"blk.{l - 1}.ffn_norm.bias"],
-                epsilon,
-                ctx=ctx,
-            )
+            X_tilde = layer_norm(X, self.w[f"blk.{l - 1}.ffn_norm.weight"], self.w[f"blk.{l - 1}.ffn_norm.bias"], epsilon, ctx=ctx)
             # 8  X ← X + W_mlp2^l · GELU_tanh(W_mlp1^l · X̃ + b_mlp1^l · 1^⊺) + b_mlp2^l · 1^⊺  ∷ ℝ^{d_e×ℓ}
-            X = (
-                X
-                + (
-                    ops.linear(
-                        GELU_tanh(
-                            ops.linear(X_tilde, self.w[f"blk.{l - 1}.ffn_up.weight"])
-                            + self.w[f"blk.{l - 1}.ffn_up.bias"],
-                            ctx=ctx,
-                        ),
-                        self.w[f"blk.{l - 1}.ffn_down.weight"],
-                    )
-                )
-            ) + self.w[f"blk.{l - 1}.ffn_down.bias"]
+            X = (X + (ops.linear(GELU_tanh(ops.linear(X_tilde, self.w[f"blk.{l - 1}.ffn_up.weight"]) + self.w[f"blk.{l - 1}.ffn_up.bias"], ctx=ctx), self.w[f"blk.{l - 1}.ffn_down.weight"]))) + self.w[f"blk.{l - 1}.ffn_down.bias"]
         # 10  for t ∈ [ℓ]: X[:, t] ← layer_norm(X[:, t] | γ, β, ε)
-        X = layer_norm(X, self.w["output_norm.weight"], self.w["output_norm.bias"], epsilon, ctx=ctx)
+        X = layer_norm(X, self.w['output_norm.weight'], self.w['output_norm.bias'], epsilon, ctx=ctx)
         # 11  Z ← W_u · X  ∷ ℝ^{N_V×ℓ}
-        Z = ops.linear(X, self.w["output.weight"])
+        Z = ops.linear(X, self.w['output.weight'])
         # 12  return P = softmax(Z)
         return Z
+

@@ -18,7 +18,7 @@ from toycards.runtime import context as runtime
 from toycards.runtime import ops_torch as ops
 from toycards.runtime.model_torch import TorchModel
 
-CARD_SHA256 = "38c311a0cb5b7a797a5b4102d2fa4d9fa25c08e8625bdce82ea799dde9a80995"
+CARD_SHA256 = '38c311a0cb5b7a797a5b4102d2fa4d9fa25c08e8625bdce82ea799dde9a80995'
 CARD = 'toycards 1\n▷ Llama (general.architecture = "llama"; also Llama 2, Llama 3, Mistral converted as llama).\n▷ llama.cpp\'s converter permutes the rows of attn_q and attn_k so that RoPE rotates adjacent\n▷ pairs (rope type NORM): the card applies rope_pairs to the tensors as stored.\n\nAlgorithm: P ← Llama(x | θ)\n/* Llama: decoder-only transformer, RMSNorm, grouped-query attention with RoPE on adjacent pairs, SwiGLU MLP, no biases */\nInput: x ∈ V^ℓ  ▷ token ids\nOutput: P ∈ (0,1)^{N_V×ℓ}  ▷ column t: the distribution of x[t+1] given x[1:t]\nHyperparameters:\n  L ∈ ℕ                                     from "{arch}.block_count"\n  H ∈ ℕ                                     from "{arch}.attention.head_count"\n  H_kv ∈ ℕ                                  from "{arch}.attention.head_count_kv" default H  ▷ key/value heads (grouped-query attention)\n  d_e ∈ ℕ                                   from "{arch}.embedding_length"\n  d_ff ∈ ℕ                                  from "{arch}.feed_forward_length"\n  ℓ_max ∈ ℕ                                 from "{arch}.context_length"                  ▷ the context length the model was trained for\n  ε ∈ ℝ                                     from "{arch}.attention.layer_norm_rms_epsilon"\n  θ_base ∈ ℝ                                from "{arch}.rope.freq_base" default 10000    ▷ RoPE base\n  scaling ∈ {none, linear, yarn, longrope}  from "{arch}.rope.scaling.type" default none  ▷ the card models none and linear; yarn and longrope run unscaled\n  s ∈ ℝ                                     from "{arch}.rope.scaling.factor" default 1   ▷ RoPE scaling factor\n  d_h ∈ ℕ                                   ≔ d_e / H                                     ▷ head size\n  N_V ∈ ℕ                                                                                 ▷ inferred from W_e\'s shape\nParameters:\n  W_e ∈ ℝ^{d_e×N_V}           from "token_embd.weight"^⊺\n  for l ∈ [L], in "blk.{l-1}.":\n    γ_l^1 ∈ ℝ^{d_e}           from "attn_norm.weight"\n    W_q^l ∈ ℝ^{H·d_h×d_e}     from "attn_q.weight"                ▷ rows permuted for adjacent-pair RoPE\n    W_k^l ∈ ℝ^{H_kv·d_h×d_e}  from "attn_k.weight"                ▷ rows permuted for adjacent-pair RoPE\n    W_v^l ∈ ℝ^{H_kv·d_h×d_e}  from "attn_v.weight"\n    W_o^l ∈ ℝ^{d_e×H·d_h}     from "attn_output.weight"\n    γ_l^2 ∈ ℝ^{d_e}           from "ffn_norm.weight"\n    W_gate^l ∈ ℝ^{d_ff×d_e}   from "ffn_gate.weight"\n    W_up^l ∈ ℝ^{d_ff×d_e}     from "ffn_up.weight"\n    W_down^l ∈ ℝ^{d_e×d_ff}   from "ffn_down.weight"\n  γ ∈ ℝ^{d_e}                 from "output_norm.weight"\n  W_u ∈ ℝ^{N_V×d_e}           from "output.weight" or "token_embd.weight"  ▷ tied to the token embedding when output.weight is absent\n  ρ ∈ ℝ^{d_h/2}               from "rope_freqs.weight" or 1       ▷ Llama 3 frequency factors; ones when absent\n 1  ℓ ← length(x)\n 2  for t ∈ [ℓ]: e_t ← W_e[:, x[t]]\n 3  X ← [e_1, …, e_ℓ]                                 ∷ ℝ^{d_e×ℓ}\n 4  ρ̃ ← ρ                                             ∷ ℝ^{d_h/2}  ▷ RoPE frequency divisors\n 5  if scaling = linear then ρ̃ ← ρ · s  ▷ linear scaling: positions divided by s\n 6  for l = 1, 2, …, L do\n 7    for t ∈ [ℓ]: X̃[:, t] ← rms_norm(X[:, t] | γ_l^1, ε)\n 8    X ← X + GQAttention_rope_pairs(X̃ | W_q^l, W_k^l, W_v^l, W_o^l, H, H_kv, θ_base, ρ̃, Mask[t_z, t_x] = ⟦t_z ≤ t_x⟧)\n 9    for t ∈ [ℓ]: X̃[:, t] ← rms_norm(X[:, t] | γ_l^2, ε)\n10    X ← X + SwiGLU(X̃ | W_gate^l, W_up^l, W_down^l)  ∷ ℝ^{d_e×ℓ}\n11  end\n12  for t ∈ [ℓ]: X[:, t] ← rms_norm(X[:, t] | γ, ε)\n13  Z ← W_u · X                                       ∷ ℝ^{N_V×ℓ}  ▷ logits\n14  return P = softmax(Z)\n'
 
 
@@ -43,14 +43,7 @@ def GQAttention_rope_pairs(X, W_q, W_k, W_v, W_o, H, H_kv, theta, rho, Mask, ctx
     K_hat = rope_pairs(ops.split_rows(K, d_h), t, theta, rho, ctx=ctx)
     # 6  for h ∈ [H]: Y^h ← attention(Q̂^h, K̂^{⌈h·H_kv/H⌉}, rows(V, ⌈h · H_kv / H⌉, d_h) | Mask)  ∷ ℝ^{d_h×ℓ}
     K_all, V_all = runtime.extend(ctx, K_hat, ops.split_rows(V, d_h))
-    Y = attention(
-        Q_hat,
-        K_all,
-        V_all,
-        Mask,
-        ctx=ctx,
-        kv_index=[int(math.ceil((h_2 * H_kv) / H)) - 1 for h_2 in range(1, H + 1)],
-    )
+    Y = attention(Q_hat, K_all, V_all, Mask, ctx=ctx, kv_index=[int(math.ceil((h_2 * H_kv) / H)) - 1 for h_2 in range(1, H + 1)])
     # 7  Y ← [Y^1; …; Y^H]  ∷ ℝ^{H·d_h×ℓ}
     Y = ops.merge_rows(Y)
     # 8  return Ṽ = W_o · Y
@@ -79,7 +72,7 @@ def rms_norm(e, gamma, epsilon, ctx=None):
     if ops.fast:  # one kernel for the steps below (tests/test_kernels.py ties the two)
         return ops.rms_norm(e, gamma, epsilon)
     # 1  r ← Σ_{i=1}^{d_e} e[i]^2 / d_e  ∷ ℝ
-    r = ops.sum_last((e**2) / d_e)
+    r = ops.sum_last((e ** 2) / d_e)
     # 2  return ê = e / √(r + ε) ⊙ γ
     return (e / ops.sqrt(r + epsilon)) * gamma
 
@@ -120,15 +113,11 @@ def rope_pairs(x, t, theta, rho, ctx=None):
     # 2  φ_i ← (t − 1) / ((θ)^(2 · (i − 1) / d_h) · ρ[i])  ∷ ℝ
     phi = (t - 1) / ((theta ** ((2 * (i - 1)) / d_h)) * rho)
     # 3  y[2 · i − 1] ← x[2 · i − 1] · cos(φ_i) − x[2 · i] · sin(φ_i)
-    y_part = (x[..., : 2 * (d_h // 2) - 1 : 2] * ops.cos(phi)) - (
-        x[..., 1 : 2 * (d_h // 2) : 2] * ops.sin(phi)
-    )
+    y_part = (x[..., :2 * (d_h // 2) - 1:2] * ops.cos(phi)) - (x[..., 1:2 * (d_h // 2):2] * ops.sin(phi))
     y = ops.zeros_for(y_part, d_h)
-    y[..., : 2 * (d_h // 2) - 1 : 2] = y_part
+    y[..., :2 * (d_h // 2) - 1:2] = y_part
     # 4  y[2 · i] ← x[2 · i − 1] · sin(φ_i) + x[2 · i] · cos(φ_i)
-    y[..., 1 : 2 * (d_h // 2) : 2] = (x[..., : 2 * (d_h // 2) - 1 : 2] * ops.sin(phi)) + (
-        x[..., 1 : 2 * (d_h // 2) : 2] * ops.cos(phi)
-    )
+    y[..., 1:2 * (d_h // 2):2] = (x[..., :2 * (d_h // 2) - 1:2] * ops.sin(phi)) + (x[..., 1:2 * (d_h // 2):2] * ops.cos(phi))
     # 6  return y
     return y
 
@@ -165,61 +154,44 @@ class Model(TorchModel):
 
     CARD = CARD
     CARD_SHA256 = CARD_SHA256
-    HYPERPARAMETERS = ["L", "H", "H_kv", "d_e", "d_ff", "ℓ_max", "ε", "θ_base", "scaling", "s", "d_h", "N_V"]
+    HYPERPARAMETERS = ['L', 'H', 'H_kv', 'd_e', 'd_ff', 'ℓ_max', 'ε', 'θ_base', 'scaling', 's', 'd_h', 'N_V']
 
     def forward(self, x, cache=None):
         """Logits [..., ℓ, N_V] for token ids x [..., ℓ]; with a cache, x holds only the new tokens."""
         ell = x.shape[-1]
         ctx = runtime.Context(ell, cache, ops)
-        L = self.hp["L"]
-        H = self.hp["H"]
-        H_kv = self.hp["H_kv"]
-        epsilon = self.hp["ε"]
-        theta_base = self.hp["θ_base"]
-        scaling = self.hp["scaling"]
-        s = self.hp["s"]
+        L = self.hp['L']
+        H = self.hp['H']
+        H_kv = self.hp['H_kv']
+        epsilon = self.hp['ε']
+        theta_base = self.hp['θ_base']
+        scaling = self.hp['scaling']
+        s = self.hp['s']
         # 1  ℓ ← length(x)
         ell = x.shape[-1]
         # 2  for t ∈ [ℓ]: e_t ← W_e[:, x[t]]
-        e = ops.embed(self.w["token_embd.weight"], x)
+        e = ops.embed(self.w['token_embd.weight'], x)
         # 3  X ← [e_1, …, e_ℓ]  ∷ ℝ^{d_e×ℓ}
         X = e
         # 4  ρ̃ ← ρ  ∷ ℝ^{d_h/2}
-        rho_tilde = self.w["rope_freqs.weight"]
+        rho_tilde = self.w['rope_freqs.weight']
         # 5  if scaling = linear then ρ̃ ← ρ · s
-        if scaling == ("linear"):
-            rho_tilde = self.w["rope_freqs.weight"] * s
+        if scaling == ('linear'):
+            rho_tilde = self.w['rope_freqs.weight'] * s
         # 6  for l = 1, …, L do
         for l in range(1, L + 1):
             # 7  for t ∈ [ℓ]: X̃[:, t] ← rms_norm(X[:, t] | γ_l^1, ε)
             X_tilde = rms_norm(X, self.w[f"blk.{l - 1}.attn_norm.weight"], epsilon, ctx=ctx)
             # 8  X ← X + GQAttention_rope_pairs(X̃ | W_q^l, W_k^l, W_v^l, W_o^l, H, H_kv, θ_base, ρ̃, Mask[t_z, t_x] = ⟦t_z ≤ t_x⟧)
-            X = X + GQAttention_rope_pairs(
-                X_tilde,
-                self.w[f"blk.{l - 1}.attn_q.weight"],
-                self.w[f"blk.{l - 1}.attn_k.weight"],
-                self.w[f"blk.{l - 1}.attn_v.weight"],
-                self.w[f"blk.{l - 1}.attn_output.weight"],
-                H,
-                H_kv,
-                theta_base,
-                rho_tilde,
-                lambda t_z, t_x: t_z <= t_x,
-                ctx=ctx,
-            )
+            X = X + GQAttention_rope_pairs(X_tilde, self.w[f"blk.{l - 1}.attn_q.weight"], self.w[f"blk.{l - 1}.attn_k.weight"], self.w[f"blk.{l - 1}.attn_v.weight"], self.w[f"blk.{l - 1}.attn_output.weight"], H, H_kv, theta_base, rho_tilde, lambda t_z, t_x: t_z <= t_x, ctx=ctx)
             # 9  for t ∈ [ℓ]: X̃[:, t] ← rms_norm(X[:, t] | γ_l^2, ε)
             X_tilde = rms_norm(X, self.w[f"blk.{l - 1}.ffn_norm.weight"], epsilon, ctx=ctx)
             # 10  X ← X + SwiGLU(X̃ | W_gate^l, W_up^l, W_down^l)  ∷ ℝ^{d_e×ℓ}
-            X = X + SwiGLU(
-                X_tilde,
-                self.w[f"blk.{l - 1}.ffn_gate.weight"],
-                self.w[f"blk.{l - 1}.ffn_up.weight"],
-                self.w[f"blk.{l - 1}.ffn_down.weight"],
-                ctx=ctx,
-            )
+            X = X + SwiGLU(X_tilde, self.w[f"blk.{l - 1}.ffn_gate.weight"], self.w[f"blk.{l - 1}.ffn_up.weight"], self.w[f"blk.{l - 1}.ffn_down.weight"], ctx=ctx)
         # 12  for t ∈ [ℓ]: X[:, t] ← rms_norm(X[:, t] | γ, ε)
-        X = rms_norm(X, self.w["output_norm.weight"], epsilon, ctx=ctx)
+        X = rms_norm(X, self.w['output_norm.weight'], epsilon, ctx=ctx)
         # 13  Z ← W_u · X  ∷ ℝ^{N_V×ℓ}
-        Z = ops.linear(X, self.w["output.weight"])
+        Z = ops.linear(X, self.w['output.weight'])
         # 14  return P = softmax(Z)
         return Z
+

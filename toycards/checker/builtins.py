@@ -1,34 +1,26 @@
-"""Functions a card may call without defining them, with their shape rules.
+"""The shape rules of the builtin functions (the functions themselves: lang/builtins.py).
 
-Owns: `BUILTINS`, the table of builtin functions (`length`, the elementwise functions
-`exp log tanh erf sin cos sqrt abs sigmoid`, `max`/`min`, `ceil` (written ⌈x⌉), `rows` (the
-i-th block of k rows: the head split) and `topk`), each with its arity and a rule from argument
-shapes to the result shape. A rule gets the argument shapes and, for arguments that read as
-dimensions (`d_h` in `rows(W_q, h, d_h)`), their Dims.
-Leaves out: algorithms defined in cards (calls.py resolves those first).
+Owns: `RULES`, one function per rule name of the registry, from argument shapes to the result
+shape, and `shape_of(builtin, shapes, dims)`. A rule gets the argument shapes and, for
+arguments that read as dimensions (`d_h` in `rows(W_q, h, d_h)`), their Dims.
+Leaves out: which builtins exist and what they compute (lang/builtins.py), algorithms defined in
+cards (calls.py resolves those first).
 
 >>> from toycards.checker.dims import Dim
 >>> d, l = Dim.name("d_e"), Dim.name("ℓ")
->>> str(BUILTINS["rows"].rule([Shape("R", (d, l)), Shape("N"), Shape("N")], [None, None, Dim.name("d_h")]))
+>>> str(shape_of(BUILTINS["rows"], [Shape("R", (d, l)), Shape("N"), Shape("N")], [None, None, Dim.name("d_h")]))
 'ℝ^{d_h×ℓ}'
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from toycards.checker.dims import Dim
 from toycards.checker.shapes import NATURAL, Shape, ShapeError
+from toycards.lang.builtins import BUILTINS, Builtin
 
 Rule = Callable[[list[Shape], list["Dim | None"]], Shape]
-
-
-@dataclass(frozen=True)
-class Builtin:
-    arity: tuple[int, ...]
-    rule: Rule
-    doc: str
 
 
 def _scalar(s: Shape, what: str) -> None:
@@ -88,13 +80,18 @@ def _topk(args: list[Shape], dims: list[Dim | None]) -> Shape:
     return Shape("N", (dims[1], *v.dims[1:]))
 
 
-_ELEMENTWISE_DOC = "elementwise; any shape"
-BUILTINS: dict[str, Builtin] = {
-    "length": Builtin((1,), _length, "length(x): the number of entries of a sequence or columns"),
-    **{f: Builtin((1,), _elementwise, _ELEMENTWISE_DOC) for f in ("exp", "log", "tanh", "erf", "sin", "cos", "sqrt", "abs", "sigmoid")},
-    "max": Builtin((1, 2), _extreme, "max(v): the largest entry of a vector; max(a, b) of two scalars"),
-    "min": Builtin((1, 2), _extreme, "min(v): the smallest entry of a vector; min(a, b) of two scalars"),
-    "ceil": Builtin((1,), _ceil, "⌈x⌉: the smallest whole number ≥ x"),
-    "rows": Builtin((3,), _rows, "rows(A, i, k) = A[(i−1)·k+1 : i·k, :], the i-th block of k rows"),
-    "topk": Builtin((2,), _topk, "topk(v, k): the indices of the k largest entries of v"),
-}  # fmt: skip
+RULES: dict[str, Rule] = {
+    "elementwise": _elementwise,
+    "length": _length,
+    "extreme": _extreme,
+    "ceil": _ceil,
+    "rows": _rows,
+    "topk": _topk,
+}
+
+__all__ = ["BUILTINS", "RULES", "shape_of"]
+
+
+def shape_of(builtin: Builtin, shapes: list[Shape], dims: list[Dim | None]) -> Shape:
+    """The result shape of a call of `builtin` (raises ShapeError naming what is wrong)."""
+    return RULES[builtin.rule](shapes, dims)

@@ -12,7 +12,7 @@ Leaves out: the callee's own body (it is checked where it is defined).
 
 from __future__ import annotations
 
-from toycards.checker.builtins import BUILTINS
+from toycards.checker.builtins import BUILTINS, shape_of
 from toycards.checker.context import Signature
 from toycards.checker.dims import Dim, DimError, solve_for
 from toycards.checker.names import Entry, Symbol, did_you_mean
@@ -78,7 +78,7 @@ class CallChecker:
             return None
         dims = [self.ex.dim(a) if not s.dims else None for a, s in zip(c.args, shapes)]
         try:
-            return b.rule(shapes, dims)
+            return shape_of(b, shapes, dims)
         except ShapeError as exc:
             self.ctx.error(c.span, f"{c.func}: {exc.message}", exc.hint or b.doc, tuple(shapes))
             return None

@@ -1,11 +1,9 @@
 """The `toycards` command line (console script `toycards`, also `python -m toycards`).
 
-Owns: the click group and its error policy, and the commands that work on card files:
-`check` (parse + shape-check, compiler-style diagnostics), `fmt` (canonical layout, rewritten
-atomically, never losing a comment) and `render` (card, Markdown, LaTeX, HTML or JSON). Each
-command is argument parsing, one library call per file, and output; `describe`, `diff` and
-`list` come from cli_files.py.
-Leaves out: the work itself (parse.py, check/, render/), and the GGUF commands' logic.
+Owns: the click group and its error policy. The commands live one module per family: cards.py
+(`check`, `fmt`, `render`), files.py (`describe`, `diff`, `list`), models.py (`gen`, `run`,
+`eval`); each command is argument parsing, one library call, and output.
+Leaves out: the work itself (every other sub-package).
 
 Exit status: 0 ok; 1 the input is wrong (diagnostics or one line on stderr); 2 usage error
 (click's); 3 an internal error (a bug: one line, the traceback with TOYCARDS_DEBUG=1).
@@ -15,20 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
-import stat
 import sys
-import tempfile
 import traceback
-from collections import Counter
-from pathlib import Path
 
 import click
 
-from toycards import __version__
-from toycards.errors import Diagnostic, Span, ToycardsError
-
-FORMATS = ("card", "markdown", "latex", "html", "json")
+from toycards.errors import ToycardsError
+from toycards.version import __version__
 
 
 class _Group(click.Group):
@@ -64,225 +55,13 @@ def main() -> None:
     """Neural-network architectures as readable, checkable, runnable algorithm cards."""
 
 
-# ── check ───────────────────────────────────────────────────────────────────────────────
-def _check_file(file: str) -> tuple[list[Diagnostic], dict[str, str]]:
-    """Diagnostics of one card file: syntax errors, or the checker's findings."""
-    from toycards.lang.parse import parse
-
-    try:
-        card = parse(sys.stdin.read(), file="<stdin>") if file == "-" else parse(_arg_path(file))
-    except ToycardsError as e:
-        return _as_diagnostics(e, file), e.sources
-    try:
-        from toycards.checker import check
-    except ImportError:  # a build without the checker: syntax only
-        return [], {}
-    try:
-        return list(check(card)), {card.file: card.source}
-    except ToycardsError as e:
-        return _as_diagnostics(e, file), e.sources or {card.file: card.source}
-
-
-def _as_diagnostics(e: ToycardsError, file: str) -> list[Diagnostic]:
-    """A plain-message error (no such file, not UTF-8) as a diagnostic `file: error: message`."""
-    if e.diagnostics:
-        return list(e.diagnostics)
-    return [Diagnostic(Span(file, 0, 0, 0, 0, 0, 0), e.message.removeprefix(f"{file}: "))]
-
-
-@main.command("check")
-@click.argument("files", nargs=-1, required=True)
-def check_cmd(files: tuple[str, ...]) -> None:
-    """Parse and shape-check cards (`-` reads stdin); print `file:line:col: error: …`, the line, a caret.
-
-    Exit status 0 when every card is free of errors (warnings are printed), 1 otherwise.
-    """
-    from toycards.render.terminal import print_diagnostics
-
-    n_errors, bad_files = 0, 0
-    for file in files:
-        diags, sources = _check_file(file)
-        print_diagnostics(diags, sources, sys.stdout)
-        errors = sum(d.severity == "error" for d in diags)
-        n_errors += errors
-        bad_files += errors > 0
-    if n_errors:
-        s = "s" * (n_errors != 1)
-        click.echo(
-            f"{n_errors} error{s} in {bad_files} of {len(files)} card{'s' * (len(files) != 1)}", err=True
-        )
-        sys.exit(1)
-    click.echo(f"{len(files)} card{'s' * (len(files) != 1)} checked: no errors", err=True)
-
-
-# ── fmt ─────────────────────────────────────────────────────────────────────────────────
-_COMMENT = re.compile(r'"[^"\n]*"|(?:▷|\|>)([^\n]*)')
-
-
-def _comments(text: str) -> Counter:
-    """The ▷ comments of a card text (strings skipped), as a multiset of their stripped texts."""
-    return Counter(m.group(1).strip() for m in _COMMENT.finditer(text) if m.group(1) is not None)
-
-
-def _formatted(file: str, ascii_: bool) -> tuple[str, str]:
-    """(old text, canonical text) of one card; refuses when formatting would lose anything."""
-    from toycards.lang.parse import parse
-    from toycards.lang.printer import render_card
-
-    text = sys.stdin.read() if file == "-" else None
-    card = parse(text, file="<stdin>") if text is not None else parse(_arg_path(file))
-    new = render_card(card, ascii=ascii_)
-    if parse(new, file=card.file) != card:
-        raise RuntimeError(f"{file}: the formatted card does not parse back to the same card")
-    lost = _comments(card.source) - _comments(new)
-    if lost:
-        comment = next(iter(lost))
-        line = next((i for i, s in enumerate(card.source.splitlines(), 1) if comment in s), 0)
-        raise ToycardsError(
-            f"{file}:{line}: fmt would drop the comment ‘{comment}’ (a header line keeps no comment); "
-            "move it to a line of its own before the algorithm; the file is unchanged"
-        )
-    return card.source, new
-
-
-def write_atomic(path: str | Path, text: str) -> None:
-    """Replace a file's contents all at once: a temporary file in the same folder, then os.replace.
-
-    The file keeps its permission bits; a symbolic link keeps pointing at the (rewritten) target.
-    On any failure the original is untouched and the temporary file is removed.
-    """
-    target = Path(os.path.realpath(path))
-    try:
-        mode = stat.S_IMODE(target.stat().st_mode)
-    except FileNotFoundError:
-        mode = 0o666 & ~_umask()
-    try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    except OSError as e:
-        raise ToycardsError(f"{path}: cannot write: {e.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise ToycardsError(f"{path}: cannot write: {e.strerror}") from None
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-@main.command("fmt")
-@click.argument("files", nargs=-1, required=True)
-@click.option(
-    "--check", "check_only", is_flag=True, help="Change nothing; exit 1 listing the files that would change."
-)
-@click.option(
-    "--ascii", "ascii_", is_flag=True, help="Write the ASCII spelling (<-, in, R^{d x n}, gamma_l^1)."
-)
-@click.option(
-    "--stdout", "to_stdout", is_flag=True, help="Print the formatted cards instead of rewriting them."
-)
-def fmt_cmd(files: tuple[str, ...], check_only: bool, ascii_: bool, to_stdout: bool) -> None:
-    """Rewrite cards in the canonical layout (only files that change; `-` reads stdin)."""
-    from toycards.render.terminal import print_error
-
-    failed, changed = 0, []
-    for file in files:
-        try:
-            old, new = _formatted(file, ascii_)
-        except ToycardsError as e:
-            print_error(e, sys.stderr)
-            failed += 1
-            continue
-        if to_stdout or file == "-":
-            click.echo(new, nl=False)
-        elif new != old:
-            changed.append(file)
-            if check_only:
-                click.echo(f"would reformat {file}")
-            else:
-                write_atomic(file, new)
-                click.echo(f"reformatted {file}", err=True)
-    if check_only and changed:
-        click.echo(
-            f"{len(changed)} of {len(files)} card{'s' * (len(files) != 1)} would be reformatted", err=True
-        )
-    sys.exit(1 if failed or (check_only and changed) else 0)
-
-
-# ── render ──────────────────────────────────────────────────────────────────────────────
-def render(card, fmt: str, ascii_: bool = False) -> str:
-    """A card in one of FORMATS; LaTeX and HTML as complete documents."""
-    if fmt == "card":
-        from toycards.lang.printer import render_card
-
-        return render_card(card, ascii=ascii_)
-    if fmt == "markdown":
-        from toycards.render.markdown import render_markdown
-
-        return render_markdown(card)
-    if fmt == "latex":
-        from toycards.render.latex import render_latex
-
-        return render_latex(card, standalone=True)
-    if fmt == "html":
-        from toycards.render.html import render_html
-
-        return render_html(card, standalone=True)
-    from toycards.render.json import render_json
-
-    return render_json(card)
-
-
-@main.command("render")
-@click.argument("file")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="card", show_default=True)
-@click.option("--ascii", "ascii_", is_flag=True, help="ASCII spelling (card format).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
-def render_cmd(file: str, fmt: str, ascii_: bool, output: str | None) -> None:
-    """Show a card as a card, Markdown, LaTeX (algorithm + algpseudocode), HTML or JSON."""
-    from toycards.lang.parse import parse
-    from toycards.render.terminal import print_card
-
-    card = parse(sys.stdin.read(), file="<stdin>") if file == "-" else parse(_arg_path(file))
-    text = render(card, fmt, ascii_)
-    if output:
-        if (
-            file != "-"
-            and Path(output).exists()
-            and Path(output).resolve() == Path(file).resolve()
-            and fmt != "card"
-        ):
-            raise ToycardsError(f"{output}: is the input card; refusing to overwrite it with {fmt}")
-        write_atomic(output, text)
-    elif fmt == "card":
-        print_card(text, sys.stdout)
-    else:
-        click.echo(text, nl=False)
-
-
-def _arg_path(file: str) -> Path:
-    """A command-line argument is always a path (parse() would take a string for card text)."""
-    return Path(file)
-
-
-def _add_file_commands() -> None:
-    """describe, diff and list (cli_files.py); gen, run and eval (cli_models.py)."""
+def _add_commands() -> None:
+    from toycards.cli.cards import check_cmd, fmt_cmd, render_cmd
     from toycards.cli.files import describe_cmd, diff_cmd, list_cmd
     from toycards.cli.models import eval_cmd, gen_cmd, run_cmd
 
-    for cmd in (describe_cmd, diff_cmd, list_cmd, gen_cmd, run_cmd, eval_cmd):
+    for cmd in (check_cmd, fmt_cmd, render_cmd, describe_cmd, diff_cmd, list_cmd, gen_cmd, run_cmd, eval_cmd):
         main.add_command(cmd)
 
 
-_add_file_commands()
+_add_commands()

@@ -4,7 +4,7 @@ Owns: argument parsing and output of `toycards gen` (a generated module to stdou
 atomically, to a file), `toycards run` (streamed text generation) and `toycards eval` (per-token
 log-probabilities and perplexity, text or JSON); each is one library call (codegen, loader,
 evaluate) plus printing. `toycards.cli` adds them to its group.
-Leaves out: the work itself, the card-file and GGUF-inspection commands (cli.py, cli_files.py).
+Leaves out: the work itself, the card-file and GGUF-inspection commands (cards.py, files.py).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from toycards.errors import ToycardsError
+from toycards.fileio import write_atomic
 
 
 def _card_or_file(source: str):
@@ -55,8 +56,6 @@ def gen_cmd(source: str, target: str, output: str | None) -> None:
     if output is None:
         click.echo(text, nl=False)
         return
-    from toycards.cli import write_atomic
-
     write_atomic(output, text)
     click.echo(f"wrote {output} ({target}, {len(text.splitlines())} lines)", err=True)
 

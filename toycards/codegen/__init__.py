@@ -67,7 +67,8 @@ def _docstring_safe(text: str) -> str:
 
 def generate_source(card: ir.Card, target: str = "torch") -> str:
     """Python source of a module implementing `card`'s main algorithm for `target`."""
-    from toycards.codegen.emitter import Emitter, ModuleSpec
+    from toycards.codegen.emitter import Emitter
+    from toycards.codegen.module import ModuleSpec
     from toycards.lang.printer import render_card
     from toycards.library import library_algorithms
 

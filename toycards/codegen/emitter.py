@@ -14,100 +14,17 @@ through but codegen cannot express raises `ToycardsError` naming the card line.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 from toycards.codegen.exprs import ExprEmitter
+from toycards.codegen.module import Function
 from toycards.codegen.namespace import Namespace
-from toycards.codegen.values import CACHED_ARGS, MapVar, Val
-from toycards.errors import Diagnostic, ToycardsError
+from toycards.codegen.scope import Scope, family_key
+from toycards.codegen.steps import StepEmitter, calls_in
+from toycards.codegen.values import CACHED_ARGS, Val
+from toycards.errors import ToycardsError
 from toycards.lang import ir
-from toycards.lang.printer import Renderer, _stmt_text
-
-BUILTINS = {
-    "length",
-    "exp",
-    "log",
-    "tanh",
-    "erf",
-    "sin",
-    "cos",
-    "sqrt",
-    "abs",
-    "sigmoid",
-    "max",
-    "min",
-    "ceil",
-    "rows",
-}
-
-
-@dataclass
-class Function:
-    """One generated function (an algorithm of the card or of the prelude)."""
-
-    name: str  # identifier
-    card_name: str
-    header: str  # the card's header line
-    description: str
-    args: list[str]
-    body: list[str]
-    is_main: bool = False
-    keywords: list[str] = field(default_factory=list)  # extra keyword parameters, after ctx
-
-
-@dataclass
-class ModuleSpec:
-    """Everything the templates lay out."""
-
-    target: str
-    class_name: str
-    card_text: str
-    card_sha256: str
-    main: Function
-    functions: list[Function]
-    hyper: list[tuple[str, str]]  # (identifier, card name)
-    logits_from_softmax: bool = True
-
-
-@dataclass
-class Scope:
-    """Names visible while emitting one algorithm."""
-
-    algo: ir.Algorithm
-    ns: Namespace
-    vals: dict[str, Val] = field(default_factory=dict)  # card name → value
-    families: dict[str, tuple[str, str]] = field(default_factory=dict)  # family key → (card name, var)
-    param_families: dict[str, tuple[ir.Decl, ir.ParamGroup, str]] = field(default_factory=dict)
-    maps: dict[str, MapVar] = field(default_factory=dict)
-    loops: dict[str, Val] = field(default_factory=dict)
-    windowed: set[str] = field(default_factory=set)  # windowed dimension names
-    dims: dict[str, str] = field(default_factory=dict)  # dimension name → code
-    decl_types: dict[str, ir.Type] = field(default_factory=dict)
-    enum_options: set[str] = field(default_factory=set)
-    is_main: bool = False
-
-
-def family_key(name: str, index_names: set[str]) -> tuple[str, str] | None:
-    """`γ_l^1` with l an index → ("γ_•^1", "l"); `K^{⌈h·H_kv/H⌉}` → ("K^•", "⌈h·H_kv/H⌉")."""
-    m = re.match(r"^([^_^]+)(?:_(\{[^{}]*\}|[^_^]+))?(?:\^(\{[^{}]*\}|[^_^]+))?$", name)
-    if not m:
-        return None
-    base, sub, sup = m.group(1), m.group(2), m.group(3)
-    candidates = [("sup", sup), ("sub", sub)]
-    for test in (
-        lambda p, i: i in index_names,
-        lambda p, i: p.startswith("{"),
-        lambda p, i: re.fullmatch(r"\d+|ℓ|[A-Z]\w*", i),
-    ):
-        for which, part in candidates:
-            if part is None or not test(part, part.strip("{}")):
-                continue
-            key_sub = "•" if which == "sub" else sub
-            key_sup = "•" if which == "sup" else sup
-            key = base + (f"_{key_sub}" if key_sub else "") + (f"^{key_sup}" if key_sup else "")
-            return key, part.strip("{}")
-    return None
-
+from toycards.lang.builtins import BUILTINS
+from toycards.lang.printer import Renderer
 
 # Prelude algorithms with a single-kernel equivalent per target (ops_<target>.<kernel>).
 FAST_KERNELS = {
@@ -148,7 +65,7 @@ class Emitter:
             if a.name in seen:
                 return
             seen[a.name] = sorted(
-                {c.func for c in _calls(a.body) if c.func in self.algos and c.func not in BUILTINS}
+                {c.func for c in calls_in(a.body) if c.func in self.algos and c.func not in BUILTINS}
             )
             for callee in seen[a.name]:
                 visit(self.algos[callee])
@@ -364,14 +281,6 @@ class Emitter:
         return ["x", "cache"]
 
 
-_LINE_BREAKS = re.compile("[\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
-
-
-def comment_safe(text: str) -> str:
-    """Card text made safe to sit in a `#` comment: no character Python or an editor breaks lines at."""
-    return _LINE_BREAKS.sub(" ", text)
-
-
 def _prune_prologue(body: list[str], n: int) -> list[str]:
     """Drop prologue assignments (dimensions, hyperparameters) that no statement reads."""
     prologue, rest = body[:n], body[n:]
@@ -426,220 +335,3 @@ def _solve_dim(dim: ir.Dim, value: str, known: dict[str, str]) -> tuple[str, str
         }[dim.op]
         return _solve_dim(dim.left, f"({inverse})", known)
     return None
-
-
-def _calls(body) -> list[ir.Call]:
-    return [n for n in ir.walk(body) if isinstance(n, ir.Call)]
-
-
-class StepEmitter:
-    """Statements: one card step → one commented statement (or short block)."""
-
-    def __init__(self, emitter: Emitter, scope: Scope, ex: ExprEmitter) -> None:
-        self.em, self.scope, self.ex = emitter, scope, ex
-        self.number = 0
-
-    def note(self, s: ir.Stmt, text: str | None = None) -> str:
-        r = self.em.renderer
-        if text is None:
-            line, annot = _stmt_text(r, s)
-            if annot is not None:
-                line += f"  ∷ {r.type(annot)}"
-        else:
-            line = text
-        return f"# {self.number}  {comment_safe(line)}"
-
-    def block(self, body: tuple[ir.Stmt, ...], out: list[str], depth: int) -> None:
-        pad = "    " * depth
-        for s in body:
-            if isinstance(s, ir.Comment):
-                out.append(f"{pad}# ▷ {comment_safe(s.text)}")
-                continue
-            self.number += 1
-            try:
-                self.stmt(s, out, pad, depth)
-            except ToycardsError as exc:
-                if exc.diagnostics:
-                    raise
-                raise ToycardsError.from_diagnostics(
-                    [Diagnostic(s.span, f"cannot generate code: {exc.message}")],
-                    {self.scope.algo.span.file: self.em.card.source},
-                ) from None
-
-    def stmt(self, s: ir.Stmt, out: list[str], pad: str, depth: int) -> None:
-        if isinstance(s, ir.ForSeq):
-            self._for_seq(s, out, pad, depth)
-        elif isinstance(s, ir.ForAll):
-            self._forall(s, out, pad, depth)
-        elif isinstance(s, ir.If) and not s.inline:
-            self._if_block(s, out, pad, depth)
-        elif isinstance(s, ir.If):
-            cond = self.ex.expr(s.cond)
-            out.append(pad + self.note(s))
-            if not cond.py:
-                raise ToycardsError(
-                    "an `if` outside a parallel map must test hyperparameters or loop indices"
-                )
-            inner: list[str] = []
-            self.simple(s.then[0], inner)
-            out.append(f"{pad}if {cond.code}:")
-            out += [f"{pad}    {line}" for line in inner]
-        else:
-            out.append(pad + self.note(s))
-            lines: list[str] = []
-            self.simple(s, lines)
-            out += [pad + line for line in lines]
-
-    def _for_seq(self, s: ir.ForSeq, out, pad, depth) -> None:
-        start, stop = self.ex.expr(s.start), self.ex.expr(s.stop)
-        ident = self.scope.ns.name(s.var)
-        out.append(
-            pad
-            + self.note(
-                s, f"for {s.var} = {self.em.renderer.expr(s.start)}, …, {self.em.renderer.expr(s.stop)} do"
-            )
-        )
-        out.append(f"{pad}for {ident} in range({start.code}, {stop.code} + 1):")
-        self.scope.loops[s.var] = Val(ident, 0, py=True)
-        before = len(out)
-        self.block(s.body, out, depth + 1)
-        if len(out) == before:
-            out.append(f"{pad}    pass")
-        self.number += 1  # `end`
-        del self.scope.loops[s.var]
-
-    def _if_block(self, s: ir.If, out, pad, depth) -> None:
-        cond = self.ex.expr(s.cond)
-        if not cond.py:
-            raise ToycardsError("an `if` outside a parallel map must test hyperparameters or loop indices")
-        out.append(pad + self.note(s, f"if {self.em.renderer.expr(s.cond)} then"))
-        out.append(f"{pad}if {cond.code}:")
-        before = len(out)
-        self.block(s.then, out, depth + 1)
-        if len(out) == before:
-            out.append(f"{pad}    pass")
-        if s.orelse:
-            self.number += 1
-            out.append(f"{pad}else:")
-            self.block(s.orelse, out, depth + 1)
-        self.number += 1  # `end`
-
-    def _forall(self, s: ir.ForAll, out, pad, depth) -> None:
-        merged_ends, number = 0, self.number
-        while not s.inline and len(s.body) == 1 and isinstance(s.body[0], ir.ForAll):
-            inner = s.body[0]  # `for t_z … do for t_x … do … end end` is one map over both
-            s = ir.ForAll(s.ranges + inner.ranges, inner.body, inner.inline, s.comment, span=s.span)
-            self.number += 1
-            merged_ends += 1
-        ranges = s.ranges
-        maps = {}
-        for r in ranges:
-            bound = self.ex.dim(r.bound)
-            win = isinstance(r.bound, ir.DimName) and r.bound.name in self.scope.windowed
-            maps[r.var] = MapVar(r.var, self.scope.ns.name(r.var), bound, win)
-        kinds = _map_kinds(s, set(maps))
-        for v, k in kinds.items():
-            maps[v].kind = k
-        self.scope.maps.update(maps)
-        head = out.append
-        if s.inline:
-            head(pad + self.note(s))
-            lines: list[str] = []
-            self._map_body(s.body[0], lines, maps)
-            out += [pad + line for line in self._var_defs(maps) + lines]
-        else:
-            self.number, inner_number = number, self.number
-            head(
-                pad
-                + self.note(
-                    s,
-                    "for "
-                    + ", ".join(f"{r.var} ∈ [{self.em.renderer.dim(r.bound)}]" for r in ranges)
-                    + " do",
-                )
-            )
-            self.number = inner_number
-            lines = []
-            inner_pad = ""
-            for st in s.body:
-                self.number += 1
-                lines.append(inner_pad + self.note(st))
-                self._map_body(st, lines, maps)
-            out += [pad + line for line in self._var_defs(maps) + lines]
-            self.number += 1  # `end`
-        self.number += merged_ends
-        for v in maps:
-            del self.scope.maps[v]
-
-    def _var_defs(self, maps: dict[str, MapVar]) -> list[str]:
-        out = []
-        for m in maps.values():
-            if not m.used_as_value:
-                continue
-            values = (
-                f"runtime.positions(ctx, {m.bound_code})"
-                if m.windowed
-                else f"ops.arange(1, {m.bound_code} + 1)"
-            )
-            out.append(
-                f"{m.ident} = ops.as_float(ops.index_vector({values}, {m.ndim_after}))  # {m.name} ∈ [{m.bound_code}]"
-            )
-        return out
-
-    def _map_body(self, st: ir.Stmt, out: list[str], maps: dict[str, MapVar]) -> None:
-        if isinstance(st, ir.If) and st.inline:
-            target = st.then[0]
-            if not isinstance(target, ir.Assign):
-                raise ToycardsError("inside a parallel map, `if … then` must guard an assignment")
-            cond = self.ex.expr(st.cond)
-            value = self.ex.expr(target.value)
-            old = self.ex.target_read(target.target)
-            ident = self.ex.target_ident(target.target)
-            if isinstance(st.cond, ir.UnOp) and st.cond.op == "¬":
-                keep = self.ex.expr(st.cond.operand)
-                out.append(f"{ident} = ops.where({keep.code}, {old.code}, {value.code})")
-            else:
-                out.append(f"{ident} = ops.where({cond.code}, {value.code}, {old.code})")
-            return
-        if isinstance(st, ir.Assign):
-            self.ex.assign_in_map(st, out, maps)
-            return
-        raise ToycardsError("a parallel map may hold assignments and guarded assignments only")
-
-    def simple(self, s: ir.Stmt, out: list[str]) -> None:
-        if isinstance(s, ir.Assign):
-            self.ex.assign(s, out)
-        elif isinstance(s, ir.Return):
-            self.ex.ret(s, out)
-        else:
-            raise ToycardsError(f"unsupported statement {type(s).__name__}")
-
-
-def _map_kinds(s: ir.ForAll, names: set[str]) -> dict[str, str]:
-    """How each map variable is laid out, read from the assignment targets of the map body."""
-    kinds: dict[str, str] = {}
-    body = [b.then[0] if isinstance(b, ir.If) else b for b in s.body]
-    for st in body:
-        t = st.target if isinstance(st, ir.Assign) else None
-        if isinstance(t, ir.Index):
-            idx = t.indices
-            if (
-                len(idx) == 2
-                and isinstance(idx[0], ir.Slice)
-                and isinstance(idx[1], ir.Name)
-                and idx[1].id in names
-            ):
-                kinds.setdefault(idx[1].id, "column")
-            elif len(idx) == 2 and all(isinstance(i, ir.Name) and i.id in names for i in idx):
-                kinds.setdefault(idx[0].id, "element")
-                kinds.setdefault(idx[1].id, "column")
-            elif len(idx) == 1:
-                for n in _names(idx[0]) & names:
-                    kinds.setdefault(n, "element")
-    for n in names:
-        kinds.setdefault(n, "pending")
-    return kinds
-
-
-def _names(e: object) -> set[str]:
-    return {n.id for n in ir.walk(e) if isinstance(n, ir.Name)}

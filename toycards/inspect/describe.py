@@ -24,7 +24,6 @@ import dataclasses
 import math
 import os
 import re
-import struct
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,10 +32,11 @@ from toycards.errors import Diagnostic, Span
 from toycards.gguf.facts import ARCH_NAMES
 from toycards.inspect.header import Header, human_count, human_size, read_header
 from toycards.inspect.inventory import declaration_only_card, is_declaration_only
+from toycards.inspect.literals import number_expr, round_float32
 from toycards.lang import ir
 from toycards.models.binding import Bound, EvalError, bind, eval_scalar
 
-__all__ = ["CARD_KEY", "DescribedCard", "describe", "number_expr"]
+__all__ = ["CARD_KEY", "DescribedCard", "describe"]
 
 CARD_KEY = "toycards.card"  # metadata key of a card embedded in a GGUF file
 _INT_TENSOR_TYPES = frozenset({"I8", "I16", "I32", "I64"})
@@ -79,43 +79,6 @@ class DescribedCard(ir.Card):
 
     def __hash__(self) -> int:
         return hash(self.as_card())
-
-
-# ── numbers as card literals ────────────────────────────────────────────────────────────
-def number_expr(value: float | int | bool, float32: bool = False) -> ir.Expr:
-    """A card literal for a number; float32 metadata is written with the fewest digits that
-    read back to the same float32.
-
-    >>> number_expr(9.999999747378752e-06, float32=True), number_expr(-3)
-    (Num(text='1e-05'), UnOp(op='-', operand=Num(text='3')))
-    """
-    if hasattr(value, "item"):  # a NumPy scalar from an array
-        value = value.item()
-    if isinstance(value, bool):
-        return ir.Num("1" if value else "0")
-    if isinstance(value, int):
-        text = str(abs(value))
-    else:
-        v = abs(float(value))
-        text = _shortest_float32(v) if float32 and _float32(v) == v else repr(v)
-    return ir.UnOp("-", ir.Num(text)) if value < 0 else ir.Num(text)
-
-
-def _float32(x: float) -> float:
-    """`x` rounded to the nearest float32, as GGUF stores it (±inf beyond its range)."""
-    try:
-        return struct.unpack("<f", struct.pack("<f", x))[0]
-    except OverflowError:
-        return math.copysign(math.inf, x)
-
-
-def _shortest_float32(x: float) -> str:
-    """The fewest significant digits that read back as the float32 `x`: 9.99…7e-06 → '1e-05'."""
-    for digits in range(1, 10):
-        text = f"{x:.{digits}g}"
-        if _float32(float(text)) == x:
-            return repr(float(text))
-    return repr(x)
 
 
 def _value_expr(value: object, typ: ir.Type, float32: bool) -> ir.Expr | None:
@@ -222,7 +185,7 @@ def _value_problems(card: ir.Card, old: dict[str, ir.Expr], bound: Bound, path: 
 def _same(a: object, b: object) -> bool:
     """Equal, with floats compared as the float32 values GGUF stores."""
     if isinstance(a, float | int) and isinstance(b, float) and not isinstance(a, bool):
-        return _float32(a) == _float32(b)
+        return round_float32(a) == round_float32(b)
     return a == b
 
 

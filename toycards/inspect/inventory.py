@@ -25,6 +25,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from toycards.inspect.literals import number_expr
 from toycards.lang import ir
 from toycards.lang.names import canonical_name
 
@@ -155,12 +156,6 @@ class _Hyper:
     values: dict[str, object]  # card name → value (scalars only)
 
 
-def _num(value: float | int, float32: bool) -> ir.Expr:
-    from toycards.inspect.describe import number_expr  # shared with bound cards
-
-    return number_expr(value, float32)
-
-
 def _hyper_decl(f, key: str, arch: str, name: str, n_layer: int | None) -> ir.Decl | None:
     vtype = f.value_type(key)
     source = ir.Binding("from", ((ir.Source(key.replace(f"{arch}.", "{arch}.", 1)),),))
@@ -190,10 +185,10 @@ def _scalar_type(value: object, vtype: str) -> tuple[ir.Type | None, ir.Expr | N
     if vtype == "bool":
         return ir.TensorType("B"), ir.Num("1" if value else "0")
     if vtype in _INT_TYPES:
-        return ir.TensorType("N" if value >= 0 else "Z"), _num(value, False)
+        return ir.TensorType("N" if value >= 0 else "Z"), number_expr(value, False)
     if vtype in ("float32", "float64"):
         finite = value == value and abs(value) != float("inf")
-        return ir.TensorType("R"), _num(value, vtype == "float32") if finite else None
+        return ir.TensorType("R"), number_expr(value, vtype == "float32") if finite else None
     if vtype == "string":
         ok = len(value) <= 80 and '"' not in value and value.isprintable()
         return ir.StrType(), ir.Str(value) if ok else None

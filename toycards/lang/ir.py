@@ -417,9 +417,12 @@ class Card:
         return self.algorithms[-1]
 
     def __str__(self) -> str:
-        from toycards.lang.printer import render_card  # rendering lives outside the IR
+        return CANONICAL_PRINTER[0](self)
 
-        return render_card(self)
+
+# The canonical printer lives outside the IR (lang/printer.py, which imports this module): it
+# puts itself here when it loads, and toycards/lang/__init__.py loads it with the IR.
+CANONICAL_PRINTER: list = [repr]
 
 
 # ── traversal and shared predicates ─────────────────────────────────────────────────────

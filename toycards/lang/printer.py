@@ -298,7 +298,7 @@ def _block_lines(r: Renderer, title: str, decls: tuple) -> list[str]:
 
 
 # ── steps ───────────────────────────────────────────────────────────────────────────────
-def _stmt_text(r: Renderer, s: ir.Stmt) -> tuple[str, ir.Type | None]:
+def stmt_text(r: Renderer, s: ir.Stmt) -> tuple[str, ir.Type | None]:
     """One-line text of a simple or inline statement, and its annotation."""
     if isinstance(s, ir.Assign):
         target = r.expr(s.target)
@@ -314,10 +314,10 @@ def _stmt_text(r: Renderer, s: ir.Stmt) -> tuple[str, ir.Type | None]:
         return (f"return {r.name(s.name)} = {value}" if s.name else f"return {value}"), s.annot
     if isinstance(s, ir.ForAll):
         ranges = ", ".join(f"{r.name(x.var)} {r.tok('∈')} [{r.dim(x.bound)}]" for x in s.ranges)
-        inner, annot = _stmt_text(r, s.body[0])
+        inner, annot = stmt_text(r, s.body[0])
         return f"for {ranges}: {inner}", annot
     if isinstance(s, ir.If):
-        inner, annot = _stmt_text(r, s.then[0])
+        inner, annot = stmt_text(r, s.then[0])
         return f"if {r.expr(s.cond)} then {inner}", annot
     raise TypeError(f"not a one-line statement: {s!r}")
 
@@ -354,7 +354,7 @@ def step_rows(r: Renderer, body: tuple[ir.Stmt, ...], depth: int, out: list) -> 
                 step_rows(r, s.orelse, depth + 1, out)
             out.append((True, pad, "end", None, s.end_comment))
         else:
-            text, annot = _stmt_text(r, s)
+            text, annot = stmt_text(r, s)
             out.append((True, pad, text, annot, _inner_comment(s)))
 
 
@@ -381,3 +381,6 @@ def step_lines(r: Renderer, body: tuple[ir.Stmt, ...]) -> list[str]:
             line += "  " + _comment(r, comment)
         lines.append(line)
     return lines
+
+
+ir.CANONICAL_PRINTER[0] = render_card  # str(card) is the canonical text

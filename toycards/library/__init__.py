@@ -49,7 +49,7 @@ def library_card(name: str) -> ir.Card:
     every source of the card language (lang/: grammar, parser, IR), so an edited card, or a
     changed parser or IR, is parsed afresh.
     """
-    from toycards import __version__
+    from toycards.version import __version__
 
     text = (CARDS / f"{name}.card").read_text(encoding="utf-8")
     sources = [p.read_text(encoding="utf-8") for p in sorted(LANG.glob("*.py")) + [LANG / "card.lark"]]

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from toycards.errors import Diagnostic
 from toycards.lang import ir
+from toycards.lang.builtins import BUILTINS
 
 _TEMPLATE = re.compile(r"\{([^{}]*)\}")
 
@@ -87,7 +88,6 @@ _BINOPS = {
     "=": lambda a, b: a == b, "≠": lambda a, b: a != b, "≥": lambda a, b: a >= b, ">": lambda a, b: a > b,
     "∧": lambda a, b: bool(a) and bool(b), "∨": lambda a, b: bool(a) or bool(b),
 }  # fmt: skip
-_FUNCS = {"ceil": math.ceil, "sqrt": math.sqrt, "exp": math.exp, "log": math.log, "max": max, "min": min}
 
 
 def eval_scalar(e: ir.Expr, values: dict[str, object], enum_names: frozenset[str] = frozenset()) -> object:
@@ -113,8 +113,8 @@ def eval_scalar(e: ir.Expr, values: dict[str, object], enum_names: frozenset[str
         if e.op == "/" and isinstance(a, int) and isinstance(b, int) and b and a % b == 0:
             return a // b
         return _BINOPS[e.op](a, b)
-    if isinstance(e, ir.Call) and e.func in _FUNCS and not e.params:
-        return _FUNCS[e.func](*(eval_scalar(a, values, enum_names) for a in e.args))
+    if isinstance(e, ir.Call) and not e.params and (b := BUILTINS.get(e.func)) and b.scalar is not None:
+        return b.scalar(*(eval_scalar(a, values, enum_names) for a in e.args))
     raise EvalError("not a scalar expression of hyperparameters")
 
 

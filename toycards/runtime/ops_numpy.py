@@ -56,6 +56,20 @@ def sigmoid(x):
     return 0.5 * (1.0 + np.tanh(0.5 * x))
 
 
+def ceil(x):
+    return np.ceil(x)
+
+
+def topk(v, k):
+    """`topk(v, k)`: 1-based indices of the k largest entries along the last axis, largest first,
+    ties to the lower index.
+
+    >>> topk(np.array([0.5, 2.0, -1.0, 2.0]), 3).tolist()
+    [2, 4, 1]
+    """
+    return np.argsort(-np.asarray(v), axis=-1, kind="stable")[..., :k] + 1
+
+
 def linear(x, W):
     """W · X for a weight stored as [d_out, d_in] (or a stack [..., d_out, d_in]): x [..., d_in] → [..., d_out]."""
     return x @ (W.T if W.ndim == 2 else np.swapaxes(W, -1, -2))

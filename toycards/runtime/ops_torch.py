@@ -26,6 +26,13 @@ exp, log, tanh, sin, cos, sqrt, abs_, erf = (
     torch.erf,
 )
 sigmoid = torch.sigmoid
+ceil = torch.ceil
+
+
+def topk(v, k):
+    """`topk(v, k)`: 1-based indices of the k largest entries along the last axis, largest first,
+    ties to the lower index (a stable sort: torch.topk leaves the order of ties open)."""
+    return torch.sort(v, dim=-1, descending=True, stable=True).indices[..., :k] + 1
 
 
 def linear(x, W):

@@ -1,0 +1,198 @@
+"""The commands that work on card files: `check`, `fmt` and `render`.
+
+Owns: `check` (parse + shape-check, compiler-style diagnostics), `fmt` (canonical layout, rewritten
+atomically, never losing a comment) and `render` (card, Markdown, LaTeX, HTML or JSON). Each
+command is argument parsing, one library call per file, and output; `toycards.cli` adds them to
+its group.
+Leaves out: the work itself (lang/, checker/, render/).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+import click
+
+from toycards.errors import Diagnostic, Span, ToycardsError
+from toycards.fileio import write_atomic
+
+FORMATS = ("card", "markdown", "latex", "html", "json")
+
+
+# ── check ───────────────────────────────────────────────────────────────────────────────
+def _check_file(file: str) -> tuple[list[Diagnostic], dict[str, str]]:
+    """Diagnostics of one card file: syntax errors, or the checker's findings."""
+    from toycards.lang.parse import parse
+
+    try:
+        card = parse(sys.stdin.read(), file="<stdin>") if file == "-" else parse(_arg_path(file))
+    except ToycardsError as e:
+        return _as_diagnostics(e, file), e.sources
+    try:
+        from toycards.checker import check
+    except ImportError:  # a build without the checker: syntax only
+        return [], {}
+    try:
+        return list(check(card)), {card.file: card.source}
+    except ToycardsError as e:
+        return _as_diagnostics(e, file), e.sources or {card.file: card.source}
+
+
+def _as_diagnostics(e: ToycardsError, file: str) -> list[Diagnostic]:
+    """A plain-message error (no such file, not UTF-8) as a diagnostic `file: error: message`."""
+    if e.diagnostics:
+        return list(e.diagnostics)
+    return [Diagnostic(Span(file, 0, 0, 0, 0, 0, 0), e.message.removeprefix(f"{file}: "))]
+
+
+@click.command("check")
+@click.argument("files", nargs=-1, required=True)
+def check_cmd(files: tuple[str, ...]) -> None:
+    """Parse and shape-check cards (`-` reads stdin); print `file:line:col: error: …`, the line, a caret.
+
+    Exit status 0 when every card is free of errors (warnings are printed), 1 otherwise.
+    """
+    from toycards.render.terminal import print_diagnostics
+
+    n_errors, bad_files = 0, 0
+    for file in files:
+        diags, sources = _check_file(file)
+        print_diagnostics(diags, sources, sys.stdout)
+        errors = sum(d.severity == "error" for d in diags)
+        n_errors += errors
+        bad_files += errors > 0
+    if n_errors:
+        s = "s" * (n_errors != 1)
+        click.echo(
+            f"{n_errors} error{s} in {bad_files} of {len(files)} card{'s' * (len(files) != 1)}", err=True
+        )
+        sys.exit(1)
+    click.echo(f"{len(files)} card{'s' * (len(files) != 1)} checked: no errors", err=True)
+
+
+# ── fmt ─────────────────────────────────────────────────────────────────────────────────
+_COMMENT = re.compile(r'"[^"\n]*"|(?:▷|\|>)([^\n]*)')
+
+
+def _comments(text: str) -> Counter:
+    """The ▷ comments of a card text (strings skipped), as a multiset of their stripped texts."""
+    return Counter(m.group(1).strip() for m in _COMMENT.finditer(text) if m.group(1) is not None)
+
+
+def _formatted(file: str, ascii_: bool) -> tuple[str, str]:
+    """(old text, canonical text) of one card; refuses when formatting would lose anything."""
+    from toycards.lang.parse import parse
+    from toycards.lang.printer import render_card
+
+    text = sys.stdin.read() if file == "-" else None
+    card = parse(text, file="<stdin>") if text is not None else parse(_arg_path(file))
+    new = render_card(card, ascii=ascii_)
+    if parse(new, file=card.file) != card:
+        raise RuntimeError(f"{file}: the formatted card does not parse back to the same card")
+    lost = _comments(card.source) - _comments(new)
+    if lost:
+        comment = next(iter(lost))
+        line = next((i for i, s in enumerate(card.source.splitlines(), 1) if comment in s), 0)
+        raise ToycardsError(
+            f"{file}:{line}: fmt would drop the comment ‘{comment}’ (a header line keeps no comment); "
+            "move it to a line of its own before the algorithm; the file is unchanged"
+        )
+    return card.source, new
+
+
+@click.command("fmt")
+@click.argument("files", nargs=-1, required=True)
+@click.option(
+    "--check", "check_only", is_flag=True, help="Change nothing; exit 1 listing the files that would change."
+)
+@click.option(
+    "--ascii", "ascii_", is_flag=True, help="Write the ASCII spelling (<-, in, R^{d x n}, gamma_l^1)."
+)
+@click.option(
+    "--stdout", "to_stdout", is_flag=True, help="Print the formatted cards instead of rewriting them."
+)
+def fmt_cmd(files: tuple[str, ...], check_only: bool, ascii_: bool, to_stdout: bool) -> None:
+    """Rewrite cards in the canonical layout (only files that change; `-` reads stdin)."""
+    from toycards.render.terminal import print_error
+
+    failed, changed = 0, []
+    for file in files:
+        try:
+            old, new = _formatted(file, ascii_)
+        except ToycardsError as e:
+            print_error(e, sys.stderr)
+            failed += 1
+            continue
+        if to_stdout or file == "-":
+            click.echo(new, nl=False)
+        elif new != old:
+            changed.append(file)
+            if check_only:
+                click.echo(f"would reformat {file}")
+            else:
+                write_atomic(file, new)
+                click.echo(f"reformatted {file}", err=True)
+    if check_only and changed:
+        click.echo(
+            f"{len(changed)} of {len(files)} card{'s' * (len(files) != 1)} would be reformatted", err=True
+        )
+    sys.exit(1 if failed or (check_only and changed) else 0)
+
+
+# ── render ──────────────────────────────────────────────────────────────────────────────
+def render(card, fmt: str, ascii_: bool = False) -> str:
+    """A card in one of FORMATS; LaTeX and HTML as complete documents."""
+    if fmt == "card":
+        from toycards.lang.printer import render_card
+
+        return render_card(card, ascii=ascii_)
+    if fmt == "markdown":
+        from toycards.render.markdown import render_markdown
+
+        return render_markdown(card)
+    if fmt == "latex":
+        from toycards.render.latex import render_latex
+
+        return render_latex(card, standalone=True)
+    if fmt == "html":
+        from toycards.render.html import render_html
+
+        return render_html(card, standalone=True)
+    from toycards.render.json import render_json
+
+    return render_json(card)
+
+
+@click.command("render")
+@click.argument("file")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="card", show_default=True)
+@click.option("--ascii", "ascii_", is_flag=True, help="ASCII spelling (card format).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
+def render_cmd(file: str, fmt: str, ascii_: bool, output: str | None) -> None:
+    """Show a card as a card, Markdown, LaTeX (algorithm + algpseudocode), HTML or JSON."""
+    from toycards.lang.parse import parse
+    from toycards.render.terminal import print_card
+
+    card = parse(sys.stdin.read(), file="<stdin>") if file == "-" else parse(_arg_path(file))
+    text = render(card, fmt, ascii_)
+    if output:
+        if (
+            file != "-"
+            and Path(output).exists()
+            and Path(output).resolve() == Path(file).resolve()
+            and fmt != "card"
+        ):
+            raise ToycardsError(f"{output}: is the input card; refusing to overwrite it with {fmt}")
+        write_atomic(output, text)
+    elif fmt == "card":
+        print_card(text, sys.stdout)
+    else:
+        click.echo(text, nl=False)
+
+
+def _arg_path(file: str) -> Path:
+    """A command-line argument is always a path (parse() would take a string for card text)."""
+    return Path(file)

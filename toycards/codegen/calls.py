@@ -1,0 +1,200 @@
+"""Calls and collection expressions: builtins, algorithms of the card or prelude, Σ, concatenation.
+
+Owns: `CallEmitter`, the part of `ExprEmitter` that emits a builtin call (laid out by its rule in
+lang/builtins.py), a call of an algorithm (implicit maps over columns and heads, masks passed as
+functions, the KV cache threaded to attention), `rows(A, i, k)`, Σ reductions and `[A; B]`,
+`[a, b]`, `[e_1, …, e_ℓ]` concatenations.
+Leaves out: names, operators and indexing (exprs.py), assignments (assign.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from toycards.codegen.code import expr_text, paren, union_fams
+from toycards.codegen.scope import family_key, free_names
+from toycards.codegen.values import CACHED_ARGS, MapVar, Val
+from toycards.errors import ToycardsError
+from toycards.lang import ir
+from toycards.lang.builtins import BUILTINS
+
+if TYPE_CHECKING:
+    pass
+
+
+class CallEmitter:
+    """Mixin of ExprEmitter: calls, Σ and concatenation."""
+
+    def call(self, c: ir.Call) -> Val:
+        if c.func in self.em.algos:
+            return self.call_algorithm(c, self.em.algos[c.func])
+        return self.builtin(c)
+
+    def builtin(self, c: ir.Call) -> Val:
+        """A call of a registry builtin, laid out by its rule (lang/builtins.py)."""
+        b = BUILTINS[c.func]
+        if b.rule == "rows":
+            return self.rows(c)
+        args = [self.expr(a) for a in c.args]
+        if b.rule == "length":
+            return Val(f"{args[0].code}.shape[-1]", 0, py=True)
+        if b.rule in ("elementwise", "ceil"):
+            a = args[0]
+            if a.py and b.scalar_code:
+                return Val(f"{b.scalar_code}({a.code})", 0, py=True)
+            code = f"ops.as_float({a.code})" if a.py else self.code_layout(a)
+            return a.with_(code=f"ops.{b.ops}({code})", layout="code" if not a.py else a.layout, py=False)
+        if b.rule == "extreme" and len(args) == 1:
+            return Val(f"ops.{b.ops}({args[0].code})", 0, fams=args[0].fams)
+        if b.rule == "extreme" and all(a.py for a in args):
+            return Val(f"{b.scalar_code}({args[0].code}, {args[1].code})", 0, py=True)
+        if b.rule == "extreme":
+            x, y = args
+            return self._elementwise(x, y, ",").with_(code=f"ops.{b.ops_pair}({x.code}, {y.code})")
+        if b.rule == "topk":
+            v, k = args
+            return Val(f"ops.{b.ops}({self.code_layout(v)}, {self.int_code(c.args[1])})", v.rank, fams=v.fams)
+        raise ToycardsError(f"cannot generate code for the builtin {c.func} (rule {b.rule})")
+
+    def rows(self, c: ir.Call) -> Val:
+        """`rows(A, i, k)`: the i-th block of k rows (card rows are the last code axis)."""
+        if len(c.args) != 3:
+            raise ToycardsError("rows(A, i, k) takes three arguments")
+        a, block, k = self.expr(c.args[0]), c.args[1], self.expr(c.args[2]).code
+        var = next((v for v in free_names(block) if v in self.scope.maps), None)
+        if var is None:
+            i = self.expr(block).code
+            if i.isdigit():
+                lo = "" if i == "1" else (k if i == "2" else f"{int(i) - 1} * {k}")
+                sl = f"{lo}:{k if i == '1' else f'{i} * {k}'}"
+            else:
+                sl = f"({i} - 1) * {k}:{paren(i)} * {k}"
+            if a.rank == 2 and a.layout == "card":
+                return a.with_(code=f"{a.code}[{sl}]")
+            return a.with_(code=f"{a.code}[..., {sl}]")
+        heads = f"ops.split_rows({self.code_layout(a)}, {k})"
+        if isinstance(block, ir.Name) and block.id == var:
+            return Val(heads, a.rank, fams=a.fams | {var}, windowed=a.windowed)
+        gathered = self._gather_member(heads, 2, expr_text(block))
+        return gathered.with_(fams=a.fams | {var}, windowed=a.windowed)
+
+    def call_algorithm(self, c: ir.Call, callee: ir.Algorithm) -> Val:
+        if len(c.args) != len(callee.inputs) or len(c.params) != len(callee.params):
+            raise ToycardsError(
+                f"{callee.name} takes {len(callee.inputs)} inputs and {len(callee.params)} parameters"
+            )
+        decls = {n: d for d in (*callee.input_decls, *callee.hyper_decls) for n in d.names}
+        pnames = {n for d, _ in callee.all_params() for n in d.names}
+        codes, fams, extra, win = [], frozenset(), 0, False
+        kv_index = ""
+        arg_vals: list[Val] = []
+        cached = CACHED_ARGS.get(callee.name, ())
+        for k, (name, arg) in enumerate(zip(callee.inputs, c.args, strict=True)):
+            v = self.expr(arg)
+            fams |= v.fams
+            t = decls[name].type if name in decls else None
+            declared_rank = len(t.dims) if isinstance(t, ir.TensorType) else 0
+            extra = max(extra, v.rank - declared_rank)
+            if (
+                v.windowed
+                and isinstance(t, ir.TensorType)
+                and len(t.dims) == 2
+                and isinstance(t.dims[1], ir.DimName)
+                and k not in cached
+            ):
+                self.em.windowed.setdefault(callee.name, set()).add(t.dims[1].name)
+                win = True
+            elif v.windowed and extra > 0:
+                win = True
+            codes.append(self.code_layout(v))
+            arg_vals.append(v)
+        if cached:  # the cache keeps the (fewer) key/value heads; query heads pick from it afterwards
+            k_ident, v_ident = (self.scope.ns.fresh(callee.inputs[i] + "_all") for i in cached)
+            bases = [arg_vals[i].gather[0] if arg_vals[i].gather else codes[i] for i in cached]
+            self.pre.append(f"{k_ident}, {v_ident} = runtime.extend(ctx, {bases[0]}, {bases[1]})")
+            gathers = [arg_vals[i].gather for i in cached]
+            shared = (  # K and V pick the same heads by the same rule: let `attention` do it
+                gathers[0] is not None
+                and gathers[1] is not None
+                and gathers[0][3] == gathers[1][3]
+                and gathers[0][2] == -3
+            )
+            for i, ident, g in zip(cached, (k_ident, v_ident), gathers, strict=True):
+                codes[i] = ident if shared or not g else f"ops.take({ident}, {g[1]}, {g[2]})"
+            if shared and self.em.library.get(callee.name) == callee:
+                kv_index = f", kv_index={gathers[0][1]}"
+        for name, p in zip(callee.params, c.params, strict=True):
+            if isinstance(p, ir.MaskDef):
+                codes.append(self.mask_function(p))
+                continue
+            v = self.expr(p)
+            fams |= v.fams
+            codes.append(
+                v.code if name not in pnames or v.rank < 2 or v.layout == "card" else f"ops.mT({v.code})"
+            )
+        blocks = {m for m in fams if m in self.scope.maps and self.scope.maps[m].kind in ("block", "pending")}
+        if blocks:  # per-head arguments beside shared ones: give the shared inputs a head axis
+            for k, v in enumerate(arg_vals):
+                if not (v.fams & blocks) and v.rank == 2 and not v.param and not v.py and k not in cached:
+                    codes[k] = f"{codes[k]}[..., None, :, :]"
+        out = callee.output_decls[0].type if callee.output_decls else None
+        rank = (len(out.dims) if isinstance(out, ir.TensorType) and out.field != "V" else 0) + extra
+        out_col = out.dims[1] if isinstance(out, ir.TensorType) and len(out.dims) == 2 else None
+        if isinstance(out_col, ir.DimName) and out_col.name in self.em.windowed.get(callee.name, set()):
+            win = True
+        return Val(
+            f"{self.em.func_names[callee.name]}({', '.join(codes)}, ctx=ctx{kv_index})",
+            rank,
+            fams=fams,
+            windowed=win,
+        )
+
+    def mask_function(self, m: ir.MaskDef) -> str:
+        s = self.scope
+        saved = dict(s.loops)
+        idents = [s.ns.fresh(i) for i in m.indices]
+        for i, ident in zip(m.indices, idents, strict=True):
+            s.loops[i] = Val(ident, 0)
+        try:
+            body = self.expr(m.body.cond if isinstance(m.body, ir.Indicator) else m.body)
+        finally:
+            s.loops = saved
+        return f"lambda {', '.join(idents)}: {body.code}"
+
+    # ── sums and concatenation ─────────────────────────────────────────────────────────
+    def sum(self, e: ir.Sum) -> Val:
+        s = self.scope
+        n = self.expr(e.hi).code
+        if not (isinstance(e.lo, ir.Num) and e.lo.text == "1"):
+            raise ToycardsError("Σ is generated for sums from 1")
+        s.maps[e.var] = MapVar(e.var, s.ns.fresh(e.var), n, False, "element")
+        try:
+            body = self.expr(e.body)
+        finally:
+            m = s.maps.pop(e.var)
+        if m.used_as_value:
+            raise ToycardsError(f"Σ over {e.var} may only use {e.var} as an index")
+        return Val(f"ops.sum_last({body.code})", 0, fams=body.fams - {e.var})
+
+    def concat(self, e: ir.Concat) -> Val:
+        if e.ellipsis:
+            first = e.items[0]
+            if not isinstance(first, ir.Name):
+                raise ToycardsError("a family range `[e_1, …, e_ℓ]` needs family members")
+            fk = family_key(first.id, set())
+            if fk is None or fk[0] not in self.scope.families:
+                raise ToycardsError(f"{first.id} is not a member of a family defined by a parallel map")
+            ident, rank, _, win = self.scope.families[fk[0]]
+            if e.axis == "cols":
+                return Val(ident, rank + 1, windowed=win)
+            return Val(f"ops.merge_rows({ident})", rank, windowed=win)
+        parts = [self.expr(x) for x in e.items]
+        if e.axis == "rows":
+            return Val(
+                f"ops.cat_last([{', '.join(self.code_layout(p) for p in parts)}])",
+                max(p.rank for p in parts),
+                fams=union_fams(*parts),
+            )
+        return Val(f"ops.stack_cols([{', '.join(p.code for p in parts)}])", 2, fams=union_fams(*parts))
+
+    # ── assignments ────────────────────────────────────────────────────────────────────

@@ -1,0 +1,61 @@
+"""What is visible while one algorithm is emitted, and the name questions every emitter asks.
+
+Owns: `Scope` (card names → values, families such as `γ_l^1`, map and loop variables, dimension
+codes), `family_key` (which part of a name is an index: `γ_l^1` → ("γ_•^1", "l")) and
+`free_names` (the names an expression reads).
+Leaves out: the values' layout (values.py), emitting code (emitter.py, steps.py, exprs.py).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from toycards.codegen.namespace import Namespace
+from toycards.codegen.values import MapVar, Val
+from toycards.lang import ir
+
+
+@dataclass
+class Scope:
+    """Names visible while emitting one algorithm."""
+
+    algo: ir.Algorithm
+    ns: Namespace
+    vals: dict[str, Val] = field(default_factory=dict)  # card name → value
+    families: dict[str, tuple[str, str]] = field(default_factory=dict)  # family key → (card name, var)
+    param_families: dict[str, tuple[ir.Decl, ir.ParamGroup, str]] = field(default_factory=dict)
+    maps: dict[str, MapVar] = field(default_factory=dict)
+    loops: dict[str, Val] = field(default_factory=dict)
+    windowed: set[str] = field(default_factory=set)  # windowed dimension names
+    dims: dict[str, str] = field(default_factory=dict)  # dimension name → code
+    decl_types: dict[str, ir.Type] = field(default_factory=dict)
+    enum_options: set[str] = field(default_factory=set)
+    is_main: bool = False
+
+
+def family_key(name: str, index_names: set[str]) -> tuple[str, str] | None:
+    """`γ_l^1` with l an index → ("γ_•^1", "l"); `K^{⌈h·H_kv/H⌉}` → ("K^•", "⌈h·H_kv/H⌉")."""
+    m = re.match(r"^([^_^]+)(?:_(\{[^{}]*\}|[^_^]+))?(?:\^(\{[^{}]*\}|[^_^]+))?$", name)
+    if not m:
+        return None
+    base, sub, sup = m.group(1), m.group(2), m.group(3)
+    candidates = [("sup", sup), ("sub", sub)]
+    for test in (
+        lambda p, i: i in index_names,
+        lambda p, i: p.startswith("{"),
+        lambda p, i: re.fullmatch(r"\d+|ℓ|[A-Z]\w*", i),
+    ):
+        for which, part in candidates:
+            if part is None or not test(part, part.strip("{}")):
+                continue
+            key_sub = "•" if which == "sub" else sub
+            key_sup = "•" if which == "sup" else sup
+            key = base + (f"_{key_sub}" if key_sub else "") + (f"^{key_sup}" if key_sup else "")
+            return key, part.strip("{}")
+    return None
+
+
+def free_names(e: object) -> set[str]:
+    """The card names an expression reads (index variables included)."""
+    return {n.id for n in ir.walk(e) if isinstance(n, ir.Name)}

@@ -1,0 +1,235 @@
+"""Statements: each card step becomes one generated statement or short block.
+
+Owns: `StepEmitter` (assignments, returns, sequential loops, conditionals, and parallel maps
+`for t ∈ [ℓ]`, `for h ∈ [H]`, `for t_z ∈ …, t_x ∈ …` vectorised into array operations), each
+statement preceded by the card line it implements; `map_kinds` (how a map variable indexes).
+Leaves out: expressions (exprs.py), the algorithm prologue (emitter.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from toycards.codegen.exprs import ExprEmitter
+from toycards.codegen.module import comment_safe
+from toycards.codegen.scope import Scope, free_names
+from toycards.codegen.values import MapVar, Val
+from toycards.errors import Diagnostic, ToycardsError
+from toycards.lang import ir
+from toycards.lang.printer import stmt_text
+
+if TYPE_CHECKING:
+    from toycards.codegen.emitter import Emitter
+
+
+def calls_in(body) -> list[ir.Call]:
+    return [n for n in ir.walk(body) if isinstance(n, ir.Call)]
+
+
+class StepEmitter:
+    """Statements: one card step → one commented statement (or short block)."""
+
+    def __init__(self, emitter: Emitter, scope: Scope, ex: ExprEmitter) -> None:
+        self.em, self.scope, self.ex = emitter, scope, ex
+        self.number = 0
+
+    def note(self, s: ir.Stmt, text: str | None = None) -> str:
+        r = self.em.renderer
+        if text is None:
+            line, annot = stmt_text(r, s)
+            if annot is not None:
+                line += f"  ∷ {r.type(annot)}"
+        else:
+            line = text
+        return f"# {self.number}  {comment_safe(line)}"
+
+    def block(self, body: tuple[ir.Stmt, ...], out: list[str], depth: int) -> None:
+        pad = "    " * depth
+        for s in body:
+            if isinstance(s, ir.Comment):
+                out.append(f"{pad}# ▷ {comment_safe(s.text)}")
+                continue
+            self.number += 1
+            try:
+                self.stmt(s, out, pad, depth)
+            except ToycardsError as exc:
+                if exc.diagnostics:
+                    raise
+                raise ToycardsError.from_diagnostics(
+                    [Diagnostic(s.span, f"cannot generate code: {exc.message}")],
+                    {self.scope.algo.span.file: self.em.card.source},
+                ) from None
+
+    def stmt(self, s: ir.Stmt, out: list[str], pad: str, depth: int) -> None:
+        if isinstance(s, ir.ForSeq):
+            self._for_seq(s, out, pad, depth)
+        elif isinstance(s, ir.ForAll):
+            self._forall(s, out, pad, depth)
+        elif isinstance(s, ir.If) and not s.inline:
+            self._if_block(s, out, pad, depth)
+        elif isinstance(s, ir.If):
+            cond = self.ex.expr(s.cond)
+            out.append(pad + self.note(s))
+            if not cond.py:
+                raise ToycardsError(
+                    "an `if` outside a parallel map must test hyperparameters or loop indices"
+                )
+            inner: list[str] = []
+            self.simple(s.then[0], inner)
+            out.append(f"{pad}if {cond.code}:")
+            out += [f"{pad}    {line}" for line in inner]
+        else:
+            out.append(pad + self.note(s))
+            lines: list[str] = []
+            self.simple(s, lines)
+            out += [pad + line for line in lines]
+
+    def _for_seq(self, s: ir.ForSeq, out, pad, depth) -> None:
+        start, stop = self.ex.expr(s.start), self.ex.expr(s.stop)
+        ident = self.scope.ns.name(s.var)
+        out.append(
+            pad
+            + self.note(
+                s, f"for {s.var} = {self.em.renderer.expr(s.start)}, …, {self.em.renderer.expr(s.stop)} do"
+            )
+        )
+        out.append(f"{pad}for {ident} in range({start.code}, {stop.code} + 1):")
+        self.scope.loops[s.var] = Val(ident, 0, py=True)
+        before = len(out)
+        self.block(s.body, out, depth + 1)
+        if len(out) == before:
+            out.append(f"{pad}    pass")
+        self.number += 1  # `end`
+        del self.scope.loops[s.var]
+
+    def _if_block(self, s: ir.If, out, pad, depth) -> None:
+        cond = self.ex.expr(s.cond)
+        if not cond.py:
+            raise ToycardsError("an `if` outside a parallel map must test hyperparameters or loop indices")
+        out.append(pad + self.note(s, f"if {self.em.renderer.expr(s.cond)} then"))
+        out.append(f"{pad}if {cond.code}:")
+        before = len(out)
+        self.block(s.then, out, depth + 1)
+        if len(out) == before:
+            out.append(f"{pad}    pass")
+        if s.orelse:
+            self.number += 1
+            out.append(f"{pad}else:")
+            self.block(s.orelse, out, depth + 1)
+        self.number += 1  # `end`
+
+    def _forall(self, s: ir.ForAll, out, pad, depth) -> None:
+        merged_ends, number = 0, self.number
+        while not s.inline and len(s.body) == 1 and isinstance(s.body[0], ir.ForAll):
+            inner = s.body[0]  # `for t_z … do for t_x … do … end end` is one map over both
+            s = ir.ForAll(s.ranges + inner.ranges, inner.body, inner.inline, s.comment, span=s.span)
+            self.number += 1
+            merged_ends += 1
+        ranges = s.ranges
+        maps = {}
+        for r in ranges:
+            bound = self.ex.dim(r.bound)
+            win = isinstance(r.bound, ir.DimName) and r.bound.name in self.scope.windowed
+            maps[r.var] = MapVar(r.var, self.scope.ns.name(r.var), bound, win)
+        kinds = map_kinds(s, set(maps))
+        for v, k in kinds.items():
+            maps[v].kind = k
+        self.scope.maps.update(maps)
+        head = out.append
+        if s.inline:
+            head(pad + self.note(s))
+            lines: list[str] = []
+            self._map_body(s.body[0], lines, maps)
+            out += [pad + line for line in self._var_defs(maps) + lines]
+        else:
+            self.number, inner_number = number, self.number
+            head(
+                pad
+                + self.note(
+                    s,
+                    "for "
+                    + ", ".join(f"{r.var} ∈ [{self.em.renderer.dim(r.bound)}]" for r in ranges)
+                    + " do",
+                )
+            )
+            self.number = inner_number
+            lines = []
+            inner_pad = ""
+            for st in s.body:
+                self.number += 1
+                lines.append(inner_pad + self.note(st))
+                self._map_body(st, lines, maps)
+            out += [pad + line for line in self._var_defs(maps) + lines]
+            self.number += 1  # `end`
+        self.number += merged_ends
+        for v in maps:
+            del self.scope.maps[v]
+
+    def _var_defs(self, maps: dict[str, MapVar]) -> list[str]:
+        out = []
+        for m in maps.values():
+            if not m.used_as_value:
+                continue
+            values = (
+                f"runtime.positions(ctx, {m.bound_code})"
+                if m.windowed
+                else f"ops.arange(1, {m.bound_code} + 1)"
+            )
+            out.append(
+                f"{m.ident} = ops.as_float(ops.index_vector({values}, {m.ndim_after}))  # {m.name} ∈ [{m.bound_code}]"
+            )
+        return out
+
+    def _map_body(self, st: ir.Stmt, out: list[str], maps: dict[str, MapVar]) -> None:
+        if isinstance(st, ir.If) and st.inline:
+            target = st.then[0]
+            if not isinstance(target, ir.Assign):
+                raise ToycardsError("inside a parallel map, `if … then` must guard an assignment")
+            cond = self.ex.expr(st.cond)
+            value = self.ex.expr(target.value)
+            old = self.ex.target_read(target.target)
+            ident = self.ex.target_ident(target.target)
+            if isinstance(st.cond, ir.UnOp) and st.cond.op == "¬":
+                keep = self.ex.expr(st.cond.operand)
+                out.append(f"{ident} = ops.where({keep.code}, {old.code}, {value.code})")
+            else:
+                out.append(f"{ident} = ops.where({cond.code}, {value.code}, {old.code})")
+            return
+        if isinstance(st, ir.Assign):
+            self.ex.assign_in_map(st, out, maps)
+            return
+        raise ToycardsError("a parallel map may hold assignments and guarded assignments only")
+
+    def simple(self, s: ir.Stmt, out: list[str]) -> None:
+        if isinstance(s, ir.Assign):
+            self.ex.assign(s, out)
+        elif isinstance(s, ir.Return):
+            self.ex.ret(s, out)
+        else:
+            raise ToycardsError(f"unsupported statement {type(s).__name__}")
+
+
+def map_kinds(s: ir.ForAll, names: set[str]) -> dict[str, str]:
+    """How each map variable is laid out, read from the assignment targets of the map body."""
+    kinds: dict[str, str] = {}
+    body = [b.then[0] if isinstance(b, ir.If) else b for b in s.body]
+    for st in body:
+        t = st.target if isinstance(st, ir.Assign) else None
+        if isinstance(t, ir.Index):
+            idx = t.indices
+            if (
+                len(idx) == 2
+                and isinstance(idx[0], ir.Slice)
+                and isinstance(idx[1], ir.Name)
+                and idx[1].id in names
+            ):
+                kinds.setdefault(idx[1].id, "column")
+            elif len(idx) == 2 and all(isinstance(i, ir.Name) and i.id in names for i in idx):
+                kinds.setdefault(idx[0].id, "element")
+                kinds.setdefault(idx[1].id, "column")
+            elif len(idx) == 1:
+                for n in free_names(idx[0]) & names:
+                    kinds.setdefault(n, "element")
+    for n in names:
+        kinds.setdefault(n, "pending")
+    return kinds

@@ -1,0 +1,52 @@
+"""Writing the user's files safely: the whole new content or nothing, never a half-written file.
+
+Owns: `write_atomic(path, data)`, used for every file toycards writes on a user's behalf
+(formatted cards, generated modules, rendered documents) and for its own cache entries.
+Leaves out: deciding whether a file may be written (the CLI refuses to overwrite an input).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from toycards.errors import ToycardsError
+
+
+def write_atomic(path: str | Path, data: str | bytes) -> None:
+    """Replace a file's contents all at once: a temporary file in the same folder, then os.replace.
+
+    The file keeps its permission bits; a symbolic link keeps pointing at the (rewritten) target.
+    On any failure the original is untouched and the temporary file is removed.
+    """
+    target = Path(os.path.realpath(path))
+    try:
+        mode = stat.S_IMODE(target.stat().st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as e:
+        raise ToycardsError(f"{path}: cannot write: {e.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise ToycardsError(f"{path}: cannot write: {e.strerror}") from None
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
