@@ -99,3 +99,30 @@ def file_type_name(code: int) -> str | None:
     """`15` → `"Q4_K_M"`: llama.cpp's name of a `general.file_type`; None for a code it lacks."""
     name = FILE_TYPE_NAMES.get(code)
     return name.removeprefix("MOSTLY_").removeprefix("ALL_") if name else None
+
+
+# ── facts derived from the tables above, each written once ───────────────────────────────
+CARD_KEY = "toycards.card"
+"""The metadata key of a card embedded in a GGUF file (written by toycards, preferred on read)."""
+
+INT_VALUE_TYPES = frozenset(name for name in VALUE_TYPE_NAMES.values() if name.startswith(("uint", "int")))
+"""Metadata value types that hold integers: `uint8` … `int64`."""
+
+INT_TENSOR_TYPES = frozenset(name for name in QUANT_NAMES.values() if name in ("I8", "I16", "I32", "I64"))
+"""ggml tensor types that hold integers (as opposed to real numbers, plain or quantized)."""
+
+SPECIAL_TOKEN_KEYS: tuple[tuple[str, str], ...] = (
+    ("bos", Keys.Tokenizer.BOS_ID), ("eos", Keys.Tokenizer.EOS_ID), ("eot", Keys.Tokenizer.EOT_ID),
+    ("eom", Keys.Tokenizer.EOM_ID), ("unk", Keys.Tokenizer.UNK_ID), ("sep", Keys.Tokenizer.SEP_ID),
+    ("pad", Keys.Tokenizer.PAD_ID), ("mask", Keys.Tokenizer.MASK_ID),
+    ("fim_pre", Keys.Tokenizer.FIM_PRE_ID), ("fim_suf", Keys.Tokenizer.FIM_SUF_ID),
+    ("fim_mid", Keys.Tokenizer.FIM_MID_ID), ("fim_pad", Keys.Tokenizer.FIM_PAD_ID),
+    ("fim_rep", Keys.Tokenizer.FIM_REP_ID), ("fim_sep", Keys.Tokenizer.FIM_SEP_ID),
+)  # fmt: skip
+"""Special-token roles and the metadata keys of their ids, in llama.cpp's order."""
+
+DEPRECATED_SPECIAL_TOKEN_KEYS: tuple[tuple[str, str], ...] = (
+    ("fim_pre", Keys.Tokenizer.PREFIX_ID), ("fim_suf", Keys.Tokenizer.SUFFIX_ID),
+    ("fim_mid", Keys.Tokenizer.MIDDLE_ID),
+)  # fmt: skip
+"""Older spellings of the fill-in-the-middle ids; where both are present these win, as in llama.cpp."""

@@ -17,7 +17,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from toycards.gguf.facts import ARCH_NAMES, Keys
+from toycards.gguf.facts import (
+    ARCH_NAMES,
+    DEPRECATED_SPECIAL_TOKEN_KEYS,
+    INT_VALUE_TYPES,
+    SPECIAL_TOKEN_KEYS,
+    Keys,
+)
 
 if TYPE_CHECKING:
     from toycards.gguf.reader import GGUFFile
@@ -48,10 +54,8 @@ FLOAT_RANGES: tuple[tuple[str, float, float], ...] = (
     (R.FREQ_BASE, 0.0, math.inf),
     (R.SCALING_FACTOR, 0.0, math.inf),
 )
-SPECIAL_TOKEN_KEYS = (Tk.BOS_ID, Tk.EOS_ID, Tk.EOT_ID, Tk.EOM_ID, Tk.UNK_ID, Tk.SEP_ID, Tk.PAD_ID, Tk.MASK_ID)
 # recurrent architectures write head_count 0: they have no attention
 ATTENTION_FREE = frozenset(ARCH_NAMES[a] for a in ("MAMBA", "MAMBA2", "RWKV6", "RWKV7"))
-_INT_TYPES = {"uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64"}
 
 
 def check_hparams(f: GGUFFile) -> list[str]:
@@ -83,12 +87,12 @@ def _check_int(f: GGUFFile, key: str, lo: int, hi: int, n_layer: object, problem
     if key not in f.metadata:
         return None
     vtype = f.value_type(key)
-    if vtype in _INT_TYPES:
+    if vtype in INT_VALUE_TYPES:
         value = f.metadata[key]
         if lo <= value <= hi:
             return value
         problems.append(f"{key} = {value} is out of range {lo}…{hi}")
-    elif vtype.startswith("array[") and vtype[6:-1] in _INT_TYPES:  # one value per layer
+    elif vtype.startswith("array[") and vtype[6:-1] in INT_VALUE_TYPES:  # one value per layer
         values = [int(v) for v in f.metadata[key]]
         if isinstance(n_layer, int) and len(values) != n_layer:
             problems.append(f"{key} has {len(values)} per-layer values for {n_layer} layers")
@@ -125,7 +129,7 @@ def _vocabulary(f: GGUFFile) -> list[str]:
     for key in (Tk.SCORES, Tk.TOKEN_TYPE):
         if key in f.metadata and f.value_type(key).startswith("array") and f.array_len(key) != n_vocab:
             out.append(f"{key} has {f.array_len(key)} entries for {n_vocab} tokens")
-    for key in SPECIAL_TOKEN_KEYS:
+    for _, key in SPECIAL_TOKEN_KEYS + DEPRECATED_SPECIAL_TOKEN_KEYS:
         value = f.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value < n_vocab:
             out.append(f"{key} = {value} is not a token id (the vocabulary has {n_vocab} tokens)")

@@ -30,6 +30,7 @@ from __future__ import annotations
 import difflib
 import mmap
 import os
+import struct
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
@@ -55,6 +56,9 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 __all__ = ["GGUFFile", "Metadata", "TensorInfo", "check_hparams", "ggml_type_name", "open_gguf"]
+
+
+_U64 = struct.Struct("<Q")
 
 
 class Metadata(Mapping):
@@ -131,6 +135,21 @@ class GGUFFile:
         if entry.vtype != ValueType.ARRAY:
             raise file_error(self.path, f"metadata key '{key}' is a {self.value_type(key)}, not an array")
         return entry.count
+
+    def string_items(self, key: str, indices: set[int]) -> dict[int, str]:
+        """Some entries of a string array by index, without decoding the rest of it: steps over
+        the length prefixes (validated when the file was opened) up to the largest index asked."""
+        entry = self._entry(key)
+        if self.value_type(key) != "array[string]" or self._buf is None:
+            return {}
+        wanted = {i for i in indices if 0 <= i < entry.count}
+        out, off, buf = {}, entry.start, self._buf
+        for i in range(max(wanted) + 1 if wanted else 0):
+            (n,) = _U64.unpack_from(buf, off)
+            if i in wanted:
+                out[i] = bytes(buf[off + 8 : off + 8 + n]).decode("utf-8", "replace")
+            off += 8 + n
+        return out
 
     def _entry(self, key: str) -> Entry:
         entries = self.metadata._entries

@@ -29,17 +29,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from toycards.errors import Diagnostic, Span
-from toycards.gguf.facts import ARCH_NAMES
+from toycards.gguf.facts import CARD_KEY, INT_TENSOR_TYPES
 from toycards.inspect.header import Header, human_count, human_size, read_header
 from toycards.inspect.inventory import declaration_only_card, is_declaration_only
 from toycards.inspect.literals import number_expr, round_float32
 from toycards.lang import ir
+from toycards.library import safe_text
 from toycards.models.binding import Bound, EvalError, bind, eval_scalar
 
-__all__ = ["CARD_KEY", "DescribedCard", "describe"]
-
-CARD_KEY = "toycards.card"  # metadata key of a card embedded in a GGUF file
-_INT_TENSOR_TYPES = frozenset({"I8", "I16", "I32", "I64"})
+__all__ = ["DescribedCard", "describe"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -103,40 +101,17 @@ def _file_span(path: str) -> Span:
 
 
 def _choose(f) -> tuple[ir.Card, str, str]:
-    """(card, origin, notice) for an open file."""
-    from toycards.library import ARCH_CARDS, card_for_arch
+    """(card, origin, notice) for an open file: the chosen card, else a declaration-only one."""
+    from toycards.library import card_for_file
 
-    embedded = f.get(CARD_KEY)
-    if isinstance(embedded, str) and embedded.strip():
-        from toycards.lang.parse import parse  # only an embedded card needs the parser
-
-        return parse(embedded, file=f"{f.path}:{CARD_KEY}"), "embedded", ""
+    choice = card_for_file(f)
+    if choice.card is not None:
+        return choice.card, choice.origin, ""
     arch = f.get("general.architecture")
-    name = Path(f.path).name
-    if not isinstance(arch, str) or not arch:
-        reason = "the file has no general.architecture"
-    elif not f.tensors:
-        reason = f"the file holds no tensors (a vocabulary-only file of architecture {_safe(arch)})"
-    elif arch in ARCH_CARDS:
-        return card_for_arch(arch), "library", ""
-    else:
-        reason = f"no card for architecture {_safe(arch)} in the library ({_known(arch)})"
-    card = declaration_only_card(f, arch if isinstance(arch, str) else None, reason)
-    return card, "declaration-only", f"{name}: {reason}; showing a declaration-only card"
+    card = declaration_only_card(f, arch if isinstance(arch, str) else None, choice.reason)
+    return card, "declaration-only", f"{Path(f.path).name}: {choice.reason}; showing a declaration-only card"
 
 
-def _known(arch: str) -> str:
-    member = next((m for m, name in ARCH_NAMES.items() if name == arch), None)
-    return f"gguf knows it as MODEL_ARCH.{member}" if member else "unknown to gguf too"
-
-
-def _safe(text: str) -> str:
-    """Text from the file made safe for one line of a card comment or description."""
-    text = "".join(c if c.isprintable() else "?" for c in text).replace("*/", "* /")
-    return f"'{text[:60]}'"
-
-
-# ── binding and problems ────────────────────────────────────────────────────────────────
 def _strip_values(card: ir.Card) -> tuple[ir.Card, dict[str, ir.Expr]]:
     """The card without `= value`s on its main algorithm (so binding reads the file), and them."""
     main, values, decls = card.main, {}, []
@@ -162,7 +137,7 @@ def _tensor_problems(f, bound: Bound) -> list[Diagnostic]:
             out.append(
                 Diagnostic(span, f"tensor '{name}' has type {info.type_name}, which toycards cannot read")
             )
-        elif info.type_name in _INT_TENSOR_TYPES and p.decl.type.field == "R":
+        elif info.type_name in INT_TENSOR_TYPES and p.decl.type.field == "R":
             msg = f"tensor '{name}' holds integers ({info.type_name}); the card declares {p.name} real"
             out.append(Diagnostic(span, msg, severity="warning"))
     return out
@@ -227,7 +202,7 @@ def _with_values(card: ir.Card, bound: Bound, f, preamble: tuple[str, ...]) -> i
 
 def _preamble(header: Header, card: ir.Card, origin: str) -> tuple[str, ...]:
     name = header.general.get("general.name")
-    what = f"{_safe(str(name))}, " if name else ""
+    what = f"{safe_text(str(name))}, " if name else ""
     types = ", ".join(f"{t} ×{n}" for t, n in header.tensor_types.items()) or "no tensors"
     source = {"library": "the library card", "embedded": f"the card embedded in the file ({CARD_KEY})"}
     lines = (

@@ -16,12 +16,11 @@ only for the special tokens shown. The chat template is kept as text; it is neve
 
 from __future__ import annotations
 
-import struct
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toycards.gguf.facts import ARCH_NAMES, Keys, file_type_name
+from toycards.gguf.facts import ARCH_NAMES, SPECIAL_TOKEN_KEYS, Keys, file_type_name
 
 # llama.cpp's llama_model_rope_type, by gguf.MODEL_ARCH member name (GLM4 and GLM4_MOE switch
 # to multi-section RoPE when `rope.dimension_sections` is set; the table shows their text type)
@@ -67,12 +66,7 @@ ROPE_MEANING = {
 }
 
 Tk, R, LLM = Keys.Tokenizer, Keys.Rope, Keys.LLM
-SPECIAL_TOKENS: dict[str, str] = {
-    "bos": Tk.BOS_ID, "eos": Tk.EOS_ID, "eot": Tk.EOT_ID, "eom": Tk.EOM_ID, "unk": Tk.UNK_ID,
-    "sep": Tk.SEP_ID, "pad": Tk.PAD_ID, "mask": Tk.MASK_ID, "fim_pre": Tk.FIM_PRE_ID,
-    "fim_suf": Tk.FIM_SUF_ID, "fim_mid": Tk.FIM_MID_ID, "fim_pad": Tk.FIM_PAD_ID,
-    "fim_rep": Tk.FIM_REP_ID, "fim_sep": Tk.FIM_SEP_ID,
-}  # fmt: skip
+SPECIAL_TOKENS: dict[str, str] = dict(SPECIAL_TOKEN_KEYS)
 MAX_SHOWN_ARRAY = 32  # general.* arrays (tags, languages) longer than this are shown by length
 MAX_TEXT = 200  # general.* strings are clipped to this many characters in the header
 
@@ -163,24 +157,10 @@ def _rope(f, arch: str) -> dict[str, object]:
 
 
 def _token_texts(f, ids: dict[str, int]) -> dict[str, str]:
-    """Texts of the special tokens, without decoding the whole token list.
-
-    Steps over the length prefixes of `tokenizer.ggml.tokens` up to the largest id shown (the
-    reader validated every prefix when it opened the file) and decodes only those tokens.
-    """
-    key = Tk.LIST
-    if not ids or key not in f.metadata or f.value_type(key) != "array[string]":
+    """Texts of the special tokens, decoding only those entries of the token list."""
+    if not ids or Tk.LIST not in f.metadata:
         return {}
-    entry, buf = f._entry(key), f._buf  # runtime internals: where the array's elements start
-    wanted = {i for i in ids.values() if 0 <= i < entry.count}
-    if buf is None or not wanted:
-        return {}
-    texts, off, unpack = {}, entry.start, struct.Struct("<Q").unpack_from
-    for i in range(max(wanted) + 1):
-        n = unpack(buf, off)[0]
-        if i in wanted:
-            texts[i] = bytes(buf[off + 8 : off + 8 + n]).decode("utf-8", "replace")
-        off += 8 + n
+    texts = f.string_items(Tk.LIST, set(ids.values()))
     return {name: texts[i] for name, i in ids.items() if i in texts}
 
 

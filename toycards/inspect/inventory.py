@@ -25,6 +25,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from toycards.gguf.facts import INT_TENSOR_TYPES, INT_VALUE_TYPES
 from toycards.inspect.literals import number_expr
 from toycards.lang import ir
 from toycards.lang.names import canonical_name
@@ -163,13 +164,13 @@ def _hyper_decl(f, key: str, arch: str, name: str, n_layer: int | None) -> ir.De
         return None
     if vtype.startswith("array["):
         sub = vtype[6:-1]
-        if sub not in _INT_TYPES | {"float32", "float64"}:
+        if sub not in INT_VALUE_TYPES | {"float32", "float64"}:
             return None
         n = f.array_len(key)
         dim = ir.DimName("L") if n_layer is not None and n == n_layer else ir.DimNum(n)
         values = list(f.metadata[key][:8]) if n else []
         shown = ", ".join(f"{v:g}" for v in values) + (", …" if n > 8 else "")
-        field = "Z" if sub in _INT_TYPES else "R"
+        field = "Z" if sub in INT_VALUE_TYPES else "R"
         return ir.Decl((name,), ir.TensorType(field, (dim,)), source, comment=f"per layer: {shown}")
     value = f.metadata[key]
     typ, expr = _scalar_type(value, vtype)
@@ -178,13 +179,10 @@ def _hyper_decl(f, key: str, arch: str, name: str, n_layer: int | None) -> ir.De
     return ir.Decl((name,), typ, source, value=expr)
 
 
-_INT_TYPES = {"uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64"}
-
-
 def _scalar_type(value: object, vtype: str) -> tuple[ir.Type | None, ir.Expr | None]:
     if vtype == "bool":
         return ir.TensorType("B"), ir.Num("1" if value else "0")
-    if vtype in _INT_TYPES:
+    if vtype in INT_VALUE_TYPES:
         return ir.TensorType("N" if value >= 0 else "Z"), number_expr(value, False)
     if vtype in ("float32", "float64"):
         finite = value == value and abs(value) != float("inf")
@@ -236,7 +234,7 @@ def _dim_table(decls: list[ir.Decl]) -> dict[int, str]:
 
 
 def _type(info, dims: dict[int, str]) -> ir.TensorType:
-    field = "Z" if info.type_name in ("I8", "I16", "I32", "I64") else "R"
+    field = "Z" if info.type_name in INT_TENSOR_TYPES else "R"
     return ir.TensorType(field, tuple(ir.DimName(dims[n]) if n in dims else ir.DimNum(n) for n in info.shape))
 
 

@@ -20,8 +20,6 @@ from toycards.errors import ToycardsError
 from toycards.lang import ir
 from toycards.models.binding import Bound, bind, bind_values
 
-CARD_KEY = "toycards.card"
-
 
 def _as_card(card: ir.Card | str | os.PathLike) -> ir.Card:
     from toycards.lang.parse import parse
@@ -32,22 +30,13 @@ def _as_card(card: ir.Card | str | os.PathLike) -> ir.Card:
 
 
 def card_for_file(f) -> ir.Card:
-    """The card describing an open GGUF file."""
-    from toycards.lang.parse import parse
-    from toycards.library import card_for_arch
+    """The card describing an open GGUF file (library.card_for_file), or a one-line error."""
+    from toycards.library import card_for_file as choose
 
-    embedded = f.get(CARD_KEY)
-    if isinstance(embedded, str) and embedded.strip():
-        return parse(embedded, file=f"{f.path}:{CARD_KEY}")
-    arch = f.get("general.architecture")
-    if not isinstance(arch, str):
-        raise ToycardsError(f"{f.path}: no general.architecture in the file")
-    card = card_for_arch(arch)
-    if card is None:
-        raise ToycardsError(
-            f"{f.path}: no card for architecture '{arch}' (toycards describe shows what the file holds)"
-        )
-    return card
+    choice = choose(f)
+    if choice.card is None:
+        raise ToycardsError(f"{f.path}: {choice.reason} (toycards describe shows what the file holds)")
+    return choice.card
 
 
 def _raise_problems(bound: Bound, card: ir.Card, what: str) -> None:

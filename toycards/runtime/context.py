@@ -24,7 +24,7 @@ class KVCache:
         self.length = 0
         self.slots.clear()
 
-    def _append(self, slot: int, ops, K, V):
+    def append(self, slot: int, ops, K, V):
         if slot == len(self.slots):
             self.slots.append([None, None, 0])
         entry = self.slots[slot]
@@ -80,4 +80,4 @@ def extend(ctx: Context | None, K, V):
         return K, V
     slot = ctx.slot
     ctx.slot += 1
-    return ctx.cache._append(slot, ctx.ops, K, V)
+    return ctx.cache.append(slot, ctx.ops, K, V)
