@@ -73,8 +73,9 @@ def check(card: Card) -> list[Diagnostic]:
 
 
 def describe(path: str | Path) -> DescribedCard:
-    """The card of a GGUF file bound to its concrete hyperparameters, every tensor checked
-    (`.card` is the bound card, `.problems` every mismatch, `.header` the file's summary)."""
+    """The card of a GGUF file bound to its concrete hyperparameters, every tensor checked: a
+    Card that also carries `.problems` (every mismatch), `.header` (the file's summary) and
+    `.origin` (library, embedded or declaration-only)."""
     from toycards.inspect.describe import describe as _describe
 
     return _describe(path)
