@@ -268,6 +268,21 @@ def test_fmt_check_lists_what_would_change(tmp_path):
     assert f"would reformat {messy}" in result.stdout and str(clean) not in result.stdout
     assert messy.read_text(encoding="utf-8") == MESSY
     assert run("fmt", "--check", str(clean)).exit_code == 0
+    # the change itself, as a unified diff of the file against its canonical form
+    assert f"--- {messy}\n+++ {messy} (formatted)\n" in result.stdout
+    assert "\n-7 return y   =  x·x\n" in result.stdout
+    assert "\n+1  return y = x · x\n" in result.stdout
+    assert "\n-Input:   x ∈ ℝ   ▷ a note\n" in result.stdout
+
+
+def test_fmt_diff_prints_only_the_diff_and_changes_nothing(tmp_path):
+    messy = tmp_path / "messy.card"
+    messy.write_text(MESSY, encoding="utf-8")
+    result = run("fmt", "--diff", str(messy))
+    assert result.exit_code == 1
+    assert result.stdout.startswith(f"--- {messy}\n+++ {messy} (formatted)\n@@ ")
+    assert "would reformat" not in result.stdout
+    assert messy.read_text(encoding="utf-8") == MESSY
 
 
 def test_fmt_stdout_and_ascii(tmp_path):

@@ -9,6 +9,7 @@ Leaves out: the work itself (lang/, checker/, render/).
 
 from __future__ import annotations
 
+import difflib
 import re
 import sys
 from collections import Counter
@@ -103,10 +104,26 @@ def _formatted(file: str, ascii_: bool) -> tuple[str, str]:
     return card.source, new
 
 
+def _unified_diff(file: str, old: str, new: str) -> str:
+    """The change fmt would make to `file`, as a unified diff (`--- file`, `+++ file (formatted)`)."""
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True), new.splitlines(keepends=True), file, f"{file} (formatted)"
+    )
+    return "".join(
+        line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines
+    )
+
+
 @click.command("fmt")
 @click.argument("files", nargs=-1, required=True)
 @click.option(
-    "--check", "check_only", is_flag=True, help="Change nothing; exit 1 listing the files that would change."
+    "--check",
+    "check_only",
+    is_flag=True,
+    help="Change nothing; exit 1, showing for each file that would change a unified diff of the change.",
+)
+@click.option(
+    "--diff", "diff_only", is_flag=True, help="Change nothing; print only the unified diffs (exit 1 if any)."
 )
 @click.option(
     "--ascii", "ascii_", is_flag=True, help="Write the ASCII spelling (<-, in, R^{d x n}, gamma_l^1)."
@@ -114,9 +131,11 @@ def _formatted(file: str, ascii_: bool) -> tuple[str, str]:
 @click.option(
     "--stdout", "to_stdout", is_flag=True, help="Print the formatted cards instead of rewriting them."
 )
-def fmt_cmd(files: tuple[str, ...], check_only: bool, ascii_: bool, to_stdout: bool) -> None:
+def fmt_cmd(files: tuple[str, ...], check_only: bool, diff_only: bool, ascii_: bool, to_stdout: bool) -> None:
     """Rewrite cards in the canonical layout (only files that change; `-` reads stdin)."""
     from toycards.render.terminal import print_error
+
+    check_only = check_only or diff_only
 
     failed, changed = 0, []
     for file in files:
@@ -131,7 +150,9 @@ def fmt_cmd(files: tuple[str, ...], check_only: bool, ascii_: bool, to_stdout: b
         elif new != old:
             changed.append(file)
             if check_only:
-                click.echo(f"would reformat {file}")
+                if not diff_only:
+                    click.echo(f"would reformat {file}")
+                click.echo(_unified_diff(file, old, new), nl=False)
             else:
                 write_atomic(file, new)
                 click.echo(f"reformatted {file}", err=True)

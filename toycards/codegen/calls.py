@@ -108,21 +108,8 @@ class CallEmitter:
                 win = True
             codes.append(self.code_layout(v))
             arg_vals.append(v)
-        if cached:  # the cache keeps the (fewer) key/value heads; query heads pick from it afterwards
-            k_ident, v_ident = (self.scope.ns.fresh(callee.inputs[i] + "_all") for i in cached)
-            bases = [arg_vals[i].gather[0] if arg_vals[i].gather else codes[i] for i in cached]
-            self.pre.append(f"{k_ident}, {v_ident} = runtime.extend(ctx, {bases[0]}, {bases[1]})")
-            gathers = [arg_vals[i].gather for i in cached]
-            shared = (  # K and V pick the same heads by the same rule: let `attention` do it
-                gathers[0] is not None
-                and gathers[1] is not None
-                and gathers[0][3] == gathers[1][3]
-                and gathers[0][2] == -3
-            )
-            for i, ident, g in zip(cached, (k_ident, v_ident), gathers, strict=True):
-                codes[i] = ident if shared or not g else f"ops.take({ident}, {g[1]}, {g[2]})"
-            if shared and self.em.library.get(callee.name) == callee:
-                kv_index = f", kv_index={gathers[0][1]}"
+        if cached:
+            kv_index = self._cached_keys_values(callee, cached, arg_vals, codes)
         for name, p in zip(callee.params, c.params, strict=True):
             if isinstance(p, ir.MaskDef):
                 codes.append(self.mask_function(p))
@@ -148,6 +135,26 @@ class CallEmitter:
             fams=fams,
             windowed=win,
         )
+
+    def _cached_keys_values(self, callee: ir.Algorithm, cached, arg_vals: list[Val], codes: list[str]) -> str:
+        """Route the key and value arguments through the KV cache (codes[i] rewritten in place);
+        the cache keeps the (fewer) key/value heads, and query heads pick from it afterwards.
+        Returns the `kv_index=` keyword when `attention` itself should pick the heads."""
+        k_ident, v_ident = (self.scope.ns.fresh(callee.inputs[i] + "_all") for i in cached)
+        bases = [arg_vals[i].gather[0] if arg_vals[i].gather else codes[i] for i in cached]
+        self.pre.append(f"{k_ident}, {v_ident} = runtime.extend(ctx, {bases[0]}, {bases[1]})")
+        gathers = [arg_vals[i].gather for i in cached]
+        shared = (  # K and V pick the same heads by the same rule: let `attention` do it
+            gathers[0] is not None
+            and gathers[1] is not None
+            and gathers[0][3] == gathers[1][3]
+            and gathers[0][2] == -3
+        )
+        for i, ident, g in zip(cached, (k_ident, v_ident), gathers, strict=True):
+            codes[i] = ident if shared or not g else f"ops.take({ident}, {g[1]}, {g[2]})"
+        if shared and self.em.library.get(callee.name) == callee:
+            return f", kv_index={gathers[0][1]}"
+        return ""
 
     def mask_function(self, m: ir.MaskDef) -> str:
         s = self.scope
