@@ -257,7 +257,7 @@ def evaluate(dim: Dim, values: dict[str, int]) -> int:
     >>> evaluate(Dim.name("d_e") / Dim.name("H"), {"d_e": 10, "H": 3})
     Traceback (most recent call last):
     ...
-    toycards.check.dims.DimError: d_e/H = 10/3 is not a whole number
+    toycards.checker.dims.DimError: d_e/H = 10/3 is not a whole number
     """
     missing = sorted(dim.names() - values.keys())
     if missing:

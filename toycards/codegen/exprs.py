@@ -391,7 +391,16 @@ class ExprEmitter(CallEmitter, AssignEmitter):
     def affine_slice(self, m: MapVar, scale: int, offset: ir.Expr | None) -> str:
         """The slice of entries `scale·i + offset` for i = 1 … n (1-based card indices).
 
-        >>> # 2·i − 1 → "0:2 * n - 1:2";  2·i → "1:2 * n:2";  i + d/2 → "d // 2:d // 2 + n"
+        >>> from toycards.codegen.emitter import Scope
+        >>> ex = ExprEmitter(emitter=None, scope=Scope(algo=None, ns=None, dims={"d": "d"}))
+        >>> i = MapVar("i", "i", bound_code="n", windowed=False)
+        >>> def entries(text):
+        ...     _, scale, offset = affine(parse_expr(text), {"i"})
+        ...     return ex.affine_slice(i, scale, offset)
+        >>> entries("2·i − 1"), entries("2·i"), entries("i + 3")
+        (':2 * n - 1:2', '1:2 * n:2', '3:n + 3')
+        >>> entries("i + d/2")
+        '(d // 2):(d // 2) + n'
         """
         n = m.bound_code
         const = int_literal(offset)

@@ -5,11 +5,23 @@ value) with the sizes, counts and epsilons that loaders, cards and kernels use t
 allocate and index: `{arch}.block_count` from 1 to 512, head counts ≥ 1 dividing each
 other, per-layer arrays of length block_count, vocabulary arrays of one length and
 special token ids inside it. Opening a file never fails on these; callers decide.
-Leaves out: the header's validity (runtime/gguf_header.py) and whether a card binds
-the values (describe.py, check/).
+Leaves out: the header's validity (gguf/header.py) and whether a card binds the
+values (inspect/describe.py, checker/).
 
->>> check_hparams(open_gguf("broken.gguf"))                 # doctest: +SKIP
-['llama.block_count = 100000 is out of range 1…512', 'llama.attention.head_count = 32 is not a multiple of llama.attention.head_count_kv = 5']
+A file with 100,000 layers and 32 query heads shared among 5 key/value heads:
+
+>>> import gguf, os, tempfile
+>>> from toycards.gguf.reader import open_gguf
+>>> tmp = tempfile.TemporaryDirectory()
+>>> path = os.path.join(tmp.name, "broken.gguf")
+>>> w = gguf.GGUFWriter(path, "llama")
+>>> w.add_block_count(100_000); w.add_head_count(32); w.add_head_count_kv(5)
+>>> w.write_header_to_file(); w.write_kv_data_to_file(); w.close()
+>>> with open_gguf(path) as f:
+...     check_hparams(f)
+['llama.block_count = 100000 is out of range 1…512',
+ 'llama.attention.head_count = 32 is not a multiple of llama.attention.head_count_kv = 5']
+>>> tmp.cleanup()
 """
 
 from __future__ import annotations

@@ -2,26 +2,29 @@
 
 Owns: `open_gguf`, `GGUFFile` (metadata as a lazy mapping, the tensor table in NumPy
 order, memory-mapped raw tensor data and dequantised tensors) and `TensorInfo`.
-Leaves out: the byte-level parsing and validation (runtime/gguf_header.py),
-dequantisation (runtime/dequant.py), the plausibility of hyperparameters
-(runtime/hparams.py, re-exported here as `check_hparams`) and what the metadata
-means for a card (describe.py). Writing files is left to `gguf.GGUFWriter`.
+Leaves out: the byte-level parsing and validation (gguf/header.py), dequantisation
+(gguf/dequant.py), the plausibility of hyperparameters (gguf/metadata.py, re-exported
+here as `check_hparams`) and what the metadata means for a card (inspect/describe.py).
+Writing files is left to `gguf.GGUFWriter`.
 
 Opening a file and reading its metadata imports neither NumPy nor `gguf` (the facts it
-needs come from runtime/ggml_facts.py): `describe` and `list` stay fast in a fresh
-process. NumPy is imported on the first numeric array or tensor read.
+needs come from gguf/facts.py): `describe` and `list` stay fast in a fresh process.
+NumPy is imported on the first numeric array or tensor read.
 
 Why not `gguf.GGUFReader`: it parses every field eagerly (seconds for a 150k-token
 vocabulary), drops all metadata when one tensor has a type it does not know, and
 reports malformed files as raw numpy errors. This reader checks what ggml's C reader
 checks, decodes arrays only when asked, and raises one-line `ToycardsError`s.
 
->>> with open_gguf("model.gguf") as f:                      # doctest: +SKIP
+The repository's example (examples/make_example.py: 2 layers, d_e = 64, 4 query heads
+and 2 key/value heads of 16, a 1,024-token vocabulary, matrices stored as F16):
+
+>>> with open_gguf("examples/tiny-llama.gguf") as f:
 ...     f.get("llama.block_count"), f.array_len("tokenizer.ggml.tokens")
-...     f.tensors["blk.0.attn_q.weight"].shape              # (n_out, n_in)
-...     f.tensor("blk.0.attn_q.weight").dtype
-(32, 32000)
-(4096, 4096)
+...     f.tensors["blk.0.attn_k.weight"].shape, f.tensors["blk.0.attn_k.weight"].type_name
+...     f.tensor("blk.0.attn_k.weight").dtype                # dequantised to float32
+(2, 1024)
+((32, 64), 'F16')
 dtype('float32')
 """
 
@@ -242,8 +245,10 @@ def _did_you_mean(name: str, choices: Mapping) -> str:
 def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
     """Open and validate a GGUF file; any problem is one `ToycardsError` naming the file.
 
-    >>> open_gguf("README.md")                               # doctest: +SKIP
-    ToycardsError: README.md: not a GGUF file (magic b'# to')
+    >>> open_gguf("README.md")
+    Traceback (most recent call last):
+    ...
+    toycards.errors.ToycardsError: README.md: not a GGUF file (magic b'# to')
     """
     label = os.fspath(path)
     try:

@@ -5,17 +5,21 @@ under `toycards.card`, else the library card for `general.architecture`, else a
 declaration-only card), binds it (binding.py), collects every mismatch by name (missing or
 unexpected tensor, wrong shape, unreadable type, missing metadata key, implausible values),
 and writes the concrete values into the card: `L ∈ ℕ = 30 from "{arch}.block_count"`.
-Leaves out: the header facts (describe_header.py), declaration-only cards
-(describe_inventory.py), output formats (describe_formats.py), the command line (cli.py).
+Leaves out: the header facts (header.py), declaration-only cards (inventory.py), output
+formats (formats.py), the command line (cli/).
 
 A `DescribedCard` is an `ir.Card`: it checks, renders (`str(card)` is the `--format card`
 text), generates code and loads like any other card, and it carries `header`, `problems`,
 `origin` ("library", "embedded" or "declaration-only") and `notice`.
 
->>> card = describe("gpt2.gguf")                                       # doctest: +SKIP
->>> card.main.hyper_decls[0]            # L ∈ ℕ = 12 from "{arch}.block_count"
+The repository's example file (examples/make_example.py: a 2-layer Llama, d_e = 64):
+
+>>> from toycards.lang.printer import Renderer, decl_parts
+>>> card = describe("examples/tiny-llama.gguf")
+>>> decl_parts(Renderer(), card.main.hyper_decls[0])[:2]
+('L ∈ ℕ = 2', 'from "{arch}.block_count"')
 >>> card.header.n_params, card.origin, card.problems
-(124439808, 'library', ())
+(139584, 'library', ())
 """
 
 from __future__ import annotations

@@ -7,12 +7,23 @@ difflib and summarised by the calls that changed, e.g. `Llama step 7: layer_norm
 `read_side(path)` (a card file, a GGUF file through describe, or git's /dev/null) and
 `diff_paths(a, b)`. Comments, descriptions and numbering are ignored; for two GGUF files the
 file facts (tensor types, parameter count, tokenizer…) are compared too.
-Leaves out: the command line and git's calling convention (cli.py), rendering cards (render/).
+Leaves out: the command line and git's calling convention (cli/), rendering cards (render/).
 
->>> d = diff_cards(parse("gpt2.card"), parse("llama.card"))            # doctest: +SKIP
->>> print(d.text())
-~ GPT2 → Llama hyperparameter ε: binding from "{arch}.attention.layer_norm_epsilon" default 1e-5 → …
-~ GPT2 → Llama step 5 → 7: layer_norm → rms_norm
+Qwen3 is Qwen2 with per-head q/k RMSNorm instead of q/k/v biases, and a head size of its own:
+
+>>> from toycards.library import library_card
+>>> d = diff_cards(library_card("qwen2"), library_card("qwen3"), "qwen2", "qwen3")
+>>> print(d.text().splitlines()[0])
+qwen2 → qwen3: 7 differences
+>>> for change in d.changes:
+...     print(change.line())
+~ Qwen2 → Qwen3 hyperparameter d_h: binding ≔ d_e / H → from "{arch}.attention.key_length" default d_e / H
+- Qwen2 → Qwen3 parameter b_q^l (in "blk.{l-1}."): b_q^l ∈ ℝ^{H·d_h} from "attn_q.bias"
+- Qwen2 → Qwen3 parameter b_k^l (in "blk.{l-1}."): b_k^l ∈ ℝ^{H_kv·d_h} from "attn_k.bias"
+- Qwen2 → Qwen3 parameter b_v^l (in "blk.{l-1}."): b_v^l ∈ ℝ^{H_kv·d_h} from "attn_v.bias"
++ Qwen2 → Qwen3 parameter γ_q^l (in "blk.{l-1}."): γ_q^l ∈ ℝ^{d_h} from "attn_q_norm.weight"
++ Qwen2 → Qwen3 parameter γ_k^l (in "blk.{l-1}."): γ_k^l ∈ ℝ^{d_h} from "attn_k_norm.weight"
+~ Qwen2 → Qwen3 step 6: GQAttention_qkv_bias_rope_halves → GQAttention_qk_norm_rope_halves
 """
 
 from __future__ import annotations

@@ -5,14 +5,29 @@ object: header, problems, bound hyperparameters and parameters, card text and IR
 part of Markdown, LaTeX and HTML comes from the card renderers in `toycards/render/` when they
 exist (`render_markdown`, `render_latex`, `render_html`), else from the card text in a code
 block. The header is rendered here.
-Leaves out: the rich terminal view (cli.py), the card text itself (render/card.py).
+Leaves out: the rich terminal view (cli/), the card text itself (lang/printer.py).
 
->>> print(render_described(describe("gpt2.gguf"), "markdown"))        # doctest: +SKIP
-# gpt2.gguf
+The Markdown header of the repository's example file (examples/make_example.py):
+
+>>> from toycards.inspect.describe import describe
+>>> md = render_described(describe("examples/tiny-llama.gguf"), "markdown")
+>>> print(md[: md.index("## Card")])
+# tiny-llama.gguf
+<BLANKLINE>
 | | |
 |---|---|
-| name | GPT-2 |
-…
+| file | tiny-llama.gguf (307.4 kB, GGUF v3) |
+| name | toycards tiny llama (random weights) |
+| architecture | llama |
+| parameters | 139,584 (139.6k) in 20 tensors |
+| tensor types | F16 ×15, F32 ×5 |
+| context length | 256 |
+| RoPE | NORM: rotates adjacent pairs |
+| tokenizer | gpt2 (pre gpt-2), 1,024 tokens, 767 merges |
+| special tokens | bos 1023 '<\\|endoftext\\|>', eos 1023 '<\\|endoftext\\|>' |
+| chat template | none |
+| file_type | 1 (F16) |
+<BLANKLINE>
 """
 
 from __future__ import annotations

@@ -4,14 +4,19 @@ Owns: `Header` (general.* metadata, file size, tensor types with counts, the exa
 count, context length, RoPE type and scaling, tokenizer summary, chat template presence) and
 `read_header(f)`, plus `ROPE_TYPES`, llama.cpp's table of how each architecture rotates
 (`llama_model_rope_type`): NORM on adjacent pairs, NEOX on halves, none.
-Leaves out: which card describes the file and binding it (describe.py), rendering (describe_formats.py).
+Leaves out: which card describes the file and binding it (describe.py), rendering (formats.py).
 
 Arrays are read lazily: a vocabulary is measured by its length, and token texts are decoded
 only for the special tokens shown. The chat template is kept as text; it is never rendered.
 
->>> h = read_header(open_gguf("gpt2.gguf"))                       # doctest: +SKIP
->>> h.architecture, h.rope["type"], h.tokenizer["model"], h.n_params
-('gpt2', 'none', 'gpt2', 124439808)
+The repository's example file (examples/make_example.py: a tiny Llama with GPT-2's
+tokenizer cut to 1,024 tokens):
+
+>>> from toycards.gguf.reader import open_gguf
+>>> with open_gguf("examples/tiny-llama.gguf") as f:
+...     h = read_header(f)
+>>> h.architecture, h.rope["type"], h.tokenizer["model"], h.tokenizer["vocab_size"], h.n_params
+('llama', 'norm', 'gpt2', 1024, 139584)
 """
 
 from __future__ import annotations

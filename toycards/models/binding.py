@@ -4,11 +4,22 @@ Owns: evaluating a card's hyperparameter bindings (metadata keys with `{arch}`, 
 derived `≔` values, values inferred from tensor shapes, concrete `= value`s of a bound card)
 and its parameter bindings (tensor-name templates per layer, `^⊺`, `or` fallbacks, constant
 fallbacks), with every mismatch reported as a diagnostic at the card line that declares it.
-Leaves out: reading GGUF bytes (runtime/gguf.py), symbolic checking (check/), rendering.
+Leaves out: reading GGUF bytes (gguf/reader.py), symbolic checking (checker/), rendering.
 
->>> b = bind(parse_library_card("gpt2").main, open_gguf("gpt2.gguf"))   # doctest: +SKIP
->>> b.hyper["L"], b.params[0].tensor, b.params[0].shape
-(12, 'token_embd.weight', (768, 50257))
+The Llama card bound to the repository's example file (examples/make_example.py: 2 layers,
+d_e = 64, 1,024 tokens, the output matrix tied to the embedding):
+
+>>> from toycards.gguf.reader import open_gguf
+>>> from toycards.library import library_card
+>>> with open_gguf("examples/tiny-llama.gguf") as f:
+...     b = bind(library_card("llama").main, f)
+>>> b.hyper["L"], b.hyper["d_h"], b.hyper_source["N_V"]
+(2, 16, "inferred from 'token_embd.weight'")
+>>> w_e = b.params[0]                  # W_e ∈ ℝ^{d_e×N_V} from "token_embd.weight"^⊺
+>>> w_e.tensor, w_e.shape, w_e.stored_shape
+('token_embd.weight', (64, 1024), (1024, 64))
+>>> b.param_keys()["output.weight"].tensor, b.problems
+('token_embd.weight', [])
 """
 
 from __future__ import annotations
@@ -362,7 +373,7 @@ def _bind_one(decl, name, alts, group, layer, values, tensor_shapes, arch, probl
 
 
 def bind(algo: ir.Algorithm, gguf, file: str = "") -> Bound:
-    """Bind a card's algorithm to an open GGUF file (`runtime.gguf.GGUFFile`)."""
+    """Bind a card's algorithm to an open GGUF file (`toycards.gguf.reader.GGUFFile`)."""
     arch = str(gguf.get("general.architecture", ""))
     shapes = {name: tuple(info.shape) for name, info in gguf.tensors.items()}
     values, source, problems = bind_hyperparameters(algo, gguf.metadata, arch, shapes, file)
