@@ -4,7 +4,6 @@
 must print `file:line:col: error: <expected fragment>`, the source line with a caret under the
 reported column, and (where the table says so) a hint, with exit status 1. A few inputs are
 built here instead of stored (a 1 MB line, 500-deep nesting, a missing file, a folder).
-Checker-dependent cases are skipped when `toycards.check` is absent.
 
 Also: `fmt` (rewrites only what changes, atomically, keeps permissions and links, refuses to
 drop comments, `--check`, `--stdout`, `--ascii`), `render` in every format, exit codes 2
@@ -13,8 +12,6 @@ drop comments, `--check`, `--stdout`, `--ascii`), `render` in every format, exit
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import os
 import stat
 import subprocess
@@ -32,54 +29,50 @@ from toycards.render.json import parse_json
 HERE = Path(__file__).parent
 BAD = HERE / "bad_cards"
 LIBRARY = sorted((HERE.parent / "toycards" / "library" / "cards").glob("*.card"))
-HAS_CHECKER = importlib.util.find_spec("toycards.checker") is not None and hasattr(
-    importlib.import_module("toycards.checker"), "check"
-)
-needs_checker = pytest.mark.skipif(not HAS_CHECKER, reason="the checker (toycards.check) is not written yet")
 
-# file stem: (expected message fragment, line, col, has a hint, needs the checker)
+# file stem: (expected message fragment, line, col, has a hint)
 CATALOGUE = {
     # syntax
-    "missing_arrow": ("an assignment needs ← (ASCII <-) (found '=')", 5, 5, True, False),
-    "unclosed_paren": ("unclosed bracket (found end of line)", 5, 17, True, False),
-    "bad_type": ("a declaration needs a type after ∈ (found 'foo')", 2, 12, True, False),
-    "dims_comma": ("dimensions are separated by × (ASCII x)", 2, 16, True, False),
-    "header_malformed": ("the algorithm header is malformed", 1, 13, True, False),
-    "loop_without_do": ("a loop needs `do` at the end of its line", 5, 18, True, False),
-    "binding_unquoted": ("a binding names its tensor or metadata key in double quotes", 3, 31, True, False),
-    "binding_default_missing": ("`default` needs a value", 3, 58, True, False),
-    "cyrillic_a": ("unexpected character 'а' (CYRILLIC SMALL LETTER A)", 3, 14, True, False),
-    "fullwidth_colon": ("unexpected character '：' (FULLWIDTH COLON)", 2, 6, True, False),
-    "en_dash": ("unexpected character '–' (EN DASH)", 3, 16, True, False),
-    "zero_width_space": ("unexpected character '\\u200b' (ZERO WIDTH SPACE)", 4, 13, True, False),
-    "byte_order_mark": ("unexpected character '\\ufeff' (ZERO WIDTH NO-BREAK SPACE)", 1, 1, True, False),
+    "missing_arrow": ("an assignment needs ← (ASCII <-) (found '=')", 5, 5, True),
+    "unclosed_paren": ("unclosed bracket (found end of line)", 5, 17, True),
+    "bad_type": ("a declaration needs a type after ∈ (found 'foo')", 2, 12, True),
+    "dims_comma": ("dimensions are separated by × (ASCII x)", 2, 16, True),
+    "header_malformed": ("the algorithm header is malformed", 1, 13, True),
+    "loop_without_do": ("a loop needs `do` at the end of its line", 5, 18, True),
+    "binding_unquoted": ("a binding names its tensor or metadata key in double quotes", 3, 31, True),
+    "binding_default_missing": ("`default` needs a value", 3, 58, True),
+    "cyrillic_a": ("unexpected character 'а' (CYRILLIC SMALL LETTER A)", 3, 14, True),
+    "fullwidth_colon": ("unexpected character '：' (FULLWIDTH COLON)", 2, 6, True),
+    "en_dash": ("unexpected character '–' (EN DASH)", 3, 16, True),
+    "zero_width_space": ("unexpected character '\\u200b' (ZERO WIDTH SPACE)", 4, 13, True),
+    "byte_order_mark": ("unexpected character '\\ufeff' (ZERO WIDTH NO-BREAK SPACE)", 1, 1, True),
     # structure
-    "unclosed_do": ("this block is never closed", 6, 1, True, False),
-    "stray_end": ("`end` without a matching `for … do` or `if … then`", 6, 1, False, False),
-    "stray_else": ("`else` without a matching `if … then`", 6, 1, False, False),
-    "decl_among_steps": ("a declaration among the steps", 6, 1, False, False),
-    "version_unsupported": ("card language version 2 is not supported", 1, 1, True, False),
-    "empty": ("empty card: no algorithm", 1, 1, True, False),
-    "comment_only": ("no algorithm in this card", 1, 1, True, False),
-    "binary_nul": ("binary data (NUL byte) in a card", 3, 15, True, False),
-    "binary_garbage": ("not a UTF-8 text file (invalid byte at offset 0)", None, None, False, False),
+    "unclosed_do": ("this block is never closed", 6, 1, True),
+    "stray_end": ("`end` without a matching `for … do` or `if … then`", 6, 1, False),
+    "stray_else": ("`else` without a matching `if … then`", 6, 1, False),
+    "decl_among_steps": ("a declaration among the steps", 6, 1, False),
+    "version_unsupported": ("card language version 2 is not supported", 1, 1, True),
+    "empty": ("empty card: no algorithm", 1, 1, True),
+    "comment_only": ("no algorithm in this card", 1, 1, True),
+    "binary_nul": ("binary data (NUL byte) in a card", 3, 15, True),
+    "binary_garbage": ("not a UTF-8 text file (invalid byte at offset 0)", None, None, False),
     # names, shapes, calls (the checker)
-    "unknown_name": ("unknown name z", 5, 18, False, True),
-    "misspelt_name": ("unknown name hh", 6, 14, True, True),
-    "power_hint": ("unknown name x^3", 4, 14, True, True),
-    "unknown_function": ("unknown function frobnicate", 5, 14, False, True),
-    "unbound_loop_var": ("unknown name t", 6, 19, False, True),
-    "unknown_enum_option": ("unknown name cubic", 5, 16, False, True),
-    "matmul_mismatch": ("ℝ^{n×d} · ℝ^{ℓ×d}: inner dimensions d and ℓ differ", 5, 14, False, True),
-    "add_mismatch": ("ℝ^{n×ℓ} + ℝ^{d×ℓ}: dimension 1: n and d differ", 5, 14, False, True),
-    "annotation_mismatch": ("annotation ∷ ℝ^{d×ℓ} does not match the inferred shape ℝ^{n×ℓ}", 5, 16, True, True),
-    "call_arity": ("softmax takes 1 input (x), got 2", 6, 14, True, True),
-    "non_divisible": ("dimension d_e/H = 30/7 is not a whole number", 7, 13, False, True),
-    "duplicate_param": ("W is declared twice", 6, 3, True, True),
-    "duplicate_algorithm": ("algorithm f is defined twice", 6, 16, True, True),
-    "return_wrong_name": ("returns P but the header's output is y", 5, 10, True, True),
-    "reassign_shape": ("h was ℝ^{n×ℓ} and is now assigned ℝ^{d×ℓ}", 6, 3, True, True),
-    "bad_prefix_template": ("template {l+} in group prefix 'blk.{l+}.' is not an affine expression of l", 6, 3, True, True),
+    "unknown_name": ("unknown name z", 5, 18, False),
+    "misspelt_name": ("unknown name hh", 6, 14, True),
+    "power_hint": ("unknown name x^3", 4, 14, True),
+    "unknown_function": ("unknown function frobnicate", 5, 14, False),
+    "unbound_loop_var": ("unknown name t", 6, 19, False),
+    "unknown_enum_option": ("unknown name cubic", 5, 16, False),
+    "matmul_mismatch": ("ℝ^{n×d} · ℝ^{ℓ×d}: inner dimensions d and ℓ differ", 5, 14, False),
+    "add_mismatch": ("ℝ^{n×ℓ} + ℝ^{d×ℓ}: dimension 1: n and d differ", 5, 14, False),
+    "annotation_mismatch": ("annotation ∷ ℝ^{d×ℓ} does not match the inferred shape ℝ^{n×ℓ}", 5, 16, True),
+    "call_arity": ("softmax takes 1 input (x), got 2", 6, 14, True),
+    "non_divisible": ("dimension d_e/H = 30/7 is not a whole number", 7, 13, False),
+    "duplicate_param": ("W is declared twice", 6, 3, True),
+    "duplicate_algorithm": ("algorithm f is defined twice", 6, 16, True),
+    "return_wrong_name": ("returns P but the header's output is y", 5, 10, True),
+    "reassign_shape": ("h was ℝ^{n×ℓ} and is now assigned ℝ^{d×ℓ}", 6, 3, True),
+    "bad_prefix_template": ("template {l+} in group prefix 'blk.{l+}.' is not an affine expression of l", 6, 3, True),
 }  # fmt: skip
 
 
@@ -116,11 +109,11 @@ def test_catalogue_is_complete():
 
 @pytest.mark.parametrize(
     "stem",
-    [pytest.param(s, marks=needs_checker) if CATALOGUE[s][4] else s for s in sorted(CATALOGUE)],
+    sorted(CATALOGUE),
 )
 def test_bad_card(stem, monkeypatch):
     monkeypatch.chdir(BAD)
-    fragment, line, col, hint, _ = CATALOGUE[stem]
+    fragment, line, col, hint = CATALOGUE[stem]
     result = run("check", f"{stem}.card")
     assert result.exit_code == 1, f"exit {result.exit_code}:\n{result.output}"
     assert_diagnostic(result.output, f"{stem}.card", fragment, line, col, hint)
@@ -140,7 +133,6 @@ def test_a_one_megabyte_line(tmp_path, monkeypatch):
     assert len(result.output) < 2000
 
 
-@needs_checker
 def test_a_one_megabyte_name_is_clipped_in_the_message(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     Path("name.card").write_text(HEAD + "1 return y = " + "x" * 1_000_000 + "\n", encoding="utf-8")
@@ -170,8 +162,6 @@ def test_missing_file_and_folder(tmp_path, monkeypatch):
 
 
 def test_every_diagnostic_of_a_file_is_printed(tmp_path, monkeypatch):
-    if not HAS_CHECKER:
-        pytest.skip("needs the checker")
     monkeypatch.chdir(tmp_path)
     Path("two.card").write_text(HEAD + "1 h ← z\n2 return y = w\n", encoding="utf-8")
     result = run("check", "two.card")
@@ -179,7 +169,6 @@ def test_every_diagnostic_of_a_file_is_printed(tmp_path, monkeypatch):
     assert "two.card:5:14: error: unknown name w" in result.output
 
 
-@needs_checker
 @pytest.mark.parametrize("path", LIBRARY, ids=[p.stem for p in LIBRARY])
 def test_library_cards_check_clean(path):
     result = run("check", str(path))
