@@ -9,6 +9,7 @@ import math
 import re
 import struct
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -181,7 +182,10 @@ def test_alignment_is_respected(tmp_path):
 
 
 def test_real_vocabulary_matches_gguf_reader():
-    path = "/work/shared/vocab/ggml-vocab-llama-spm.gguf"
+    vocab = Path(__file__).resolve().parents[1].parent / "shared" / "vocab"
+    if not vocab.is_dir():
+        pytest.skip(f"no shared vocabularies beside this checkout ({vocab})")
+    path = vocab / "ggml-vocab-llama-spm.gguf"
     reader = GGUFReader(path)
     with open_gguf(path) as f:
         for key, field in reader.fields.items():
