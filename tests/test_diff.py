@@ -217,6 +217,11 @@ def test_git_textconv(repo):
     ascii_spelling = GPT2.replace("ℓ ← length(x)", "ell <- length(x)").replace("  L ∈ ℕ   ", "  L in N   ")
     (repo / "model.card").write_text(ascii_spelling, encoding="utf-8")
     assert git(repo, "diff") == ""  # the same card in another spelling: no difference
-    (repo / "model.card").write_text(GPT2.replace("GELU_tanh", "GELU"), encoding="utf-8")
+    (repo / "model.card").write_text(GPT2.replace("GELU_tanh(", "GELU("), encoding="utf-8")
     out = git(repo, "diff")
-    assert "-" in out and "+" in out and "GELU(" in out
+    # the library card is in canonical form, so the one edited step is the one changed line
+    (step,) = [line for line in GPT2.splitlines() if "GELU_tanh(" in line]
+    changed = [
+        ln for ln in out.splitlines() if ln.startswith(("-", "+")) and not ln.startswith(("---", "+++"))
+    ]
+    assert changed == ["-" + step, "+" + step.replace("GELU_tanh(", "GELU(")], out
