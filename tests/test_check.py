@@ -10,7 +10,11 @@ tests do not depend on how the prelude's bodies are written.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import operator
+import os
+import re
 from fractions import Fraction
 from importlib import resources
 
@@ -203,7 +207,7 @@ def test_symbolic_division_is_checked_on_evaluation():
     assert cancelled == d_e
     with pytest.raises(DimError, match="10/3"):
         evaluate(cancelled, {"d_e": 10, "H": 3})
-    with pytest.raises(DimError, match=r"\(a \+ 1\)/2 = 4/2|\(a \+ 1\)/2 = 5/2|not a whole number"):
+    with pytest.raises(DimError, match=re.escape("(a + 1)/2 = 5/2 is not a whole number")):
         evaluate((a + 1) / 2, {"a": 4})
     assert evaluate((a + 1) / 2, {"a": 5}) == 3
 
@@ -224,23 +228,107 @@ def test_from_ir_and_solve_for():
     assert solve_for(Dim.name("k") * Dim.name("n"), d_e, {}) is None  # two unknowns
 
 
+PROPERTY_EXAMPLES = 500 if os.environ.get("CI") else 150  # README: "500 examples each" in CI
 _ops = st.sampled_from(["+", "-", "*"])
+# a dimension divides by one term only (`a/(b+c)` is refused when written), so divisors are products
+_divisors = st.sampled_from(["a", "b", "c", "2", "3", "4", "(a * b)", "(2 * c)", "(b * b)"])
 
 
 @st.composite
 def _expr(draw, depth=0):
     if depth > 3 or draw(st.booleans()):
         return draw(st.sampled_from(["a", "b", "c"])) if draw(st.booleans()) else str(draw(st.integers(0, 9)))
+    if draw(st.integers(0, 2)) == 0:
+        return f"({draw(_expr(depth + 1))} / {draw(_divisors)})"
     return f"({draw(_expr(depth + 1))} {draw(_ops)} {draw(_expr(depth + 1))})"
 
 
-@settings(max_examples=150, deadline=None)
-@given(_expr(), st.integers(-20, 20), st.integers(-20, 20), st.integers(-20, 20))
-def test_evaluate_agrees_with_integer_arithmetic(text, va, vb, vc):
+class _NotWhole(Exception):
+    pass
+
+
+def _exact(text: str, values: dict[str, int]) -> int | None:
+    """The oracle: Python's exact rational arithmetic on the expression; None when some `/`
+    (with the values filled in) leaves a remainder."""
+    ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
+
+    def value(node: ast.expr) -> Fraction:
+        if isinstance(node, ast.Constant):
+            return Fraction(node.value)
+        if isinstance(node, ast.Name):
+            return Fraction(values[node.id])
+        left, right = value(node.left), value(node.right)
+        if isinstance(node.op, ast.Div):
+            if (left / right).denominator != 1:
+                raise _NotWhole
+            return left / right
+        return ops[type(node.op)](left, right)
+
+    try:
+        return int(value(ast.parse(text, mode="eval").body))
+    except _NotWhole:
+        return None
+
+
+def _as_ir(node: ast.expr) -> ir.Dim:
+    """The same expression as a card dimension (the checker's input)."""
+    if isinstance(node, ast.Constant):
+        return ir.DimNum(node.value)
+    if isinstance(node, ast.Name):
+        return ir.DimName(node.id)
+    op = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}[type(node.op)]
+    return ir.DimOp(op, _as_ir(node.left), _as_ir(node.right))
+
+
+# Names are never 0: dimensions are sizes, and the normal form cancels `(a·b)/b` to `a` before
+# values are known, so a zero divisor that cancels is not seen.
+_values = st.integers(-20, 20).filter(bool)
+
+
+@settings(max_examples=PROPERTY_EXAMPLES, deadline=None)
+@given(_expr(), _values, _values, _values)
+def test_evaluate_agrees_with_exact_integer_arithmetic(text, va, vb, vc):
+    """`+ − ·` as Python computes them; a `/` that divides is fine, one that does not is a
+    DimError (when written with constants, or once values are filled in)."""
     values = {"a": va, "b": vb, "c": vc}
-    dim = eval(text, {}, {k: Dim.name(k) for k in values})  # noqa: S307 - our own generated text
-    dim = Dim.lift(dim)
-    assert evaluate(dim, values) == eval(text, {}, dict(values))  # noqa: S307
+    expected = _exact(text, values)
+    try:
+        got = evaluate(from_ir(_as_ir(ast.parse(text, mode="eval").body)), values)
+    except DimError as e:
+        assert expected is None, f"{text} with {values}: DimError {e}, expected {expected}"
+        assert "is not a whole number" in str(e)
+    else:
+        assert expected is not None, f"{text} with {values}: got {got}, but a division leaves a remainder"
+        assert got == expected, f"{text} with {values}: got {got}, expected {expected}"
+
+
+def test_exact_division_by_hand():
+    """The rule of the property above on cases worked out by hand."""
+    ex = lambda text: from_ir(_as_ir(ast.parse(text, mode="eval").body))  # noqa: E731
+    assert evaluate(ex("(a * 6) / 4"), {"a": 2}) == 3  # 12/4
+    with pytest.raises(DimError, match=re.escape("6·a/4 = 18/4 is not a whole number")):
+        evaluate(ex("(a * 6) / 4"), {"a": 3})
+    assert evaluate(ex("((a / b) * b)"), {"a": 12, "b": 4}) == 12
+    with pytest.raises(DimError, match=re.escape("a/b = 12/5 is not a whole number")):
+        evaluate(ex("((a / b) * b)"), {"a": 12, "b": 5})  # normal form a, the division remembered
+    with pytest.raises(DimError, match=re.escape("7/2 is not a whole number")):
+        ex("(3 + 4) / 2")  # constants: refused when written
+    assert evaluate(ex("(3 + 5) / 2 + a / a"), {"a": 7}) == 5
+
+
+@settings(max_examples=PROPERTY_EXAMPLES, deadline=None)
+@given(st.integers(1, 300), st.integers(1, 24))
+def test_checker_refuses_exactly_the_divisions_that_leave_a_remainder(d_e, n_head):
+    """`d_h ≔ d_e / H` in a bound card: an error iff H does not divide d_e (Python's `%`)."""
+    card = parse(
+        "Algorithm: y ← f(x)\nInput: x ∈ ℝ^{d_e}\nOutput: y ∈ ℝ^{d_h}\nHyperparameters:\n"
+        f"  H ∈ ℕ = {n_head}\n  d_e ∈ ℕ = {d_e}\n  d_h ∈ ℕ ≔ d_e / H\n1 return y = x[1:d_h]\n"
+    )
+    messages = [d.message for d in check(card)]
+    if d_e % n_head:
+        assert messages == [f"dimension d_e/H = {d_e}/{n_head} is not a whole number"]
+    else:
+        assert messages == []
 
 
 def test_shape_printing():

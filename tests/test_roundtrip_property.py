@@ -1,8 +1,9 @@
 """Property tests: the card printer and the parser are inverse to each other.
 
-Hypothesis generates IRs (dimensions, types, expressions of every node kind, statements with
-nested loops, ifs and inline maps, declarations with every binding kind, parameter groups,
-algorithms, cards) from the parser's image: only IRs that some card text parses to. For each:
+Hypothesis generates IRs (dimensions with `+ − · /`, types, expressions of every node kind,
+`⌈…⌉` included (the IR's `Call("ceil", …)`), statements with nested loops, ifs and inline maps,
+declarations with every binding kind, parameter groups, algorithms, cards) from the parser's
+image: only IRs that some card text parses to. For each:
 
 - `parse(render_card(ir)) == ir` (the printer loses nothing and adds nothing),
 - `render_card` is a fixed point (`render_card(parse(render_card(ir))) == render_card(ir)`),
@@ -20,7 +21,7 @@ import os
 import re
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
 from toycards.errors import ToycardsError
@@ -111,9 +112,11 @@ def _calls(inner):
     mask = st.builds(ir.MaskDef, plain_names, st.lists(plain_names, min_size=1, max_size=2).map(tuple), inner)
     params = st.lists(inner | mask, max_size=3).map(tuple)
     args = st.lists(inner, max_size=3).map(tuple)
-    with_bar = st.builds(ir.Call, plain_names, args, params, st.just(True))
-    without_bar = st.builds(ir.Call, plain_names, args)
-    return with_bar | without_bar
+    funcs = plain_names | st.just("ceil")  # `ceil(a, b)`, `ceil(x | k)`: spelt out, not as ⌈…⌉
+    with_bar = st.builds(ir.Call, funcs, args, params, st.just(True))
+    without_bar = st.builds(ir.Call, funcs, args)
+    ceil = st.builds(ir.Call, st.just("ceil"), st.tuples(inner))  # ⌈x⌉ (ASCII: ceil(x))
+    return with_bar | without_bar | ceil
 
 
 def _concats(inner):
@@ -315,10 +318,36 @@ def test_json_round_trip(card):
 @given(exprs)
 def test_expressions_round_trip_alone(e):
     """Smaller counterexamples than whole cards: one expression in one step."""
-    card = ir.Card((ir.Algorithm("f", "", "y", (), (), "", (), (), (), (), (ir.Assign(ir.Name("y"), e),)),))
+    card = _one_step(e)
     for ascii_ in (False, True):
         text = render_card(card, ascii=ascii_)
         _assert_same(card, _reparse(text, card), text)
+
+
+def _has_ceil(node: object) -> bool:
+    """Holds a `⌈x⌉`: a one-argument ceil call without a bar."""
+    return any(
+        isinstance(n, ir.Call) and n.func == "ceil" and len(n.args) == 1 and not n.has_bar and not n.params
+        for n in ir.walk(node)
+    )
+
+
+def _has_division(node: object) -> bool:
+    return any(isinstance(n, ir.DimOp) and n.op == "/" for n in ir.walk(node))
+
+
+def test_the_strategies_generate_ceil_and_division():
+    """The properties cover what the docstring claims: `⌈…⌉` in expressions, `/` in dimensions
+    (`find` fails when no example within its budget has them)."""
+    quick = settings(max_examples=2000, database=None, deadline=None)
+    ceil = find(exprs, _has_ceil, settings=quick)
+    assert "⌈" in render_card(_one_step(ceil)) and "ceil(" in render_card(_one_step(ceil), ascii=True)
+    assert _has_division(find(types, _has_division, settings=quick))
+    assert find(cards, lambda c: _has_ceil(c) and _has_division(c), settings=quick)
+
+
+def _one_step(e: ir.Expr) -> ir.Card:
+    return ir.Card((ir.Algorithm("f", "", "y", (), (), "", (), (), (), (), (ir.Assign(ir.Name("y"), e),)),))
 
 
 def test_ascii_spelling_is_plain_ascii_for_generated_names():
