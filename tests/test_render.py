@@ -34,9 +34,8 @@ from toycards.render.terminal import diagnostic_text, highlight_card, print_card
 
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
 LIBRARY = sorted((Path(__file__).parent.parent / "toycards" / "library" / "cards").glob("*.card"))
-RENDER_SETTINGS = settings(
-    max_examples=500 if os.environ.get("CI") else 40, deadline=None
-)  # README: 500 in CI
+# README: "500 examples each" when CI is set
+RENDER_SETTINGS = settings(max_examples=500 if os.environ.get("CI") else 40, deadline=None)
 
 # A card with every construct, and text that would break each format if left unescaped.
 HOSTILE = parse(
