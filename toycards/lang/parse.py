@@ -23,9 +23,9 @@ from lark import Token, Transformer, v_args
 from toycards.errors import Diagnostic, Span, ToycardsError
 from toycards.lang import ir
 from toycards.lang.names import canonical_name
+from toycards.lang.reading import MAX_BYTES, MAX_NESTING, diag_at, precheck, read
 
-MAX_NESTING = 64
-MAX_BYTES = 8 * 1024 * 1024
+__all__ = ["MAX_BYTES", "MAX_NESTING", "SYNTAX_EXAMPLES", "parse", "span_of"]
 
 
 @functools.cache
@@ -37,8 +37,8 @@ def _parser() -> lark.Lark:
 # ── public entry points ─────────────────────────────────────────────────────────────────
 def parse(text_or_path: str | Path, file: str | None = None) -> ir.Card:
     """Parse a card from text or from a path; raises ToycardsError with diagnostics."""
-    text, file = _read(text_or_path, file)
-    _precheck(text, file)
+    text, file = read(text_or_path, file)
+    precheck(text, file)
     try:
         tree = _parser().parse(text)
     except lark.exceptions.UnexpectedInput as exc:
@@ -58,78 +58,6 @@ def parse(text_or_path: str | Path, file: str | None = None) -> ir.Card:
         raise ToycardsError.from_diagnostics(to_ir.diags, {file: text})
     card = _Assembler(file, text).assemble(lines)
     return ir.Card(card.algorithms, card.version, card.preamble, file=file, source=text)
-
-
-def _read(text_or_path: str | Path, file: str | None) -> tuple[str, str]:
-    if isinstance(text_or_path, Path) or ("\n" not in text_or_path and text_or_path.endswith(".card")):
-        path = Path(text_or_path)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise ToycardsError(f"{path}: no such file") from None
-        except IsADirectoryError:
-            raise ToycardsError(f"{path}: is a directory, not a card") from None
-        except OSError as exc:
-            raise ToycardsError(f"{path}: cannot read: {exc.strerror}") from None
-        if len(data) > MAX_BYTES:
-            raise ToycardsError(f"{path}: {len(data)} bytes is too large for a card (limit {MAX_BYTES})")
-        try:
-            return data.decode("utf-8"), file or str(path)
-        except UnicodeDecodeError as exc:
-            raise ToycardsError(
-                f"{path}: not a UTF-8 text file (invalid byte at offset {exc.start})"
-            ) from None
-    return str(text_or_path), file or "<card>"
-
-
-def _precheck(text: str, file: str) -> None:
-    """Reject what the grammar should never see: binary data, empty input, runaway nesting."""
-    sources = {file: text}
-    if "\x00" in text:
-        at = text.index("\x00")
-        raise ToycardsError.from_diagnostics(
-            [_diag_at(text, file, at, "binary data (NUL byte) in a card", "cards are UTF-8 text")], sources
-        )
-    if not text.strip():
-        raise ToycardsError.from_diagnostics(
-            [
-                Diagnostic(
-                    Span(file, 1, 1, 1, 2, 0, 0),
-                    "empty card: no algorithm",
-                    "a card starts with `Algorithm: OUT ← Name(inputs | parameters)`",
-                )
-            ],
-            sources,
-        )
-    depth, deepest = 0, (0, 0)
-    for i, ch in enumerate(text):
-        if ch in "([{⟦":
-            depth += 1
-            if depth > deepest[0]:
-                deepest = (depth, i)
-        elif ch in ")]}⟧":
-            depth = max(depth - 1, 0)
-        elif ch == "\n":
-            depth = 0
-    if deepest[0] > MAX_NESTING:
-        raise ToycardsError.from_diagnostics(
-            [
-                _diag_at(
-                    text,
-                    file,
-                    deepest[1],
-                    f"brackets nested {deepest[0]} deep (the limit is {MAX_NESTING})",
-                    "split the expression into several steps",
-                )
-            ],
-            sources,
-        )
-
-
-def _diag_at(text: str, file: str, offset: int, message: str, hint: str = "") -> Diagnostic:
-    line = text.count("\n", 0, offset) + 1
-    col = offset - (text.rfind("\n", 0, offset) + 1) + 1
-    return Diagnostic(Span(file, line, col, line, col + 1, offset, offset + 1), message, hint)
 
 
 def span_of(meta_or_token: object, file: str) -> Span:
@@ -200,11 +128,11 @@ def _syntax_diagnostic(exc: lark.exceptions.UnexpectedInput, text: str, file: st
         ch = text[offset] if offset < len(text) else ""
         name = unicodedata.name(ch, f"U+{ord(ch):04X}") if ch else "end of file"
         hint = _lookalike_hint(ch)
-        return _diag_at(text, file, offset, f"unexpected character {ch!r} ({name})", hint)
+        return diag_at(text, file, offset, f"unexpected character {ch!r} ({name})", hint)
     token = getattr(exc, "token", None)
     if token is not None and token.type == "$END":
         offset = len(text.rstrip())
-        return _diag_at(
+        return diag_at(
             text, file, max(offset - 1, 0), "the card ends in the middle of a line", "finish the line"
         )
     found = (
@@ -229,7 +157,7 @@ def _syntax_diagnostic(exc: lark.exceptions.UnexpectedInput, text: str, file: st
         hint = "expected " + _describe_expected(
             getattr(exc, "expected", None) or getattr(exc, "accepts", set())
         )
-    diag = _diag_at(text, file, offset, message, hint)
+    diag = diag_at(text, file, offset, message, hint)
     if token is not None and getattr(token, "end_pos", None):
         s = diag.span
         width = max(1, min(token.end_pos - token.start_pos, 200)) if token.type != "_NL" else 1
