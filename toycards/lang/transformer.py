@@ -408,9 +408,16 @@ class ToIR(Transformer):
         return ir.Indicator(c[0], span=self.sp(meta))
 
 
-@dataclass(frozen=True)
 class _Default:
-    expr: ir.Expr
+    """The value after `default` in a binding, told apart from the alternatives by its type.
+
+    A plain class rather than a dataclass: it is never compared, and it keeps import time down.
+    """
+
+    __slots__ = ("expr",)
+
+    def __init__(self, expr: ir.Expr) -> None:
+        self.expr = expr
 
 
 def _with(node, **changes):
