@@ -39,7 +39,7 @@ def test_cache_off(tmp_path, monkeypatch):
 
 
 def test_cache_key_follows_the_ir_and_parser(tmp_path, monkeypatch):
-    """A pickled card from before a change to ir.py or parse.py is not reused."""
+    """A pickled card from before a change to any toycards/lang source (IR, parser) is not reused."""
     monkeypatch.setenv("TOYCARDS_CACHE", str(tmp_path))
     library.library_card.cache_clear()
     library.library_card("gpt2")
