@@ -2,7 +2,7 @@
 
 `toycards describe` and `toycards list` are the commands users run first, often in a fresh
 shell; importing `gguf` (and NumPy with it) would cost more than the whole describe. The
-tables they need from `gguf.constants` come from runtime/ggml_facts.py, which must agree
+tables they need from `gguf.constants` come from gguf/facts.py, which must agree
 with the installed `gguf` package exactly: that package is the oracle here.
 """
 

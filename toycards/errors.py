@@ -4,7 +4,7 @@ Owns: `Span` (where in a file), `Diagnostic` (what is wrong there, with the shap
 involved and a hint), `ToycardsError` (one or more diagnostics, or a plain message for
 non-card inputs such as a bad GGUF file) and the plain-text rendering of diagnostics
 (`file:line:col: error: message`, the source line, a caret, the hint).
-Leaves out: colour and terminal output (render/terminal.py), and deciding exit codes (cli.py).
+Leaves out: colour and terminal output (render/terminal.py), and deciding exit codes (cli/).
 """
 
 from __future__ import annotations

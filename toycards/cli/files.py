@@ -1,13 +1,13 @@
 """The commands that start from files a user already has: `describe`, `diff` and `list`.
 
 Owns: argument parsing and terminal output of `toycards describe` (rich view, or any of the
-formats of describe_formats.py), `toycards diff` (text or JSON; also git's external diff driver
-with its seven arguments) and `toycards list`; each is one library call (describe.py, diff.py,
-discover.py) plus printing. The commands are plain click commands that `toycards.cli` adds to
+formats of inspect/formats.py), `toycards diff` (text or JSON; also git's external diff driver
+with its seven arguments) and `toycards list`; each is one library call (inspect/describe.py,
+inspect/diff.py, inspect/discover.py) plus printing. The commands are plain click commands that `toycards.cli` adds to
 its group: `main.add_command(describe_cmd)`, `diff_cmd`, `list_cmd`.
-Leaves out: the work itself (the library modules above), the other commands (cli.py).
+Leaves out: the work itself (the library modules above), the other commands (cards.py, models.py).
 
-Errors follow cli.py's policy (a ToycardsError is printed by the group, exit 1), except in
+Errors follow the group's policy (cli/__init__.py) (a ToycardsError is printed by the group, exit 1), except in
 diff, which exits like diff(1): 0 equal, 1 different, 2 a file that cannot be read. describe also
 exits 1 when the file does not match its card (the problems are listed on stderr).
 """

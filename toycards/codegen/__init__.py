@@ -2,7 +2,7 @@
 
 Owns: `generate_source(card, target)`, which runs the emitter (every decision) and lays the
 result out through `templates/module.py.jinja` (text only), then checks that the output
-parses before returning it. Leaves out: loading weights and running (runtime/, loader.py).
+parses before returning it. Leaves out: loading weights and running (runtime/, models/).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Owns: `describe(path) -> DescribedCard`, which picks the card for the file (the card embedded
 under `toycards.card`, else the library card for `general.architecture`, else a
-declaration-only card), binds it (binding.py), collects every mismatch by name (missing or
+declaration-only card), binds it (models/binding.py), collects every mismatch by name (missing or
 unexpected tensor, wrong shape, unreadable type, missing metadata key, implausible values),
 and writes the concrete values into the card: `L ∈ ℕ = 30 from "{arch}.block_count"`.
 Leaves out: the header facts (header.py), declaration-only cards (inventory.py), output

@@ -23,7 +23,7 @@ HF revisions sharing a blob, two Ollama tags, a folder inside a cache) is listed
 the first of hf, ollama, lmstudio, folder (in HF, the revision that refs/main names), with
 the other names as `aliases`. Walks are bounded in depth and in folders visited, visit each
 folder once (so symlink loops end), and skip hidden folders in the folder source.
-Leaves out: parsing GGUF (runtime/gguf.py, via `open_gguf`), printing (cli.py), downloading.
+Leaves out: parsing GGUF (gguf/reader.py, via `open_gguf`), printing (cli/), downloading.
 """
 
 from __future__ import annotations

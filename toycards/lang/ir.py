@@ -2,7 +2,7 @@
 
 Owns: the node classes for dimensions, types, expressions, statements, declarations,
 bindings, algorithms and whole cards, plus `to_json`/`from_json`.
-Leaves out: parsing (parse.py), checking (check/), rendering (render/), codegen.
+Leaves out: parsing (parse.py), checking (checker/), rendering (render/), codegen.
 
 Every node carries a `span` that is excluded from equality and hashing, so that
 `parse(render(card)) == card` compares meaning and layout-relevant content, not positions.

@@ -3,7 +3,7 @@
 Owns: turning a name as written (`gamma_l^1`, `X~`, `e.hat`, `ell_max`, `γ_{l}^{1}`) into its
 canonical Unicode form (`γ_l^1`, `X̃`, `ê`, `ℓ_max`) and back (`ascii_name`), and splitting a
 name into base, subscript and superscript for name resolution.
-Leaves out: which names exist (check/names.py).
+Leaves out: which names exist (checker/names.py).
 
 >>> canonical_name("gamma_l^1"), ascii_name("γ_l^1")
 ('γ_l^1', 'gamma_l^1')

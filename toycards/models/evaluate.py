@@ -2,7 +2,7 @@
 
 Owns: `evaluate(model, text=None, ids=None, top_k=0)` → `Evaluation` (each predicted token
 with its log-probability and, optionally, the model's top-k alternatives; the perplexity).
-Leaves out: sampling (runtime/sampling.py), loading (loader.py), printing (cli.py).
+Leaves out: sampling (runtime/sampling.py), loading (load.py), printing (cli/).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Owns: the LaTeX spelling of names (`γ_l^1` → `\\gamma_{l}^{1}`, `X̃` → `\\
 `\\For{…}`/`\\EndFor`, `\\If`/`\\Else`/`\\EndIf`, `\\Return`, `\\Comment{…}`) and of prose (escaped
 text, Unicode symbols as `\\ensuremath{…}`); a standalone document on request.
 Leaves out: precedence and layout decisions, which it inherits from the card printer
-(`render/card.py`), so the LaTeX box says exactly what the card says.
+(`lang/printer.py`), so the LaTeX box says exactly what the card says.
 
 >>> latex_name("γ_l^1"), latex_name("W_qkv^l"), latex_name("X̃"), latex_name("ℓ_max")
 ('\\\\gamma_{l}^{1}', 'W_{\\\\mathrm{qkv}}^{l}', '\\\\tilde{X}', '\\\\ell_{\\\\mathrm{max}}')

@@ -3,7 +3,7 @@
 Owns: the Markdown layout: a heading with the algorithm's signature, its description, Input
 and Output lines, tables of hyperparameters and parameters with their bindings (one table per
 per-layer group, with the tensor-name prefix), and the numbered steps as a fenced block in
-the card's own notation. Expressions, types and steps come from `render/card.py`, so the
+the card's own notation. Expressions, types and steps come from `lang/printer.py`, so the
 Markdown shows exactly what the card says.
 Leaves out: the card notation itself (card.py), other formats (sibling modules).
 

@@ -5,7 +5,7 @@ the severity coloured, the source line, a caret in green, the hint in cyan), `hi
 (keywords, names being assigned, types, strings and comments of a card's text as rich `Text`)
 and `use_colour` (the decision: a terminal, unless NO_COLOR; FORCE_COLOR forces it).
 Leaves out: the plain-text layout (errors.format_diagnostic, which this mirrors exactly when
-colour is off), exit codes (cli.py).
+colour is off), exit codes (cli/).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Base class of generated NumPy modules: weights as float32 arrays keyed by GGUF tensor name.
 
 Owns: construction from hyperparameters and a weight dict, `__call__`, the NumPy side of
-`ModelAPI`. Leaves out: the forward pass (generated), loading files (loader.py).
+`ModelAPI`. Leaves out: the forward pass (generated), loading files (models/load.py).
 """
 
 from __future__ import annotations

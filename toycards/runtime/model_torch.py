@@ -3,7 +3,7 @@
 Owns: registering each tensor as an `nn.Parameter` at its GGUF name (`blk.0.attn_q.weight`
 is `state_dict()["blk.0.attn_q.weight"]`, through nested module dicts), tied tensors shared
 as one parameter, `__call__` with a KV cache, and the torch side of `ModelAPI`.
-Leaves out: the forward pass (generated), loading files (loader.py). Imported lazily.
+Leaves out: the forward pass (generated), loading files (models/load.py). Imported lazily.
 """
 
 from __future__ import annotations
