@@ -11,7 +11,7 @@ import re
 from typing import TYPE_CHECKING
 
 from toycards.codegen.code import affine
-from toycards.codegen.scope import family_key
+from toycards.codegen.scope import family_key, free_names
 from toycards.codegen.values import MapVar, Val
 from toycards.errors import ToycardsError
 from toycards.lang import ir
@@ -45,6 +45,7 @@ class AssignEmitter:
         ident = self.scope.ns.name(name)
         out += self.take_pre()
         out.append(f"{ident} = {self.code_layout(v)}")
+        self.scope.share(free_names(s.value) | {name})
         self.scope.vals[name] = Val(
             ident, v.rank, py=v.py, windowed=v.windowed, fams=v.fams, boolean=v.boolean
         )
@@ -53,6 +54,7 @@ class AssignEmitter:
         t = s.target
         v = self.expr(s.value)
         pre = self.take_pre()
+        self.scope.share(free_names(s.value))
         if isinstance(t, ir.Name):
             fk = family_key(t.id, set(maps))
             if fk is None or fk[1] not in maps:
@@ -114,6 +116,10 @@ class AssignEmitter:
             out.append(f"{value} = {v.code}")
             out.append(f"{ident} = ops.zeros_for({value}, {size})")
             s.vals[name] = Val(ident, 1, fams=v.fams - {var})
+            s.owned.add(name)
+        elif name not in s.owned:  # the array may be shared with another name: write a copy
+            out.append(f"{ident} = ops.copy({ident})  # {name} gets its own entries (no aliasing)")
+            s.owned.add(name)
         out.append(f"{ident}[..., {self.affine_slice(m, scale, offset)}] = {value}")
 
     def _declared_size(self, name: str) -> str:

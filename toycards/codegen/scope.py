@@ -32,6 +32,14 @@ class Scope:
     decl_types: dict[str, ir.Type] = field(default_factory=dict)
     enum_options: set[str] = field(default_factory=set)
     is_main: bool = False
+    # card names whose array this function created and nothing else refers to: an entry write
+    # may change them in place; any other name is copied before its first entry write, so that
+    # an assignment never aliases (`y ← x` then `y[i] ← …` leaves x as it was)
+    owned: set[str] = field(default_factory=set)
+
+    def share(self, names: set[str]) -> None:
+        """`names` are now read by another value (which may be a view): no longer owned."""
+        self.owned -= names
 
 
 def family_key(name: str, index_names: set[str]) -> tuple[str, str] | None:

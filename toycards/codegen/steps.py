@@ -85,6 +85,10 @@ class StepEmitter:
             out += [pad + line for line in lines]
 
     def _for_seq(self, s: ir.ForSeq, out, pad, depth) -> None:
+        # the body runs again after its last step: whatever it shares anywhere is shared at its top
+        for st in ir.walk(s.body):
+            if isinstance(st, ir.Assign):
+                self.scope.share(free_names(st.value) | free_names(st.target))
         start, stop = self.ex.expr(s.start), self.ex.expr(s.stop)
         ident = self.scope.ns.name(s.var)
         out.append(

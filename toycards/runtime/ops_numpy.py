@@ -149,6 +149,11 @@ def arange(start, stop):
     return np.arange(start, stop)
 
 
+def copy(a):
+    """A new array with `a`'s entries (entry writes to it leave `a` alone)."""
+    return np.array(a, copy=True)
+
+
 def zeros_for(value, size):
     """A zero array shaped like `value` but with `size` entries on the last axis."""
     value = np.asarray(value)

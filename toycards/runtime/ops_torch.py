@@ -134,6 +134,11 @@ def arange(start, stop):
     return torch.arange(start, stop)
 
 
+def copy(a):
+    """A new tensor with `a`'s entries (entry writes to it leave `a` alone)."""
+    return a.clone()
+
+
 def zeros_for(value, size):
     return value.new_zeros(tuple(value.shape[:-1]) + (size,))
 

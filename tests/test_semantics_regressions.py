@@ -1,0 +1,100 @@
+"""Cases where a card that checks clean once ran wrong, each written as a card and held to
+hand-computed values on both targets (issue "Executable semantics").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from toycards.checker import check
+from toycards.codegen import generate_source
+from toycards.lang.parse import parse
+
+MODEL = """
+Algorithm: P ← M(x | W)
+/* a model that calls F, so that F is generated (the tests call F itself) */
+Input: x ∈ V^ℓ
+Output: P ∈ (0,1)^{N_V×ℓ}
+Hyperparameters: N_V ∈ ℕ
+Parameters: W ∈ ℝ^{N_V×N_V} from "token_embd.weight"
+1  ℓ ← length(x)
+2  for t ∈ [ℓ]: e_t ← W[:, x[t]]
+3  X ← [e_1, …, e_ℓ]
+4  for t ∈ [ℓ]: u_t ← F(X[:, t])
+5  return P = softmax(X)
+"""
+
+
+def _targets():
+    yield "numpy", np.asarray
+    torch = pytest.importorskip("torch")
+    yield "torch", lambda a: torch.tensor(a, dtype=torch.float32)
+
+
+def _function(card_text: str, target: str, name: str = "F"):
+    card = parse("toycards 1\n\n" + card_text + MODEL)
+    assert check(card) == [], [d.message for d in check(card)]
+    namespace: dict = {}
+    exec(compile(generate_source(card, target), "<card>", "exec"), namespace)  # noqa: S102
+    return namespace[name]
+
+
+ALIAS = """
+Algorithm: z ← F(x)
+/* y starts as a copy of x; writing y's entries must leave x as it was */
+Input: x ∈ ℝ^{n}
+Output: z ∈ ℝ^{n}
+1  y ← x
+2  for i ∈ [n]: y[i] ← 2 · x[i] + 1
+3  return z = x + y
+"""
+
+
+def test_assignment_never_aliases_entry_writes_copy():
+    x = [1.0, -2.0, 0.5]
+    want = [a + (2 * a + 1) for a in x]  # z = x + (2x + 1), with x unchanged by step 2
+    for target, arr in _targets():
+        xs = arr(x)
+        got = np.asarray(_function(ALIAS, target)(xs), dtype=np.float64)
+        np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=target)
+        np.testing.assert_array_equal(np.asarray(xs), x, err_msg=f"{target}: the caller's array changed")
+
+
+ALIAS_BACK = """
+Algorithm: z ← F(x)
+/* w keeps the values y had before y's entries are rewritten */
+Input: x ∈ ℝ^{n}
+Output: z ∈ ℝ^{n}
+1  y ← 2 · x
+2  w ← y
+3  for i ∈ [n]: y[i] ← 10 · x[i]
+4  return z = w + y
+"""
+
+
+def test_a_name_assigned_from_a_written_vector_keeps_the_old_values():
+    x = [1.0, 2.0, 3.0]
+    want = [2 * a + 10 * a for a in x]
+    for target, arr in _targets():
+        got = np.asarray(_function(ALIAS_BACK, target)(arr(x)), dtype=np.float64)
+        np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=target)
+
+
+ALIAS_INPUT = """
+Algorithm: z ← F(x)
+/* writing entries of an input writes a copy: the caller's array is left alone */
+Input: x ∈ ℝ^{n}
+Output: z ∈ ℝ^{n}
+1  for i ∈ [n]: x[i] ← 3 · x[i]
+2  return z = x
+"""
+
+
+def test_entry_writes_to_an_input_leave_the_callers_array_alone():
+    x = [1.0, 2.0]
+    for target, arr in _targets():
+        xs = arr(x)
+        got = np.asarray(_function(ALIAS_INPUT, target)(xs), dtype=np.float64)
+        np.testing.assert_allclose(got, [3.0, 6.0], err_msg=target)
+        np.testing.assert_array_equal(np.asarray(xs), x, err_msg=target)
