@@ -98,3 +98,42 @@ def test_entry_writes_to_an_input_leave_the_callers_array_alone():
         got = np.asarray(_function(ALIAS_INPUT, target)(xs), dtype=np.float64)
         np.testing.assert_allclose(got, [3.0, 6.0], err_msg=target)
         np.testing.assert_array_equal(np.asarray(xs), x, err_msg=target)
+
+
+PAST_THE_END = """toycards 1
+
+Algorithm: r ← F(x)
+Input: x ∈ ℝ^{d}
+Output: r ∈ ℝ^{d}
+1  for i ∈ [d/2]: y[i] ← x[i]
+2  for i ∈ [d/2]: y[i + d/2] ← x[i]
+3  for i ∈ [d]: r[i − 1] ← x[i]
+4  return r = y
+"""
+
+
+def test_entry_writes_past_an_inferred_size_are_errors_at_the_index():
+    diags = check(parse(PAST_THE_END))
+    found = {(d.span.line, d.span.col, d.message) for d in diags if "outside" in d.message}
+    assert found == {
+        (7, 21, "y[i + d/2] for i ∈ [d/2] writes entry d, outside y's entries 1 … d/2"),
+        (8, 19, "r[i − 1] for i ∈ [d] writes entry 0, outside r's entries 1 … d"),
+    }
+
+
+HALVES = """
+Algorithm: r ← F(x)
+/* the output built from two halves, entry by entry: its size is the declared d */
+Input: x ∈ ℝ^{d}
+Output: r ∈ ℝ^{d}
+1  for i ∈ [d/2]: r[i] ← −x[i + d/2]
+2  for i ∈ [d/2]: r[i + d/2] ← x[i]
+3  return r
+"""
+
+
+def test_an_output_built_from_halves_has_its_declared_size():
+    x = [1.0, 2.0, 3.0, 4.0]
+    for target, arr in _targets():
+        got = np.asarray(_function(HALVES, target)(arr(x)), dtype=np.float64)
+        np.testing.assert_allclose(got, [-3.0, -4.0, 1.0, 2.0], err_msg=target)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from toycards.checker.context import Ctx
 from toycards.checker.declarations import name_span
-from toycards.checker.dims import Dim, DimError, from_ir, ir_dim_names, type_dim_names
+from toycards.checker.dims import Dim, DimError, expr_to_dim, from_ir, ir_dim_names, type_dim_names
 from toycards.checker.exprs import ExprChecker
 from toycards.checker.names import Entry, Symbol, family_key
 from toycards.checker.shapes import NATURAL, Shape, compatible, shape_from_type
@@ -163,6 +163,9 @@ class StepChecker:
             return
         if found is not None:
             target = self.ex.infer(t)
+            base_shape = found.entry.shape
+            if base_shape is not None and base_shape.rank == 1:
+                self.check_entry_range(t, base_shape.dims[0])
             if target is not None and value is not None and not compatible(target, value, self.ctx.eq):
                 self.ctx.error(
                     s.span,
@@ -201,9 +204,52 @@ class StepChecker:
             )
             return
         shape = None if value is None else Shape(value.field, tuple(dims))
+        declared = self.ctx.scope.declared.get(t.base.id)
+        if (  # the output vector built entry by entry has the length its declaration gives
+            shape is not None
+            and len(t.indices) == 1
+            and declared is not None
+            and t.base.id == self.ctx.algo.output
+            and declared.shape is not None
+            and declared.shape.rank == 1
+        ):
+            shape = Shape(value.field, declared.shape.dims)
         self.define(t.base, s, shape, self.map_var_of(t.base.id))
+        if shape is not None and shape.rank == 1 and shape.dims[0] is not None:
+            self.check_entry_range(t, shape.dims[0])
         if value is not None:
             self.ctx.info.shapes[id(t)] = value
+
+    def check_entry_range(self, t: ir.Index, length: Dim | None) -> None:
+        """An entry write `y[a·i + b]` inside `for i ∈ [n]` reaches entries b + a and a·n + b:
+        both must lie in 1 … length(y) wherever the checker can decide it."""
+        (item,) = t.indices if len(t.indices) == 1 else (None,)
+        if length is None or item is None or isinstance(item, ir.Slice):
+            return
+        scope = self.ctx.scope
+        maps = {n.id: scope.var(n.id) for n in _names_in(item)}
+        maps = {k: v for k, v in maps.items() if v is not None and v.kind == "mapvar" and v.bound is not None}
+        if len(maps) != 1:
+            return
+        (var, entry), = maps.items()
+        try:
+            index = expr_to_dim(item, lambda n: n == var or scope.is_dim(n))
+        except DimError:
+            return
+        if index is None or var not in index.names():
+            return
+        first, last = index.substitute({var: Dim.num(1)}), index.substitute({var: entry.bound})
+        if not _increasing(index, var):
+            first, last = last, first
+        if _positive(Dim.num(1) - first) or _positive(last - length):
+            reach = f"entry {first}" if _positive(Dim.num(1) - first) else f"entry {last}"
+            self.ctx.error(
+                item.span,
+                f"{self.ctx.text(t)} for {var} ∈ [{entry.bound}] writes {reach}, outside "
+                f"{t.base.id}'s entries 1 … {length}",
+                f"give {t.base.id} its full size first (declare it as the output, or build it with one "
+                "map), or change the index",
+            )
 
     def uses_map_var(self, e: ir.Expr) -> bool:
         return any((v := self.ctx.scope.var(n.id)) is not None and v.kind == "mapvar" for n in _names_in(e))
@@ -316,6 +362,16 @@ def _index_vars(target: ir.Expr) -> set[str]:
     if isinstance(target, ir.Index):
         return {n.id for i in target.indices if not isinstance(i, ir.Slice) for n in _names_in(i)}
     return set()
+
+
+def _positive(d: Dim) -> bool:
+    """True when `d` is certainly > 0 for every positive value of its names (all terms positive)."""
+    return bool(d.terms) and all(c > 0 and all(e > 0 for _, e in m) for m, c in d.terms.items())
+
+
+def _increasing(index: Dim, var: str) -> bool:
+    """True when the (affine) index grows with `var`: its coefficient of var is positive."""
+    return all(c > 0 for m, c in index.terms.items() if any(n == var for n, _ in m))
 
 
 def _names_in(e: ir.Expr) -> list[ir.Name]:
