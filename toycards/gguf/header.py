@@ -203,7 +203,7 @@ class Cursor:
         try:
             for _ in range(n):
                 off += 8 + unpack(buf, off)[0]
-        except struct.error:  # a length prefix past the end of the buffer
+        except (struct.error, OverflowError):  # a length prefix past the end (or past 2**63)
             off = size + 1
         if off > size:  # walk again, checking every element, to say where it broke
             for i in range(n):
