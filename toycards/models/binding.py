@@ -33,6 +33,8 @@ from toycards.lang import ir
 from toycards.lang.builtins import BUILTINS
 
 _TEMPLATE = re.compile(r"\{([^{}]*)\}")
+MAX_LAYERS = 4096  # layers of a parameter group bound without a file (random weights)
+MAX_EXPONENT = 4096  # `a ^ b` with integers: larger powers are refused, not computed
 
 
 @dataclass(frozen=True)
@@ -118,15 +120,28 @@ def eval_scalar(e: ir.Expr, values: dict[str, object], enum_names: frozenset[str
         raise EvalError(f"{e.id} has no value")
     if isinstance(e, ir.UnOp):
         v = eval_scalar(e.operand, values, enum_names)
-        return {"-": lambda x: -x, "¬": lambda x: not x, "√": math.sqrt}[e.op](v)
+        return _arith(e.op, {"-": lambda x: -x, "¬": lambda x: not x, "√": math.sqrt}[e.op], v)
     if isinstance(e, ir.BinOp) and e.op in _BINOPS:
         a, b = eval_scalar(e.left, values, enum_names), eval_scalar(e.right, values, enum_names)
         if e.op == "/" and isinstance(a, int) and isinstance(b, int) and b and a % b == 0:
             return a // b
-        return _BINOPS[e.op](a, b)
+        if e.op == "^" and isinstance(a, int) and isinstance(b, int) and abs(a) > 1 and b > MAX_EXPONENT:
+            raise EvalError(f"{a} ^ {b} is too large")
+        return _arith(e.op, _BINOPS[e.op], a, b)
     if isinstance(e, ir.Call) and not e.params and (b := BUILTINS.get(e.func)) and b.scalar is not None:
-        return b.scalar(*(eval_scalar(a, values, enum_names) for a in e.args))
+        return _arith(e.func, b.scalar, *(eval_scalar(a, values, enum_names) for a in e.args))
     raise EvalError("not a scalar expression of hyperparameters")
+
+
+def _arith(op: str, fn, *args: object) -> object:
+    """`fn(*args)`, with arithmetic failures (values from a file: a head count of 0) as EvalError."""
+    try:
+        return fn(*args)
+    except (ZeroDivisionError, OverflowError, ValueError, TypeError) as exc:
+        binary = len(args) == 2 and op in _BINOPS
+        shown = f" {op} ".join(map(repr, args)) if binary else f"{op}({', '.join(map(repr, args))})"
+        why = "divides by zero" if isinstance(exc, ZeroDivisionError) else f"fails ({exc})"
+        raise EvalError(f"{shown} {why}") from None
 
 
 def expand_template(template: str, arch: str | None, var: str = "", value: int | None = None) -> str:
@@ -167,6 +182,8 @@ def _convert(value: object, typ: ir.Type, name: str) -> object:
         if typ.field in ("R", "Z"):
             if isinstance(value, bool | str):
                 raise EvalError(f"{name} = {value!r} is not a number")
+            if typ.field == "Z" and isinstance(value, float) and not value.is_integer():
+                raise EvalError(f"{name} = {value} is not a whole number")
             return float(value) if typ.field == "R" else int(value)
     return value
 
@@ -250,6 +267,7 @@ def _bind_from_metadata(name, d, metadata, arch, enums, values, source, problems
 
 def _bind_pending(algo, pending, values, source, tensor_shapes, problems, enums, arch) -> None:
     """Derived and inferred hyperparameters, iterated until nothing changes."""
+    why: dict[str, str] = {}  # the last reason a derived value could not be computed
     while pending:
         progress = False
         for name, d in list(pending):
@@ -262,18 +280,20 @@ def _bind_pending(algo, pending, values, source, tensor_shapes, problems, enums,
                 else:
                     value, where = _infer(algo, name, values, tensor_shapes, arch)
                     values[name], source[name] = value, f"inferred from {where}"
-            except EvalError:
+            except EvalError as exc:
+                why[name] = str(exc)
                 continue
             pending.remove((name, d))
             progress = True
         if not progress:
             for name, d in pending:
-                problems.append(
-                    Diagnostic(
-                        d.span,
-                        f"cannot determine {name}: no metadata key, no default, and no parameter shape to infer it from",
-                    )
+                derived = d.binding is not None and d.binding.kind == "derived"
+                reason = (
+                    why[name]
+                    if derived
+                    else "no metadata key, no default, and no parameter shape to infer it from"
                 )
+                problems.append(Diagnostic(d.span, f"cannot determine {name}: {reason}"))
             return
 
 
@@ -317,7 +337,7 @@ def bind_parameters(
         layers: list[int | None] = [None]
         if group is not None:
             try:
-                layers = list(range(1, eval_dim(group.bound, values) + 1))
+                layers = list(range(1, _layer_count(group, values, tensor_shapes) + 1))
             except EvalError as exc:
                 problems.append(Diagnostic(group.span, str(exc)))
                 continue
@@ -328,6 +348,22 @@ def bind_parameters(
                 if p is not None:
                     out.append(p)
     return out, problems
+
+
+def _layer_count(group: ir.ParamGroup, values: dict, tensor_shapes: dict | None) -> int:
+    """The number of layers of a parameter group, refused before anything is allocated per layer
+    when it cannot be right: more layers than the file has tensors, or than MAX_LAYERS without a file."""
+    n = eval_dim(group.bound, values)
+    limit = len(tensor_shapes) if tensor_shapes is not None else MAX_LAYERS
+    if n > limit:
+        has = (
+            f"the file has only {limit} tensors"
+            if tensor_shapes is not None
+            else f"at most {limit} are built"
+        )
+        what = group.bound.name if isinstance(group.bound, ir.DimName) else "the layer count"
+        raise EvalError(f"{what} = {n} layers, but {has}")
+    return n
 
 
 def _bind_one(decl, name, alts, group, layer, values, tensor_shapes, arch, problems) -> BoundParam | None:
