@@ -39,10 +39,19 @@ def card_for_file(f) -> ir.Card:
     return choice.card
 
 
-def _raise_problems(bound: Bound, card: ir.Card, what: str) -> None:
+def _raise_problems(bound: Bound, card: ir.Card, path: str | os.PathLike | None) -> None:
+    """The binding's first error as one line naming the file (and the card line), with a count
+    of the rest: `describe` lists them all. Without a file, the card's own diagnostics."""
     errors = [d for d in bound.problems if d.severity == "error"]
-    if errors:
+    if not errors:
+        return
+    if path is None:
         raise ToycardsError.from_diagnostics(errors, {card.algorithms[-1].span.file: card.source})
+    first = errors[0]
+    where = f" (card {first.span.file}:{first.span.line})" if first.span.line > 0 else ""
+    more = len(errors) - 1
+    rest = f"; {more} more problem{'s' * (more != 1)}: `toycards describe {path}` lists them" if more else ""
+    raise ToycardsError(f"{path}: {first.message}{where}{rest}")
 
 
 def module_class(card: ir.Card, target: str):
@@ -126,7 +135,7 @@ def load(source, weights=None, target: str = "numpy", seed: int = 0):
         path = weights
     try:
         bound = bind(card.main, f) if f is not None else bind_values(card.main)
-        _raise_problems(bound, card, str(path or "card"))
+        _raise_problems(bound, card, path)
         cls = module_class(card, target)
         if f is not None:
             tensors, shared = _file_weights(bound, f)
@@ -135,9 +144,9 @@ def load(source, weights=None, target: str = "numpy", seed: int = 0):
         model = cls(bound.hyper, tensors, shared) if target == "torch" else cls(bound.hyper, tensors)
         model.bound = bound
         if f is not None and f.get("tokenizer.ggml.model") is not None:
-            from toycards.tokenizer.tokenizer import Tokenizer
+            from toycards.tokenizer.tokenizer import tokenizer_of
 
-            model.tokenizer = Tokenizer.from_metadata(f.get)
+            model.tokenizer = tokenizer_of(f)
     finally:
         if f is not None:
             f.close()

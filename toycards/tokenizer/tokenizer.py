@@ -389,4 +389,14 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
     from toycards.gguf.reader import open_gguf
 
     with open_gguf(path) as f:
+        return tokenizer_of(f)
+
+
+def tokenizer_of(f) -> Tokenizer:
+    """The tokenizer of an open `GGUFFile`; an error in its vocabulary names the file."""
+    try:
         return Tokenizer.from_metadata(f.get)
+    except ToycardsError as e:
+        if e.diagnostics or e.message.startswith(f"{f.path}: "):
+            raise
+        raise ToycardsError(f"{f.path}: {e.message}") from None
