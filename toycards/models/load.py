@@ -116,24 +116,31 @@ def _file_weights(bound: Bound, f) -> tuple[dict[str, np.ndarray], dict[str, str
     return weights, shared
 
 
+def _check_vocabulary(model, path) -> None:
+    """llama.cpp refuses a vocabulary with more tokens than the embedding has rows: so do we."""
+    n_vocab, n_tokens = model.hp.get("N_V"), len(model.tokenizer.tokens)
+    if isinstance(n_vocab, int) and n_tokens > n_vocab:
+        raise ToycardsError(
+            f"{path}: the vocabulary has {n_tokens} tokens but the model only N_V = {n_vocab} "
+            "(rows of the token embedding)"
+        )
+
+
 def load(source, weights=None, target: str = "numpy", seed: int = 0):
     """A runnable model: `load("m.gguf")`, `load(card, weights="m.gguf")`, or `load(card)` (random weights)."""
     from toycards.gguf.reader import open_gguf
 
     if target not in ("numpy", "torch"):
         raise ToycardsError(f"unknown target {target!r}: choose numpy or torch")
-    path = None
     if isinstance(source, str | os.PathLike) and str(source).endswith(".gguf"):
         if weights is not None:
             raise ToycardsError("give either a GGUF file or a card with weights=, not both")
-        path = source
-        f = open_gguf(path)
-        card = card_for_file(f)
+        path, card = source, None
     else:
-        card = _as_card(source)
-        f = open_gguf(weights) if weights is not None else None
-        path = weights
+        card, path = _as_card(source), weights
+    f = open_gguf(path) if path is not None else None
     try:
+        card = card_for_file(f) if card is None else card
         bound = bind(card.main, f) if f is not None else bind_values(card.main)
         _raise_problems(bound, card, path)
         cls = module_class(card, target)
@@ -147,6 +154,8 @@ def load(source, weights=None, target: str = "numpy", seed: int = 0):
             from toycards.tokenizer.tokenizer import tokenizer_of
 
             model.tokenizer = tokenizer_of(f)
+            _check_vocabulary(model, path)
+        model.path = str(path) if path is not None else None
     finally:
         if f is not None:
             f.close()
