@@ -4,7 +4,8 @@ Owns: evaluating a card's hyperparameter bindings (metadata keys with `{arch}`, 
 derived `≔` values, values inferred from tensor shapes, concrete `= value`s of a bound card)
 and its parameter bindings (tensor-name templates per layer, `^⊺`, `or` fallbacks, constant
 fallbacks), with every mismatch reported as a diagnostic at the card line that declares it.
-Leaves out: reading GGUF bytes (gguf/reader.py), symbolic checking (checker/), rendering.
+Leaves out: evaluating dimensions and scalar expressions (scalars.py, re-exported here), reading
+GGUF bytes (gguf/), symbolic checking (checker/), rendering.
 
 The Llama card bound to the repository's example file (examples/make_example.py: 2 layers,
 d_e = 64, 1,024 tokens, the output matrix tied to the embedding):
@@ -24,17 +25,26 @@ d_e = 64, 1,024 tokens, the output matrix tied to the embedding):
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 
 from toycards.errors import Diagnostic
 from toycards.lang import ir
-from toycards.lang.builtins import BUILTINS
+from toycards.models.scalars import EvalError, eval_dim, eval_scalar
+
+__all__ = [
+    "Bound",
+    "BoundParam",
+    "EvalError",
+    "bind",
+    "bind_values",
+    "eval_dim",
+    "eval_scalar",
+    "expand_template",
+]
 
 _TEMPLATE = re.compile(r"\{([^{}]*)\}")
 MAX_LAYERS = 4096  # layers of a parameter group bound without a file (random weights)
-MAX_EXPONENT = 4096  # `a ^ b` with integers: larger powers are refused, not computed
 
 
 @dataclass(frozen=True)
@@ -72,76 +82,6 @@ class Bound:
 
     def param_keys(self) -> dict[str, BoundParam]:
         return {p.key: p for p in self.params}
-
-
-# ── evaluating expressions and dimensions with concrete values ─────────────────────────
-class EvalError(Exception):
-    pass
-
-
-def eval_dim(d: ir.Dim, values: dict[str, object]) -> int:
-    """A dimension's value; division must be exact."""
-    if isinstance(d, ir.DimNum):
-        return d.value
-    if isinstance(d, ir.DimName):
-        if d.name not in values:
-            raise EvalError(f"dimension {d.name} has no value")
-        return int(values[d.name])
-    a, b = eval_dim(d.left, values), eval_dim(d.right, values)
-    if d.op == "/":
-        if b == 0 or a % b:
-            raise EvalError(f"{a}/{b} is not a whole number")
-        return a // b
-    return {"+": a + b, "-": a - b, "*": a * b}[d.op]
-
-
-_BINOPS = {
-    "+": lambda a, b: a + b, "-": lambda a, b: a - b, "·": lambda a, b: a * b, "/": lambda a, b: a / b,
-    "^": lambda a, b: a**b, "mod": lambda a, b: a % b, "<": lambda a, b: a < b, "≤": lambda a, b: a <= b,
-    "=": lambda a, b: a == b, "≠": lambda a, b: a != b, "≥": lambda a, b: a >= b, ">": lambda a, b: a > b,
-    "∧": lambda a, b: bool(a) and bool(b), "∨": lambda a, b: bool(a) or bool(b),
-}  # fmt: skip
-
-
-def eval_scalar(e: ir.Expr, values: dict[str, object], enum_names: frozenset[str] = frozenset()) -> object:
-    """Evaluate a scalar expression over hyperparameters (used for derived values and conditions)."""
-    if isinstance(e, ir.Num):
-        v = float(e.text)
-        return int(v) if v.is_integer() and re.fullmatch(r"\d+", e.text) else v
-    if isinstance(e, ir.Const):
-        return math.inf if e.name == "∞" else math.pi
-    if isinstance(e, ir.Str):
-        return e.value
-    if isinstance(e, ir.Name):
-        if e.id in values:
-            return values[e.id]
-        if e.id in enum_names:
-            return e.id
-        raise EvalError(f"{e.id} has no value")
-    if isinstance(e, ir.UnOp):
-        v = eval_scalar(e.operand, values, enum_names)
-        return _arith(e.op, {"-": lambda x: -x, "¬": lambda x: not x, "√": math.sqrt}[e.op], v)
-    if isinstance(e, ir.BinOp) and e.op in _BINOPS:
-        a, b = eval_scalar(e.left, values, enum_names), eval_scalar(e.right, values, enum_names)
-        if e.op == "/" and isinstance(a, int) and isinstance(b, int) and b and a % b == 0:
-            return a // b
-        if e.op == "^" and isinstance(a, int) and isinstance(b, int) and abs(a) > 1 and b > MAX_EXPONENT:
-            raise EvalError(f"{a} ^ {b} is too large")
-        return _arith(e.op, _BINOPS[e.op], a, b)
-    if isinstance(e, ir.Call) and not e.params and (b := BUILTINS.get(e.func)) and b.scalar is not None:
-        return _arith(e.func, b.scalar, *(eval_scalar(a, values, enum_names) for a in e.args))
-    raise EvalError("not a scalar expression of hyperparameters")
-
-
-def _arith(op: str, fn, *args: object) -> object:
-    """`fn(*args)`, with arithmetic failures (values from a file: a head count of 0) as EvalError."""
-    try:
-        return fn(*args)
-    except (ZeroDivisionError, OverflowError, ValueError, TypeError) as exc:
-        binary = len(args) == 2 and op in _BINOPS
-        shown = f" {op} ".join(map(repr, args)) if binary else f"{op}({', '.join(map(repr, args))})"
-        why = "divides by zero" if isinstance(exc, ZeroDivisionError) else f"fails ({exc})"
-        raise EvalError(f"{shown} {why}") from None
 
 
 def expand_template(template: str, arch: str | None, var: str = "", value: int | None = None) -> str:
