@@ -9,7 +9,8 @@ Leaves out: the work itself (the library modules above), the other commands (car
 
 Errors follow the group's policy (cli/__init__.py) (a ToycardsError is printed by the group, exit 1), except in
 diff, which exits like diff(1): 0 equal, 1 different, 2 a file that cannot be read. describe also
-exits 1 when the file does not match its card (the problems are listed on stderr).
+exits 1 when the file does not match its card (the problems are listed on stderr) and, with
+--check-tensors, when a tensor holds NaN or Inf (gguf/finite.py; the report goes to stderr).
 """
 
 from __future__ import annotations
@@ -67,11 +68,18 @@ def _describe_terminal(card) -> None:
     help="terminal (default on a terminal), text (default otherwise), card (a card that parses), "
     "json, markdown, latex or html.",
 )
-def describe_cmd(model: str, fmt: str | None) -> None:
+@click.option(
+    "--check-tensors",
+    "check_tensors",
+    is_flag=True,
+    help="Also read every tensor's data and report (on stderr) each one holding NaN or Inf.",
+)
+def describe_cmd(model: str, fmt: str | None, check_tensors: bool) -> None:
     """The bound card of a GGUF file: concrete hyperparameters, every tensor checked, a header.
 
     Exit status 1 when the file is not valid GGUF or does not match its card (the problems are
     listed on stderr); an architecture without a card gives a declaration-only card and exit 0.
+    With --check-tensors, also 1 when a tensor holds NaN or Inf; stdout stays the format's output.
     """
     from toycards.inspect.describe import describe
     from toycards.inspect.formats import problem_line, render_described
@@ -86,7 +94,19 @@ def describe_cmd(model: str, fmt: str | None) -> None:
             click.echo(f"notice: {card.notice}", err=True)
         for d in card.problems:
             click.echo(problem_line(d), err=True)
-    sys.exit(1 if card.errors else 0)
+    finite = _check_tensors(model) if check_tensors else True
+    sys.exit(1 if card.errors or not finite else 0)
+
+
+def _check_tensors(model: str) -> bool:
+    """Stream every tensor of the file, print the report on stderr; True when all are finite."""
+    sys.stdout.flush()  # the format's output first, then the report
+    from toycards.gguf.finite import check_tensors
+
+    report = check_tensors(model)
+    for line in report.lines():
+        click.echo(line, err=True)
+    return report.ok
 
 
 @click.command("diff")

@@ -84,16 +84,26 @@ def _load(model: str, target: str):
 def run_cmd(
     model: str, prompt: str, max_tokens: int, temperature: float, top_k, top_p, seed, target: str
 ) -> None:
-    """Generate text from MODEL.gguf, streaming it as it comes."""
+    """Generate text from MODEL.gguf, streaming it as it comes.
+
+    Exit status 1 when the file cannot be run, or when its logits become NaN or infinite
+    (`toycards describe MODEL.gguf --check-tensors` finds the tensors that hold them).
+    """
+    import numpy as np
+
     m = _load(model, target)
     sys.stdout.write(prompt)
     sys.stdout.flush()
-    for piece in m.generate(
-        prompt, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed
-    ):
-        sys.stdout.write(piece)
+    try:  # NumPy's warnings stay quiet: non-finite logits stop generation with one line instead
+        with np.errstate(all="ignore"):
+            for piece in m.generate(
+                prompt, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed
+            ):
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+    finally:  # end the text's line, also before an error (non-finite logits) on stderr
+        sys.stdout.write("\n")
         sys.stdout.flush()
-    sys.stdout.write("\n")
 
 
 @click.command("eval")
@@ -120,7 +130,10 @@ def eval_cmd(
             raise ToycardsError(
                 f"{text_file}: cannot read the text ({getattr(e, 'strerror', None) or e})"
             ) from None
-    result = evaluate(_load(model, target), text=prompt, top_k=top_k)
+    import numpy as np
+
+    with np.errstate(all="ignore"):  # non-finite logits are one error line, not NumPy's warnings
+        result = evaluate(_load(model, target), text=prompt, top_k=top_k)
     if as_json:
         click.echo(json.dumps(result.to_json(), ensure_ascii=False, indent=1))
         return

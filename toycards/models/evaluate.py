@@ -2,6 +2,7 @@
 
 Owns: `evaluate(model, text=None, ids=None, top_k=0)` → `Evaluation` (each predicted token
 with its log-probability and, optionally, the model's top-k alternatives; the perplexity).
+Non-finite logits (weights holding NaN or Inf) raise ToycardsError naming the position.
 Leaves out: sampling (runtime/sampling.py), loading (load.py), printing (cli/).
 """
 
@@ -12,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from toycards.errors import ToycardsError
+from toycards.runtime.model_base import require_finite
 from toycards.runtime.sampling import perplexity, token_logprobs, top_logprobs
 
 
@@ -46,7 +48,8 @@ def evaluate(model, text: str | None = None, ids: list[int] | None = None, top_k
         ids = tok.encode(text)
     if len(ids) < 2:
         raise ToycardsError(f"need at least 2 tokens to score, got {len(ids)}")
-    logits = model.logits(ids)
+    logits = model.logits(ids)  # (T, N_V)
+    require_finite(logits, 1, getattr(model, "path", None))
     targets = np.asarray(ids[1:])
     lp = token_logprobs(logits[:-1], targets)
     top_ids, top_lp = top_logprobs(logits[:-1], top_k) if top_k > 0 else (None, None)

@@ -1,7 +1,8 @@
 """What every generated model offers besides `forward`: logits for a list of ids, generation.
 
 Owns: `ModelAPI` (`logits(ids)`, `new_cache()`, `generate(prompt, …)`), shared by the NumPy
-and torch base classes. Leaves out: the forward pass (generated), weights (model_*.py).
+and torch base classes, and `require_finite` (non-finite logits as one error line, which
+`generate` and `evaluate` raise). Leaves out: the forward pass (generated), weights (model_*.py).
 """
 
 from __future__ import annotations
@@ -17,18 +18,22 @@ from toycards.runtime.context import KVCache
 class ModelAPI:
     tokenizer = None  # set by the loader when the GGUF file carries a vocabulary
     bound = None  # toycards.binding.Bound: hyperparameters and where each tensor came from
+    path = None  # the GGUF file the weights came from (set by the loader), named in errors
 
     def _forward_numpy(self, ids: np.ndarray, cache: KVCache | None) -> np.ndarray:
         raise NotImplementedError
 
-    def logits(self, ids) -> np.ndarray:
-        """float32 logits [len(ids), N_V] for one sequence of token ids."""
-        ids = np.asarray(ids, dtype=np.int64).reshape(1, -1)
-        if ids.size == 0:
-            raise ToycardsError("logits() needs at least one token id")
+    def _check_ids(self, ids: np.ndarray) -> None:
         n_vocab = self.hp.get("N_V")
         if n_vocab is not None and (ids.min() < 0 or ids.max() >= n_vocab):
             raise ToycardsError(f"token id out of range 0…{n_vocab - 1}")
+
+    def logits(self, ids) -> np.ndarray:
+        """float32 logits [len(ids), N_V] for one sequence of token ids (NaN if the weights hold NaN)."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(1, -1)
+        if ids.size == 0:
+            raise ToycardsError("logits() needs at least one token id")
+        self._check_ids(ids)
         return self._forward_numpy(ids, None)[0]
 
     def new_cache(self) -> KVCache:
@@ -36,7 +41,9 @@ class ModelAPI:
 
     def generate(self, prompt: str, max_tokens: int = 32, temperature: float = 0.0, top_k: int | None = None,
                  top_p: float | None = None, seed: int | None = None) -> Iterator[str]:  # fmt: skip
-        """Yield text pieces of a continuation of `prompt` (greedy at temperature 0)."""
+        """Yield text pieces of a continuation of `prompt` (greedy at temperature 0).
+
+        Raises ToycardsError when the logits are not finite (weights holding NaN or Inf)."""
         from toycards.runtime.sampling import sample
 
         tok = self.tokenizer
@@ -45,10 +52,14 @@ class ModelAPI:
         ids = tok.encode(prompt)
         if not ids:
             raise ToycardsError("the prompt encodes to no tokens")
+        prompt_ids = np.asarray(ids, dtype=np.int64).reshape(1, -1)  # (1, ℓ)
+        self._check_ids(prompt_ids)
         rng = np.random.default_rng(seed)
         cache = self.new_cache()
         decoder = tok.decoder(at_start=False)
-        logits = self._forward_numpy(np.asarray(ids, dtype=np.int64).reshape(1, -1), cache)[0, -1]
+        logits = self._forward_numpy(prompt_ids, cache)[0]  # (ℓ, N_V)
+        require_finite(logits, 1, self.path)
+        logits, position = logits[-1], len(ids)
         for _ in range(max_tokens):
             next_id = sample(logits, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng)
             if tok.is_eog(next_id):
@@ -56,7 +67,29 @@ class ModelAPI:
             piece = decoder.push(next_id)
             if piece:
                 yield piece
-            logits = self._forward_numpy(np.asarray([[next_id]], dtype=np.int64), cache)[0, -1]
+            position += 1
+            logits = self._forward_numpy(np.asarray([[next_id]], dtype=np.int64), cache)[0]  # (1, N_V)
+            require_finite(logits, position, self.path)
+            logits = logits[-1]
         tail = decoder.flush()
         if tail:
             yield tail
+
+
+def require_finite(logits: np.ndarray, first_position: int, path: str | None = None) -> None:
+    """Raise ToycardsError when a row of `logits` [T, N_V] holds NaN or ±Inf; row t is the token at
+    1-based `first_position + t`. The message names the file and how to find the culprit tensor.
+
+    >>> require_finite(np.array([[0.0, 1.0], [np.nan, 0.0]]), 1, "m.gguf")
+    Traceback (most recent call last):
+    toycards.errors.ToycardsError: m.gguf: the logits at position 2 are not finite (NaN); run `toycards describe m.gguf --check-tensors`
+    """
+    finite = np.isfinite(logits).all(axis=-1)  # (T,)
+    if finite.all():
+        return
+    t = int(np.argmin(finite))
+    row = logits[t]
+    kind = " and ".join(k for k, bad in (("NaN", np.isnan(row).any()), ("Inf", np.isinf(row).any())) if bad)
+    where = f"{path}: " if path else ""
+    hint = f"run `toycards describe {path} --check-tensors`" if path else "the weights may hold NaN or Inf"
+    raise ToycardsError(f"{where}the logits at position {first_position + t} are not finite ({kind}); {hint}")
