@@ -231,7 +231,7 @@ class StepChecker:
         maps = {k: v for k, v in maps.items() if v is not None and v.kind == "mapvar" and v.bound is not None}
         if len(maps) != 1:
             return
-        (var, entry), = maps.items()
+        ((var, entry),) = maps.items()
         try:
             index = expr_to_dim(item, lambda n: n == var or scope.is_dim(n))
         except DimError:
