@@ -26,7 +26,7 @@ from toycards.tokenizer.tokenizer import Tokenizer, clean_up_spaces, load_tokeni
 VOCAB_DIR = Path(
     os.environ.get("TOYCARDS_VOCAB_DIR", Path(__file__).resolve().parents[2] / "shared" / "vocab")
 )
-NAMES = ["gpt-2", "starcoder", "llama-spm", "phi-3"]
+NAMES = ["gpt-2", "starcoder", "llama-spm", "phi-3", "deepseek-llm"]
 needs_vocab = pytest.mark.skipif(not VOCAB_DIR.is_dir(), reason=f"no vocabularies in {VOCAB_DIR}")
 
 

@@ -60,6 +60,42 @@ _GPT4O = (
 _TEKKEN = _cased_words("") + r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 _BLOOM = r" ?[^(\s|.,!?…。，、।۔،)]+"
 
+
+def _char_class(items: str) -> str:
+    """A regex character class from hex code points and ranges, as regex text.
+
+    >>> _char_class("0041-005A 00B5")
+    '[A-Zµ]'
+    """
+
+    def one(item: str) -> str:
+        lo, _, hi = item.partition("-")
+        return chr(int(lo, 16)) + (f"-{chr(int(hi, 16))}" if hi else "")
+
+    return "[" + "".join(one(item) for item in items.split()) + "]"
+
+
+# DeepSeek LLM's letters, as its tokenizer.json lists them: the cased letters of an older Unicode,
+# incomplete (no lower-case Armenian or Georgian; Latin Extended-D only to U+A78E).
+_DEEPSEEK_LETTERS = _char_class(
+    """
+    0041-005A 0061-007A 00B5 00C0-00D6 00D8-00F6 00F8-01BA 01BC-01BF 01C4-0293 0295-02AF 0370-0373
+    0376 0377 037B-037D 037F 0386 0388-038A 038C 038E-03A1 03A3-03F5 03F7-0481 048A-052F 0531-0556
+    10A0-10C5 13A0-13F5 13F8-13FD 1C90-1CBA 1CBD-1CBF 1D00-1D2B 1D6B-1D77 1D79-1D9A 1E00-1F15
+    1F18-1F1D 1F20-1F45 1F48-1F4D 1F50-1F57 1F59 1F5B 1F5D 1F5F-1F7D 1F80-1FB4 1FB6-1FBC 1FBE
+    1FC2-1FC4 1FC6-1FCC 1FD0-1FD3 1FD6-1FDB 1FE0-1FEC 1FF2-1FF4 1FF6-1FFC 2102 2107 210A-2113 2115
+    2119-211D 2124 2126 2128 212A-212D 212F-2134 2139 213C-213F 2145-2149 214E 2183 2184 2C00-2C7B
+    2C7E-2CE4 2CEB-2CEE 2CF2 2CF3 A640-A66D A680-A69B A722-A76F A771-A787 A78B-A78E AB70-ABBF
+    FB00-FB06 FB13-FB17 FF21-FF3A FF41-FF5A 10400-1044F 104B0-104D3 104D8-104FB 10C80-10CB2
+    10CC0-10CF2 118A0-118DF 1E900-1E943
+    """
+)
+# DeepSeek's "CJK" ranges, verbatim: 4E00–9FA5, everything from U+0800 to U+4E00, Hangul syllables
+_DEEPSEEK_CJK = r"[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"
+# llama.cpp's \p{S} leaves out "~": for a regex with \p{…} it matches a "collapsed" copy of the text
+# in which \p{S} becomes the ASCII symbols it lists, $+<=>^`| (unicode.cpp, k_ucat_map)
+_SYMBOL = r"[^\P{S}~]"
+
 # regex lists per pre-tokenizer family (llama.cpp's LLAMA_VOCAB_PRE_TYPE_*), applied in order
 REGEX_FAMILIES: dict[str, tuple[str, ...]] = {
     "default": (r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"),
@@ -73,7 +109,15 @@ REGEX_FAMILIES: dict[str, tuple[str, ...]] = {
     "tekken": (_TEKKEN,),
     "bloom": (_BLOOM,),
     "viking": (_BLOOM, r"\p{N}"),
-    "deepseek-coder": (r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", r"[一-龥ࠀ-一가-퟿]+", r"\p{N}"),
+    "deepseek-llm": (
+        r"[\r\n]",
+        r"\s?" + _DEEPSEEK_LETTERS + "+",
+        r"\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+",
+        r"\s+$",
+        _DEEPSEEK_CJK,
+        r"\p{N}+",
+    ),
+    "deepseek-coder": (r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", _DEEPSEEK_CJK, r"\p{N}"),
     "deepseek-v3": (
         r"\p{N}{1,3}",
         r"[一-龥぀-ゟ゠-ヿ]+",
@@ -135,6 +179,7 @@ PRE_TOKENIZERS: dict[str, PreTokenizer] = {
     **_rows("bloom gpt3-finnish", PreTokenizer("bloom")),
     **_rows("poro-chat", PreTokenizer("bloom", **_NO_CLEAN)),
     **_rows("viking", PreTokenizer("viking", **_NO_CLEAN)),
+    **_rows("deepseek-llm", PreTokenizer("deepseek-llm", **_NO_CLEAN)),
     **_rows("deepseek-coder", PreTokenizer("deepseek-coder", **_NO_CLEAN)),
     **_rows("deepseek-v3 hunyuan-dense joyai-llm hy_v4", PreTokenizer("deepseek-v3", **_NO_CLEAN)),
     **_rows("seed-coder", PreTokenizer("seed-coder", **_NO_CLEAN)),
