@@ -15,6 +15,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
+from oracle.llama_pre import recorded_cases
 
 from toycards.errors import ToycardsError
 from toycards.gguf.reader import open_gguf
@@ -34,14 +35,7 @@ def _vocab(name: str) -> Path:
     return VOCAB_DIR / f"ggml-vocab-{name}.gguf"
 
 
-def _llama_cpp_cases(name: str) -> list[tuple[str, list[int]]]:
-    """(text, ids) pairs: `.inp` strings split on the separator line, `.out` one line of ids each."""
-    texts = _vocab(name).with_suffix(".gguf.inp").read_text(encoding="utf-8").split("\n__ggml_vocab_test__\n")
-    lines = _vocab(name).with_suffix(".gguf.out").read_text(encoding="utf-8").split("\n")
-    return [(text, [int(x) for x in line.split()]) for text, line in zip(texts, lines)]
-
-
-CASES = {name: _llama_cpp_cases(name) for name in NAMES} if VOCAB_DIR.is_dir() else {}
+CASES = {name: recorded_cases(_vocab(name)) for name in NAMES} if VOCAB_DIR.is_dir() else {}
 CASE_IDS = [(name, i) for name, cases in CASES.items() for i in range(len(cases))]
 
 
@@ -60,6 +54,7 @@ def _first_difference(got: list[int], want: list[int]) -> str:
 
 @needs_vocab
 def test_every_test_string_has_expected_ids():
+    assert set(CASES) == set(NAMES)  # recorded_cases checks that each string has its line of ids
     for name, cases in CASES.items():
         assert len(cases) >= 40, f"{name}: only {len(cases)} cases parsed"
 
