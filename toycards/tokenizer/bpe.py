@@ -14,7 +14,9 @@ cannot look past the end of its piece. Example for "starcoder" (`\\p{N}` first, 
     "ab  12"  →  ["ab  ", "1", "2"]  →  ["ab", "  ", "1", "2"]
 
 llama.cpp derives its `\\p{L}`, `\\p{N}`, … tables from the `regex` package, so running the
-same expressions through `regex` gives the same splits.
+same expressions through `regex` gives the same splits, with two of llama.cpp's own rules kept
+here: its regexes see non-ASCII whitespace as "\\v" (`_NON_ASCII_SPACE`), and its `\\p{S}` has
+no "~" (`_SYMBOL`). tests/test_tokenizer_pre.py checks every family against llama.cpp's rules.
 """
 
 from __future__ import annotations
@@ -121,8 +123,9 @@ REGEX_FAMILIES: dict[str, tuple[str, ...]] = {
     "deepseek-v3": (
         r"\p{N}{1,3}",
         r"[一-龥぀-ゟ゠-ヿ]+",
-        r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"
-        r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+        # llama.cpp's [^\r\n\p{L}\p{P}\p{S}] and [\p{P}\p{S}], with its \p{S} (no "~")
+        r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|(?:[^\r\n\p{L}\p{P}\p{S}]|~)?[\p{L}\p{M}]+"
+        rf"| ?(?:\p{{P}}|{_SYMBOL})+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
     ),
     "seed-coder": (
         _CONTRACTIONS_ANY_CASE
@@ -174,7 +177,7 @@ PRE_TOKENIZERS: dict[str, PreTokenizer] = {
     ),
     **_rows("megrez stablelm2", PreTokenizer("qwen2")),
     **_rows("qwen35", PreTokenizer("qwen35", **_NO_CLEAN)),
-    **_rows("gpt-4o llama4 kanana2 talkie", PreTokenizer("gpt4o", **_NO_CLEAN)),
+    **_rows("gpt-4o llama4 kanana2 talkie minimax-m2", PreTokenizer("gpt4o", **_NO_CLEAN)),
     **_rows("tekken", PreTokenizer("tekken", clean_spaces=False, ignore_merges=True, add_bos=True)),
     **_rows("bloom gpt3-finnish", PreTokenizer("bloom")),
     **_rows("poro-chat", PreTokenizer("bloom", **_NO_CLEAN)),
@@ -187,21 +190,21 @@ PRE_TOKENIZERS: dict[str, PreTokenizer] = {
 }
 
 
+# llama.cpp matches a regex that has no \p{…} with std::wregex, whose \s is ASCII-only, so it first
+# turns every non-ASCII whitespace character into "\v"; its collapsed text (see _SYMBOL) does the
+# same. Only where a regex names such a character does it matter: DeepSeek's range U+0800–U+4E00
+# holds U+3000, U+2003, …, which llama.cpp therefore never takes into a "CJK" word.
+_NON_ASCII_SPACE = regex.compile(r"[^\x00-\x7f\S]")
+
+
 @cache
 def _compiled(family: str) -> tuple[regex.Pattern, ...]:
     return tuple(regex.compile(expr) for expr in REGEX_FAMILIES[family])
 
 
-def split_words(text: str, family: str) -> list[str]:
-    """Pre-tokenize `text` with a regex family: matches and the gaps between them, in order.
-
-    >>> split_words("Hello, world!  12", "gpt2")
-    ['Hello', ',', ' world', '!', ' ', ' 12']
-    >>> split_words("Hello, world!  12", "starcoder")
-    ['Hello', ',', ' world', '!', '  ', '1', '2']
-    """
+def _split(text: str, patterns: tuple[regex.Pattern, ...]) -> list[str]:
     pieces = [text] if text else []
-    for pattern in _compiled(family):
+    for pattern in patterns:
         out: list[str] = []
         for piece in pieces:
             end = 0
@@ -215,6 +218,28 @@ def split_words(text: str, family: str) -> list[str]:
                 out.append(piece[end:])
         pieces = out
     return pieces
+
+
+def split_words(text: str, family: str) -> list[str]:
+    """Pre-tokenize `text` with a regex family: matches and the gaps between them, in order.
+
+    The regexes see non-ASCII whitespace as "\\v", as llama.cpp's do, and the pieces are cut
+    from `text` itself.
+
+    >>> split_words("Hello, world!  12", "gpt2")
+    ['Hello', ',', ' world', '!', ' ', ' 12']
+    >>> split_words("Hello, world!  12", "starcoder")
+    ['Hello', ',', ' world', '!', '  ', '1', '2']
+    """
+    view, folded = (text, 0) if text.isascii() else _NON_ASCII_SPACE.subn("\v", text)
+    pieces = _split(view, _compiled(family))
+    if not folded:
+        return pieces
+    out, start = [], 0
+    for piece in pieces:
+        out.append(text[start : start + len(piece)])
+        start += len(piece)
+    return out
 
 
 def bytes_to_unicode() -> dict[int, str]:
