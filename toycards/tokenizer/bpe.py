@@ -21,8 +21,9 @@ no "~" (`_SYMBOL`). tests/test_tokenizer_pre.py checks every family against llam
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 
 import regex
 
@@ -192,17 +193,15 @@ PRE_TOKENIZERS: dict[str, PreTokenizer] = {
 
 # llama.cpp matches a regex that has no \p{…} with std::wregex, whose \s is ASCII-only, so it first
 # turns every non-ASCII whitespace character into "\v"; its collapsed text (see _SYMBOL) does the
-# same. Only where a regex names such a character does it matter: DeepSeek's range U+0800–U+4E00
-# holds U+3000, U+2003, …, which llama.cpp therefore never takes into a "CJK" word.
+# same. Only where a regex names such a character does it matter: DeepSeek's ranges U+0800–U+4E00
+# and U+3000–U+3002 hold U+3000, U+2003, …, which llama.cpp therefore never matches with them. The
+# other families' regexes cannot tell such a space from "\v" (\s takes both, \p{…} neither), so
+# they skip the substitution; the oracle tests, which substitute for every family, check that.
 _NON_ASCII_SPACE = regex.compile(r"[^\x00-\x7f\S]")
+_SPACE_SENSITIVE = frozenset({"deepseek-llm", "deepseek-coder"})
 
 
-@cache
-def _compiled(family: str) -> tuple[regex.Pattern, ...]:
-    return tuple(regex.compile(expr) for expr in REGEX_FAMILIES[family])
-
-
-def _split(text: str, patterns: tuple[regex.Pattern, ...]) -> list[str]:
+def _split(patterns: tuple[regex.Pattern, ...], text: str) -> list[str]:
     pieces = [text] if text else []
     for pattern in patterns:
         out: list[str] = []
@@ -220,19 +219,10 @@ def _split(text: str, patterns: tuple[regex.Pattern, ...]) -> list[str]:
     return pieces
 
 
-def split_words(text: str, family: str) -> list[str]:
-    """Pre-tokenize `text` with a regex family: matches and the gaps between them, in order.
-
-    The regexes see non-ASCII whitespace as "\\v", as llama.cpp's do, and the pieces are cut
-    from `text` itself.
-
-    >>> split_words("Hello, world!  12", "gpt2")
-    ['Hello', ',', ' world', '!', ' ', ' 12']
-    >>> split_words("Hello, world!  12", "starcoder")
-    ['Hello', ',', ' world', '!', '  ', '1', '2']
-    """
+def _split_seeing_spaces_as_vt(patterns: tuple[regex.Pattern, ...], text: str) -> list[str]:
+    """`_split` on a copy of `text` with non-ASCII whitespace as "\\v"; the pieces come from `text`."""
     view, folded = (text, 0) if text.isascii() else _NON_ASCII_SPACE.subn("\v", text)
-    pieces = _split(view, _compiled(family))
+    pieces = _split(patterns, view)
     if not folded:
         return pieces
     out, start = [], 0
@@ -240,6 +230,24 @@ def split_words(text: str, family: str) -> list[str]:
         out.append(text[start : start + len(piece)])
         start += len(piece)
     return out
+
+
+@cache
+def splitter(family: str) -> Callable[[str], list[str]]:
+    """The function that pre-tokenizes text with a regex family (see `split_words`)."""
+    patterns = tuple(regex.compile(expr) for expr in REGEX_FAMILIES[family])
+    return partial(_split_seeing_spaces_as_vt if family in _SPACE_SENSITIVE else _split, patterns)
+
+
+def split_words(text: str, family: str) -> list[str]:
+    """Pre-tokenize `text` with a regex family: matches and the gaps between them, in order.
+
+    >>> split_words("Hello, world!  12", "gpt2")
+    ['Hello', ',', ' world', '!', ' ', ' 12']
+    >>> split_words("Hello, world!  12", "starcoder")
+    ['Hello', ',', ' world', '!', '  ', '1', '2']
+    """
+    return splitter(family)(text)
 
 
 def bytes_to_unicode() -> dict[int, str]:
@@ -294,11 +302,12 @@ class ByteBPE:
         self.token_to_id = token_to_id
         self.ranks = ranks
         self.pre = pre
+        self._split_words = splitter(pre.family)
         self._cache: dict[str, list[int]] = {}
 
     def encode(self, text: str) -> list[int]:
         ids: list[int] = []
-        for word in split_words(text, self.pre.family):
+        for word in self._split_words(text):
             cached = self._cache.get(word)
             if cached is None:
                 cached = self._cache[word] = self._encode_word(word)
