@@ -94,6 +94,14 @@ RSTRIP_RULES: dict[str, Callable[[list[int], dict[str, int]], set[int]]] = {
 }
 
 
+def _by_first_char(ids: list[int], tokens: list[str]) -> dict[str, list[tuple[int, int]]]:
+    """(position in `ids`, id) of each token, grouped by the token's first character."""
+    groups: dict[str, list[tuple[int, int]]] = {}
+    for at, tid in enumerate(ids):
+        groups.setdefault(tokens[tid][0], []).append((at, tid))
+    return groups
+
+
 class SpecialSplitter:
     """Cuts special tokens out of text; built once per vocabulary (after types are adjusted)."""
 
@@ -108,11 +116,19 @@ class SpecialSplitter:
         self.user_defined = [i for i in self.specials if token_type[i] == T.USER_DEFINED]
         rule = next((r for name, r in RSTRIP_RULES.items() if name in model_name.lower()), None)
         self.rstrip = rule(self.specials, token_to_id) if rule else set()
+        self._by_first = {
+            True: _by_first_char(self.specials, tokens),
+            False: _by_first_char(self.user_defined, tokens),
+        }
 
     def split(self, text: str, parse_special: bool = False) -> list[str | int]:
         """Raw-text fragments (str) and special token ids (int), in order."""
         fragments: list[str | int] = [text]
-        for tid in self.specials if parse_special else self.user_defined:
+        order = self.specials if parse_special else self.user_defined
+        if len(order) > 32:  # many tokens (DeepSeek LLM: 2,400): try those whose first character occurs
+            by_first = self._by_first[parse_special]
+            order = [tid for _, tid in sorted(x for c in set(text) if c in by_first for x in by_first[c])]
+        for tid in order:
             piece = self.tokens[tid]
             if any(isinstance(f, str) and piece in f for f in fragments):
                 fragments = [g for f in fragments for g in self._cut(f, piece, tid)]
