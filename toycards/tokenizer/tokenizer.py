@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import gguf
 
 from toycards.errors import ToycardsError
+from toycards.gguf.facts import DEPRECATED_SPECIAL_TOKEN_KEYS, SPECIAL_TOKEN_KEYS
 from toycards.tokenizer.bpe import PRE_TOKENIZERS, ByteBPE, PreTokenizer, parse_merges, token_bytes
 from toycards.tokenizer.special import SpecialSplitter, assign_roles_by_text, end_of_generation
 from toycards.tokenizer.spm import SPACE, SentencePiece, parse_byte_token
@@ -60,12 +61,7 @@ MODELS = {
 _SPM_PRE = PreTokenizer("default", clean_spaces=False, add_bos=True)  # SPM has no pre-tokenizer
 
 # special-token roles and their keys; later keys win (the deprecated prefix/suffix/middle ids)
-_SPECIAL_KEYS = [
-    ("bos", K.BOS_ID), ("eos", K.EOS_ID), ("eot", K.EOT_ID), ("eom", K.EOM_ID), ("unk", K.UNK_ID),
-    ("sep", K.SEP_ID), ("pad", K.PAD_ID), ("mask", K.MASK_ID), ("fim_pre", K.FIM_PRE_ID),
-    ("fim_suf", K.FIM_SUF_ID), ("fim_mid", K.FIM_MID_ID), ("fim_pad", K.FIM_PAD_ID), ("fim_rep", K.FIM_REP_ID),
-    ("fim_sep", K.FIM_SEP_ID), ("fim_pre", K.PREFIX_ID), ("fim_suf", K.SUFFIX_ID), ("fim_mid", K.MIDDLE_ID),
-]  # fmt: skip
+_SPECIAL_KEYS = SPECIAL_TOKEN_KEYS + DEPRECATED_SPECIAL_TOKEN_KEYS
 _HIDDEN_TYPES = (T.CONTROL, T.UNKNOWN)  # decode to "" unless special=True
 
 
