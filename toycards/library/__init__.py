@@ -2,19 +2,33 @@
 
 Owns: `ARCH_CARDS` (general.architecture → card file in toycards/library/cards/, a table: several
 architectures may share a card), `library_card(name)` (parsed once, cached on disk between
-processes), `library_algorithms()` (the prelude's algorithms by name) and `card_for_file(f)`,
-the one rule for which card describes a GGUF file (the card embedded in it, else the library's
-card for its architecture), used by describe, load, gen, run and eval alike.
+processes), `library_algorithms()` (the prelude's algorithms by name), the user card folders
+(`TOYCARDS_CARDS`: a path list of folders holding `ARCH.card` files, `user_card_dirs()`) and
+`card_for_file(f, given)`, the one rule for which card describes a GGUF file, used by describe,
+diff, load, gen, run and eval alike:
+
+    1. `given`, a card file the caller names (`--card FILE`);
+    2. the card embedded in the file under `toycards.card`;
+    3. `ARCH.card` in the first folder of TOYCARDS_CARDS that has one (ARCH: general.architecture);
+    4. the library card for ARCH;
+    5. none, with the reason.
+
+An embedded card comes before the user folders because it is the most specific: it was written
+with these weights (toycards save/train) and describes this one file, while a folder card is
+chosen by architecture name alone, which many files share. `given` overrides both.
 Leaves out: parsing (lang/parse.py), binding to files (models/binding.py).
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from toycards import cache
+from toycards.errors import ToycardsError
 from toycards.lang import ir
 
 PACKAGE = Path(__file__).parent
@@ -22,12 +36,17 @@ CARDS = PACKAGE / "cards"
 LANG = PACKAGE.parent / "lang"  # the grammar, parser and IR sources key the on-disk cache
 
 
+def library_card_file(name: str) -> str:
+    """The name a library card's diagnostics and describe show: `toycards/library/cards/NAME.card`."""
+    return f"toycards/library/cards/{name}.card"
+
+
 def parse_library_card(name: str) -> ir.Card:
     """Parse a shipped card by file stem, e.g. "prelude" (imports the parser, and lark, only here)."""
     from toycards.lang.parse import parse
 
     text = (CARDS / f"{name}.card").read_text(encoding="utf-8")
-    return parse(text, file=f"toycards/library/cards/{name}.card")
+    return parse(text, file=library_card_file(name))
 
 
 ARCH_CARDS: dict[str, str] = {
@@ -52,17 +71,23 @@ def library_card(name: str) -> ir.Card:
     every source of the card language (lang/: grammar, parser, IR), so an edited card, or a
     changed parser or IR, is parsed afresh.
     """
-    from toycards.version import __version__
-
     text = (CARDS / f"{name}.card").read_text(encoding="utf-8")
-    sources = [p.read_text(encoding="utf-8") for p in sorted(LANG.glob("*.py")) + [LANG / "card.lark"]]
-    path = cache.cache_file(name, cache.cache_key(__version__, *sources, text))
+    path = cache.cache_file(name, cache.cache_key(*_language_key(), text))
     card = cache.load(path)
     if isinstance(card, ir.Card) and card.source == text:
         return card
     card = parse_library_card(name)
     cache.store(path, card)
     return card
+
+
+def _language_key() -> list[str]:
+    """What a parsed card depends on besides its text: the version and the card language's sources."""
+    from toycards.version import __version__
+
+    return [__version__] + [
+        p.read_text(encoding="utf-8") for p in sorted(LANG.glob("*.py")) + [LANG / "card.lark"]
+    ]
 
 
 def card_for_arch(arch: str) -> ir.Card | None:
@@ -76,26 +101,86 @@ def library_algorithms() -> dict[str, ir.Algorithm]:
     return {a.name: a for a in library_card("prelude").algorithms}
 
 
+USER_CARDS_ENV = "TOYCARDS_CARDS"
+_ARCH_STEM = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,99}")  # an architecture usable as a file stem
+
+
+def user_card_dirs(value: str | None = None) -> list[Path]:
+    """The folders of TOYCARDS_CARDS (or of `value`), in order; empty entries are skipped.
+
+    An entry that is not a folder is an error (one line), not silently skipped, so that a typo
+    cannot quietly fall back to another card:
+
+    >>> user_card_dirs("")
+    []
+    >>> user_card_dirs("/nonexistent/cards")
+    Traceback (most recent call last):
+    toycards.errors.ToycardsError: TOYCARDS_CARDS entry '/nonexistent/cards' does not exist (it should be a folder of ARCH.card files)
+    """
+    value = os.environ.get(USER_CARDS_ENV, "") if value is None else value
+    dirs = []
+    for entry in value.split(os.pathsep):
+        if not entry:
+            continue
+        path = Path(entry).expanduser()
+        if not path.is_dir():
+            what = "is not a folder" if path.exists() else "does not exist"
+            raise ToycardsError(
+                f"{USER_CARDS_ENV} entry {entry!r} {what} (it should be a folder of ARCH.card files)"
+            )
+        dirs.append(path)
+    return dirs
+
+
+def user_card_path(arch: str, dirs: list[Path]) -> Path | None:
+    """`ARCH.card` in the first of `dirs` that has one; None for a name that is no file stem."""
+    if not _ARCH_STEM.fullmatch(arch):  # general.architecture comes from the file: never a path
+        return None
+    return next((d / f"{arch}.card" for d in dirs if (d / f"{arch}.card").exists()), None)
+
+
+def read_card_file(path: str | os.PathLike) -> ir.Card:
+    """A card file named by the user, cached on disk like the library's (keyed by its text and
+    name too); errors name the file (`my.card:3:7: error: …`) and are never cached."""
+    from toycards.lang.reading import read
+
+    text, file = read(Path(path), None)
+    where = cache.cache_file(f"user-{Path(file).stem[:40]}", cache.cache_key(*_language_key(), file, text))
+    card = cache.load(where)
+    if isinstance(card, ir.Card) and card.source == text and card.file == file:
+        return card
+    from toycards.lang.parse import parse
+
+    card = parse(text, file=file)
+    cache.store(where, card)
+    return card
+
+
 @dataclass(frozen=True)
 class CardChoice:
-    """Which card describes a file: `card` with its `origin` ("embedded" or "library"), or no
-    card (None) and the `reason`, one line naming the file's architecture."""
+    """Which card describes a file: `card`, its `origin` ("given", "embedded", "user" or
+    "library") and `path`, where it came from (the card file; for an embedded card
+    `FILE:toycards.card`); or no card (None) and the `reason`, one line naming the file's
+    architecture."""
 
     card: ir.Card | None
     origin: str = ""
     reason: str = ""
+    path: str = ""
 
 
-def card_for_file(f) -> CardChoice:
-    """The card for an open GGUF file: the card embedded under `toycards.card`, else the library
-    card for `general.architecture`, else none and why."""
+def card_for_file(f, given: str | os.PathLike | None = None) -> CardChoice:
+    """The card for an open GGUF file, by the rule of the module docstring, or none and why."""
     from toycards.gguf.facts import ARCH_NAMES, CARD_KEY
 
+    if given is not None:
+        return CardChoice(read_card_file(given), "given", path=os.fspath(given))
     embedded = f.get(CARD_KEY)
     if isinstance(embedded, str) and embedded.strip():
         from toycards.lang.parse import parse  # only an embedded card needs the parser
 
-        return CardChoice(parse(embedded, file=f"{f.path}:{CARD_KEY}"), "embedded")
+        where = f"{f.path}:{CARD_KEY}"
+        return CardChoice(parse(embedded, file=where), "embedded", path=where)
     arch = f.get("general.architecture")
     if not isinstance(arch, str) or not arch:
         return CardChoice(None, reason="the file has no general.architecture")
@@ -104,11 +189,22 @@ def card_for_file(f) -> CardChoice:
             None,
             reason=f"the file holds no tensors (a vocabulary-only file of architecture {safe_text(arch)})",
         )
+    user = user_card_path(arch, user_card_dirs())
+    if user is not None:
+        return CardChoice(read_card_file(user), "user", path=str(user))
     if arch in ARCH_CARDS:
-        return CardChoice(card_for_arch(arch), "library")
+        return CardChoice(card_for_arch(arch), "library", path=library_card_file(ARCH_CARDS[arch]))
     member = next((m for m, name in ARCH_NAMES.items() if name == arch), None)
     known = f"gguf knows it as MODEL_ARCH.{member}" if member else "unknown to gguf too"
-    return CardChoice(None, reason=f"no card for architecture {safe_text(arch)} in the library ({known})")
+    return CardChoice(
+        None,
+        reason=f"no card for architecture {safe_text(arch)} in the library ({known}); "
+        f"pass a card (--card FILE), or put {_stem(arch)}.card in a folder of {USER_CARDS_ENV}",
+    )
+
+
+def _stem(arch: str) -> str:
+    return arch if _ARCH_STEM.fullmatch(arch) else "ARCH"
 
 
 def safe_text(text: str) -> str:
