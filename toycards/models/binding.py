@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from toycards.errors import Diagnostic
 from toycards.lang import ir
-from toycards.models.scalars import EvalError, eval_dim, eval_scalar
+from toycards.models.scalars import EvalError, UnboundDim, eval_dim, eval_scalar
 
 __all__ = [
     "Bound",
@@ -268,7 +268,10 @@ def bind_parameters(
     """Every parameter tensor (per layer) with its source; `tensor_shapes=None` binds without a file."""
     out: list[BoundParam] = []
     problems: list[Diagnostic] = []
+    unbound = {n for d in algo.hyper_decls for n in d.names} - values.keys()
     for decl, group in algo.all_params():
+        if _waits_on(decl, group, values, unbound):
+            continue  # the hyperparameter's own problem says why: no echo per parameter
         if decl.binding is None or decl.binding.kind != "from":
             problems.append(
                 Diagnostic(decl.span, f'parameter {", ".join(decl.names)} has no `from "tensor"` binding')
@@ -304,6 +307,19 @@ def _layer_count(group: ir.ParamGroup, values: dict, tensor_shapes: dict | None)
         what = group.bound.name if isinstance(group.bound, ir.DimName) else "the layer count"
         raise EvalError(f"{what} = {n} layers, but {has}")
     return n
+
+
+def _waits_on(decl: ir.Decl, group: ir.ParamGroup | None, values: dict, unbound: set[str]) -> bool:
+    """Whether the parameter's shape (or its group's count) needs a hyperparameter left unbound."""
+    dims = ((group.bound,) if group is not None else ()) + tuple(getattr(decl.type, "dims", ()))
+    try:
+        for d in dims:
+            eval_dim(d, values)
+    except UnboundDim as exc:
+        return exc.name in unbound
+    except EvalError:
+        pass  # reported where the shape is evaluated
+    return False
 
 
 def _bind_one(decl, name, alts, group, layer, values, tensor_shapes, arch, problems) -> BoundParam | None:

@@ -28,13 +28,21 @@ class EvalError(Exception):
     pass
 
 
+class UnboundDim(EvalError):
+    """A dimension named after a hyperparameter that has no value."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"dimension {name} has no value")
+        self.name = name
+
+
 def eval_dim(d: ir.Dim, values: dict[str, object]) -> int:
     """A dimension's value; division must be exact."""
     if isinstance(d, ir.DimNum):
         return d.value
     if isinstance(d, ir.DimName):
         if d.name not in values:
-            raise EvalError(f"dimension {d.name} has no value")
+            raise UnboundDim(d.name)
         return int(values[d.name])
     a, b = eval_dim(d.left, values), eval_dim(d.right, values)
     if d.op == "/":
