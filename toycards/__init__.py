@@ -72,13 +72,14 @@ def check(card: Card) -> list[Diagnostic]:
     return _check(card)
 
 
-def describe(path: str | Path) -> DescribedCard:
+def describe(path: str | Path, card: str | Path | None = None) -> DescribedCard:
     """The card of a GGUF file bound to its concrete hyperparameters, every tensor checked: a
-    Card that also carries `.problems` (every mismatch), `.header` (the file's summary) and
-    `.origin` (library, embedded or declaration-only)."""
+    Card that also carries `.problems` (every mismatch), `.header` (the file's summary),
+    `.origin` (given, embedded, user, library or declaration-only) and `.card_path`. `card`: a
+    card file to bind instead of the file's own (embedded, else TOYCARDS_CARDS, else library)."""
     from toycards.inspect.describe import describe as _describe
 
-    return _describe(path)
+    return _describe(path, card)
 
 
 def generate_source(card: Card | str, target: str = "torch") -> str:

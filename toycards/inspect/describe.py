@@ -1,8 +1,9 @@
 """`toycards describe`: any GGUF file → the bound card that describes it.
 
-Owns: `describe(path) -> DescribedCard`, which picks the card for the file (the card embedded
-under `toycards.card`, else the library card for `general.architecture`, else a
-declaration-only card), binds it (models/binding.py), collects every mismatch by name (missing or
+Owns: `describe(path, card=None) -> DescribedCard`, which picks the card for the file (`card`
+when given, else the card embedded under `toycards.card`, else `ARCH.card` from a folder of
+TOYCARDS_CARDS, else the library card for `general.architecture`: library.card_for_file; else
+a declaration-only card), binds it (models/binding.py), collects every mismatch by name (missing or
 unexpected tensor, wrong shape, unreadable type, missing metadata key, implausible values),
 and writes the concrete values into the card: `L ∈ ℕ = 30 from "{arch}.block_count"`.
 Leaves out: the header facts (header.py), declaration-only cards (inventory.py), output
@@ -10,7 +11,8 @@ formats (formats.py), the command line (cli/).
 
 A `DescribedCard` is an `ir.Card`: it checks, renders (`str(card)` is the `--format card`
 text), generates code and loads like any other card, and it carries `header`, `problems`,
-`origin` ("library", "embedded" or "declaration-only") and `notice`.
+`origin` ("given", "embedded", "user", "library" or "declaration-only"), `card_path` (where
+the card came from) and `notice`.
 
 The repository's example file (examples/make_example.py: a 2-layer Llama, d_e = 64):
 
@@ -54,7 +56,8 @@ class DescribedCard(ir.Card):
 
     header: Header | None = field(default=None, repr=False)
     problems: tuple[Diagnostic, ...] = ()
-    origin: str = "library"  # "library" | "embedded" | "declaration-only"
+    origin: str = "library"  # "given" | "embedded" | "user" | "library" | "declaration-only"
+    card_path: str = ""  # where the card came from: a card file, or FILE:toycards.card
     notice: str = ""  # one line for the user, e.g. why the card is declaration-only
     bound: Bound | None = field(default=None, repr=False)
 
@@ -69,6 +72,11 @@ class DescribedCard(ir.Card):
     @property
     def declaration_only(self) -> bool:
         return self.origin == "declaration-only"
+
+    @property
+    def card_label(self) -> str:
+        """Which card was bound and from where, e.g. `user card /cards/toyformer.card (TOYCARDS_CARDS)`."""
+        return _one_line(_CARD_LABELS[self.origin].format(path=self.card_path))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, ir.Card):
@@ -104,16 +112,26 @@ def _file_span(path: str) -> Span:
     return Span(path, 0, 0, 0, 0, 0, 0)
 
 
-def _choose(f) -> tuple[ir.Card, str, str]:
-    """(card, origin, notice) for an open file: the chosen card, else a declaration-only one."""
+_CARD_LABELS = {
+    "given": "given card {path}",
+    "embedded": "the card embedded in the file ({path})",
+    "user": "user card {path} (TOYCARDS_CARDS)",
+    "library": "library card {path}",
+    "declaration-only": "declaration-only (no steps)",
+}
+
+
+def _choose(f, given) -> tuple[ir.Card, str, str, str]:
+    """(card, origin, path, notice) for an open file: the chosen card, else a declaration-only one."""
     from toycards.library import card_for_file
 
-    choice = card_for_file(f)
+    choice = card_for_file(f, given)
     if choice.card is not None:
-        return choice.card, choice.origin, ""
+        return choice.card, choice.origin, choice.path, ""
     arch = f.get("general.architecture")
     card = declaration_only_card(f, arch if isinstance(arch, str) else None, choice.reason)
-    return card, "declaration-only", f"{Path(f.path).name}: {choice.reason}; showing a declaration-only card"
+    notice = f"{Path(f.path).name}: {choice.reason}; showing a declaration-only card"
+    return card, "declaration-only", "", notice
 
 
 def _strip_values(card: ir.Card) -> tuple[ir.Card, dict[str, ir.Expr]]:
@@ -204,11 +222,16 @@ def _with_values(card: ir.Card, bound: Bound, f, preamble: tuple[str, ...]) -> i
     return dataclasses.replace(card, algorithms=card.algorithms[:-1] + (main,), preamble=preamble)
 
 
-def _preamble(header: Header, card: ir.Card, origin: str) -> tuple[str, ...]:
+def _preamble(header: Header, card: ir.Card, origin: str, path: str) -> tuple[str, ...]:
     name = header.general.get("general.name")
     what = f"{safe_text(str(name))}, " if name else ""
     types = ", ".join(f"{t} ×{n}" for t, n in header.tensor_types.items()) or "no tensors"
-    source = {"library": "the library card", "embedded": f"the card embedded in the file ({CARD_KEY})"}
+    source = {
+        "library": "the library card",
+        "embedded": f"the card embedded in the file ({CARD_KEY})",
+        "user": f"the user card {path} (TOYCARDS_CARDS)",
+        "given": f"the given card {path}",
+    }
     lines = (
         f"Bound card of {Path(header.path).name} ({human_size(header.file_size)}), written by toycards describe:",
         f"{what}{human_count(header.n_params)} parameters; {types}.",
@@ -221,22 +244,24 @@ def _one_line(text: str) -> str:
     return "".join(c if c.isprintable() else " " for c in text)
 
 
-def describe(path: str | os.PathLike) -> DescribedCard:
+def describe(path: str | os.PathLike, card: str | os.PathLike | None = None) -> DescribedCard:
     """The bound card of a GGUF file, with its header and every mismatch (see the module docstring).
 
-    Raises `ToycardsError` (one line) when the file is not a valid GGUF file, or when a card
-    embedded in it does not parse; binding problems are reported in `problems`, not raised.
+    `card` is a card file to bind instead of the file's own (the `--card FILE` of the command line).
+    Raises `ToycardsError` (one line, or a card's diagnostics) when the file is not a valid GGUF
+    file, or when the chosen card does not parse; binding problems are reported in `problems`,
+    not raised.
     """
     from toycards.gguf.reader import open_gguf
 
     with open_gguf(path) as f:
         header = read_header(f)
-        card, origin, notice = _choose(f)
+        card, origin, card_path, notice = _choose(f, card)
         plain, old_values = _strip_values(card)
         bound = bind(plain.main, f, str(f.path))
         problems = list(bound.problems) + _tensor_problems(f, bound)
         problems += _value_problems(plain, old_values, bound, str(f.path)) + _hparam_problems(f)
-        described = _with_values(plain, bound, f, _preamble(header, card, origin))
+        described = _with_values(plain, bound, f, _preamble(header, card, origin, card_path))
     return DescribedCard(
         described.algorithms,
         described.version,
@@ -246,6 +271,7 @@ def describe(path: str | os.PathLike) -> DescribedCard:
         header=header,
         problems=tuple(problems),
         origin="declaration-only" if is_declaration_only(card) else origin,
+        card_path=card_path,
         notice=notice,
         bound=bound,
     )
@@ -255,8 +281,8 @@ class _DescribeModule(sys.modules[__name__].__class__):
     """`toycards.describe` is both this module and the public function: calling it describes a file
     (importing the module makes it the package's `describe` attribute)."""
 
-    def __call__(self, path: str | os.PathLike) -> DescribedCard:
-        return describe(path)
+    def __call__(self, path: str | os.PathLike, card: str | os.PathLike | None = None) -> DescribedCard:
+        return describe(path, card)
 
 
 sys.modules[__name__].__class__ = _DescribeModule

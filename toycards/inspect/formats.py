@@ -19,6 +19,7 @@ The Markdown header of the repository's example file (examples/make_example.py):
 | file | tiny-llama.gguf (307.4 kB, GGUF v3) |
 | name | toycards tiny llama (random weights) |
 | architecture | llama |
+| card | library card toycards/library/cards/llama.card |
 | parameters | 139,584 (139.6k) in 20 tensors |
 | tensor types | F16 ×15, F32 ×5 |
 | context length | 256 |
@@ -99,6 +100,7 @@ def to_json(card: DescribedCard) -> dict:
     return {
         "file": card.header.path if card.header else card.file,
         "origin": card.origin,
+        "card_path": card.card_path or None,
         "notice": card.notice or None,
         "header": _jsonable(dataclasses.asdict(card.header)) if card.header else None,
         "problems": problems,
@@ -110,14 +112,17 @@ def to_json(card: DescribedCard) -> dict:
 
 
 # ── text formats ────────────────────────────────────────────────────────────────────────
-def _rows(card: DescribedCard) -> list[tuple[str, str]]:
-    return card.header.rows() if card.header else []
+def described_rows(card: DescribedCard) -> list[tuple[str, str]]:
+    """The header rows with, after the architecture, which card was bound and from where."""
+    table = card.header.rows() if card.header else []
+    at = next((i + 1 for i, (label, _) in enumerate(table) if label == "architecture"), len(table))
+    return table[:at] + [("card", card.card_label)] + table[at:]
 
 
 def _text(card: DescribedCard) -> str:
-    rows = _rows(card)
-    width = max((len(k) for k, _ in rows), default=0)
-    out = [f"{k:>{width}}  {v}" for k, v in rows]
+    table = described_rows(card)
+    width = max((len(k) for k, _ in table), default=0)
+    out = [f"{k:>{width}}  {v}" for k, v in table]
     if card.notice:
         out += ["", f"notice: {card.notice}"]
     out += [""] + [problem_line(d) for d in card.problems] + ([""] if card.problems else [])
@@ -127,7 +132,7 @@ def _text(card: DescribedCard) -> str:
 def _markdown(card: DescribedCard) -> str:
     cell = lambda s: str(s).replace("|", "\\|")  # noqa: E731
     out = [f"# {Path(card.header.path).name if card.header else card.file}", "", "| | |", "|---|---|"]
-    out += [f"| {cell(k)} | {cell(v)} |" for k, v in _rows(card)]
+    out += [f"| {cell(k)} | {cell(v)} |" for k, v in described_rows(card)]
     if card.notice:
         out += ["", f"> {card.notice}"]
     if card.problems:
@@ -151,7 +156,7 @@ def latex_escape(text: str) -> str:
 
 def _latex(card: DescribedCard) -> str:
     out = [r"\begin{tabular}{ll}"]
-    out += [f"{latex_escape(k)} & {latex_escape(v)} \\\\" for k, v in _rows(card)]
+    out += [f"{latex_escape(k)} & {latex_escape(v)} \\\\" for k, v in described_rows(card)]
     out.append(r"\end{tabular}")
     if card.problems:
         out += [r"\begin{itemize}"] + [f"\\item {latex_escape(problem_line(d))}" for d in card.problems]
@@ -169,7 +174,7 @@ def _html(card: DescribedCard) -> str:
     e = html.escape
     title = Path(card.header.path).name if card.header else card.file
     out = [f'<section class="toycards-describe">\n<h1>{e(title)}</h1>', "<table>"]
-    out += [f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in _rows(card)]
+    out += [f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in described_rows(card)]
     out.append("</table>")
     if card.notice:
         out.append(f'<p class="notice">{e(card.notice)}</p>')
