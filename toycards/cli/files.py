@@ -19,6 +19,7 @@ import sys
 
 import click
 
+from toycards.cli.options import card_option, given_card
 from toycards.errors import ToycardsError
 
 
@@ -38,14 +39,14 @@ def _describe_terminal(card) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from toycards.inspect.formats import problem_line
+    from toycards.inspect.formats import described_rows, problem_line
     from toycards.render.terminal import highlight_card
 
     console = Console(highlight=False, soft_wrap=True)
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold cyan", justify="right", no_wrap=True)
     table.add_column()
-    for label, value in card.header.rows():
+    for label, value in described_rows(card):
         table.add_row(label, value)
     console.print(table)
     if card.notice:
@@ -74,17 +75,20 @@ def _describe_terminal(card) -> None:
     is_flag=True,
     help="Also read every tensor's data and report (on stderr) each one holding NaN or Inf.",
 )
-def describe_cmd(model: str, fmt: str | None, check_tensors: bool) -> None:
+@card_option
+def describe_cmd(model: str, fmt: str | None, check_tensors: bool, card: str | None) -> None:
     """The bound card of a GGUF file: concrete hyperparameters, every tensor checked, a header.
 
-    Exit status 1 when the file is not valid GGUF or does not match its card (the problems are
-    listed on stderr); an architecture without a card gives a declaration-only card and exit 0.
-    With --check-tensors, also 1 when a tensor holds NaN or Inf; stdout stays the format's output.
+    The card is `--card FILE`, else the one embedded in the file, else ARCH.card from a folder of
+    TOYCARDS_CARDS, else the library's. Exit status 1 when the file is not valid GGUF or does not
+    match its card (the problems are listed on stderr); an architecture without a card gives a
+    declaration-only card and exit 0. With --check-tensors, also 1 when a tensor holds NaN or
+    Inf; stdout stays the format's output.
     """
     from toycards.inspect.describe import describe
     from toycards.inspect.formats import problem_line, render_described
 
-    card = describe(model)
+    card = describe(model, given_card(card))
     fmt = fmt or ("terminal" if sys.stdout.isatty() else "text")
     if fmt == "terminal":
         _describe_terminal(card)

@@ -15,21 +15,45 @@ from pathlib import Path
 
 import click
 
+from toycards.cli.options import card_option, given_card
 from toycards.errors import ToycardsError
 from toycards.fileio import write_atomic
 
 
-def _card_or_file(source: str):
-    """The card to generate from: a card file, or the card describing a GGUF file."""
-    if source.endswith(".gguf"):
-        from toycards.gguf.reader import open_gguf
-        from toycards.models.load import card_for_file
+def _checked(card) -> None:
+    """Raise the checker's errors for `card`, against its own file and lines."""
+    from toycards.checker import check
 
-        with open_gguf(source) as f:
-            return card_for_file(f)
-    from toycards.lang.parse import parse
+    errors = [d for d in check(card) if d.severity == "error"]
+    if errors:
+        raise ToycardsError.from_diagnostics(errors, {card.main.span.file: card.source})
 
-    return parse(Path(source))
+
+def _card_or_file(source: str, given: str | None):
+    """The card to generate from: a card file, or the card of a GGUF file (`given`, else the
+    file's own), checked, and checked to fit the file."""
+    if not source.endswith(".gguf"):
+        if given is not None:
+            raise click.UsageError("--card goes with a GGUF file: gen MODEL.gguf --card FILE")
+        from toycards.lang.parse import parse
+
+        card = parse(Path(source))
+        _checked(card)
+        return card
+    from toycards.gguf.reader import open_gguf
+    from toycards.models.load import card_for_file, check_fits
+
+    with open_gguf(source) as f:
+        card = card_for_file(f, given)
+        _checked(card)
+        check_fits(card, f)
+    return card
+
+
+def _refuse_overwriting(output: str, *inputs: str | None) -> None:
+    for path in inputs:
+        if path is not None and Path(output).exists() and Path(output).resolve() == Path(path).resolve():
+            raise ToycardsError(f"{output}: is an input; refusing to overwrite it with generated code")
 
 
 @click.command("gen")
@@ -41,17 +65,16 @@ def _card_or_file(source: str):
     type=click.Path(dir_okay=False),
     help="Write the module here (atomically) instead of stdout.",
 )
-def gen_cmd(source: str, target: str, output: str | None) -> None:
-    """Generate a runnable module from CARD or from the card of MODEL.gguf."""
-    from toycards.checker import check
+@card_option
+def gen_cmd(source: str, target: str, output: str | None, card: str | None) -> None:
+    """Generate a runnable module from CARD or from the card of MODEL.gguf (or `--card FILE`,
+    checked to fit MODEL.gguf)."""
     from toycards.codegen import generate_source
 
-    card = _card_or_file(source)
-    errors = [d for d in check(card) if d.severity == "error"]
-    if errors:
-        raise ToycardsError.from_diagnostics(errors, {card.main.span.file: card.source})
-    if output is not None and Path(output).exists() and Path(output).resolve() == Path(source).resolve():
-        raise ToycardsError(f"{output}: is the input; refusing to overwrite it with generated code")
+    given = given_card(card)
+    if output is not None:
+        _refuse_overwriting(output, source, given)
+    card = _card_or_file(source, given)
     text = generate_source(card, target)
     if output is None:
         click.echo(text, nl=False)
@@ -60,11 +83,16 @@ def gen_cmd(source: str, target: str, output: str | None) -> None:
     click.echo(f"wrote {output} ({target}, {len(text.splitlines())} lines)", err=True)
 
 
-def _load(model: str, target: str):
+def _load(model: str, target: str, card: str | None):
+    """The model of a GGUF file, with its own card or with `--card FILE` bound to its weights."""
+    from toycards.library import read_card_file
     from toycards.models.load import load
 
     if not model.endswith(".gguf"):
         raise ToycardsError(f"{model}: expected a .gguf file")
+    given = given_card(card)
+    if given is not None:
+        return load(read_card_file(given), weights=model, target=target)
     return load(model, target=target)
 
 
@@ -81,8 +109,9 @@ def _load(model: str, target: str):
 @click.option("--top-p", "top_p", type=click.FloatRange(0.0, 1.0, min_open=True), default=None)
 @click.option("--seed", type=int, default=None)
 @click.option("--target", type=click.Choice(["numpy", "torch"]), default="numpy", show_default=True)
+@card_option
 def run_cmd(
-    model: str, prompt: str, max_tokens: int, temperature: float, top_k, top_p, seed, target: str
+    model: str, prompt: str, max_tokens: int, temperature: float, top_k, top_p, seed, target: str, card
 ) -> None:
     """Generate text from MODEL.gguf, streaming it as it comes.
 
@@ -91,7 +120,7 @@ def run_cmd(
     """
     import numpy as np
 
-    m = _load(model, target)
+    m = _load(model, target, card)
     sys.stdout.write(prompt)
     sys.stdout.flush()
     try:  # NumPy's warnings stay quiet: non-finite logits stop generation with one line instead
@@ -115,8 +144,9 @@ def run_cmd(
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--target", type=click.Choice(["numpy", "torch"]), default="numpy", show_default=True)
+@card_option
 def eval_cmd(
-    model: str, text_file: str | None, prompt: str | None, top_k: int, as_json: bool, target: str
+    model: str, text_file: str | None, prompt: str | None, top_k: int, as_json: bool, target: str, card
 ) -> None:
     """Per-token log-probabilities and perplexity of a text under MODEL.gguf."""
     from toycards.models.evaluate import evaluate
@@ -133,7 +163,7 @@ def eval_cmd(
     import numpy as np
 
     with np.errstate(all="ignore"):  # non-finite logits are one error line, not NumPy's warnings
-        result = evaluate(_load(model, target), text=prompt, top_k=top_k)
+        result = evaluate(_load(model, target, card), text=prompt, top_k=top_k)
     if as_json:
         click.echo(json.dumps(result.to_json(), ensure_ascii=False, indent=1))
         return

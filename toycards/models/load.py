@@ -1,9 +1,10 @@
 """`toycards.load`: a card (or a GGUF file's card) plus weights → a runnable model.
 
-Owns: choosing the card for a GGUF file (its embedded `toycards.card`, else the library card
-for `general.architecture`), binding it (binding.py), generating and executing the module
-source (codegen), reading each bound tensor (dequantised to float32) or initialising it
-randomly from the card, and attaching the file's tokenizer.
+Owns: choosing the card for a GGUF file (library.card_for_file: its embedded `toycards.card`,
+else a TOYCARDS_CARDS card, else the library card for `general.architecture`), binding it
+(binding.py), generating and executing the module source (codegen), reading each bound tensor
+(dequantised to float32) or initialising it randomly from the card, and attaching the file's
+tokenizer.
 Leaves out: the meaning of cards (check/), code text (codegen/), file parsing (runtime/gguf.py).
 """
 
@@ -29,11 +30,12 @@ def _as_card(card: ir.Card | str | os.PathLike) -> ir.Card:
     return parse(Path(card) if isinstance(card, os.PathLike) else card)
 
 
-def card_for_file(f) -> ir.Card:
-    """The card describing an open GGUF file (library.card_for_file), or a one-line error."""
+def card_for_file(f, given: str | os.PathLike | None = None) -> ir.Card:
+    """The card describing an open GGUF file (library.card_for_file: `given`, else embedded, else
+    TOYCARDS_CARDS, else the library), or a one-line error."""
     from toycards.library import card_for_file as choose
 
-    choice = choose(f)
+    choice = choose(f, given)
     if choice.card is None:
         raise ToycardsError(f"{f.path}: {choice.reason} (toycards describe shows what the file holds)")
     return choice.card
@@ -52,6 +54,11 @@ def _raise_problems(bound: Bound, card: ir.Card, path: str | os.PathLike | None)
     more = len(errors) - 1
     rest = f"; {more} more problem{'s' * (more != 1)}: `toycards describe {path}` lists them" if more else ""
     raise ToycardsError(f"{path}: {first.message}{where}{rest}")
+
+
+def check_fits(card: ir.Card, f) -> None:
+    """Raise every binding error of `card` against an open file: missing tensor or key, wrong shape."""
+    _raise_problems(bind(card.main, f), card, str(f.path))
 
 
 def module_class(card: ir.Card, target: str):
