@@ -6,7 +6,10 @@ and binding; parameters added, removed, reshaped or rebound; steps aligned per a
 difflib and summarised by the calls that changed, e.g. `Llama step 7: layer_norm → rms_norm`),
 `read_side(path)` (a card file, a GGUF file through describe, or git's /dev/null) and
 `diff_paths(a, b)`. Comments, descriptions and numbering are ignored; for two GGUF files the
-file facts (tensor types, parameter count, tokenizer…) are compared too.
+file facts (tensor types, parameter count, tokenizer…) are compared too. A GGUF file is compared
+through its own card (library.card_for_file); one that has none, compared with a card, is bound
+to that card instead. A GGUF side's binding errors (missing tensor or key, wrong shape) are
+changes too: `~ file mismatch in m.gguf: tensor 'x' is missing from the file (…)`.
 Leaves out: the command line and git's calling convention (cli/), rendering cards (render/).
 
 Qwen3 is Qwen2 with per-head q/k RMSNorm instead of q/k/v biases, and a head size of its own:
@@ -280,6 +283,7 @@ def diff_cards(a: ir.Card, b: ir.Card, a_name: str = "a", b_name: str = "b") -> 
         else:
             changes += _compare_algorithms(x, y)
     changes += _file_changes(a, b)
+    changes += _mismatches(a, a_name) + _mismatches(b, b_name)
     return CardDiff(a_name, b_name, changes)
 
 
@@ -308,6 +312,21 @@ def _file_changes(a: ir.Card, b: ir.Card) -> list[Change]:
     return [Change("file", "changed", "file", k, fa[k], fb[k]) for k in fa if fa[k] != fb[k]]
 
 
+def _mismatches(card: ir.Card, name: str) -> list[Change]:
+    """The binding errors of a GGUF side (a described card), one change each."""
+    errors = getattr(card, "errors", [])
+    return [Change("file", "changed", "file", f"mismatch in {name}", what=d.message) for d in errors]
+
+
+def _bound_to(side: ir.Card, path, other: ir.Card, other_path) -> ir.Card:
+    """A GGUF side with no card of its own, opposite a card, is described with that card."""
+    if getattr(side, "declaration_only", False) and other.algorithms and not hasattr(other, "header"):
+        from toycards.inspect.describe import describe
+
+        return describe(path, card=other_path)
+    return side
+
+
 def read_side(path: str | os.PathLike) -> ir.Card:
     """A card file, a GGUF file (its bound card, through describe), or /dev/null (no algorithms)."""
     from toycards.lang.parse import parse
@@ -333,5 +352,7 @@ def read_side(path: str | os.PathLike) -> ir.Card:
 
 
 def diff_paths(a: str | os.PathLike, b: str | os.PathLike, a_name: str = "", b_name: str = "") -> CardDiff:
-    """`diff_cards` of two files, each a card or a GGUF file."""
-    return diff_cards(read_side(a), read_side(b), a_name or os.fspath(a), b_name or os.fspath(b))
+    """`diff_cards` of two files, each a card or a GGUF file (see the module docstring)."""
+    x, y = read_side(a), read_side(b)
+    x, y = _bound_to(x, a, y, b), _bound_to(y, b, x, a)
+    return diff_cards(x, y, a_name or os.fspath(a), b_name or os.fspath(b))
