@@ -2,10 +2,11 @@
 
 Owns: choosing the card for a GGUF file (library.card_for_file: its embedded `toycards.card`,
 else a TOYCARDS_CARDS card, else the library card for `general.architecture`), binding it
-(binding.py), generating and executing the module source (codegen), reading each bound tensor
-(dequantised to float32) or initialising it randomly from the card, and attaching the file's
-tokenizer.
-Leaves out: the meaning of cards (check/), code text (codegen/), file parsing (runtime/gguf.py).
+(binding.py), generating and executing the module source (codegen) or, for
+`target="reference"`, handing the card to the reference interpreter (reference.py), reading
+each bound tensor (dequantised to float32) or initialising it randomly from the card, and
+attaching the file's tokenizer.
+Leaves out: the meaning of cards (checker/, lang/interpret/), code text (codegen/), file parsing (gguf/).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import numpy as np
 from toycards.errors import ToycardsError
 from toycards.lang import ir
 from toycards.models.binding import Bound, bind, bind_values
+
+TARGETS = ("numpy", "torch", "reference")  # reference: the interpreter running the card (slow, float64)
 
 
 def _as_card(card: ir.Card | str | os.PathLike) -> ir.Card:
@@ -137,8 +140,8 @@ def load(source, weights=None, target: str = "numpy", seed: int = 0):
     """A runnable model: `load("m.gguf")`, `load(card, weights="m.gguf")`, or `load(card)` (random weights)."""
     from toycards.gguf.reader import open_gguf
 
-    if target not in ("numpy", "torch"):
-        raise ToycardsError(f"unknown target {target!r}: choose numpy or torch")
+    if target not in TARGETS:
+        raise ToycardsError(f"unknown target {target!r}: choose {', '.join(TARGETS[:-1])} or {TARGETS[-1]}")
     if isinstance(source, str | os.PathLike) and str(source).endswith(".gguf"):
         if weights is not None:
             raise ToycardsError("give either a GGUF file or a card with weights=, not both")
@@ -150,12 +153,17 @@ def load(source, weights=None, target: str = "numpy", seed: int = 0):
         card = card_for_file(f) if card is None else card
         bound = bind(card.main, f) if f is not None else bind_values(card.main)
         _raise_problems(bound, card, path)
-        cls = module_class(card, target)
+        cls = module_class(card, target) if target != "reference" else None
         if f is not None:
             tensors, shared = _file_weights(bound, f)
         else:
             tensors, shared = _random_weights(bound, seed), {}
-        model = cls(bound.hyper, tensors, shared) if target == "torch" else cls(bound.hyper, tensors)
+        if target == "reference":
+            from toycards.models.reference import ReferenceModel
+
+            model = ReferenceModel(card, bound, tensors)
+        else:
+            model = cls(bound.hyper, tensors, shared) if target == "torch" else cls(bound.hyper, tensors)
         model.bound = bound
         if f is not None and f.get("tokenizer.ggml.model") is not None:
             from toycards.tokenizer.tokenizer import tokenizer_of
