@@ -15,6 +15,8 @@ Leaves out: which builtins exist (lang/builtins.py), algorithms written as cards
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from toycards.lang.builtins import Builtin
@@ -51,8 +53,8 @@ def _extreme(b: Builtin, args: list[object]) -> object:
     if not is_array(v) or v.ndim not in (1, 2) or v.shape[0] == 0:
         raise Fault(f"{b.name}(v) needs a non-empty vector or matrix, got {describe(v)}")
     if v.ndim == 1:
-        return b.scalar(*[float(e) for e in v])
-    return np.array([b.scalar(*[float(e) for e in v[:, j]]) for j in range(v.shape[1])])
+        return functools.reduce(b.scalar, [float(e) for e in v])  # max(max(v[1], v[2]), v[3]) …
+    return np.array([functools.reduce(b.scalar, [float(e) for e in v[:, j]]) for j in range(v.shape[1])])
 
 
 def _ceil(b: Builtin, args: list[object]) -> object:

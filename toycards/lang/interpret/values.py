@@ -166,6 +166,8 @@ _ELEMENTWISE = {
 def elementwise(op: str, a: object, b: object) -> object:
     """`a + b`, `a − b`, `a ⊙ b`: equal shapes, a number on either side, or a `b · 1^⊺` spread."""
     f = _ELEMENTWISE[op]
+    if isinstance(a, Spread) and isinstance(b, Spread):  # b·1^⊺ + c·1^⊺ = (b + c)·1^⊺
+        return Spread(elementwise(op, a.column, b.column))
     if isinstance(a, Spread) and is_array(b) and b.ndim == 2:
         a = _spread_like(a, b, op)
     if isinstance(b, Spread) and is_array(a) and a.ndim == 2:
@@ -194,6 +196,8 @@ def _numeric(op: str, *vs: object) -> None:
 def divide(a: object, b: object) -> object:
     """`a / b`: b a number, or a value of a's shape (entry by entry). Whole numbers that divide
     stay whole (`d_e / H`); otherwise the quotient is real."""
+    if isinstance(a, Spread) and is_number(b):
+        return Spread(divide(a.column, b))
     _numeric("/", a, b)
     if isinstance(a, int | np.integer) and isinstance(b, int | np.integer) and b != 0 and a % b == 0:
         return int(a) // int(b)
@@ -215,6 +219,8 @@ def power(a: object, b: object) -> object:
 
 
 def negate(a: object) -> object:
+    if isinstance(a, Spread):
+        return Spread(-a.column)
     _numeric("−", a)
     return -floats(a) if is_array(a) else -a
 
@@ -230,6 +236,8 @@ def matmul(a: object, b: object) -> object:
         if is_array(a) and a.ndim == 1:
             return Spread(floats(a))
         raise Fault(f"{describe(a)} · 1^⊺: only a vector is spread over columns")
+    if isinstance(a, Spread) and is_number(b) or is_number(a) and isinstance(b, Spread):
+        return Spread(matmul(a.column, b) if isinstance(a, Spread) else matmul(a, b.column))
     _numeric("·", a, b)
     if is_number(a) or is_number(b):
         return floats(a) * floats(b)
