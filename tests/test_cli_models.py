@@ -80,13 +80,16 @@ def test_gen_errors_are_one_line(tmp_path):
         assert fragment in result.output
         assert "Traceback" not in result.output
     assert CliRunner().invoke(main, ["gen", str(bad), "--target", "jax"]).exit_code == 2
+    # the reference target is the interpreter itself: there is no module to generate
+    assert CliRunner().invoke(main, ["gen", str(bad), "--target", "reference"]).exit_code == 2
 
 
-def test_eval_equals_transformers_log_softmax(hf, tok):
+@pytest.mark.parametrize("target", ["numpy", "reference"])
+def test_eval_equals_transformers_log_softmax(hf, tok, target):
     import torch
 
     text = "Hello world, the cat sat on the mat."
-    out = cli("eval", str(EXAMPLE), "--prompt", text, "--json", "--top-k", "3")
+    out = cli("eval", str(EXAMPLE), "--prompt", text, "--json", "--top-k", "3", "--target", target)
     assert out.exit_code == 0, out.output
     result = json.loads(out.output)
     ids = tok.encode(text)
@@ -102,11 +105,12 @@ def test_eval_equals_transformers_log_softmax(hf, tok):
     assert [t[0] for t in result["tokens"][0]["top"]] == top_ids
 
 
-def test_run_greedy_equals_transformers(hf, tok):
+@pytest.mark.parametrize(("target", "n"), [("numpy", 12), ("reference", 5)])  # the interpreter is slow
+def test_run_greedy_equals_transformers(hf, tok, target, n):
     import torch
 
-    prompt, n = "The quick brown fox", 12
-    out = cli("run", str(EXAMPLE), "--prompt", prompt, "-n", str(n))
+    prompt = "The quick brown fox"
+    out = cli("run", str(EXAMPLE), "--prompt", prompt, "-n", str(n), "--target", target)
     assert out.exit_code == 0, out.output
     ids = tok.encode(prompt)
     with torch.no_grad():

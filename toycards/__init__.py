@@ -6,7 +6,7 @@ Public API (everything else is private by convention):
     diags = toycards.check(card)                              # list of Diagnostic
     card  = toycards.describe("model.gguf")                  # bound card for that file
     src   = toycards.generate_source(card, target="torch")   # or "numpy"
-    model = toycards.load("model.gguf", target="numpy")      # or a card (+ weights="model.gguf")
+    model = toycards.load("model.gguf", target="numpy")      # or "torch", "reference"; or a card
     tok   = toycards.load_tokenizer("vocab.gguf")
 
 Each public name is a function defined here, and no sub-package bears its name, so importing any
@@ -17,7 +17,8 @@ The package follows the pipeline, one sub-package per stage (dependencies point 
 
     errors.py, cache.py, version.py   diagnostics and the one exception type; the on-disk
                           cache; the version
-    lang/        the card language: IR, names, grammar, parser, canonical printer
+    lang/        the card language: IR, names, grammar, parser, canonical printer, builtins,
+                          the reference interpreter (the language's executable meaning)
     library/     the shipped cards, the architecture table, parsed cards cached on disk
     checker/     names, signatures, symbolic shapes and bindings of a card
     codegen/     IR → readable torch / NumPy module source (emitter + jinja2 template)
@@ -93,7 +94,8 @@ def load(
     source: Card | str | Path, weights: str | Path | None = None, target: str = "numpy", seed: int = 0
 ) -> ModelAPI:
     """A runnable model: a GGUF file, or a card (object, text or path) with a GGUF's weights,
-    or with random weights drawn from `seed` when no file is given."""
+    or with random weights drawn from `seed` when no file is given. `target`: "numpy", "torch",
+    or "reference" (the reference interpreter running the card: slow, float64, the definition)."""
     from toycards.models.load import load as _load
 
     return _load(source, weights=weights, target=target, seed=seed)
