@@ -5,40 +5,10 @@ hand-computed values on both targets (issue "Executable semantics").
 from __future__ import annotations
 
 import numpy as np
-import pytest
+from card_functions import generated_function, targets
 
 from toycards.checker import check
-from toycards.codegen import generate_source
 from toycards.lang.parse import parse
-
-MODEL = """
-Algorithm: P ← M(x | W)
-/* a model that calls F, so that F is generated (the tests call F itself) */
-Input: x ∈ V^ℓ
-Output: P ∈ (0,1)^{N_V×ℓ}
-Hyperparameters: N_V ∈ ℕ
-Parameters: W ∈ ℝ^{N_V×N_V} from "token_embd.weight"
-1  ℓ ← length(x)
-2  for t ∈ [ℓ]: e_t ← W[:, x[t]]
-3  X ← [e_1, …, e_ℓ]
-4  for t ∈ [ℓ]: u_t ← F(X[:, t])
-5  return P = softmax(X)
-"""
-
-
-def _targets():
-    yield "numpy", np.asarray
-    torch = pytest.importorskip("torch")
-    yield "torch", lambda a: torch.tensor(a, dtype=torch.float32)
-
-
-def _function(card_text: str, target: str, name: str = "F"):
-    card = parse("toycards 1\n\n" + card_text + MODEL)
-    assert check(card) == [], [d.message for d in check(card)]
-    namespace: dict = {}
-    exec(compile(generate_source(card, target), "<card>", "exec"), namespace)  # noqa: S102
-    return namespace[name]
-
 
 ALIAS = """
 Algorithm: z ← F(x)
@@ -54,9 +24,9 @@ Output: z ∈ ℝ^{n}
 def test_assignment_never_aliases_entry_writes_copy():
     x = [1.0, -2.0, 0.5]
     want = [a + (2 * a + 1) for a in x]  # z = x + (2x + 1), with x unchanged by step 2
-    for target, arr in _targets():
+    for target, arr in targets():
         xs = arr(x)
-        got = np.asarray(_function(ALIAS, target)(xs), dtype=np.float64)
+        got = np.asarray(generated_function(ALIAS, target)(xs), dtype=np.float64)
         np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=target)
         np.testing.assert_array_equal(np.asarray(xs), x, err_msg=f"{target}: the caller's array changed")
 
@@ -76,8 +46,8 @@ Output: z ∈ ℝ^{n}
 def test_a_name_assigned_from_a_written_vector_keeps_the_old_values():
     x = [1.0, 2.0, 3.0]
     want = [2 * a + 10 * a for a in x]
-    for target, arr in _targets():
-        got = np.asarray(_function(ALIAS_BACK, target)(arr(x)), dtype=np.float64)
+    for target, arr in targets():
+        got = np.asarray(generated_function(ALIAS_BACK, target)(arr(x)), dtype=np.float64)
         np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=target)
 
 
@@ -93,9 +63,9 @@ Output: z ∈ ℝ^{n}
 
 def test_entry_writes_to_an_input_leave_the_callers_array_alone():
     x = [1.0, 2.0]
-    for target, arr in _targets():
+    for target, arr in targets():
         xs = arr(x)
-        got = np.asarray(_function(ALIAS_INPUT, target)(xs), dtype=np.float64)
+        got = np.asarray(generated_function(ALIAS_INPUT, target)(xs), dtype=np.float64)
         np.testing.assert_allclose(got, [3.0, 6.0], err_msg=target)
         np.testing.assert_array_equal(np.asarray(xs), x, err_msg=target)
 
@@ -134,6 +104,6 @@ Output: r ∈ ℝ^{d}
 
 def test_an_output_built_from_halves_has_its_declared_size():
     x = [1.0, 2.0, 3.0, 4.0]
-    for target, arr in _targets():
-        got = np.asarray(_function(HALVES, target)(arr(x)), dtype=np.float64)
+    for target, arr in targets():
+        got = np.asarray(generated_function(HALVES, target)(arr(x)), dtype=np.float64)
         np.testing.assert_allclose(got, [-3.0, -4.0, 1.0, 2.0], err_msg=target)

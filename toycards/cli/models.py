@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from toycards.cli.options import card_option, given_card
+from toycards.cli.options import card_option, given_card, run_target_option
 from toycards.errors import ToycardsError
 from toycards.fileio import write_atomic
 
@@ -108,13 +108,7 @@ def _load(model: str, target: str, card: str | None):
 @click.option("--top-k", "top_k", type=click.IntRange(1), default=None)
 @click.option("--top-p", "top_p", type=click.FloatRange(0.0, 1.0, min_open=True), default=None)
 @click.option("--seed", type=int, default=None)
-@click.option(
-    "--target",
-    type=click.Choice(["numpy", "torch", "reference"]),
-    default="numpy",
-    show_default=True,
-    help="reference: the interpreter running the card itself (slow; the definition).",
-)
+@run_target_option
 @card_option
 def run_cmd(
     model: str, prompt: str, max_tokens: int, temperature: float, top_k, top_p, seed, target: str, card
@@ -149,13 +143,7 @@ def run_cmd(
     "--top-k", "top_k", type=click.IntRange(0), default=0, help="Also show the model's k likeliest tokens."
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option(
-    "--target",
-    type=click.Choice(["numpy", "torch", "reference"]),
-    default="numpy",
-    show_default=True,
-    help="reference: the interpreter running the card itself (slow; the definition).",
-)
+@run_target_option
 @card_option
 def eval_cmd(
     model: str, text_file: str | None, prompt: str | None, top_k: int, as_json: bool, target: str, card

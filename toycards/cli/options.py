@@ -1,4 +1,4 @@
-"""Options that several commands share: `--card FILE`.
+"""Options that several commands share: `--card FILE`, and `--target` for running a model.
 
 Owns: the `--card` option (`describe`, `gen`, `run`, `eval`: bind this card to the GGUF file
 instead of the file's own) and its check that the path names a file, before anything is read.
@@ -20,6 +20,14 @@ card_option = click.option(
     default=None,
     metavar="FILE",
     help="Bind this card to the GGUF file instead of its own (embedded, TOYCARDS_CARDS or library).",
+)
+
+run_target_option = click.option(  # run and eval (gen has no reference target: no code is generated)
+    "--target",
+    type=click.Choice(["numpy", "torch", "reference"]),
+    default="numpy",
+    show_default=True,
+    help="reference: the interpreter running the card itself (slow; the definition).",
 )
 
 
