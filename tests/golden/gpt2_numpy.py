@@ -122,7 +122,7 @@ class Model(NumpyModel):
         e = ops.embed(self.w['token_embd.weight'], x) + (ops.take(self.w['position_embd.weight'], runtime.positions(ctx, ell) - 1, -2))
         # 3  X ← [e_1, …, e_ℓ]  ∷ ℝ^{d_e×ℓ}
         X = e
-        # 4  for l = 1, …, L do
+        # 4  for l = 1, 2, …, L do
         for l in range(1, L + 1):
             # 5  for t ∈ [ℓ]: X̃[:, t] ← layer_norm(X[:, t] | γ_l^1, β_l^1, ε)
             X_tilde = layer_norm(X, self.w[f"blk.{l - 1}.attn_norm.weight"], self.w[f"blk.{l - 1}.attn_norm.bias"], epsilon, ctx=ctx)

@@ -178,7 +178,7 @@ class Model(TorchModel):
         # 5  if scaling = linear then ρ̃ ← ρ · s
         if scaling == ('linear'):
             rho_tilde = self.w['rope_freqs.weight'] * s
-        # 6  for l = 1, …, L do
+        # 6  for l = 1, 2, …, L do
         for l in range(1, L + 1):
             # 7  for t ∈ [ℓ]: X̃[:, t] ← rms_norm(X[:, t] | γ_l^1, ε)
             X_tilde = rms_norm(X, self.w[f"blk.{l - 1}.attn_norm.weight"], epsilon, ctx=ctx)

@@ -60,10 +60,10 @@ class CallEmitter:
         """`rows(A, i, k)`: the i-th block of k rows (card rows are the last code axis)."""
         if len(c.args) != 3:
             raise ToycardsError("rows(A, i, k) takes three arguments")
-        a, block, k = self.expr(c.args[0]), c.args[1], self.expr(c.args[2]).code
+        a, block, k = self.expr(c.args[0]), c.args[1], self.int_code(c.args[2])
         var = next((v for v in free_names(block) if v in self.scope.maps), None)
         if var is None:
-            i = self.expr(block).code
+            i = self.int_code(block)
             if i.isdigit():
                 lo = "" if i == "1" else (k if i == "2" else f"{int(i) - 1} * {k}")
                 sl = f"{lo}:{k if i == '1' else f'{i} * {k}'}"

@@ -94,10 +94,20 @@ class StepEmitter:
         out.append(
             pad
             + self.note(
-                s, f"for {s.var} = {self.em.renderer.expr(s.start)}, …, {self.em.renderer.expr(s.stop)} do"
+                s,
+                f"for {s.var} = {self.em.renderer.expr(s.start)}, "
+                + (f"{self.em.renderer.expr(s.second)}, " if s.second is not None else "")
+                + f"…, {self.em.renderer.expr(s.stop)} do",
             )
         )
-        out.append(f"{pad}for {ident} in range({start.code}, {stop.code} + 1):")
+        step = ""
+        if s.second is not None:  # `for l = 1, 3, …, L`: the step is the second value less the first
+            second = self.ex.int_code(s.second)
+            if second.isdigit() and start.code.isdigit():
+                step = "" if int(second) - int(start.code) == 1 else f", {int(second) - int(start.code)}"
+            else:
+                step = f", {second} - {start.code}"
+        out.append(f"{pad}for {ident} in range({start.code}, {stop.code} + 1{step}):")
         self.scope.loops[s.var] = Val(ident, 0, py=True)
         before = len(out)
         self.block(s.body, out, depth + 1)
