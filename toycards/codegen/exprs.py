@@ -15,7 +15,16 @@ from typing import TYPE_CHECKING
 
 from toycards.codegen.assign import AssignEmitter
 from toycards.codegen.calls import CallEmitter
-from toycards.codegen.code import COMPARE, affine, int_literal, name_code, paren, parse_expr, union_fams
+from toycards.codegen.code import (
+    COMPARE,
+    affine,
+    expr_text,
+    int_literal,
+    name_code,
+    paren,
+    parse_expr,
+    union_fams,
+)
 from toycards.codegen.scope import Scope, family_key, free_names
 from toycards.codegen.values import MapVar, Val
 from toycards.errors import ToycardsError
@@ -350,6 +359,13 @@ class ExprEmitter(CallEmitter, AssignEmitter):
             )
         ids = self.expr(i)
         rows = base.code if base.layout == "code" else f"ops.mT({base.code})"
+        if ids.py:  # a column number (1-based, as cards count), not a token id (0-based in code)
+            if base.windowed:
+                raise ToycardsError(
+                    f"{expr_text(i)} picks a fixed token's column; under the KV cache only the new "
+                    "tokens' columns are at hand: write it with a map over the tokens"
+                )
+            return Val(f"ops.embed({rows}, {paren(ids.code)} - 1)", 1)
         return Val(f"ops.embed({rows}, {ids.code})", 1, fams=ids.fams, windowed=ids.windowed)
 
     def _element(self, base: Val, base_name: str | None, i: ir.Expr) -> Val:
