@@ -107,3 +107,21 @@ def test_an_output_built_from_halves_has_its_declared_size():
     for target, arr in targets():
         got = np.asarray(generated_function(HALVES, target)(arr(x)), dtype=np.float64)
         np.testing.assert_allclose(got, [-3.0, -4.0, 1.0, 2.0], err_msg=target)
+
+
+OFFSET_FIRST = """
+Algorithm: r ← F(x)
+/* an entry index written offset first, `d/2 + i`, as well as `i + d/2` */
+Input: x ∈ ℝ^{d}
+Output: r ∈ ℝ^{d}
+1  for i ∈ [d/2]: r[d/2 + i] ← x[i]
+2  for i ∈ [d/2]: r[i] ← x[d/2 + i]
+3  return r
+"""
+
+
+def test_an_index_may_name_its_offset_first():
+    x = [1.0, 2.0, 3.0, 4.0]
+    for target, arr in targets():
+        got = np.asarray(generated_function(OFFSET_FIRST, target)(arr(x)), dtype=np.float64)
+        np.testing.assert_allclose(got, [3.0, 4.0, 1.0, 2.0], err_msg=target)

@@ -59,7 +59,7 @@ def expr_text(e: ir.Expr) -> str:
 
 
 def affine(e: ir.Expr, names: set[str]) -> tuple[str, int, ir.Expr | None] | None:
-    """`2·i − 1` → ("i", 2, Num(-1)); `i + d/2` → ("i", 1, d/2); `i` → ("i", 1, None)."""
+    """`2·i − 1` → ("i", 2, Num(-1)); `i + d/2` and `d/2 + i` → ("i", 1, d/2); `i` → ("i", 1, None)."""
     if isinstance(e, ir.Name) and e.id in names:
         return e.id, 1, None
     if (
@@ -75,6 +75,9 @@ def affine(e: ir.Expr, names: set[str]) -> tuple[str, int, ir.Expr | None] | Non
         if inner is not None and inner[2] is None and not (free_names(e.right) & names):
             off = e.right if e.op == "+" else ir.UnOp("-", e.right)
             return inner[0], inner[1], off
+        inner = affine(e.right, names) if e.op == "+" else None  # `d + j` reads as `j + d`
+        if inner is not None and inner[2] is None and not (free_names(e.left) & names):
+            return inner[0], inner[1], e.left
     return None
 
 
