@@ -125,3 +125,14 @@ def test_an_index_may_name_its_offset_first():
     for target, arr in targets():
         got = np.asarray(generated_function(OFFSET_FIRST, target)(arr(x)), dtype=np.float64)
         np.testing.assert_allclose(got, [3.0, 4.0, 1.0, 2.0], err_msg=target)
+
+
+def test_a_sums_body_is_a_whole_product_and_ends_at_plus():
+    """docs/card-language.md, precedence: Σ's body is a product; `+` ends it."""
+    card = parse(
+        "toycards 1\n\nAlgorithm: y ← f(a)\nInput: a ∈ ℝ^{n}\nOutput: y ∈ ℝ\n"
+        "1  return y = Σ_{t=1}^{n} a[t] · a[t] / 2 + 1\n"
+    )
+    value = card.main.body[0].value
+    assert value.op == "+" and value.right.text == "1"  # + 1 once, outside the sum
+    assert value.left.body.op == "/"  # the body is the whole product a[t] · a[t] / 2
