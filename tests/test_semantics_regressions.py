@@ -5,9 +5,11 @@ hand-computed values on both targets (issue "Executable semantics").
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from card_functions import generated_function, targets
 
 from toycards.checker import check
+from toycards.errors import ToycardsError
 from toycards.lang.parse import parse
 
 ALIAS = """
@@ -136,3 +138,44 @@ def test_a_sums_body_is_a_whole_product_and_ends_at_plus():
     value = card.main.body[0].value
     assert value.op == "+" and value.right.text == "1"  # + 1 once, outside the sum
     assert value.left.body.op == "/"  # the body is the whole product a[t] · a[t] / 2
+
+
+MAPPED_COLUMN_PARTS = """
+Algorithm: Y ← F(X | k)
+/* rows 2 … k + 1 of each column, scaled by that column's entry 3 (issue 9's case 3) */
+Input: X ∈ ℝ^{d×ℓ}
+Output: Y ∈ ℝ^{k×ℓ}
+Hyperparameters: k ∈ ℕ
+1  for t ∈ [ℓ]: Y[:, t] ← X[3, t] · X[2:k + 1, t]
+2  return Y
+"""
+
+
+def test_rows_and_entries_of_a_mapped_column_generate():
+    X = [[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]]  # card X ∈ ℝ^{4×2}, as columns
+    want = [[3.0 * 2.0, 3.0 * 3.0], [7.0 * 6.0, 7.0 * 7.0]]  # per column t: X[3, t] · X[2:3, t]
+    for target, arr in targets():
+        f = generated_function(MAPPED_COLUMN_PARTS, target, call="F(X | 2)")
+        got = np.asarray(f(arr(X), 2), dtype=np.float64)  # code layout: one row per column t
+        np.testing.assert_allclose(got, want, err_msg=target)
+
+
+CORNER = """
+Algorithm: Y ← F(X | k)
+/* a block of rows and columns: checks clean; codegen has no layout for it yet */
+Input: X ∈ ℝ^{d×ℓ}
+Output: Y ∈ ℝ^{k×2}
+Hyperparameters: k ∈ ℕ
+1  return Y = 2 · X[1:k, 1:2]
+"""
+
+
+def test_a_refusal_points_at_the_sub_expression():
+    card = parse("toycards 1\n\n" + CORNER.strip() + "\n")
+    assert check(card) == []
+    with pytest.raises(ToycardsError) as info:
+        generated_function(CORNER, "numpy", call="F(X | 2)")
+    (diag,) = info.value.diagnostics
+    assert diag.message == "cannot generate code: the indexing X[1:k, 1:2] cannot be generated"
+    assert "X[a:b, t]" in diag.hint
+    assert (diag.span.line, diag.span.col) == (8, 19)  # under X[1:k, 1:2], not the whole step

@@ -325,9 +325,30 @@ class ExprEmitter(CallEmitter, AssignEmitter):
             if base.layout == "card":
                 return base.with_(code=f"{base.code}[{lo}:{hi}]")
             return base.with_(code=f"{base.code}[..., {lo}:{hi}]")
+        if len(idx) == 2 and isinstance(idx[0], ir.Slice) and not isinstance(idx[1], ir.Slice):
+            col = self._column(base, base_name, idx[1])  # `X[a:b, t]`: rows a … b of column t
+            lo, hi = self._slice_bounds(idx[0])
+            return col.with_(code=f"{paren(col.code)}[..., {lo}:{hi}]")
         if len(idx) == 1 and base.rank == 1:
             return self._element(base, base_name, idx[0])
-        raise ToycardsError("this indexing pattern cannot be generated")
+        if len(idx) == 2 and not any(isinstance(i, ir.Slice) for i in idx):
+            col = self._column(base, base_name, idx[1])  # `X[i, t]`: entry i of column t
+            return self._element(col, None, idx[0])
+        self.refuse(
+            e,
+            f"the indexing {expr_text(e)} cannot be generated",
+            "index a matrix by a column (X[:, t]), rows of a column (X[a:b, t]), rows (X[a:b, :]) or "
+            "one entry inside a map over both indices; a vector by one entry (v[i]) or a slice",
+        )
+
+    def refuse(self, node: ir.Expr, message: str, hint: str = "") -> None:
+        """Stop generating at `node`'s own span: the card line, caret under the sub-expression."""
+        from toycards.errors import Diagnostic
+
+        raise ToycardsError.from_diagnostics(
+            [Diagnostic(node.span, f"cannot generate code: {message}", hint)],
+            {self.scope.algo.span.file: self.em.card.source},
+        )
 
     def _slice_bounds(self, s: ir.Slice) -> tuple[str, str]:
         lo = f"{self.expr(s.lo).code} - 1" if s.lo is not None else ""
