@@ -179,3 +179,27 @@ def test_a_refusal_points_at_the_sub_expression():
     assert diag.message == "cannot generate code: the indexing X[1:k, 1:2] cannot be generated"
     assert "X[a:b, t]" in diag.hint
     assert (diag.span.line, diag.span.col) == (8, 19)  # under X[1:k, 1:2], not the whole step
+
+
+COMPUTED_COLUMN = """
+Algorithm: y ← F(v | W)
+/* a column picked by an index computed from the data: refused, never read 0-based by mistake */
+Input: v ∈ ℝ^{n}
+Output: y ∈ ℝ^{n}
+Parameters: W ∈ ℝ^{n×n}
+1  return y = W[:, ⌈v[1]⌉]
+"""
+
+
+def test_a_column_picked_by_a_computed_index_is_refused_at_the_index():
+    card = parse("toycards 1\n\n" + COMPUTED_COLUMN.strip() + "\n")
+    if check(card):
+        pytest.fail(f"expected the card to check clean: {[d.message for d in check(card)]}")
+    with pytest.raises(ToycardsError) as info:
+        generated_function(COMPUTED_COLUMN, "numpy", call="F(X[:, t] | W)")
+    (diag,) = info.value.diagnostics
+    assert (
+        diag.message
+        == "cannot generate code: a column picked by the computed index ⌈v[1]⌉ cannot be generated"
+    )
+    assert (diag.span.line, diag.span.col) == (8, 20)  # under ⌈v[1]⌉

@@ -382,12 +382,29 @@ class ExprEmitter(CallEmitter, AssignEmitter):
         rows = base.code if base.layout == "code" else f"ops.mT({base.code})"
         if ids.py:  # a column number (1-based, as cards count), not a token id (0-based in code)
             if base.windowed:
-                raise ToycardsError(
+                self.refuse(
+                    i,
                     f"{expr_text(i)} picks a fixed token's column; under the KV cache only the new "
-                    "tokens' columns are at hand: write it with a map over the tokens"
+                    "tokens' columns are at hand",
+                    "write it with a map over the tokens",
                 )
             return Val(f"ops.embed({rows}, {paren(ids.code)} - 1)", 1)
+        if not self._is_token_id(i):  # token ids are 0-based in code; any other index is not
+            self.refuse(
+                i,
+                f"a column picked by the computed index {expr_text(i)} cannot be generated",
+                "pick columns by a map variable (X[:, t]), a number, or a token id (W[:, x[t]])",
+            )
         return Val(f"ops.embed({rows}, {ids.code})", 1, fams=ids.fams, windowed=ids.windowed)
+
+    def _is_token_id(self, i: ir.Expr) -> bool:
+        """`x[t]` with x a sequence of token ids (`x ∈ V^ℓ`): an index the code holds 0-based."""
+        if not (isinstance(i, ir.Index) and isinstance(i.base, ir.Name)):
+            return False
+        algo = self.scope.algo
+        decl = next((d for d in (*algo.input_decls, *algo.hyper_decls) if i.base.id in d.names), None)
+        t = decl.type if decl is not None else self.scope.decl_types.get(i.base.id)
+        return isinstance(t, ir.TensorType) and t.field == "V"
 
     def _element(self, base: Val, base_name: str | None, i: ir.Expr) -> Val:
         s = self.scope
