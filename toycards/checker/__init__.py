@@ -9,7 +9,8 @@ Leaves out: checking against a GGUF file (describe), printing diagnostics (error
 Modules: dims.py (symbolic dimensions), shapes.py (shape rules), names.py (scopes, families,
 did-you-mean), declarations.py (names and signatures), bindings.py (`from …` rules, concrete
 values), exprs.py, calls.py (unification, implicit map), builtins.py, steps.py, context.py
-(results), fragments.py (family indices and prefix templates written inside names/strings).
+(results), fragments.py (family indices and prefix templates written inside names/strings),
+tokenflow.py and masks.py (the token axes and the KV cache plan that codegen reads).
 
 >>> from toycards.lang.parse import parse
 >>> card = parse('''Algorithm: y ← f(x | W)

@@ -121,6 +121,9 @@ def run_cmd(
     import numpy as np
 
     m = _load(model, target, card)
+    if m.RECOMPUTE:  # said once, as a note line rather than a Python warning
+        m._recompute_said = True
+        click.echo(f"note: decoding recomputes the whole sequence at each step: {m.RECOMPUTE}", err=True)
     sys.stdout.write(prompt)
     sys.stdout.flush()
     try:  # NumPy's warnings stay quiet: non-finite logits stop generation with one line instead

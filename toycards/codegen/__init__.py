@@ -15,6 +15,7 @@ from importlib import resources
 
 import jinja2
 
+from toycards.codegen.module import comment_safe
 from toycards.errors import ToycardsError
 from toycards.lang import ir
 
@@ -47,6 +48,7 @@ def _template() -> jinja2.Template:
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
     env.filters["pyrepr"] = repr
     env.filters["docstring"] = _docstring_safe
+    env.filters["comment"] = comment_safe
     text = (
         resources.files("toycards.codegen").joinpath("templates/module.py.jinja").read_text(encoding="utf-8")
     )
@@ -65,6 +67,17 @@ def _docstring_safe(text: str) -> str:
     return re.sub(r'"(?="|\Z)', r'\\"', text.replace("\\", "\\\\"))
 
 
+def _cache_plan(card: ir.Card):
+    """What the checker says about the token axes of `card` (toycards/checker/tokenflow.py)."""
+    from toycards.checker import check_card, check_prelude
+    from toycards.checker.tokenflow import CachePlan, cache_plan
+
+    result = check_card(card)
+    if not result.ok:
+        return CachePlan("the card does not check")
+    return cache_plan(card, result, check_prelude())
+
+
 def generate_source(card: ir.Card, target: str = "torch") -> str:
     """Python source of a module implementing `card`'s main algorithm for `target`."""
     from toycards.codegen.emitter import Emitter
@@ -80,7 +93,8 @@ def generate_source(card: ir.Card, target: str = "torch") -> str:
     if not main.body:
         raise ToycardsError(f"{main.name} has no steps (a declaration-only card); nothing to generate")
     text = render_card(card)
-    emitter = Emitter(card, target, library_algorithms())
+    plan = _cache_plan(card)
+    emitter = Emitter(card, target, library_algorithms(), plan)
     main_fn, funcs = emitter.emit(main)
     hyper = [
         (emitter.module_ns.name(n), n)
@@ -89,6 +103,7 @@ def generate_source(card: ir.Card, target: str = "torch") -> str:
         if not (isinstance(d.type, ir.TensorType) and d.type.dims)
     ]
     spec = ModuleSpec(target, "Model", text, hashlib.sha256(text.encode()).hexdigest(), main_fn, funcs, hyper)
+    spec.recompute = plan.note(card)
     imports, base = TARGETS[target]
     lines = [line for f in (main_fn, *funcs) for line in f.body]
     needs_math = any(re.search(r"(?<![\w.])math\.", line) for line in lines)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from toycards.codegen.code import expr_text, paren, union_fams
 from toycards.codegen.scope import family_key, free_names
-from toycards.codegen.values import CACHED_ARGS, MapVar, Val
+from toycards.codegen.values import HEAD_PICKING, MapVar, Val
 from toycards.errors import ToycardsError
 from toycards.lang import ir
 from toycards.lang.builtins import BUILTINS
@@ -85,27 +85,16 @@ class CallEmitter:
             )
         decls = {n: d for d in (*callee.input_decls, *callee.hyper_decls) for n in d.names}
         pnames = {n for d, _ in callee.all_params() for n in d.names}
-        codes, fams, extra, win = [], frozenset(), 0, False
+        codes, fams, extra = [], frozenset(), 0
         kv_index = ""
         arg_vals: list[Val] = []
-        cached = CACHED_ARGS.get(callee.name, ())
-        for k, (name, arg) in enumerate(zip(callee.inputs, c.args, strict=True)):
+        cached = self.em.plan.extend.get(id(c), ())  # its context inputs (checker/tokenflow.py)
+        for name, arg in zip(callee.inputs, c.args, strict=True):
             v = self.expr(arg)
             fams |= v.fams
             t = decls[name].type if name in decls else None
             declared_rank = len(t.dims) if isinstance(t, ir.TensorType) else 0
             extra = max(extra, v.rank - declared_rank)
-            if (
-                v.windowed
-                and isinstance(t, ir.TensorType)
-                and len(t.dims) == 2
-                and isinstance(t.dims[1], ir.DimName)
-                and k not in cached
-            ):
-                self.em.windowed.setdefault(callee.name, set()).add(t.dims[1].name)
-                win = True
-            elif v.windowed and extra > 0:
-                win = True
             codes.append(self.code_layout(v))
             arg_vals.append(v)
         if cached:
@@ -126,35 +115,27 @@ class CallEmitter:
                     codes[k] = f"{codes[k]}[..., None, :, :]"
         out = callee.output_decls[0].type if callee.output_decls else None
         rank = (len(out.dims) if isinstance(out, ir.TensorType) and out.field != "V" else 0) + extra
-        out_col = out.dims[1] if isinstance(out, ir.TensorType) and len(out.dims) == 2 else None
-        if isinstance(out_col, ir.DimName) and out_col.name in self.em.windowed.get(callee.name, set()):
-            win = True
         return Val(
-            f"{self.em.func_names[callee.name]}({', '.join(codes)}, ctx=ctx{kv_index})",
-            rank,
-            fams=fams,
-            windowed=win,
+            f"{self.em.func_names[callee.name]}({', '.join(codes)}, ctx=ctx{kv_index})", rank, fams=fams
         )
 
     def _cached_keys_values(self, callee: ir.Algorithm, cached, arg_vals: list[Val], codes: list[str]) -> str:
-        """Route the key and value arguments through the KV cache (codes[i] rewritten in place);
-        the cache keeps the (fewer) key/value heads, and query heads pick from it afterwards.
-        Returns the `kv_index=` keyword when `attention` itself should pick the heads."""
-        k_ident, v_ident = (self.scope.ns.fresh(callee.inputs[i] + "_all") for i in cached)
+        """Route the context arguments (keys, values) through the KV cache (codes[i] rewritten in
+        place); the cache keeps the (fewer) key/value heads, and query heads pick from it afterwards.
+        Returns the `kv_index=` keyword when the library's `attention` itself picks the heads."""
+        idents = [self.scope.ns.fresh(callee.inputs[i] + "_all") for i in cached]
         bases = [arg_vals[i].gather[0] if arg_vals[i].gather else codes[i] for i in cached]
-        self.pre.append(f"{k_ident}, {v_ident} = runtime.extend(ctx, {bases[0]}, {bases[1]})")
+        targets = ", ".join(idents) + ("," if len(idents) == 1 else "")
+        self.pre.append(f"{targets} = runtime.extend(ctx, {', '.join(bases)})")
         gathers = [arg_vals[i].gather for i in cached]
         shared = (  # K and V pick the same heads by the same rule: let `attention` do it
-            gathers[0] is not None
-            and gathers[1] is not None
-            and gathers[0][3] == gathers[1][3]
-            and gathers[0][2] == -3
+            HEAD_PICKING.get(callee.name) == tuple(cached)
+            and self.em.library.get(callee.name) == callee
+            and all(g is not None and g[3] == gathers[0][3] and g[2] == -3 for g in gathers)
         )
-        for i, ident, g in zip(cached, (k_ident, v_ident), gathers, strict=True):
+        for i, ident, g in zip(cached, idents, gathers, strict=True):
             codes[i] = ident if shared or not g else f"ops.take({ident}, {g[1]}, {g[2]})"
-        if shared and self.em.library.get(callee.name) == callee:
-            return f", kv_index={gathers[0][1]}"
-        return ""
+        return f", kv_index={gathers[0][1]}" if shared else ""
 
     def mask_function(self, m: ir.MaskDef) -> str:
         s = self.scope

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import re
 
+from toycards.checker.tokenflow import CachePlan
 from toycards.codegen.exprs import ExprEmitter
 from toycards.codegen.module import Function
 from toycards.codegen.namespace import Namespace
 from toycards.codegen.scope import Scope, family_key
 from toycards.codegen.steps import StepEmitter, calls_in
-from toycards.codegen.values import CACHED_ARGS, Val
+from toycards.codegen.values import HEAD_PICKING, Val
 from toycards.errors import ToycardsError
 from toycards.lang import ir
 from toycards.lang.builtins import BUILTINS
@@ -39,12 +40,14 @@ FAST_KERNELS = {
 class Emitter:
     """Emits a whole module for one target."""
 
-    def __init__(self, card: ir.Card, target: str, library: dict[str, ir.Algorithm]) -> None:
+    def __init__(
+        self, card: ir.Card, target: str, library: dict[str, ir.Algorithm], plan: CachePlan | None = None
+    ) -> None:
         self.card, self.target, self.library = card, target, library
+        self.plan = plan or CachePlan("no cache plan")  # token axes and context inputs (checker/tokenflow.py)
         self.algos = {**library, **{a.name: a for a in card.algorithms}}
         self.module_ns = Namespace(reserved={"CARD", "CARD_SHA256", "Model"})
         self.func_names: dict[str, str] = {}
-        self.windowed: dict[str, set[str]] = {}
         self.emitted: dict[str, Function] = {}
         self.renderer = Renderer()
 
@@ -91,18 +94,18 @@ class Emitter:
     # ── algorithms ─────────────────────────────────────────────────────────────────────
     def emit_algorithm(self, algo: ir.Algorithm, is_main: bool = False) -> Function:
         ns = self.module_ns.child()
-        scope = Scope(algo, ns, is_main=is_main, windowed=set(self.windowed.get(algo.name, set())))
+        scope = Scope(algo, ns, is_main=is_main, windowed=set(self.plan.query_dims.get(algo.name, ())))
         ex = ExprEmitter(self, scope)
         body: list[str] = []
         args = self._prologue(scope, ex, body)
         keywords: list[str] = []
-        if not is_main and algo.name in CACHED_ARGS and self.library.get(algo.name) == algo:
+        if not is_main and algo.name in HEAD_PICKING and self.library.get(algo.name) == algo:
             keywords.append(
                 "kv_index=None"
             )  # grouped-query attention: the heads of K and V each query head reads
         body += self._fast_path(algo, scope)
         if keywords:
-            k, v = (scope.vals[algo.inputs[i]].code for i in CACHED_ARGS[algo.name])
+            k, v = (scope.vals[algo.inputs[i]].code for i in HEAD_PICKING[algo.name])
             body += [
                 "if kv_index is not None:  # the key/value head each query head reads (grouped-query attention)",
                 f"    {k}, {v} = ops.take({k}, kv_index, -3), ops.take({v}, kv_index, -3)",
@@ -189,7 +192,7 @@ class Emitter:
                     if dim.name in scope.windowed
                     else f"ops.arange(1, {code} + 1)"
                 )
-            if algo.name in CACHED_ARGS:
+            if algo.name in HEAD_PICKING:
                 args.append("kv_index")
         return [
             "if ops.fast:  # one kernel for the steps below (tests/test_kernels.py ties the two)",

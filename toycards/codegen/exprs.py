@@ -380,14 +380,10 @@ class ExprEmitter(CallEmitter, AssignEmitter):
             )
         ids = self.expr(i)
         rows = base.code if base.layout == "code" else f"ops.mT({base.code})"
+        if ids.py and not base.param:  # column c of a run-time matrix: kept as a length-1 token axis
+            c = paren(ids.code)
+            return Val(f"{rows}[..., {c} - 1 : {c}, :]", 1, fams=base.fams)
         if ids.py:  # a column number (1-based, as cards count), not a token id (0-based in code)
-            if base.windowed:
-                self.refuse(
-                    i,
-                    f"{expr_text(i)} picks a fixed token's column; under the KV cache only the new "
-                    "tokens' columns are at hand",
-                    "write it with a map over the tokens",
-                )
             return Val(f"ops.embed({rows}, {paren(ids.code)} - 1)", 1)
         if not self._is_token_id(i):  # token ids are 0-based in code; any other index is not
             self.refuse(

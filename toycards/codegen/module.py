@@ -38,6 +38,7 @@ class ModuleSpec:
     functions: list[Function]
     hyper: list[tuple[str, str]]  # (identifier, card name)
     logits_from_softmax: bool = True
+    recompute: str = ""  # why a KV cache cannot follow the card (decoding then recomputes); "" if it can
 
 
 _LINE_BREAKS = re.compile("[\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-# Calls whose key/value arguments (by position) are extended with the KV cache before the call.
-CACHED_ARGS = {"attention": (1, 2)}
+# Prelude algorithms that pick the key/value head of each query head themselves (`kv_index=`), by
+# the positions of their key and value inputs: the cache then keeps each key/value head once.
+# Which arguments the cache extends is the checker's call (checker/tokenflow.py), not this table's.
+HEAD_PICKING = {"attention": (1, 2)}
 
 
 @dataclass(frozen=True)

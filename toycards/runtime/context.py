@@ -1,13 +1,15 @@
 """Run-time context of one forward pass: token positions and the KV cache.
 
-Owns: `KVCache` (per attention call, the keys and values of every token seen so far, grown
-in place by doubling), `Context` (the absolute 1-based positions of the tokens in this pass
-and a cursor over the cache's slots), and the two helpers generated code calls:
-`positions(ctx, n)` and `extend(ctx, K, V)`.
-Leaves out: array maths (ops_numpy.py / ops_torch.py).
+Owns: `KVCache` (per call that reads a context, such as attention, the keys and values of
+every token seen so far, grown in place by doubling; or, for a card the cache cannot follow,
+the token ids so far), `Context` (the absolute 1-based positions of the tokens in this pass
+and a cursor over the cache's slots), and the helpers generated code calls:
+`positions(ctx, n)` and `extend(ctx, K, V, …)`.
+Leaves out: array maths (ops_numpy.py / ops_torch.py); which arguments are a call's context
+(the checker decides: toycards/checker/tokenflow.py).
 
-Generated code calls `attention` once per layer in the same order on every pass, so the
-i-th call of a pass owns slot i of the cache.
+Generated code makes the same context-reading calls in the same order on every pass, so the
+i-th such call of a pass owns slot i of the cache.
 """
 
 from __future__ import annotations
@@ -18,28 +20,29 @@ class KVCache:
 
     def __init__(self) -> None:
         self.length = 0
-        self.slots: list[list] = []  # [K buffer, V buffer, used]
+        self.slots: list[list] = []  # [buffers (one per extended array), used]
+        self.ids = None  # the token ids so far, for a model that recomputes (`Model.RECOMPUTE`)
 
     def reset(self) -> None:
         self.length = 0
         self.slots.clear()
+        self.ids = None
 
-    def append(self, slot: int, ops, K, V):
+    def append(self, slot: int, ops, *arrays):
+        """Store the new columns (rows in code) of each array; all columns so far, per array."""
         if slot == len(self.slots):
-            self.slots.append([None, None, 0])
-        entry = self.slots[slot]
-        n_new = K.shape[-2]
-        K_buf, V_buf, used = entry
-        if K_buf is None or K_buf.shape[-2] < used + n_new or K_buf.shape[:-2] != K.shape[:-2]:
-            if K_buf is not None and K_buf.shape[:-2] != K.shape[:-2]:
+            self.slots.append([[None] * len(arrays), 0])
+        buffers, used = self.slots[slot]
+        n_new = arrays[0].shape[-2]
+        for k, a in enumerate(arrays):
+            buf = buffers[k]
+            if buf is not None and buf.shape[:-2] != a.shape[:-2]:
                 raise ValueError("the batch shape changed within one cache; start a new cache")
-            capacity = max(2 * (used + n_new), 16)
-            K_buf = _grow(ops, K_buf, K, used, capacity)
-            V_buf = _grow(ops, V_buf, V, used, capacity)
-        K_buf[..., used : used + n_new, :] = K
-        V_buf[..., used : used + n_new, :] = V
-        entry[:] = [K_buf, V_buf, used + n_new]
-        return K_buf[..., : used + n_new, :], V_buf[..., : used + n_new, :]
+            if buf is None or buf.shape[-2] < used + n_new:
+                buffers[k] = buf = _grow(ops, buf, a, used, max(2 * (used + n_new), 16))
+            buf[..., used : used + n_new, :] = a
+        self.slots[slot][1] = used + n_new
+        return tuple(buf[..., : used + n_new, :] for buf in buffers)
 
 
 def _grow(ops, old, like, used: int, capacity: int):
@@ -74,10 +77,10 @@ def positions(ctx: Context | None, n: int):
     return ctx.pos
 
 
-def extend(ctx: Context | None, K, V):
-    """Keys and values of all tokens so far: the cached ones followed by K, V (new columns)."""
+def extend(ctx: Context | None, *arrays):
+    """Each array with the columns of every token so far: the cached ones, then its new ones."""
     if ctx is None or ctx.cache is None:
-        return K, V
+        return arrays
     slot = ctx.slot
     ctx.slot += 1
-    return ctx.cache.append(slot, ctx.ops, K, V)
+    return ctx.cache.append(slot, ctx.ops, *arrays)

@@ -15,13 +15,33 @@ from toycards.errors import ToycardsError
 from toycards.runtime.context import KVCache
 
 
+class CacheRecomputes(UserWarning):
+    """A model decodes by recomputing the whole sequence: the KV cache cannot follow its card."""
+
+
 class ModelAPI:
+    RECOMPUTE = ""  # set by a generated class whose card a KV cache cannot follow: why
     tokenizer = None  # set by the loader when the GGUF file carries a vocabulary
     bound = None  # toycards.binding.Bound: hyperparameters and where each tensor came from
     path = None  # the GGUF file the weights came from (set by the loader), named in errors
 
     def _forward_numpy(self, ids: np.ndarray, cache: KVCache | None) -> np.ndarray:
         raise NotImplementedError
+
+    def _with_history(self, x, cache: KVCache, cat):
+        """For a RECOMPUTE model: the ids so far (the cache's, then x), kept in the cache; says once
+        (a CacheRecomputes warning) that decoding reruns the sequence."""
+        if not getattr(self, "_recompute_said", False):
+            import warnings
+
+            self._recompute_said = True
+            warnings.warn(
+                f"decoding recomputes the whole sequence at each step: {self.RECOMPUTE}",
+                CacheRecomputes,
+                stacklevel=3,
+            )
+        cache.ids = x if cache.ids is None else cat([cache.ids, x], -1)
+        return cache.ids
 
     def _check_ids(self, ids: np.ndarray) -> None:
         n_vocab = self.hp.get("N_V")

@@ -24,8 +24,11 @@ class NumpyModel(ModelAPI):
         from toycards.runtime import ops_numpy
 
         x = np.asarray(x, dtype=np.int64)
-        ctx_cache = cache
-        out = self.forward(x, ctx_cache)
+        if cache is not None and self.RECOMPUTE:
+            n_new = x.shape[-1]
+            out = self.forward(self._with_history(x, cache, np.concatenate), None)[..., -n_new:, :]
+        else:
+            out = self.forward(x, cache)
         if cache is not None:
             cache.length += x.shape[-1]
         return out if isinstance(out, np.ndarray) else ops_numpy.as_float(out)

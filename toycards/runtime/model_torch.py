@@ -51,7 +51,11 @@ class TorchModel(nn.Module, ModelAPI):
 
     def __call__(self, x, cache: KVCache | None = None):
         x = torch.as_tensor(x, dtype=torch.long)
-        out = super().__call__(x, cache)
+        if cache is not None and self.RECOMPUTE:
+            n_new = x.shape[-1]
+            out = super().__call__(self._with_history(x, cache, torch.cat), None)[..., -n_new:, :]
+        else:
+            out = super().__call__(x, cache)
         if cache is not None:
             cache.length += x.shape[-1]
         return out
