@@ -224,6 +224,25 @@ def test_run_and_eval_with_card_equal_the_library_llama(files, llama_logits):
     assert run.stdout == PROMPT + reference + "\n"
 
 
+def test_run_notes_once_when_the_cache_cannot_follow_the_card(files, tmp_path):
+    """A bidirectional variant (mask 1 everywhere): `run` says once, on stderr, that decoding
+    recomputes, and generates what the full pass over the tokens so far gives at each step."""
+    card = tmp_path / "bidirectional.card"
+    card.write_text(
+        toyformer_card_text(**{"Mask[t_z, t_x] = ⟦t_z ≤ t_x⟧": "Mask[t_z, t_x] = 1"}), encoding="utf-8"
+    )
+    out = cli("run", files["toy"], "--card", card, "--prompt", PROMPT, "-n", "3")
+    assert out.exit_code == 0, out.output
+    notes = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert len(notes) == 1 and notes[0].startswith("note: decoding recomputes"), out.stderr
+    assert "Mask[t_z, t_x] = 1" in notes[0] and str(card) in notes[0], notes[0]
+    model = toycards.load(card, weights=files["toy"], target="reference")
+    ids = model.tokenizer.encode(PROMPT)
+    for _ in range(3):  # greedy, each step a full pass of the interpreter over the tokens so far
+        ids.append(int(np.argmax(model.logits(ids)[-1])))
+    assert out.stdout == PROMPT + model.tokenizer.decode(ids[len(model.tokenizer.encode(PROMPT)) :]) + "\n"
+
+
 def test_gen_with_card_imports_and_runs(files, llama_logits, tmp_path):
     dest = tmp_path / "toyformer_numpy.py"
     out = cli("gen", files["toy"], "--card", files["card"], "--target", "numpy", "-o", dest)
