@@ -109,7 +109,6 @@ class Model(NumpyModel):
     CARD_SHA256 = CARD_SHA256
     HYPERPARAMETERS = ['L', 'H', 'd_e', 'd_mlp', 'ℓ_max', 'ε', 'N_V']
 
-
     def forward(self, x, cache=None):
         """Logits [..., ℓ, N_V] for token ids x [..., ℓ]; with a cache, x holds only the new tokens."""
         ell = x.shape[-1]

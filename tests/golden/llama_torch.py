@@ -156,7 +156,6 @@ class Model(TorchModel):
     CARD_SHA256 = CARD_SHA256
     HYPERPARAMETERS = ['L', 'H', 'H_kv', 'd_e', 'd_ff', 'ℓ_max', 'ε', 'θ_base', 'scaling', 's', 'd_h', 'N_V']
 
-
     def forward(self, x, cache=None):
         """Logits [..., ℓ, N_V] for token ids x [..., ℓ]; with a cache, x holds only the new tokens."""
         ell = x.shape[-1]

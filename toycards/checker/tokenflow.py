@@ -304,13 +304,11 @@ class _Frame:
                 for bound in (i.lo, i.hi):
                     self.expr(bound)
                 if axis == "q" and (i.lo is not None or i.hi is not None):
-                    raise Recompute(e, "a slice of the token axis reads other tokens than the current one")
+                    raise Recompute(e, "slices the token axis, reading other tokens than a map's current one")
                 continue
             self.expr(i)
             if axis == "q" and self.token_var(i) != "q":
-                raise Recompute(
-                    e, "an index on the token axis that is not a map's token variable reads another token"
-                )
+                raise Recompute(e, "picks a token by a fixed or computed index, not a map's token variable")
 
     def sum(self, e: ir.Sum) -> str | None:
         self.expr(e.lo)
