@@ -15,6 +15,7 @@ from toycards.checker.context import Ctx
 from toycards.checker.declarations import name_span
 from toycards.checker.dims import Dim, DimError, expr_to_dim, from_ir, ir_dim_names, type_dim_names
 from toycards.checker.exprs import ExprChecker
+from toycards.checker.independence import check_independent
 from toycards.checker.names import Entry, Symbol, family_key
 from toycards.checker.shapes import NATURAL, Shape, compatible, shape_from_type
 from toycards.lang import ir
@@ -292,9 +293,12 @@ class StepChecker:
         self.body(s.body)
         del self.map_vars[-len(frame) :]
         scope.pop()
+        own = set()
         for name in set(scope.locals) - before:
             if set(scope.locals[name].per_iteration) & frame.keys():
                 scope.gone[name] = scope.locals.pop(name)
+                own.add(name)
+        check_independent(self.ctx, s, own)
 
     def range_bound(self, r: ir.Range) -> Dim | None:
         bad = [n for n in ir_dim_names(r.bound) if not self.ctx.scope.is_dim(n.name)]
