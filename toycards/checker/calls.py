@@ -19,6 +19,7 @@ from toycards.checker.names import Entry, Symbol, did_you_mean
 from toycards.checker.shapes import NATURAL, Shape, ShapeError
 from toycards.errors import Span
 from toycards.lang import ir
+from toycards.lang.options import option_argument
 
 
 class CallChecker:
@@ -89,7 +90,7 @@ class CallChecker:
         params = [
             self.mask(p, sig.params[i] if i < len(sig.params) else None)
             if isinstance(p, ir.MaskDef)
-            else self.ex.infer(p)
+            else self.option(p, sig, i) or self.ex.infer(p)
             for i, p in enumerate(c.params)
         ]
         if not self.arity(c, sig):
@@ -109,6 +110,16 @@ class CallChecker:
         if u.failed or sig.output is None or any(s is None for s in (*args, *params)):
             return None
         return u.result(sig.output)
+
+    def option(self, p: ir.Expr, sig: Signature, i: int) -> Shape | None:
+        """The declared shape when `p` is an option of the callee's enumeration parameter i that
+        the caller does not define itself (`rope(x, t | pairs, θ, ρ)`)."""
+        if i >= len(sig.params) or not isinstance(p, ir.Name) or self.ctx.scope.lookup(p.id) is not None:
+            return None
+        if p.id in self.ctx.scope.options or option_argument(sig.algo, sig.params[i][0], p) is None:
+            return None
+        self.ctx.info.symbols[id(p)] = Symbol("option", p.id, None, sig.algo)
+        return sig.params[i][2]
 
     def arity(self, c: ir.Call, sig: Signature) -> bool:
         a = sig.algo

@@ -17,6 +17,7 @@ from toycards.codegen.values import HEAD_PICKING, MapVar, Val
 from toycards.errors import ToycardsError
 from toycards.lang import ir
 from toycards.lang.builtins import BUILTINS
+from toycards.lang.options import option_argument
 
 if TYPE_CHECKING:
     pass
@@ -102,6 +103,10 @@ class CallEmitter:
         for name, p in zip(callee.params, c.params, strict=True):
             if isinstance(p, ir.MaskDef):
                 codes.append(self.mask_function(p))
+                continue
+            option = option_argument(callee, name, p)
+            if option is not None and not self.scope.defines(option):
+                codes.append(repr(option))  # an option of the callee's enumeration
                 continue
             v = self.expr(p)
             fams |= v.fams

@@ -25,7 +25,7 @@ def union_fams(*vals: Val) -> frozenset[str]:
 
 
 def paren(code: str) -> str:
-    if re.fullmatch(r"[\w.]+(\[[^\[\]]*\])?|[\w.]+\([^()]*\)|-?\d+(\.\d*)?(e-?\d+)?", code):
+    if re.fullmatch(r"[\w.]+(\[[^\[\]]*\])?|[\w.]+\([^()]*\)|-?\d+(\.\d*)?(e-?\d+)?|'[^'\\]*'", code):
         return code
     depth = 0
     for i, ch in enumerate(code):

@@ -37,6 +37,11 @@ class Scope:
     # an assignment never aliases (`y ← x` then `y[i] ← …` leaves x as it was)
     owned: set[str] = field(default_factory=set)
 
+    def defines(self, name: str) -> bool:
+        """The algorithm gives `name` a value (a local, input, parameter, dimension, loop or map
+        variable, or one of its own enumeration options)."""
+        return any(name in d for d in (self.vals, self.maps, self.loops, self.dims, self.enum_options))
+
     def share(self, names: set[str]) -> None:
         """`names` are now read by another value (which may be a view): no longer owned."""
         self.owned -= names

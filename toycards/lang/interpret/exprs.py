@@ -41,6 +41,7 @@ from toycards.lang.interpret.values import (
     truth,
     whole,
 )  # fmt: skip
+from toycards.lang.options import option_argument
 
 _ARITH = {"+": "+", "-": "-", "⊙": "⊙"}
 
@@ -213,13 +214,20 @@ class Evaluator:
                 raise Fault(f"{c.func} takes no parameters after |")
             return call_builtin(BUILTINS[c.func], [self.eval(a, f) for a in c.args])
         args = [self.eval(a, f) for a in c.args]
-        params = [self.eval(p, f) for p in c.params]
-        if len(args) != len(algo.inputs) or len(params) != len(algo.params):
+        params = [self.param(algo, name, p, f) for name, p in zip(algo.params, c.params)]
+        if len(args) != len(algo.inputs) or len(c.params) != len(algo.params):
             raise Fault(
                 f"{algo.name} takes {len(algo.inputs)} input(s) and {len(algo.params)} parameter(s), "
                 f"got {len(args)} and {len(params)}"
             )
         return self.mapped(algo, home, args, params)
+
+    def param(self, algo: ir.Algorithm, name: str, p: ir.Expr, f: Frame) -> object:
+        """A parameter's value; a bare option of the callee's enumeration `name` is that option."""
+        option = option_argument(algo, name, p)
+        if option is not None and not f.exact(option)[0]:
+            return option
+        return self.eval(p, f)
 
     def resolve(self, name: str, f: Frame) -> tuple[ir.Algorithm | None, dict]:
         """An algorithm of the caller's own card first, then of the library, then a builtin."""
