@@ -95,11 +95,8 @@ PRELUDE_HEADERS = {
     "rope_pairs": ("", "y ← rope_pairs(x, t | θ, ρ)"),
     "rope_halves": ("", "y ← rope_halves(x, t | θ, ρ)"),
     "MHAttention_fused": ("", "Ṽ ← MHAttention_fused(X | W_qkv, b_qkv, W_o, b_o, H, Mask)"),
-    "GQAttention_rope_pairs": ("", "Ṽ ← GQAttention_rope_pairs(X | W_q, W_k, W_v, W_o, H, H_kv, θ, ρ, Mask)"),
-    "GQAttention_rope_halves": (
-        "",
-        "Ṽ ← GQAttention_rope_halves(X | W_q, W_k, W_v, W_o, H, H_kv, θ, ρ, Mask)",
-    ),
+    "rope": ("", "y ← rope(x, t | layout, θ, ρ)"),
+    "GQAttention": ("", "Y ← GQAttention(Q, K, V | H, H_kv, layout, θ, ρ, Mask)"),
 }
 
 

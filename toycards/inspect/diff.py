@@ -17,8 +17,8 @@ Qwen3 is Qwen2 with per-head q/k RMSNorm instead of q/k/v biases, and a head siz
 >>> from toycards.library import library_card
 >>> d = diff_cards(library_card("qwen2"), library_card("qwen3"), "qwen2", "qwen3")
 >>> print(d.text().splitlines()[0])
-qwen2 → qwen3: 7 differences
->>> for change in d.changes:
+qwen2 → qwen3: 12 differences
+>>> for change in d.changes[:7]:
 ...     print(change.line())
 ~ Qwen2 → Qwen3 hyperparameter d_h: binding ≔ d_e / H → from "{arch}.attention.key_length" default d_e / H
 - Qwen2 → Qwen3 parameter b_q^l (in "blk.{l-1}."): b_q^l ∈ ℝ^{H·d_h} from "attn_q.bias"
@@ -26,7 +26,7 @@ qwen2 → qwen3: 7 differences
 - Qwen2 → Qwen3 parameter b_v^l (in "blk.{l-1}."): b_v^l ∈ ℝ^{H_kv·d_h} from "attn_v.bias"
 + Qwen2 → Qwen3 parameter γ_q^l (in "blk.{l-1}."): γ_q^l ∈ ℝ^{d_h} from "attn_q_norm.weight"
 + Qwen2 → Qwen3 parameter γ_k^l (in "blk.{l-1}."): γ_k^l ∈ ℝ^{d_h} from "attn_k_norm.weight"
-~ Qwen2 → Qwen3 step 6: GQAttention_qkv_bias_rope_halves → GQAttention_qk_norm_rope_halves
+~ Qwen2 → Qwen3 step 6: Q ← W_q^l · X̃ + b_q^l · 1^⊺ → Q ← W_q^l · X̃
 """
 
 from __future__ import annotations
@@ -219,22 +219,59 @@ def _calls_summary(old: str, new: str) -> str:
 
 
 def _compare_steps(where: str, a: list[tuple[int, str]], b: list[tuple[int, str]]) -> list[Change]:
+    """Steps aligned by text (difflib); inside a replaced run, steps are paired in order where they
+    are alike (`_likeness`), the pairing with the most likeness in all, and the rest are removed
+    or added."""
     out = []
     sm = difflib.SequenceMatcher(None, [t for _, t in a], [t for _, t in b], autojunk=False)
     for op, i1, i2, j1, j2 in sm.get_opcodes():
         if op == "equal":
             continue
-        pairs = min(i2 - i1, j2 - j1) if op == "replace" else 0
-        for k in range(pairs):
-            (n, old), (m, new) = a[i1 + k], b[j1 + k]
-            label = f"step {n}" if n == m else f"step {n} → {m}"
-            what = _calls_summary(old, new)
-            out.append(Change("step", "changed", where, label, old.strip(), new.strip(), what))
-        for n, old in a[i1 + pairs : i2]:
-            out.append(Change("step", "removed", where, f"step {n}", old=old.strip()))
-        for m, new in b[j1 + pairs : j2]:
-            out.append(Change("step", "added", where, f"step {m}", new=new.strip()))
+        olds, news = a[i1:i2], b[j1:j2]
+        i = j = 0
+        for pi, pj in _pairing([t for _, t in olds], [t for _, t in news]) + [(len(olds), len(news))]:
+            out += [Change("step", "removed", where, f"step {n}", old=t.strip()) for n, t in olds[i:pi]]
+            out += [Change("step", "added", where, f"step {m}", new=t.strip()) for m, t in news[j:pj]]
+            if pi < len(olds):
+                (n, old), (m, new) = olds[pi], news[pj]
+                label = f"step {n}" if n == m else f"step {n} → {m}"
+                what = _calls_summary(old, new) or f"{old.strip()} → {new.strip()}"
+                out.append(Change("step", "changed", where, label, old.strip(), new.strip(), what))
+            i, j = pi + 1, pj + 1
     return out
+
+
+def _pairing(olds: list[str], news: list[str]) -> list[tuple[int, int]]:
+    """Index pairs (in order) of alike steps whose likeness adds up to the most."""
+    n, m = len(olds), len(news)
+    like = [[_likeness(o, w) for w in news] for o in olds]
+    best = [[0.0] * (m + 1) for _ in range(n + 1)]
+    for i in range(n - 1, -1, -1):
+        for j in range(m - 1, -1, -1):
+            take = like[i][j] + best[i + 1][j + 1] if like[i][j] else 0.0
+            best[i][j] = max(best[i + 1][j], best[i][j + 1], take)
+    pairs, i, j = [], 0, 0
+    while i < n and j < m:
+        if like[i][j] and best[i][j] == like[i][j] + best[i + 1][j + 1]:
+            pairs.append((i, j))
+            i, j = i + 1, j + 1
+        elif best[i][j] == best[i + 1][j]:
+            i += 1
+        else:
+            j += 1
+    return pairs
+
+
+def _likeness(old: str, new: str) -> float:
+    """How alike two steps are (0: not one step changed): the similarity of their text when it
+    is 0.6 or more, or, for an update of the same name by calls (`X ← X + GELU_tanh(…)` and
+    `X ← X + SwiGLU(…)`), whatever it is."""
+    ratio = difflib.SequenceMatcher(None, old, new, autojunk=False).ratio()
+    if ratio >= 0.6:
+        return ratio
+    target = old.split("←", 1)[0].strip()
+    same = bool(target) and target == new.split("←", 1)[0].strip()
+    return ratio if same and _CALL.findall(old) and _CALL.findall(new) else 0.0
 
 
 # ── algorithms ──────────────────────────────────────────────────────────────────────────
