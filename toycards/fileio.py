@@ -1,7 +1,9 @@
 """Writing the user's files safely: the whole new content or nothing, never a half-written file.
 
 Owns: `write_atomic(path, data)`, used for every file toycards writes on a user's behalf
-(formatted cards, generated modules, rendered documents) and for its own cache entries.
+(formatted cards, generated modules, rendered documents) and for its own cache entries, and
+`atomic_output(path)`, the same guarantee for a writer that wants a path of its own to write
+(a GGUF file from gguf.GGUFWriter, a training checkpoint).
 Leaves out: deciding whether a file may be written (the CLI refuses to overwrite an input).
 """
 
@@ -11,6 +13,7 @@ import contextlib
 import os
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from toycards.errors import ToycardsError
@@ -37,6 +40,34 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise ToycardsError(f"{path}: cannot write: {e.strerror}") from None
+        raise
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | Path) -> Iterator[Path]:
+    """A temporary path in `path`'s folder to write; on success it replaces `path` all at once,
+    on any failure it is removed and `path` is untouched.
+
+    >>> with atomic_output(tmp / "out.bin") as part:  # doctest: +SKIP
+    ...     part.write_bytes(b"all or nothing")
+    """
+    target = Path(os.path.realpath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as e:
+        raise ToycardsError(f"{path}: cannot write: {e.strerror}") from None
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, target)
     except BaseException as e:
         with contextlib.suppress(OSError):

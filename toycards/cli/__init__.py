@@ -2,7 +2,7 @@
 
 Owns: the click group and its error policy. The commands live one module per family: cards.py
 (`check`, `fmt`, `render`), files.py (`describe`, `diff`, `list`), models.py (`gen`, `run`,
-`eval`); each command is argument parsing, one library call, and output.
+`eval`), train.py (`train`); each command is argument parsing, one library call, and output.
 Leaves out: the work itself (every other sub-package).
 
 Exit status: 0 ok; 1 the input is wrong (diagnostics or one line on stderr); 2 usage error
@@ -59,8 +59,10 @@ def _add_commands() -> None:
     from toycards.cli.cards import check_cmd, fmt_cmd, render_cmd
     from toycards.cli.files import describe_cmd, diff_cmd, list_cmd
     from toycards.cli.models import eval_cmd, gen_cmd, run_cmd
+    from toycards.cli.train import train_cmd
 
-    for cmd in (check_cmd, fmt_cmd, render_cmd, describe_cmd, diff_cmd, list_cmd, gen_cmd, run_cmd, eval_cmd):
+    commands = (check_cmd, fmt_cmd, render_cmd, describe_cmd, diff_cmd, list_cmd, gen_cmd, run_cmd, eval_cmd)
+    for cmd in (*commands, train_cmd):
         main.add_command(cmd)
 
 

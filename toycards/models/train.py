@@ -1,0 +1,304 @@
+"""Training a torch model built from a card: data, schedule, optimizer, checkpoints, processes.
+
+Owns: the text as token ids with a held-out tail (`TokenData`), which windows each step trains
+on (drawn from the seed and the step number alone, so that a resumed run and a run split over
+processes see the same ones), the learning-rate schedule (linear warm-up, cosine decay to a
+tenth), AdamW with decay on matrices only, gradient clipping, bfloat16 autocast, checkpoints
+(weights, optimizer state, step, and a fingerprint of everything that must match to resume),
+and torch.distributed: under `torchrun`, DistributedDataParallel (gloo on CPU, NCCL on CUDA),
+each process training on its share of every step's windows; rank 0 alone reports and writes.
+Leaves out: where the model comes from (start.py), writing the GGUF file (save.py), the
+progress bar and signals (cli/train.py).
+
+One step's windows: `batch` starts drawn uniformly from the training tokens by
+`numpy.random.default_rng([seed, step])`; process r of N takes the r-th of N equal slices.
+The loss is the mean next-token cross-entropy over all windows of the step, on every process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+
+from toycards.errors import ToycardsError
+from toycards.fileio import atomic_output
+
+CHECKPOINT_FORMAT = "toycards-checkpoint 1"
+EVAL_WINDOWS = 64  # held-out windows scored at each evaluation (non-overlapping, from the start)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 200  # optimizer steps
+    batch: int = 8  # windows per step, over all processes
+    seq: int = 64  # tokens per window the model reads (it predicts the next `seq`)
+    lr: float = 3e-3  # peak learning rate, reached after warm-up
+    warmup: int = -1  # warm-up steps, linear from lr/warmup; -1: a tenth of the steps
+    min_lr_ratio: float = 0.1  # the cosine decays to lr · min_lr_ratio at the last step
+    weight_decay: float = 0.0  # AdamW's decoupled decay, on matrices only
+    grad_clip: float = 1.0  # max global gradient norm; 0: no clipping
+    seed: int = 0
+    held_out: float = 0.1  # fraction of the tokens held out when evaluating
+    eval_every: int = 0  # steps between evaluations on the held-out tokens; 0: none
+    save_every: int = 0  # steps between checkpoints; 0: only on interruption
+    device: str = "cpu"
+    dtype: str = "float32"  # or "bfloat16": autocast for the forward pass, float32 weights
+
+    def warmup_steps(self) -> int:
+        return self.steps // 10 if self.warmup < 0 else self.warmup
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate of step `step` (1-based): linear warm-up, then cosine to lr · min_lr_ratio."""
+        w = self.warmup_steps()
+        if step <= w:
+            return self.lr * step / w
+        progress = (step - w) / max(1, self.steps - w)
+        low = self.lr * self.min_lr_ratio
+        return low + 0.5 * (self.lr - low) * (1 + math.cos(math.pi * min(1.0, progress)))
+
+    def resumable(self) -> dict[str, object]:
+        """What a checkpoint must agree with to be resumed (not the cadence of evals and saves)."""
+        keep = ("steps", "batch", "seq", "lr", "warmup", "min_lr_ratio", "weight_decay", "grad_clip",
+                "seed", "held_out", "dtype")  # fmt: skip
+        return {k: v for k, v in asdict(self).items() if k in keep}
+
+
+def check_device(device: str) -> None:
+    """A one-line error when torch cannot use `device` here."""
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ToycardsError(
+            f"--device {device}: this torch has no CUDA device (torch.cuda.is_available() is false)"
+        )
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise ToycardsError(
+            "--device mps: this torch has no MPS device (torch.backends.mps.is_available() is false)"
+        )
+
+
+def vocabulary_digest(tokenizer) -> str:
+    """A digest of a tokenizer's tokens, so that a checkpoint knows its vocabulary."""
+    return hashlib.sha256("\n".join(tokenizer.tokens).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass
+class TokenData:
+    """The text's token ids: the training part and, when evaluating, the held-out tail."""
+
+    train: np.ndarray  # int64 [n]
+    held_out: np.ndarray | None  # int64 [m], or None
+    digest: str  # of all the ids, so that a checkpoint knows its text
+
+
+def token_data(text: str, tokenizer, config: TrainConfig, where: str) -> TokenData:
+    """Encode `text` (no BOS: one stream of tokens) and split off the held-out tail; a text too
+    short for `--seq` is one line naming what it needs."""
+    if not text.strip():
+        raise ToycardsError(f"{where}: the text is empty")
+    ids = np.asarray(tokenizer.encode(text, add_bos=False, add_eos=False), dtype=np.int64)
+    need, held = config.seq + 1, None
+    n_held = max(need, int(len(ids) * config.held_out)) if config.eval_every else 0
+    if len(ids) - n_held < need:
+        also = f" plus {n_held} held out for --eval-every" if n_held else ""
+        raise ToycardsError(
+            f"{where}: the text is {len(ids)} tokens; --seq {config.seq} needs at least {need} to train on{also}"
+        )
+    if n_held:
+        ids, held = ids[:-n_held], ids[-n_held:]
+    digest = hashlib.sha256(ids.tobytes() + (held.tobytes() if held is not None else b"")).hexdigest()
+    return TokenData(ids, held, digest)
+
+
+def window_starts(config: TrainConfig, step: int, n_tokens: int) -> np.ndarray:
+    """The `batch` window starts of step `step` (1-based), from the seed and the step alone."""
+    rng = np.random.default_rng([config.seed, step])
+    return rng.integers(0, n_tokens - config.seq, size=config.batch)  # [batch]
+
+
+def windows(ids: np.ndarray, starts: np.ndarray, seq: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs and next-token targets, each [len(starts), seq]."""
+    rows = np.stack([ids[s : s + seq + 1] for s in starts])  # [b, seq + 1]
+    return torch.from_numpy(rows[:, :-1]), torch.from_numpy(rows[:, 1:])
+
+
+@dataclass
+class World:
+    """This process among those torchrun started (rank 0 of 1 without torchrun)."""
+
+    rank: int = 0
+    size: int = 1
+
+    @classmethod
+    def from_env(cls, device: str) -> World:
+        size = int(os.environ.get("WORLD_SIZE", "1"))
+        if size <= 1:
+            return cls()
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+        return cls(dist.get_rank(), dist.get_world_size())
+
+    def mean(self, value: float) -> float:
+        if self.size == 1:
+            return value
+        import torch.distributed as dist
+
+        t = torch.tensor([value], dtype=torch.float64)
+        dist.all_reduce(t)
+        return float(t.item()) / self.size
+
+    def any(self, flag: bool) -> bool:
+        return self.mean(float(flag)) > 0
+
+    def barrier(self) -> None:
+        if self.size > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+
+@dataclass
+class Trainer:
+    """One run's model, optimizer and position; `step` counts the optimizer steps taken."""
+
+    model: torch.nn.Module
+    config: TrainConfig
+    data: TokenData
+    fingerprint: dict[str, object]  # card text and tokenizer: must match to resume
+    world: World = field(default_factory=World)
+    step: int = 0
+    losses: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.config.batch % self.world.size:
+            raise ToycardsError(
+                f"--batch {self.config.batch} does not divide among {self.world.size} processes"
+            )
+        self.model.to(self.config.device)
+        trained = [p for p in dict.fromkeys(self.model.parameters()) if p.requires_grad]
+        groups = [
+            {"params": [p for p in trained if p.dim() >= 2], "weight_decay": self.config.weight_decay},
+            {"params": [p for p in trained if p.dim() < 2], "weight_decay": 0.0},
+        ]
+        self.optimizer = torch.optim.AdamW(groups, lr=self.config.lr, betas=(0.9, 0.95), eps=1e-8)
+        self.net = self.model
+        if self.world.size > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            self.net = DistributedDataParallel(self.model)
+
+    def _loss(self, net, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        device = self.config.device
+        x, y = x.to(device), y.to(device)
+        autocast = torch.autocast(
+            device.split(":")[0], torch.bfloat16, enabled=self.config.dtype == "bfloat16"
+        )
+        with autocast:
+            logits = net(x)  # [b, seq, N_V]
+        return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+
+    def train_step(self) -> float:
+        """Take the next step; the mean loss over all of its windows (every process's)."""
+        c, w = self.config, self.world
+        self.step += 1
+        starts = window_starts(c, self.step, len(self.data.train))
+        share = c.batch // w.size
+        x, y = windows(self.data.train, starts[w.rank * share : (w.rank + 1) * share], c.seq)
+        self.net.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self._loss(self.net, x, y)
+        loss.backward()
+        if c.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip)
+        for group in self.optimizer.param_groups:
+            group["lr"] = c.lr_at(self.step)
+        self.optimizer.step()
+        value = w.mean(loss.item())
+        self.losses.append(value)
+        return value
+
+    @torch.no_grad()
+    def eval_loss(self) -> float:
+        """Mean loss on up to EVAL_WINDOWS non-overlapping held-out windows (same on every process)."""
+        held, seq = self.data.held_out, self.config.seq
+        assert held is not None, "eval_loss needs a held-out split (eval_every > 0)"
+        starts = np.arange(0, len(held) - seq, seq)[:EVAL_WINDOWS]
+        self.model.eval()
+        total = 0.0
+        for i in range(0, len(starts), self.config.batch):
+            x, y = windows(held, starts[i : i + self.config.batch], seq)
+            total += self._loss(self.model, x, y).item() * len(x)
+        return total / len(starts)
+
+    # ── checkpoints ──────────────────────────────────────────────────────────────────────
+    def _identity(self) -> dict[str, object]:
+        return {**self.fingerprint, **self.config.resumable(), "data": self.data.digest}
+
+    def save_checkpoint(self, path: str) -> None:
+        """Weights, optimizer state, step and identity, written atomically by rank 0."""
+        if self.world.rank == 0:
+            state = {
+                "format": CHECKPOINT_FORMAT,
+                "step": self.step,
+                "losses": list(self.losses),
+                "identity": self._identity(),
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+            }
+            with atomic_output(path) as part:
+                torch.save(state, part)
+        self.world.barrier()
+
+    def resume(self, path: str) -> None:
+        """Continue from a checkpoint made by the same card, tokenizer, text and options."""
+        if not os.path.isfile(path):
+            raise ToycardsError(f"--resume: no checkpoint {path}")
+        try:
+            state = torch.load(path, map_location=self.config.device, weights_only=True)
+        except Exception as e:  # noqa: BLE001 - any unreadable file is the same one line
+            raise ToycardsError(f"{path}: not a toycards checkpoint ({type(e).__name__})") from None
+        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+            raise ToycardsError(f"{path}: not a toycards checkpoint ({CHECKPOINT_FORMAT})")
+        mine, theirs = self._identity(), state["identity"]
+        for key, value in mine.items():
+            if theirs.get(key) != value:
+                what = {"card": "another card", "tokenizer": "another vocabulary", "data": "another text"}
+                was = what.get(key) or f"{key} = {theirs.get(key)!r}, not {value!r}"
+                raise ToycardsError(f"--resume: the checkpoint {path} was made with {was}")
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step, self.losses = int(state["step"]), [float(v) for v in state["losses"]]
+
+
+Report = Callable[[dict[str, object]], None]
+
+
+def run(trainer: Trainer, report: Report, checkpoint: str, stop: threading.Event | None = None) -> bool:
+    """Train to `config.steps`; `report` gets one dict per step on rank 0 (step, loss, lr, tokens,
+    seconds, and eval_loss on evaluation steps). When `stop` is set (Ctrl-C), the step under way
+    finishes, a checkpoint is written and False is returned; True when all steps are done."""
+    c = trainer.config
+    stop = stop or threading.Event()
+    while trainer.step < c.steps:
+        began = time.perf_counter()
+        loss = trainer.train_step()
+        event: dict[str, object] = {"step": trainer.step, "loss": loss, "lr": c.lr_at(trainer.step)}
+        event |= {"tokens": c.batch * c.seq, "seconds": time.perf_counter() - began}
+        if c.eval_every and (trainer.step % c.eval_every == 0 or trainer.step == c.steps):
+            event["eval_loss"] = trainer.eval_loss()
+        if trainer.world.rank == 0:
+            report(event)
+        if trainer.world.any(stop.is_set()) and trainer.step < c.steps:
+            trainer.save_checkpoint(checkpoint)
+            return False
+        if c.save_every and trainer.step % c.save_every == 0 and trainer.step < c.steps:
+            trainer.save_checkpoint(checkpoint)
+    return True
