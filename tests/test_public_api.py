@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PUBLIC = ["parse", "check", "describe", "generate_source", "load", "load_tokenizer"]
+PUBLIC = ["parse", "check", "describe", "generate_source", "load", "load_tokenizer", "save"]
 
 README_EXAMPLE = textwrap.dedent(
     """

@@ -8,6 +8,7 @@ Public API (everything else is private by convention):
     src   = toycards.generate_source(card, target="torch")   # or "numpy"
     model = toycards.load("model.gguf", target="numpy")      # or "torch", "reference"; or a card
     tok   = toycards.load_tokenizer("vocab.gguf")
+    path  = toycards.save(model, "out.gguf")                 # a GGUF file that embeds the card
 
 Each public name is a function defined here, and no sub-package bears its name, so importing any
 submodule can never replace it. The functions import their stage on first call, which keeps
@@ -25,7 +26,7 @@ The package follows the pipeline, one sub-package per stage (dependencies point 
     gguf/        GGUF files: header validation, reader, ggml facts, dequantisation, metadata
     tokenizer/   byte-level BPE, SentencePiece, special tokens, chat templates
     runtime/     only what generated modules import: ops, KV cache, model bases, sampling
-    models/      a card bound to a file: binding, loading, evaluation
+    models/      a card bound to a file: binding, loading, evaluation, training, saving
     inspect/     describe (header, inventory, formats), diff, discover (list)
     render/      Markdown, LaTeX, HTML, JSON and terminal views of a card
     cli/         the click group and error policy, one module per family of commands
@@ -56,6 +57,7 @@ __all__ = [
     "load",
     "load_tokenizer",
     "parse",
+    "save",
 ]
 
 
@@ -106,3 +108,20 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     from toycards.tokenizer.tokenizer import load_tokenizer as _load_tokenizer
 
     return _load_tokenizer(path)
+
+
+def save(
+    model: ModelAPI,
+    path: str | Path,
+    tokenizer: str | Path | None = None,
+    arch: str | None = None,
+    name: str | None = None,
+) -> Path:
+    """Write a model from `load` (or `toycards train`) to a GGUF file in llama.cpp's conventions:
+    its tensors under the names the card binds, its hyperparameters under the card's metadata
+    keys, the tokenizer's keys (from `tokenizer`, a GGUF file; default: the model's own file),
+    and the card with its values embedded under `toycards.card`. Written atomically; never over
+    the model's own file."""
+    from toycards.models.save import save as _save
+
+    return _save(model, path, tokenizer=tokenizer, arch=arch, name=name)

@@ -196,6 +196,7 @@ def _trainer(source, given, tokenizer, config, text, data):
 
     world = training.World.from_env(config.device)
     begun = start(source, given, tokenizer, config.seed)
+    training.fits_context(begun.model.hp, config.seq)
     tokens = training.token_data(text, begun.tokenizer, config, f"--data {data}")
     freeze_constants(begun.model)
     fingerprint = {"card": render_card(begun.card), "tokenizer": training.vocabulary_digest(begun.tokenizer)}

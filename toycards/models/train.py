@@ -83,6 +83,13 @@ def check_device(device: str) -> None:
         )
 
 
+def fits_context(hyper: dict[str, object], seq: int) -> None:
+    """A window longer than the card's context (`ℓ_max`, learned positions) is refused."""
+    ell_max = hyper.get("ℓ_max")
+    if isinstance(ell_max, int) and seq > ell_max:
+        raise ToycardsError(f"--seq {seq} is longer than the card's context ℓ_max = {ell_max}")
+
+
 def vocabulary_digest(tokenizer) -> str:
     """A digest of a tokenizer's tokens, so that a checkpoint knows its vocabulary."""
     return hashlib.sha256("\n".join(tokenizer.tokens).encode("utf-8", "surrogatepass")).hexdigest()

@@ -1,0 +1,289 @@
+"""`toycards train` and `toycards.save`: a card → a trained GGUF file that runs, describes and reloads.
+
+The text is made here (no downloads): short runs of counting words ("three four five six."),
+which a 2-layer model with d_e = 32 learns within tens of steps; the vocabulary is the GPT-2 cut
+shipped in examples/tiny-llama.gguf (1,024 tokens). Stated margins: a random init starts at
+ln(1024) ≈ 6.93 nats; after 60 steps the loss is below 1.5 (and below a quarter of the start).
+
+What each test shows:
+- the library Llama card trains from the command line and the file it writes describes (the
+  embedded card, its values, no problems), checks, evaluates (perplexity near the trained loss)
+  and runs; `toycards.load` uses it;
+- the reloaded file's logits equal the in-memory trained model's exactly (float32), and the
+  file follows llama.cpp's names, keys and layouts;
+- a run stopped at step k (by the API's stop event, and by a real SIGINT to the command) and
+  resumed ends with the same weights, bit for bit, as a run never stopped;
+- every bad input is one line on stderr, exit 1, no traceback, and no file written or changed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import toycards
+from toycards.cli import main
+
+torch = pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKENIZER = ROOT / "examples" / "tiny-llama.gguf"
+WORDS = "one two three four five six seven eight nine ten".split()
+LLAMA = ["--set", "L=2", "--set", "H=4", "--set", "H_kv=2", "--set", "d_e=32", "--set", "d_ff=48",
+         "--set", "ell_max=64", "--set", "epsilon=1e-5"]  # fmt: skip
+FAST = ["--batch", "8", "--seq", "32", "--lr", "1e-2"]
+
+
+def counting_text(n_lines: int = 300, seed: int = 0) -> str:
+    """Lines of 3–7 consecutive counting words from a random start: 'seven eight nine ten one.'"""
+    rng = np.random.default_rng(seed)
+    lines = []
+    for _ in range(n_lines):
+        k, n = int(rng.integers(10)), int(rng.integers(3, 8))
+        lines.append(" ".join(WORDS[(k + j) % 10] for j in range(n)) + ".")
+    return "\n".join(lines) + "\n"
+
+
+def cli(*args) -> object:
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def json_lines(stdout: str) -> list[dict]:
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("text") / "count.txt"
+    path.write_text(counting_text(), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, data):
+    """The library Llama card trained from the command line: (OUT.gguf, the step lines)."""
+    out = tmp_path_factory.mktemp("llama") / "llama.gguf"
+    result = cli("train", "llama", "--tokenizer", TOKENIZER, "--data", data, "--out", out, *LLAMA, *FAST,
+                 "--steps", 60, "--eval-every", 30, "--json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    return out, json_lines(result.stdout)
+
+
+def test_a_library_card_learns_the_text(trained):
+    out, lines = trained
+    steps = [e for e in lines if "step" in e]
+    assert [e["step"] for e in steps] == list(range(1, 61))
+    first, last = steps[0]["loss"], steps[-1]["loss"]
+    assert first == pytest.approx(math.log(1024), abs=0.1), "a random init predicts ~uniformly"
+    assert last < 1.5 and last < first / 4, f"loss {first:.3f} → {last:.3f}"
+    assert steps[-1]["eval_loss"] < 1.5, "the held-out tenth is learnt too"
+    assert lines[-1]["done"] and lines[-1]["out"] == str(out)
+    assert not out.with_suffix(".ckpt").exists(), "a finished run leaves no checkpoint"
+
+
+def test_the_saved_file_describes_checks_evaluates_and_runs(trained, data):
+    out, lines = trained
+    described = cli("describe", out, "--format", "card")
+    assert described.exit_code == 0, described.output
+    assert "the card embedded in the file (toycards.card)" in described.stdout
+    for value in ("L ∈ ℕ = 2 ", "H_kv ∈ ℕ = 2 ", "d_e ∈ ℕ = 32 ", "N_V ∈ ℕ = 1024"):
+        assert value in described.stdout, value
+    assert toycards.describe(out).problems == ()
+    embedded = toycards.parse(gguf.GGUFReader(out).fields["toycards.card"].contents())
+    assert toycards.check(embedded) == []
+    text = data.read_text(encoding="utf-8")[:400]
+    scored = cli("eval", out, "--prompt", text, "--json")
+    assert scored.exit_code == 0, scored.output
+    assert json.loads(scored.stdout)["perplexity"] < math.exp(2.0), "the trained model scores its text well"
+    ran = cli("run", out, "--prompt", "one two three", "-n", 6)
+    assert ran.exit_code == 0 and ran.stdout.startswith("one two three"), ran.output
+    model = toycards.load(out, target="numpy")
+    assert model.hp["L"] == 2 and model.tokenizer.vocab_size == 1024
+
+
+def test_the_file_follows_llama_cpp_conventions(trained):
+    out, _ = trained
+    r = gguf.GGUFReader(out)
+    fields = {name: f.contents() for name, f in r.fields.items()}
+    assert fields["general.architecture"] == "llama" and fields["general.file_type"] == 0
+    assert fields["llama.block_count"] == 2 and fields["llama.attention.head_count_kv"] == 2
+    assert fields["llama.attention.layer_norm_rms_epsilon"] == pytest.approx(1e-5)
+    assert r.fields["llama.embedding_length"].types == [gguf.GGUFValueType.UINT32]
+    assert fields["tokenizer.ggml.model"] == "gpt2" and len(fields["tokenizer.ggml.tokens"]) == 1024
+    shapes = {t.name: tuple(int(n) for n in t.shape) for t in r.tensors}  # ggml order: ne[0] first
+    assert shapes["token_embd.weight"] == (32, 1024) and shapes["blk.1.ffn_gate.weight"] == (32, 48)
+    assert shapes["blk.0.attn_k.weight"] == (32, 16), "H_kv · d_h rows"
+    assert "rope_freqs.weight" not in shapes, "a constant fallback (or 1) is not written"
+    assert {t.tensor_type for t in r.tensors} == {gguf.GGMLQuantizationType.F32}
+
+
+# ── the API: exact round trip, interruption and resumption ──────────────────────────────────
+def _trainer(data: Path, steps: int = 12):
+    from toycards.lang.printer import render_card
+    from toycards.models import train as training
+    from toycards.models.start import freeze_constants, parse_sets, start
+
+    config = training.TrainConfig(steps=steps, batch=4, seq=16, lr=1e-2, seed=3)
+    sets = parse_sets([LLAMA[i + 1] for i in range(0, len(LLAMA), 2)])
+    begun = start("llama", sets, str(TOKENIZER), config.seed)
+    tokens = training.token_data(data.read_text(encoding="utf-8"), begun.tokenizer, config, "text")
+    freeze_constants(begun.model)
+    fingerprint = {"card": render_card(begun.card), "tokenizer": training.vocabulary_digest(begun.tokenizer)}
+    return training.Trainer(begun.model, config, tokens, fingerprint), begun
+
+
+def test_the_reloaded_model_has_the_trained_models_logits_exactly(data, tmp_path):
+    from toycards.models import train as training
+
+    trainer, begun = _trainer(data)
+    assert training.run(trainer, lambda e: None, str(tmp_path / "x.ckpt"))
+    out = toycards.save(trainer.model, tmp_path / "m.gguf", tokenizer=begun.tokenizer_path, arch=begun.arch)
+    ids = begun.tokenizer.encode(counting_text(4, seed=9), add_bos=False)
+    want = trainer.model.logits(ids)
+    got = toycards.load(out, target="torch").logits(ids)
+    assert np.array_equal(got, want), f"max |Δ| = {np.abs(got - want).max():.3g}"
+    np.testing.assert_allclose(toycards.load(out, target="numpy").logits(ids), want, atol=1e-4)
+
+
+def test_an_interrupted_run_resumes_to_the_same_weights(data, tmp_path):
+    from toycards.models import train as training
+
+    whole, _ = _trainer(data)
+    assert training.run(whole, lambda e: None, str(tmp_path / "whole.ckpt"))
+    stop, ckpt = threading.Event(), str(tmp_path / "part.ckpt")
+    part, _ = _trainer(data)
+    done = training.run(part, lambda e: e["step"] == 5 and stop.set(), ckpt, stop)
+    assert not done and part.step == 5 and os.path.isfile(ckpt)
+    resumed, _ = _trainer(data)
+    resumed.resume(ckpt)
+    assert resumed.step == 5
+    assert training.run(resumed, lambda e: None, ckpt)
+    assert resumed.losses == whole.losses
+    for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_a_checkpoint_from_other_options_is_refused(data, tmp_path):
+    from toycards.errors import ToycardsError
+    from toycards.models import train as training
+
+    trainer, _ = _trainer(data)
+    trainer.save_checkpoint(str(tmp_path / "a.ckpt"))
+    other, _ = _trainer(data, steps=13)
+    with pytest.raises(ToycardsError, match="made with steps = 12, not 13"):
+        other.resume(str(tmp_path / "a.ckpt"))
+
+
+def test_ctrl_c_writes_a_checkpoint_and_resume_matches_an_uninterrupted_run(data, tmp_path):
+    """A real SIGINT to `toycards train`: exit 130, a checkpoint, then --resume ends where a run
+    never interrupted ends, byte for byte."""
+    common = ["--tokenizer", TOKENIZER, "--data", data, *LLAMA, "--batch", 4, "--seq", 16, "--steps", 300]
+    out = tmp_path / "stopped.gguf"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "toycards", "train", "llama", "--out", out, "--json", *common]
+    proc = subprocess.Popen([str(a) for a in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    for line in proc.stdout:
+        if json.loads(line).get("step", 0) >= 3:
+            proc.send_signal(signal.SIGINT)
+            break
+    rest, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    k = max(json.loads(x)["step"] for x in [line, *rest.splitlines()] if x.startswith("{"))
+    assert 3 <= k < 300 and f"interrupted after step {k}" in err and "Traceback" not in err
+    assert out.with_suffix(".ckpt").is_file() and not out.exists()
+    resumed = cli("train", "llama", "--out", out, "--resume", *common)
+    assert resumed.exit_code == 0, resumed.output
+    whole = tmp_path / "whole.gguf"
+    assert cli("train", "llama", "--out", whole, *common).exit_code == 0
+    assert out.read_bytes() == whole.read_bytes()
+    assert not out.with_suffix(".ckpt").exists()
+
+
+# ── bad input: one line, exit 1, nothing written ────────────────────────────────────────────
+BAD_CARD = """toycards 1
+Algorithm: P ← Broken(x | θ)
+Input: x ∈ V^ℓ
+Output: P ∈ (0,1)^{N_V×ℓ}
+Hyperparameters:
+  d_e ∈ ℕ = 8
+  N_V ∈ ℕ
+Parameters:
+  W_e ∈ ℝ^{d_e×N_V}  from "token_embd.weight"^⊺
+  W_u ∈ ℝ^{d_e×d_e}  from "output.weight"
+1  ℓ ← length(x)
+2  for t ∈ [ℓ]: e_t ← W_e[:, x[t]]
+3  X ← [e_1, …, e_ℓ]
+4  return P = softmax(W_u · X)  ∷ ℝ^{N_V×ℓ}
+"""
+
+
+def _case(name: str, tmp: Path, data: Path) -> tuple[list, str]:
+    """(arguments after `train`, a phrase the error line must hold)."""
+    out = ["--out", tmp / "out.gguf"]
+    card = ["llama", "--tokenizer", TOKENIZER, *LLAMA, *out]
+    if name == "missing data":
+        return [*card, "--data", tmp / "nope.txt"], "no such file"
+    if name == "empty text":
+        (tmp / "empty.txt").write_text("  \n", encoding="utf-8")
+        return [*card, "--data", tmp / "empty.txt"], "the text is empty"
+    if name == "text too short for --seq":
+        (tmp / "short.txt").write_text("one two three four.", encoding="utf-8")
+        return [*card, "--data", tmp / "short.txt", "--seq", 32], "--seq 32 needs at least 33"
+    if name == "unknown hyperparameter":
+        return [*card, "--data", data, "--set", "d_model=32"], "no hyperparameter d_model"
+    if name == "missing hyperparameters":
+        return ["llama", "--tokenizer", TOKENIZER, "--data", data, *out], "no value for L, H, H_kv, d_e"
+    if name == "card does not check":
+        (tmp / "broken.card").write_text(BAD_CARD, encoding="utf-8")
+        return ["broken.card", "--tokenizer", TOKENIZER, "--data", data, *out], "does not check"
+    if name == "vocabulary does not fit":
+        return [*card, "--data", data, "--set", "N_V=512"], "1024 tokens but the card's N_V = 512"
+    if name == "real vocabulary too big":
+        vocab = ROOT.parent / "shared" / "vocab" / "ggml-vocab-gpt-2.gguf"
+        if not vocab.is_file():
+            pytest.skip(f"{vocab} not present")
+        args = ["llama", "--tokenizer", vocab, *LLAMA, *out, "--data", data, "--set", "N_V=1024"]
+        return args, "50257 tokens but the card's N_V = 1024"
+    if name == "--seq beyond the context":
+        return [*card, "--data", data, "--seq", 65], "longer than the card's context"
+    if name == "resume without a checkpoint":
+        return [*card, "--data", data, "--resume"], "--resume: no checkpoint"
+    if name == "out is the source":
+        return [TOKENIZER, "--data", data, "--out", TOKENIZER], "refusing to overwrite"
+    raise AssertionError(name)
+
+
+BAD = ["missing data", "empty text", "text too short for --seq", "unknown hyperparameter",
+       "missing hyperparameters", "card does not check", "vocabulary does not fit",
+       "real vocabulary too big", "--seq beyond the context", "resume without a checkpoint",
+       "out is the source"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", BAD)
+def test_bad_input_is_one_line_and_writes_nothing(name, tmp_path, data, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out.gguf").write_bytes(b"an older file, kept")
+    before = {p.name for p in tmp_path.iterdir()}
+    source_bytes = TOKENIZER.read_bytes() if name == "out is the source" else None
+    args, phrase = _case(name, tmp_path, data)
+    before = {p.name for p in tmp_path.iterdir()}
+    result = cli("train", *args)
+    assert result.exit_code == 1, result.output
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and phrase in lines[0], result.stderr
+    assert "Traceback" not in result.output and result.stdout == ""
+    assert {p.name for p in tmp_path.iterdir()} == before, "no file written"
+    assert (tmp_path / "out.gguf").read_bytes() == b"an older file, kept"
+    if source_bytes is not None:
+        assert TOKENIZER.read_bytes() == source_bytes
