@@ -45,6 +45,15 @@ LLAMA = ["--set", "L=2", "--set", "H=4", "--set", "H_kv=2", "--set", "d_e=32", "
 FAST = ["--batch", "8", "--seq", "32", "--lr", "1e-2"]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models train fastest on one thread; two workers × two threads on two cores crawl."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def counting_text(n_lines: int = 300, seed: int = 0) -> str:
     """Lines of 3–7 consecutive counting words from a random start: 'seven eight nine ten one.'"""
     rng = np.random.default_rng(seed)
@@ -170,13 +179,14 @@ def test_an_interrupted_run_resumes_to_the_same_weights(data, tmp_path):
     assert resumed.step == 5
     assert training.run(resumed, lambda e: None, ckpt)
     assert resumed.losses == whole.losses
-    for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values(), strict=True):
+    for (name, a), b in zip(
+        whole.model.state_dict().items(), resumed.model.state_dict().values(), strict=True
+    ):
         assert torch.equal(a, b), name
 
 
 def test_a_checkpoint_from_other_options_is_refused(data, tmp_path):
     from toycards.errors import ToycardsError
-    from toycards.models import train as training
 
     trainer, _ = _trainer(data)
     trainer.save_checkpoint(str(tmp_path / "a.ckpt"))
@@ -188,11 +198,13 @@ def test_a_checkpoint_from_other_options_is_refused(data, tmp_path):
 def test_ctrl_c_writes_a_checkpoint_and_resume_matches_an_uninterrupted_run(data, tmp_path):
     """A real SIGINT to `toycards train`: exit 130, a checkpoint, then --resume ends where a run
     never interrupted ends, byte for byte."""
-    common = ["--tokenizer", TOKENIZER, "--data", data, *LLAMA, "--batch", 4, "--seq", 16, "--steps", 300]
+    common = ["--tokenizer", TOKENIZER, "--data", data, *LLAMA, "--batch", 4, "--seq", 16, "--steps", 150]
     out = tmp_path / "stopped.gguf"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "toycards", "train", "llama", "--out", out, "--json", *common]
-    proc = subprocess.Popen([str(a) for a in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [str(a) for a in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
     for line in proc.stdout:
         if json.loads(line).get("step", 0) >= 3:
             proc.send_signal(signal.SIGINT)
@@ -200,7 +212,7 @@ def test_ctrl_c_writes_a_checkpoint_and_resume_matches_an_uninterrupted_run(data
     rest, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     k = max(json.loads(x)["step"] for x in [line, *rest.splitlines()] if x.startswith("{"))
-    assert 3 <= k < 300 and f"interrupted after step {k}" in err and "Traceback" not in err
+    assert 3 <= k < 150 and f"interrupted after step {k}" in err and "Traceback" not in err
     assert out.with_suffix(".ckpt").is_file() and not out.exists()
     resumed = cli("train", "llama", "--out", out, "--resume", *common)
     assert resumed.exit_code == 0, resumed.output
