@@ -54,8 +54,11 @@ def atomic_output(path: str | Path) -> Iterator[Path]:
     """A temporary path in `path`'s folder to write; on success it replaces `path` all at once,
     on any failure it is removed and `path` is untouched.
 
-    >>> with atomic_output(tmp / "out.bin") as part:  # doctest: +SKIP
-    ...     part.write_bytes(b"all or nothing")
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> with atomic_output(folder / "out.bin") as part:
+    ...     _ = part.write_bytes(b"all or nothing")
+    >>> (folder / "out.bin").read_bytes(), [p.name for p in folder.iterdir()]
+    (b'all or nothing', ['out.bin'])
     """
     target = Path(os.path.realpath(path))
     try:
