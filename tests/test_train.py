@@ -141,13 +141,12 @@ def test_the_file_follows_llama_cpp_conventions(trained):
 def _trainer(data: Path, steps: int = 12):
     from toycards.lang.printer import render_card
     from toycards.models import train as training
-    from toycards.models.start import freeze_constants, parse_sets, start
+    from toycards.models.start import parse_sets, start
 
     config = training.TrainConfig(steps=steps, batch=4, seq=16, lr=1e-2, seed=3)
     sets = parse_sets([LLAMA[i + 1] for i in range(0, len(LLAMA), 2)])
     begun = start("llama", sets, str(TOKENIZER), config.seed)
     tokens = training.token_data(data.read_text(encoding="utf-8"), begun.tokenizer, config, "text")
-    freeze_constants(begun.model)
     fingerprint = {"card": render_card(begun.card), "tokenizer": training.vocabulary_digest(begun.tokenizer)}
     return training.Trainer(begun.model, config, tokens, fingerprint), begun
 

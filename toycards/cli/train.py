@@ -192,13 +192,12 @@ def train_cmd(source, data, out, tokenizer, sets, steps, batch, seq, lr, warmup,
 def _trainer(source, given, tokenizer, config, text, data):
     from toycards.lang.printer import render_card
     from toycards.models import train as training
-    from toycards.models.start import freeze_constants, start
+    from toycards.models.start import start
 
     world = training.World.from_env(config.device)
     begun = start(source, given, tokenizer, config.seed)
     training.fits_context(begun.model.hp, config.seq)
     tokens = training.token_data(text, begun.tokenizer, config, f"--data {data}")
-    freeze_constants(begun.model)
     fingerprint = {"card": render_card(begun.card), "tokenizer": training.vocabulary_digest(begun.tokenizer)}
     return training.Trainer(begun.model, config, tokens, fingerprint, world), begun
 

@@ -204,13 +204,3 @@ def start(source: str, sets: dict[str, object], tokenizer_path: str | None, seed
             raise ToycardsError("--tokenizer goes with a card; a GGUF file brings its own vocabulary")
         return start_from_file(source)
     return start_from_card(source, sets, tokenizer_path, seed)
-
-
-def freeze_constants(model) -> None:
-    """Parameters with a constant fallback (`ρ from "rope_freqs.weight" or 1`) are fixed factors,
-    not weights: they are not trained."""
-    for p in model.bound.params:
-        sources = p.decl.binding.sources if p.decl.binding else ()
-        alts = sources[min(p.decl.names.index(p.name), len(sources) - 1)] if sources else ()
-        if any(s.const for s in alts) and p.key in model.w:
-            model.w[p.key].requires_grad_(False)

@@ -172,6 +172,16 @@ class World:
             dist.barrier()
 
 
+def freeze_constants(model) -> None:
+    """Parameters with a constant fallback (`ρ from "rope_freqs.weight" or 1`) are fixed factors,
+    not weights: they are not trained."""
+    for p in model.bound.params:
+        sources = p.decl.binding.sources if p.decl.binding else ()
+        alts = sources[min(p.decl.names.index(p.name), len(sources) - 1)] if sources else ()
+        if any(s.const for s in alts) and p.key in model.w:
+            model.w[p.key].requires_grad_(False)
+
+
 @dataclass
 class Trainer:
     """One run's model, optimizer and position; `step` counts the optimizer steps taken."""
@@ -189,6 +199,8 @@ class Trainer:
             raise ToycardsError(
                 f"--batch {self.config.batch} does not divide among {self.world.size} processes"
             )
+        if getattr(self.model, "bound", None) is not None:
+            freeze_constants(self.model)  # fixed factors such as rope_freqs are not weights
         self.model.to(self.config.device)
         trained = [p for p in dict.fromkeys(self.model.parameters()) if p.requires_grad]
         groups = [
