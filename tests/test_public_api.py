@@ -38,8 +38,8 @@ EVERY_MODULE = textwrap.dedent(
     """
     import importlib, pkgutil, toycards
     for info in pkgutil.walk_packages(toycards.__path__, "toycards."):
-        if info.name.endswith(("ops_torch", "model_torch", "__main__")):
-            continue  # the torch target is optional; __main__ runs the command line
+        if info.name.endswith(("ops_torch", "model_torch", "models.train", "__main__")):
+            continue  # the torch target (and training) is optional; __main__ runs the command line
         importlib.import_module(info.name)
     """
 )

@@ -156,7 +156,7 @@ def train_cmd(source, data, out, tokenizer, sets, steps, batch, seq, lr, warmup,
     from toycards.models.start import parse_sets
 
     given = parse_sets(sets)
-    from toycards.models import train as training
+    training = _training()
 
     config = training.TrainConfig(
         steps=steps, batch=batch, seq=seq, lr=lr, warmup=-1 if warmup is None else warmup,
@@ -189,10 +189,20 @@ def train_cmd(source, data, out, tokenizer, sets, steps, batch, seq, lr, warmup,
     trainer.world.barrier()
 
 
+def _training():
+    """The trainer module (it needs torch, an optional extra)."""
+    try:
+        from toycards.models import train
+    except ImportError:
+        raise ToycardsError("training needs PyTorch: pip install 'toycards[torch]'") from None
+    return train
+
+
 def _trainer(source, given, tokenizer, config, text, data):
     from toycards.lang.printer import render_card
-    from toycards.models import train as training
     from toycards.models.start import start
+
+    training = _training()
 
     world = training.World.from_env(config.device)
     begun = start(source, given, tokenizer, config.seed)
