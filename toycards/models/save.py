@@ -119,13 +119,22 @@ def model_tensors(model, bound: Bound) -> dict[str, np.ndarray]:
     """The file's tensors in card order: name → float32 array as GGUF stores it."""
     out: dict[str, np.ndarray] = {}
     for p in bound.params:
-        if p.tensor is None or p.tensor in out:
-            continue  # a constant (`or 1`), or a tensor already written (a tied output)
+        if p.tensor is None and p.const is None:
+            continue
         value = _as_array(model.w[p.key])
+        if p.tensor is not None and p.tensor in out:  # a tied output: the tensor it came from
+            if np.array_equal(value, out[p.tensor]):
+                continue
+            if p.key == p.tensor or p.key in out:
+                raise ToycardsError(
+                    f"save: {p.key} no longer equals {p.tensor}, and the card has no name of its own for it"
+                )
+            out[p.key] = value  # untied since loading (its values were changed): its own name
+            continue
         if tuple(value.shape) != p.stored_shape:
             raise ToycardsError(f"save: {p.key} has shape {value.shape}, the card binds {p.stored_shape}")
-        if not _is_constant_fill(p, value):
-            out[p.tensor] = value
+        if not _is_constant_fill(p, value):  # a constant fallback (`or 1`) changed: its own name
+            out[p.tensor or p.key] = value
     return out
 
 
