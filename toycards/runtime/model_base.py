@@ -60,16 +60,19 @@ class ModelAPI:
         return KVCache()
 
     def generate(self, prompt: str, max_tokens: int = 32, temperature: float = 0.0, top_k: int | None = None,
-                 top_p: float | None = None, seed: int | None = None) -> Iterator[str]:  # fmt: skip
+                 top_p: float | None = None, seed: int | None = None,
+                 parse_special: bool = False) -> Iterator[str]:  # fmt: skip
         """Yield text pieces of a continuation of `prompt` (greedy at temperature 0).
 
-        Raises ToycardsError when the logits are not finite (weights holding NaN or Inf)."""
+        `parse_special`: special-token texts in the prompt (`<|im_start|>`, as a chat template
+        writes them) are those tokens, not text. Raises ToycardsError when the logits are not
+        finite (weights holding NaN or Inf)."""
         from toycards.runtime.sampling import sample
 
         tok = self.tokenizer
         if tok is None:
             raise ToycardsError("this model has no tokenizer (the GGUF file carries no vocabulary)")
-        ids = tok.encode(prompt)
+        ids = tok.encode(prompt, parse_special=parse_special)
         if not ids:
             raise ToycardsError("the prompt encodes to no tokens")
         prompt_ids = np.asarray(ids, dtype=np.int64).reshape(1, -1)  # (1, ℓ)
