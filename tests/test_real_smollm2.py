@@ -21,6 +21,12 @@ transformers = pytest.importorskip("transformers")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 TEXT = "The capital of France is"
+PROMPTS = [
+    TEXT,
+    "def fibonacci(n):",
+    "Once upon a time, in a small village,",
+    "Émile a écrit 3 lettres à ses amis.",
+]
 CHAT = [{"role": "user", "content": "What is 2 + 3? Answer with a number."}]
 
 
@@ -33,15 +39,21 @@ def files():
     return path, hf.eval(), tok
 
 
+@pytest.fixture(scope="module")
+def ours(files):
+    """toycards' torch model of the file, loaded once."""
+    return toycards.load(files[0], target="torch")
+
+
 def test_describe_binds_the_llama_card_to_every_tensor(files):
     card = toycards.describe(files[0])
     assert card.main.name == "Llama"
 
 
 @pytest.mark.parametrize("target", ["numpy", "torch"])
-def test_logits_match_transformers_on_the_same_file(files, target):
+def test_logits_match_transformers_on_the_same_file(files, ours, target):
     path, hf, tok = files
-    model = toycards.load(path, target=target)
+    model = ours if target == "torch" else toycards.load(path, target=target)
     ids = model.tokenizer.encode(TEXT)
     assert ids == tok(TEXT)["input_ids"]
     with torch.no_grad():
@@ -51,9 +63,34 @@ def test_logits_match_transformers_on_the_same_file(files, target):
     assert worst < 1e-4 * float(np.abs(want).max()), f"max |Δ logit| {worst:.3g} of {np.abs(want).max():.3g}"
 
 
-def test_chat_template_and_greedy_generation_match_transformers(files):
+def test_tokens_and_next_token_top1_match_transformers(files, ours):
     path, hf, tok = files
-    model = toycards.load(path, target="torch")
+    model = ours
+    for text in PROMPTS:
+        ids = model.tokenizer.encode(text)
+        assert ids == tok(text)["input_ids"], text
+        with torch.no_grad():
+            want = int(hf(torch.tensor([ids])).logits[0, -1].argmax())
+        assert int(np.argmax(model.logits(ids)[-1])) == want, text
+
+
+def test_sixteen_greedy_tokens_match_transformers(files, ours):
+    path, hf, tok = files
+    model = ours
+    ids = model.tokenizer.encode(PROMPTS[2])
+    cache, out = model.new_cache(), []
+    logits = model._forward_numpy(np.asarray([ids]), cache)[0, -1]
+    for _ in range(16):
+        out.append(int(np.argmax(logits)))
+        logits = model._forward_numpy(np.asarray([[out[-1]]]), cache)[0, -1]
+    with torch.no_grad():
+        theirs = hf.generate(torch.tensor([ids]), max_new_tokens=16, min_new_tokens=16, do_sample=False)
+    assert out == theirs[0][len(ids) :].tolist()
+
+
+def test_chat_template_and_greedy_generation_match_transformers(files, ours):
+    path, hf, tok = files
+    model = ours
     prompt = model.tokenizer.apply_chat_template(CHAT)
     assert prompt == tok.apply_chat_template(CHAT, tokenize=False, add_generation_prompt=True)
     ids = model.tokenizer.encode(prompt, parse_special=True)
