@@ -1,0 +1,919 @@
+"""Random well-typed model cards, for property tests of the code generators against the interpreter.
+
+`model_cards(exclude=…)` is a hypothesis strategy of `RandomCard`s: the canonical text of a card
+that checks clean, the set of *features* (the constructs and variants it uses) and whether it is
+causal (whether column t of its logits depends only on tokens 1…t, so that cached decoding equals
+the full pass over the whole sequence).
+
+Every card has the same frame, the paper's Algorithm 10 without the details:
+
+    Algorithm: P ← Net(x | θ)
+    Input: x ∈ V^ℓ
+    Output: P ∈ (0,1)^{N_V×ℓ}
+    Hyperparameters: d, H, N_V, k ≔ d / H (head size), L and whatever the constructs need
+    Parameters: E ∈ ℝ^{d×N_V} (token embedding), the constructs' own, U ∈ ℝ^{N_V×d} (unembedding)
+    1  ℓ ← length(x)
+    2  for t ∈ [ℓ]: e_t ← E[:, x[t]]
+    3  X ← [e_1, …, e_ℓ]
+       … constructs, each an update of X ∈ ℝ^{d×ℓ}, at the top or in `for l = 1, 2, …, L do`
+       return P = softmax(U · X)
+
+A *construct* is a small function `construct(c, at) -> lines` that draws its variant from the
+draft `c` (which hands out fresh names, parameters and hyperparameters and records features),
+and returns unnumbered step lines that leave X a d×ℓ matrix. `at.layer` says whether it sits in
+the layer loop, where its parameters are per-layer (`W_a^l` from "blk.{l-1}.a.weight") and
+conditions may use l. Helper algorithms (a vector algorithm applied to a matrix, an attention the
+card writes itself, …) are added to the card before the model. Values stay small (residual
+updates through tanh, weights ~ 1/fan_in), so float32 and float64 agree to ~1e-6.
+
+Shrinking: every choice is a `sampled_from` whose first option is the plainest, and the number
+of constructs and the layer loop shrink away, so a failing card shrinks to the one construct
+that fails, at the top, with d = 4 and H = 1 unless the failure needs more.
+
+Features are the names that tests/test_random_cards.py's KNOWN_FAILING keys on; `exclude`
+removes every variant carrying one of them (a choice with no variant left is not drawn).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from hypothesis import strategies as st
+
+from toycards.lang.parse import parse
+from toycards.lang.printer import render_card
+
+N_V = 11  # the vocabulary of every card
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The concrete hyperparameters every card declares (tiny, so that the interpreter is quick)."""
+
+    d: int  # width
+    H: int  # heads; k = d / H is the head size
+    L: int  # layers (0: no layer loop)
+
+    @property
+    def k(self) -> int:
+        return self.d // self.H
+
+
+@dataclass(frozen=True)
+class RandomCard:
+    text: str = field(repr=False)  # canonical card text (render_card of the parsed draft); tests print it
+    features: frozenset[str]
+    causal: bool  # column t of the logits depends on tokens 1…t only
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a construct's lines go: in the layer loop (per-layer parameters, conditions on l)."""
+
+    layer: bool
+    depth: int = 0  # nesting of conditionals
+
+
+class Draft:
+    """A card under construction: names, declarations and helpers handed out to constructs."""
+
+    LOCALS = [*"MRGJCDFTZBOA", *(a + "\u0303" for a in "MRGJCDFTZBOA")]  # matrices, head families (Y^h); M̃
+    COLUMNS = [*"uvyzpqrsgj", *(a + "\u0303" for a in "uvyzpqrsgj")]  # token families (u_t), vectors; ũ
+    TAGS = "abcdefghijkmnoqrstuvwxyz"  # parameter tags: W_a, b_a, … from "a.weight", …; no p (W_p)
+
+    def __init__(self, draw, sizes: Sizes, exclude: frozenset[str]) -> None:
+        self.draw, self.sizes, self.exclude = draw, sizes, exclude
+        self.hypers: dict[str, str] = {}  # name → declaration
+        self.globals: list[str] = []  # parameter declarations outside the layer group
+        self.layer_params: list[str] = []  # declarations of the group `for l ∈ [L]`
+        self.helpers: dict[str, str] = {}  # algorithm name → its text
+        self.features: set[str] = set()
+        self.causal = True
+        self.used: set[str] = set()
+        self.tags = iter([*self.TAGS, *(a + b for a in self.TAGS for b in self.TAGS)])
+
+    # ── choices ─────────────────────────────────────────────────────────────────────────
+    def pick(self, options: dict[str, object]):
+        """One of `options` (feature → value) whose feature is not excluded; records the feature."""
+        allowed = [f for f in options if f not in self.exclude]
+        assert allowed, f"every option of {sorted(options)} is excluded"
+        feature = self.draw(st.sampled_from(allowed))
+        self.features.add(feature)
+        return options[feature]
+
+    def flag(self, feature: str) -> bool:
+        """A yes/no choice of an optional variant (no when excluded); records it when yes."""
+        if feature in self.exclude or not self.draw(st.booleans()):
+            return False
+        self.features.add(feature)
+        return True
+
+    # ── names ───────────────────────────────────────────────────────────────────────────
+    def local(self, preferred: str = "") -> str:
+        """A fresh local name: `preferred` when free, else the next free letter."""
+        for name in [preferred] * bool(preferred) + self.LOCALS:
+            if name not in self.used:
+                self.used.add(name)
+                return name
+        raise AssertionError("out of local names: the generator draws too many constructs")
+
+    def column(self) -> str:
+        """A fresh lower-case name for a vector or a token family (`u` for `u_t`)."""
+        for name in self.COLUMNS:
+            if name not in self.used:
+                self.used.add(name)
+                return name
+        raise AssertionError("out of column names: the generator draws too many constructs")
+
+    # ── declarations ────────────────────────────────────────────────────────────────────
+    def hyper(self, name: str, declaration: str) -> str:
+        self.hypers.setdefault(name, declaration)
+        return name
+
+    def param(self, at: Place, letter: str, shape: str, suffix: str, tag: str | None = None) -> str:
+        """A parameter `letter_tag` (`letter_tag^l` in the layer loop) of shape `shape` bound to the
+        tensor "tag.suffix"; returns the name to write in the steps."""
+        tag = tag or next(self.tags)
+        name = f"{letter}_{tag}"
+        declaration = f'{name}{"^l" * at.layer} ∈ ℝ^{{{shape}}}  from "{tag}.{suffix}"'
+        (self.layer_params if at.layer else self.globals).append(declaration)
+        return name + "^l" * at.layer
+
+    def weight(self, at: Place, shape: str = "d×d") -> str:
+        return self.param(at, "W", shape, "weight")
+
+    def bias(self, at: Place, size: str = "d") -> str:
+        return self.param(at, "b", size, "bias")
+
+    def helper(self, name: str, text: str) -> str:
+        self.helpers.setdefault(name, text.strip("\n"))
+        return name
+
+
+Construct = Callable[[Draft, Place], list[str]]
+
+
+def indent(lines: list[str], by: int = 1) -> list[str]:
+    return ["  " * by + line for line in lines]
+
+
+# ── element-wise functions ───────────────────────────────────────────────────────────────
+ACTIVATIONS = {  # feature → the function applied to an argument `{}` (any real, values stay finite)
+    "builtin_tanh": "tanh({})",
+    "builtin_sigmoid": "sigmoid({})",
+    "builtin_erf": "erf({})",
+    "builtin_sin": "sin({})",
+    "builtin_cos": "cos({})",
+    "builtin_abs": "abs({})",
+    "builtin_exp": "exp(−abs({}))",
+    "builtin_log": "log(1 + exp({}))",
+    "builtin_sqrt": "√(1 + ({})^2)",
+    "prelude_GELU": "GELU({})",
+    "prelude_GELU_tanh": "GELU_tanh({})",
+    "prelude_SiLU": "SiLU({})",
+    "prelude_ReLU": "ReLU({})",
+}
+
+
+def activation(c: Draft, arg: str) -> str:
+    return c.pick(ACTIVATIONS).format(arg)
+
+
+SCALAR_HELPERS = {  # feature → body of `y ← NAME(x)` with x ∈ ℝ, applied element-wise to a matrix
+    "scalar_softsign": ("softsign", "x / (1 + abs(x))"),
+    "scalar_gate": ("gate", "tanh(x) · sigmoid(x)"),
+    "scalar_bump": ("bump", "exp(−(x)^2) − 0.5"),
+    "scalar_wave": ("wave", "sin(x) + cos(x) − 1"),
+    "scalar_max_pair": ("leaky", "max(x, 0.5 · x)"),
+    "scalar_min_pair": ("clip", "min(x, 1) − max(−1, x)"),
+}
+
+
+def scalar_helper(c: Draft) -> str:
+    name, body = c.pick(SCALAR_HELPERS)
+    return c.helper(
+        name,
+        f"""
+Algorithm: y ← {name}(x)
+/* an element-wise function the card writes itself */
+Input: x ∈ ℝ
+Output: y ∈ ℝ
+1  return y = {body}
+""",
+    )
+
+
+# ── vector algorithms (applied to a matrix they act per column: an implicit map) ──────────
+def _vector_algorithm(name: str, what: str, steps: list[str]) -> str:
+    body = "\n".join(f"{i}  {s}" for i, s in enumerate(steps, 1))
+    return f"""
+Algorithm: y ← {name}(v)
+/* {what} */
+Input: v ∈ ℝ^{{n}}
+Output: y ∈ ℝ^{{n}}
+{body}
+"""
+
+
+VECTOR_HELPERS: dict[str, tuple[str, str, list[str], bool]] = {
+    # feature → (name, description, steps, needs an even length)
+    "vector_center": ("center", "v minus its mean (Σ)", ["m ← Σ_{i=1}^{n} v[i] / n", "return y = v − m"], False),
+    "vector_rms": (
+        "unit", "v over its root mean square (Σ of squares)",
+        ["r ← Σ_{i=1}^{n} v[i]^2 / n", "return y = v / √(r + 1)"], False,
+    ),
+    "vector_max": ("spread", "v shifted by its max and min", ["return y = v − max(v) + min(v)"], False),
+    "vector_softmax": (
+        "soft", "a softmax written out: exp, max and Σ",
+        ["z ← exp(v − max(v))", "return y = z / Σ_{i=1}^{n} z[i]"], False,
+    ),
+    "vector_swap_pairs": (
+        "swap", "entry writes in a map: each adjacent pair swapped, one sign flipped",
+        ["for i ∈ [n/2] do", "  y[2 · i − 1] ← v[2 · i]", "  y[2 · i] ← −v[2 · i − 1]", "end", "return y"],
+        True,
+    ),
+    "vector_copy_write": (
+        "bent", "a copy written entry by entry, then read beside the original",
+        ["y ← v", "for i ∈ [n]: y[i] ← tanh(v[i])", "return y = y + v"], False,
+    ),
+    "vector_copy_half": (
+        "halve", "a copy whose first half is overwritten from the second, then read beside the original",
+        ["y ← v", "for i ∈ [n/2]: y[i] ← v[i + n / 2]", "return y = y − v"], True,
+    ),
+    "vector_topk": (
+        "top2", "the two largest entries kept (topk), the others zero",
+        ["j ← topk(v, 2)", "for i ∈ [n]: y[i] ← v[i] · ⟦i = j[1] ∨ i = j[2]⟧", "return y"], False,
+    ),
+    "vector_swap_halves": (
+        "halves", "entry writes at i and i + n/2 in one map: the halves swapped",
+        ["for i ∈ [n/2] do", "  y[i] ← v[i + n / 2]", "  y[i + n / 2] ← v[i]", "end", "return y"], True,
+    ),
+    "vector_nested_call": (
+        "twice", "a vector algorithm calling another one and the prelude",
+        ["return y = center(softmax(v)) + spread(v)"], False,
+    ),
+    "vector_sum_from_2": (
+        "tail", "Σ from 2: v minus the mean of its other entries",
+        ["m ← Σ_{i=2}^{n} v[i] / n", "return y = v − m"], False,
+    ),
+    "vector_guard": (
+        "negate_even", "a copy with a guarded entry write in a map: the even entries negated",
+        ["y ← v", "for i ∈ [n]: if i mod 2 = 0 then y[i] ← −v[i]", "return y"], False,
+    ),
+    "vector_if_else": (
+        "alternate", "if … else … end in a map over the entries",
+        ["for i ∈ [n] do", "  if i mod 2 = 0 then", "    y[i] ← v[i]", "  else", "    y[i] ← −v[i]", "  end", "end",
+         "return y"], False,
+    ),
+    "vector_reversed_index": (
+        "flip", "the entries in reverse order (the index n + 1 − i)",
+        ["for i ∈ [n]: y[i] ← v[n + 1 − i]", "return y"], False,
+    ),
+    "vector_fixed_entry_write": (
+        "pin", "a copy with its first entry overwritten (an element write outside a map)",
+        ["y ← v", "y[1] ← v[n]", "return y = y + v"], False,
+    ),
+    "vector_sum_index_value": (
+        "ramp", "Σ that uses its variable as a value",
+        ["return y = v + Σ_{i=1}^{n} v[i] · i / n"], False,
+    ),
+    "vector_concat_scalar": (
+        "rotate", "[a; b] with a scalar b: the entries rotated by one",
+        ["return y = [v[2:n]; v[1]]"], False,
+    ),
+}  # fmt: skip
+
+
+def vector_helper(c: Draft, size: int) -> str:
+    """A vector algorithm for vectors of `size` entries (`size` decides whether n/2 is whole)."""
+    options = {f: v for f, v in VECTOR_HELPERS.items() if size % 2 == 0 or not v[3]}
+    name, what, steps, _ = c.pick(options)
+    if name == "twice":  # the algorithms it calls
+        for f in ("vector_center", "vector_max"):
+            c.helper(VECTOR_HELPERS[f][0], _vector_algorithm(*VECTOR_HELPERS[f][:3]))
+    return c.helper(name, _vector_algorithm(name, what, steps))
+
+
+# ── constructs ───────────────────────────────────────────────────────────────────────────
+MLPS = {  # feature → form of the residual MLP
+    "mlp": "plain", "mlp_bias": "bias", "mlp_gated": "gated", "prelude_SwiGLU": "swiglu",
+    "mlp_transpose": "transpose", "hyper_arithmetic": "arith", "elementwise_divide": "divide",
+    "mlp_hidden": "hidden",
+}  # fmt: skip
+
+
+def mlp(c: Draft, at: Place) -> list[str]:
+    """A residual MLP, `X ← X + W · f(W · X + b · 1^⊺)`, with an element-wise f or another form."""
+    form = c.pick(MLPS)
+    if form == "swiglu":
+        gate, up, down = c.weight(at), c.weight(at), c.weight(at)
+        return [f"X ← X + SwiGLU(X | {gate}, {up}, {down})  ▷ mlp"]
+    if form == "transpose":  # act(Xᵀ · W)ᵀ = act(Wᵀ · X)
+        return [f"X ← X + {activation(c, f'X^⊺ · {c.weight(at)}')}^⊺  ▷ mlp on the transpose"]
+    if form == "hidden":  # a hidden width, derived or given
+        width = c.draw(
+            st.sampled_from(["d_ff ∈ ℕ ≔ 2 · d", 'd_ff ∈ ℕ = 5  from "{arch}.feed_forward_length"'])
+        )
+        c.hyper("d_ff", width)
+        up, down = c.weight(at, "d_ff×d"), c.weight(at, "d×d_ff")
+        return [f"X ← X + {down} · {activation(c, f'{up} · X')}  ▷ mlp of width d_ff"]
+    out, inner = c.weight(at), c.weight(at)
+    if form == "gated":
+        gate = c.weight(at)
+        return [f"X ← X + {out} · ({activation(c, f'{inner} · X')} ⊙ sigmoid({gate} · X))  ▷ gated mlp"]
+    if form == "arith":
+        return [f"X ← X + {out} · {activation(c, f'{inner} · X / √d')} · (k / d) − X / (H + d)  ▷ mlp"]
+    if form == "divide":
+        return [f"X ← X + {out} · X / (1 + abs({inner} · X))  ▷ element-wise division"]
+    arg = f"{inner} · X" + (f" + {c.bias(at)} · 1^⊺" if form == "bias" else "")
+    return [f"X ← X + {out} · {activation(c, arg)}  ▷ mlp"]
+
+
+def norm(c: Draft, at: Place) -> list[str]:
+    """A normalisation per column: a map writing the columns of X̃, an implicit map, or X in place."""
+    eps = c.hyper("ε", 'ε ∈ ℝ = 1e-5  from "{arch}.eps"')
+    kind = c.pick({"norm_layer": "layer_norm", "norm_rms": "rms_norm"})
+    tag = next(c.tags)
+    gamma = c.param(at, "γ", "d", "norm", tag)
+    args = (
+        f"{gamma}, {c.param(at, 'β', 'd', 'shift', tag)}, {eps}"
+        if kind == "layer_norm"
+        else f"{gamma}, {eps}"
+    )
+    form = c.pick({"column_write": "map", "implicit_map": "implicit", "column_write_in_place": "in place"})
+    if form == "in place":
+        return [f"for t ∈ [ℓ]: X[:, t] ← {kind}(X[:, t] | {args})  ▷ norm in place"]
+    xt = c.local("X̃")
+    first = (
+        f"for t ∈ [ℓ]: {xt}[:, t] ← {kind}(X[:, t] | {args})  ▷ norm"
+        if form == "map"
+        else f"{xt} ← {kind}(X | {args})  ▷ norm (implicit map)"
+    )
+    return [first, f"X ← X + tanh({c.weight(at)} · {xt})"]
+
+
+def _split(c: Draft) -> tuple[str, str]:
+    """A split point s of d rows and the first row after it: (s, s + 1) as card text."""
+    return c.pick({"split_k": ("k", "k + 1"), "split_1": ("1", "2"), "split_2": ("2", "3")})
+
+
+def row_slices(c: Draft, at: Place) -> list[str]:
+    """Slices of rows stacked: `[X[s+1:d, :]; X[1:s, :]]` (of X, or of two parameters)."""
+    s, s1 = _split(c)
+    if c.flag("param_row_slices"):
+        a, b = c.weight(at), c.weight(at)
+        return [f"X ← X + tanh([{a}[1:{s}, :]; {b}[{s1}:d, :]] · X)  ▷ row slices of parameters"]
+    m = c.local()
+    return [f"{m} ← [X[{s1}:d, :]; X[1:{s}, :]]  ▷ row slices", f"X ← X + tanh({c.weight(at)} · {m})"]
+
+
+def mapped_slices(c: Draft, at: Place) -> list[str]:
+    """Slices of a mapped column stacked: `for t ∈ [ℓ]: M[:, t] ← [X[s+1:d, t]; X[1:s, t]]`."""
+    s, s1 = _split(c)
+    m = c.local()
+    if c.flag("stack_const"):  # the column's first rows on a vector that is the same for every t
+        rhs = f"[X[1:{s}, t]; {c.bias(at)}[{s1}:d]]"
+    else:
+        rhs = f"[X[{s1}:d, t]; X[1:{s}, t]]"
+    return [
+        f"for t ∈ [ℓ]: {m}[:, t] ← {rhs}  ▷ slices of a mapped column",
+        f"X ← X + tanh({c.weight(at)} · {m})",
+    ]
+
+
+def concat_cols(c: Draft, at: Place) -> list[str]:
+    """Two columns side by side, `[a, b] · c`, in a map building a token family."""
+    u, w, mix = c.column(), c.weight(at), c.param(at, "c", "2", "mix")
+    return [
+        f"for t ∈ [ℓ]: {u}_t ← tanh([X[:, t], {w} · X[:, t]] · {mix})  ▷ [a, b]",
+        f"X ← X + [{u}_1, …, {u}_ℓ]",
+    ]
+
+
+def heads(c: Draft, at: Place) -> list[str]:
+    """A map over heads on `rows(M, h, k)`, gathered with `[Y^1; …; Y^H]`."""
+    y = c.local("Y")
+    if c.flag("per_head_param_rows"):  # a parameter's head block times the shared X
+        lines = [f"for h ∈ [H]: {y}^h ← {activation(c, f'rows({c.weight(at)}, h, k) · X')}  ▷ heads"]
+    else:
+        m = c.local()
+        lines = [
+            f"{m} ← {c.weight(at)} · X  ▷ heads",
+            f"for h ∈ [H]: {y}^h ← {activation(c, f'rows({m}, h, k)')}",
+        ]
+    if c.flag("heads_bias_rows"):  # each head's block of a bias vector
+        z = c.local("Z")
+        lines.append(f"for h ∈ [H]: {z}^h ← {y}^h + rows({c.bias(at)}, h, k) · 1^⊺")
+        y = z
+    if c.flag("heads_chain"):  # a family read member by member in another map
+        z = c.local("Z")
+        lines.append(f"for h ∈ [H]: {z}^h ← {y}^h ⊙ sigmoid({y}^h)")
+        y = z
+    if c.flag("heads_reversed"):
+        z = c.local("Z")
+        lines.append(f"for h ∈ [H]: {z}^h ← {y}^{{H + 1 − h}}")
+        y = z
+    if c.flag("sum_heads"):  # Σ over the members of a family
+        return lines + [f"X ← X + Σ_{{h=1}}^{{H}} rows({c.weight(at)}, h, k)^⊺ · {y}^h"]
+    return lines + [f"X ← X + [{y}^1; …; {y}^H]"]
+
+
+def heads_tokens(c: Draft, at: Place) -> list[str]:
+    """A 2-D map `for h ∈ [H], t ∈ [ℓ]` writing the columns of a head family."""
+    y, k = c.local("Y"), c.sizes.k
+    col = "rows(X, h, k)[:, t]"
+    options: dict[str, object] = {
+        "heads_tokens_builtin": None,
+        "heads_tokens_rms": "rms",
+        "heads_tokens_vector": "vec",
+    }
+    if k % 2 == 0:
+        options["heads_tokens_rope"] = "rope"
+    kind = c.pick(options)
+    if kind == "rms":
+        eps = c.hyper("ε", 'ε ∈ ℝ = 1e-5  from "{arch}.eps"')
+        rhs = f"rms_norm({col} | {c.param(at, 'γ', 'k', 'norm')}, {eps})"
+    elif kind == "vec":
+        rhs = f"{vector_helper(c, k)}({col})"
+    elif kind == "rope":
+        rhs = f"{_rope(c)}({col}, t | θ, ρ)"
+    else:
+        rhs = activation(c, col)
+    return [
+        f"for h ∈ [H], t ∈ [ℓ]: {y}^h[:, t] ← {rhs}  ▷ heads × tokens",
+        f"X ← X + tanh({c.weight(at)} · [{y}^1; …; {y}^H])",
+    ]
+
+
+def _rope(c: Draft) -> str:
+    """RoPE of the prelude on one head (k even), with θ and the global ρ ∈ ℝ^{k/2}."""
+    c.hyper("θ", 'θ ∈ ℝ = 10000  from "{arch}.rope.freq_base"')
+    if "ρ ∈" not in "".join(c.globals):
+        c.globals.append('ρ ∈ ℝ^{k/2}  from "rope_freqs.weight" or 1')
+    return c.pick({"rope_pairs": "rope_pairs", "rope_halves": "rope_halves"})
+
+
+def vector_call(c: Draft, at: Place) -> list[str]:
+    """A vector algorithm of the card applied to a matrix (implicit map), per column, or per head."""
+    d, k = c.sizes.d, c.sizes.k
+    form = c.pick({"vector_implicit_map": "implicit", "vector_token_map": "tokens", "vector_head_map": "heads",
+                   "vector_head_token_map": "heads × tokens"})  # fmt: skip
+    m = c.local()
+    if form == "implicit":
+        f = vector_helper(c, d)
+        lines = [f"{m} ← {f}({c.weight(at)} · X)  ▷ vector algorithm, implicit map"]
+    elif form == "tokens":
+        f = vector_helper(c, d)
+        lines = [f"for t ∈ [ℓ]: {m}[:, t] ← {f}(X[:, t])  ▷ vector algorithm per token"]
+    else:
+        f, y = vector_helper(c, k), c.local("Y")
+        lines = [
+            f"for h ∈ [H]: {y}^h ← {f}(rows(X, h, k))  ▷ vector algorithm per head"
+            if form == "heads"
+            else f"for h ∈ [H], t ∈ [ℓ]: {y}^h[:, t] ← {f}(rows(X, h, k)[:, t])  ▷ vector algorithm per head, token",
+            f"{m} ← [{y}^1; …; {y}^H]",
+        ]
+    return lines + [f"X ← X + tanh({c.weight(at)} · {m})"]
+
+
+def helper_with_params(c: Draft, at: Place) -> list[str]:
+    """An algorithm of the card taking parameters: per column (implicit map, map) or on the matrix."""
+    form = c.pick({"helper_params_implicit_map": "implicit", "helper_params_token_map": "tokens",
+                   "helper_params_matrix": "matrix"})  # fmt: skip
+    w = c.weight(at)
+    if form == "matrix":
+        f = c.helper(
+            "ffn",
+            """
+Algorithm: Y ← ffn(X | W_1, W_2)
+/* a block written by the card: a matrix in, parameters, another algorithm inside */
+Input: X ∈ ℝ^{m×n}
+Output: Y ∈ ℝ^{m×n}
+Parameters:
+  W_1 ∈ ℝ^{f×m}
+  W_2 ∈ ℝ^{m×f}
+1  return Y = W_2 · GELU(W_1 · X)
+""",
+        )
+        return [f"X ← X + {f}(X | {w}, {c.weight(at)})  ▷ a block of the card"]
+    f = c.helper(
+        "affine",
+        """
+Algorithm: y ← affine(v | W, b)
+/* a vector algorithm with parameters */
+Input: v ∈ ℝ^{n}
+Output: y ∈ ℝ^{m}
+Parameters:
+  W ∈ ℝ^{m×n}
+  b ∈ ℝ^{m}
+1  return y = tanh(W · v + b)
+""",
+    )
+    b = c.bias(at)
+    if form == "implicit":
+        return [f"X ← X + {f}(X | {w}, {b})  ▷ vector algorithm with parameters, implicit map"]
+    u = c.column()
+    return [
+        f"for t ∈ [ℓ]: {u}_t ← {f}(X[:, t] | {w}, {b})  ▷ vector algorithm with parameters",
+        f"X ← X + [{u}_1, …, {u}_ℓ]",
+    ]
+
+
+OWN_MHA = """
+Algorithm: Ṽ ← mha(X | W_q, W_k, W_v, W_o, H{mask_param})
+/* multi-head self-attention written by the card around the prelude's attention */
+Input: X ∈ ℝ^{{d_e×ℓ}}
+Output: Ṽ ∈ ℝ^{{d_e×ℓ}}
+Hyperparameters:
+  H ∈ ℕ
+  d_h ∈ ℕ  ≔ d_e / H
+{mask_decl}Parameters:
+  W_q, W_k, W_v, W_o ∈ ℝ^{{d_e×d_e}}
+1  Q ← W_q · X
+2  K ← W_k · X
+3  V ← W_v · X
+4  for h ∈ [H]: Y^h ← attention(rows(Q, h, d_h), rows(K, h, d_h), rows(V, h, d_h) | {mask})
+5  return Ṽ = W_o · [Y^1; …; Y^H]
+"""
+
+
+def own_mha(c: Draft, at: Place) -> list[str]:
+    """Multi-head attention as an algorithm of the card, the mask its own or passed through it."""
+    ws = ", ".join(c.weight(at) for _ in range(4))
+    if c.pick({"own_mha_inner_mask": False, "own_mha_passed_mask": True}):
+        c.helper(
+            "mha_of",
+            OWN_MHA.format(mask_param=", Mask", mask_decl="  Mask ∈ {0,1}^{ℓ×ℓ}\n", mask="Mask").replace(
+                "mha(", "mha_of("
+            ),
+        )
+        return [f"X ← X + mha_of(X | {ws}, H, {mask(c)})  ▷ attention of the card, mask passed"]
+    c.helper("mha", OWN_MHA.format(mask_param="", mask_decl="", mask="Mask[t_z, t_x] = ⟦t_z ≤ t_x⟧"))
+    return [f"X ← X + mha(X | {ws}, H)  ▷ attention of the card"]
+
+
+def scalar_call(c: Draft, at: Place) -> list[str]:
+    """A scalar algorithm of the card applied element-wise to a matrix."""
+    f = scalar_helper(c)
+    return [f"X ← X + {c.weight(at)} · {f}({c.weight(at)} · X)  ▷ scalar algorithm, element-wise"]
+
+
+def map_blocks(c: Draft, at: Place) -> list[str]:
+    """Maps with a block body: several assignments, a guarded one, or if … else … end."""
+    w = c.weight(at)
+    kind = c.pick(
+        {"map_block": "tokens", "head_map_block": "heads", "map_guard": "guard", "map_if_else": "if"}
+    )
+    if kind == "guard":
+        return [f"for t ∈ [ℓ]: if t mod 2 = 0 then X[:, t] ← tanh({w} · X[:, t])  ▷ a guarded map"]
+    if kind == "if":
+        u = c.column()
+        return [
+            "for t ∈ [ℓ] do  ▷ if … else … end in a map",
+            "  if t = 1 then", f"    {u}_t ← X[:, t]", "  else", f"    {u}_t ← tanh({w} · X[:, t])", "  end",
+            "end",
+            f"X ← X + [{u}_1, …, {u}_ℓ]",
+        ]  # fmt: skip
+    if kind == "tokens":
+        u, v = c.column(), c.column()
+        return [
+            "for t ∈ [ℓ] do  ▷ a map with a block",
+            f"  {u}_t ← tanh({w} · X[:, t])",
+            f"  {v}_t ← {u}_t ⊙ X[:, t]",
+            "end",
+            f"X ← X + [{v}_1, …, {v}_ℓ]",
+        ]
+    m, y, z = c.local(), c.local("Y"), c.local("Z")
+    return [
+        f"{m} ← {w} · X  ▷ a head map with a block",
+        "for h ∈ [H] do",
+        f"  {y}^h ← tanh(rows({m}, h, k))",
+        f"  {z}^h ← {y}^h ⊙ rows({m}, h, k)",
+        "end",
+        f"X ← X + [{z}^1; …; {z}^H]",
+    ]
+
+
+def entries_2d(c: Draft, at: Place) -> list[str]:
+    """Entries written in a 2-D map over rows and tokens: `M[i, t] ← …`."""
+    m = c.local()
+    return [
+        f"for i ∈ [d], t ∈ [ℓ]: {m}[i, t] ← X[i, t] · i / d  ▷ entries in a 2-D map",
+        f"X ← X + tanh({m})",
+    ]
+
+
+def copy_then_write(c: Draft, at: Place) -> list[str]:
+    """`M ← X`, then writes into M's columns, then X read beside M (assignment copies)."""
+    m = c.local()
+    if c.flag("main_entry_write"):
+        write = f"for t ∈ [ℓ]: {m}[1, t] ← 0"
+        return [f"{m} ← X  ▷ copy, then write", write, f"X ← X + tanh({c.weight(at)} · {m})"]
+    write = f"for t ∈ [ℓ]: {m}[:, t] ← tanh({c.weight(at)} · {m}[:, t])"
+    return [f"{m} ← X  ▷ copy, then write", write, f"X ← X + {m}"]
+
+
+def token_scalars(c: Draft, at: Place) -> list[str]:
+    """A scalar per token from entries of its column (`Σ_i X[i, t]^2`, `X[1, t]`), then used per token."""
+    s, u = c.column(), c.column()
+    if c.flag("fixed_row_mapped_entry"):
+        first = f"for t ∈ [ℓ]: {s}_t ← X[1, t] − X[d, t]  ▷ a scalar per token"
+    else:
+        first = f"for t ∈ [ℓ]: {s}_t ← Σ_{{i=1}}^{{d}} X[i, t]^2 / d  ▷ a scalar per token"
+    return [first, f"for t ∈ [ℓ]: {u}_t ← X[:, t] / √({s}_t + 1)", f"X ← X + [{u}_1, …, {u}_ℓ]"]
+
+
+def per_head_scalar(c: Draft, at: Place) -> list[str]:
+    """A per-head value passed to a per-head call as a hyperparameter."""
+    f = c.helper(
+        "scaled",
+        """
+Algorithm: Y ← scaled(M | s)
+/* a matrix through tanh, times a scalar given by the caller */
+Input: M ∈ ℝ^{m×n}
+Output: Y ∈ ℝ^{m×n}
+Hyperparameters: s ∈ ℝ
+1  return Y = tanh(M) · s
+""",
+    )
+    y = c.local("Y")
+    scale = c.pick({"per_head_index_scalar": "h / H", "per_head_param_scalar": None})
+    scale = scale or f"{c.param(at, 'c', 'H', 'scale')}[h]"
+    return [
+        f"for h ∈ [H]: {y}^h ← {f}(rows(X, h, k) | {scale})  ▷ per-head scalar",
+        f"X ← X + [{y}^1; …; {y}^H]",
+    ]
+
+
+MASKS = {  # feature → (Mask[t_z, t_x] = …, causal)
+    "mask_causal": ("⟦t_z ≤ t_x⟧", True),
+    "mask_window": ("⟦t_z ≤ t_x ∧ t_x − t_z < w⟧", True),
+    "mask_window_lower": ("⟦t_x − w < t_z ∧ t_z ≤ t_x⟧", True),
+    "mask_negated": ("⟦¬t_z > t_x⟧", True),
+    "mask_parity": ("⟦t_z ≤ t_x ∧ (t_z mod 2 = 1 ∨ t_z = t_x)⟧", True),
+    "mask_blocks": ("⟦t_z ≤ t_x ∧ ⌈t_z / 2⌉ = ⌈t_x / 2⌉⟧", True),
+    "mask_full": ("1", False),
+}
+
+
+def mask(c: Draft) -> str:
+    body, causal = c.pick(MASKS)
+    if "w" in body:
+        width = c.draw(st.sampled_from([2, 1, 3]))
+        c.hyper("w", f'w ∈ ℕ = {width}  from "{{arch}}.attention.sliding_window"')
+    c.causal &= causal
+    return f"Mask[t_z, t_x] = {body}"
+
+
+OWN_ATTENTION = """
+Algorithm: Ṽ ← {name}(Q, K, V | Mask)
+/* scaled dot-product attention on one head, written by the card{what} */
+Input:
+  Q ∈ ℝ^{{d_h×ℓ_x}}
+  K ∈ ℝ^{{d_h×ℓ_z}}
+  V ∈ ℝ^{{d_h×ℓ_z}}
+Output: Ṽ ∈ ℝ^{{d_h×ℓ_x}}
+Hyperparameters: Mask ∈ {{0,1}}^{{ℓ_z×ℓ_x}}
+1  S ← K^⊺ · Q / √d_h
+2  for t_z ∈ [ℓ_z], t_x ∈ [ℓ_x] do
+{update}3    if ¬Mask[t_z, t_x] then S[t_z, t_x] ← −∞
+4  end
+5  return Ṽ = V · {softmax}(S)
+"""
+
+
+def attention_function(c: Draft) -> str:
+    """`attention` of the prelude, or one the card writes (with a score update, its own softmax)."""
+    if c.pick({"prelude_attention": False, "own_attention": True}) is False:
+        return "attention"
+    name, what, update, softmax = "att", "", "", "softmax"
+    if c.flag("score_update"):
+        name, what = "att_bias", " with a bias on the scores by distance"
+        update = "3    S[t_z, t_x] ← S[t_z, t_x] − (t_x − t_z) / 4\n"
+    if c.flag("own_softmax"):
+        name, what, softmax = name + "_soft", what + ", its own softmax", "soft"
+        c.helper("soft", _vector_algorithm("soft", *VECTOR_HELPERS["vector_softmax"][1:3]))
+    return c.helper(name, OWN_ATTENTION.format(name=name, what=what, update=update, softmax=softmax))
+
+
+def attention(c: Draft, at: Place) -> list[str]:
+    """Multi-head self-attention written out: projections, a map over heads, heads stacked."""
+    f, k = attention_function(c), c.sizes.k
+    gqa = c.sizes.H > 1 and c.flag("gqa")
+    kv_rows = "H_kv·k" if gqa else "d"
+    if gqa:
+        h_kv = c.draw(st.sampled_from([n for n in range(1, c.sizes.H) if c.sizes.H % n == 0]))
+        c.hyper("H_kv", f'H_kv ∈ ℕ = {h_kv}  from "{{arch}}.attention.head_count_kv"')
+    q, kk, v = c.local("Q"), c.local("K"), c.local("V")
+    lines = [
+        f"{q} ← {c.weight(at)} · X  ▷ attention",
+        f"{kk} ← {c.weight(at, f'{kv_rows}×d')} · X",
+        f"{v} ← {c.weight(at, f'{kv_rows}×d')} · X",
+    ]
+    kv = "⌈h · H_kv / H⌉" if gqa else "h"
+    qs, ks = f"rows({q}, h, k)", f"rows({kk}, {kv}, k)"
+    if k % 2 == 0 and c.flag("rope"):
+        rope = _rope(c)
+        qh, kh = c.local("Q̂"), c.local("K̂")
+        lines += [
+            f"for h ∈ [H], t ∈ [ℓ]: {qh}^h[:, t] ← {rope}(rows({q}, h, k)[:, t], t | θ, ρ)",
+            f"for j ∈ [{'H_kv' if gqa else 'H'}], t ∈ [ℓ]: {kh}^j[:, t] ← {rope}(rows({kk}, j, k)[:, t], t | θ, ρ)",
+        ]
+        qs, ks = f"{qh}^h", (f"{kh}^{{⌈h·H_kv/H⌉}}" if gqa else f"{kh}^h")
+    y = c.local("Y")
+    lines.append(f"for h ∈ [H]: {y}^h ← {f}({qs}, {ks}, rows({v}, {kv}, k) | {mask(c)})")
+    return lines + [f"X ← X + {c.weight(at)} · [{y}^1; …; {y}^H]"]
+
+
+def prelude_attention(c: Draft, at: Place) -> list[str]:
+    """A multi-head attention algorithm of the prelude called with the card's parameters."""
+    options = {"prelude_MHAttention_fused": "fused", "prelude_MHAttention": "mha", "prelude_Attention": "one"}
+    if c.sizes.k % 2 == 0:  # RoPE needs an even head size
+        options["prelude_GQAttention"] = "gqa"
+    kind = c.pick(options)
+    if kind == "fused":
+        qkv, b_qkv = c.weight(at, "3·d×d"), c.bias(at, "3·d")
+        o, b_o = c.weight(at), c.bias(at)
+        return [
+            f"X ← X + MHAttention_fused(X | {qkv}, {b_qkv}, {o}, {b_o}, H, {mask(c)})  ▷ prelude attention"
+        ]
+    if kind == "one":
+        ws = ", ".join(f"{c.weight(at)}, {c.bias(at)}" for _ in range(3))
+        return [f"X ← X + Attention(X, X | {ws}, {mask(c)})  ▷ prelude attention, one head"]
+    if kind == "mha":
+        ws = ", ".join(f"{c.weight(at)}, {c.bias(at)}" for _ in range(4))
+        return [f"X ← X + MHAttention(X, X | {ws}, H, {mask(c)})  ▷ prelude attention"]
+    h_kv = c.draw(st.sampled_from([n for n in range(1, c.sizes.H + 1) if c.sizes.H % n == 0]))
+    c.hyper("H_kv", f'H_kv ∈ ℕ = {h_kv}  from "{{arch}}.attention.head_count_kv"')
+    rope = _rope(c).replace("rope", "GQAttention_rope")
+    wq, wk, wv, wo = c.weight(at), c.weight(at, "H_kv·k×d"), c.weight(at, "H_kv·k×d"), c.weight(at)
+    return [f"X ← X + {rope}(X | {wq}, {wk}, {wv}, {wo}, H, H_kv, θ, ρ, {mask(c)})  ▷ prelude attention"]
+
+
+def length_value(c: Draft, at: Place) -> list[str]:
+    """ℓ as a value: every column depends on the number of tokens (not causal)."""
+    c.causal = False
+    return [f"X ← X + tanh({c.weight(at)} · X) / ℓ  ▷ ℓ as a value"]
+
+
+def basic_attention(c: Draft, at: Place) -> list[str]:
+    """The prelude's Algorithm 3 per token: each token attends to all (not causal)."""
+    c.causal = False
+    u, ws = c.column(), ", ".join(f"{c.weight(at)}, {c.bias(at)}" for _ in range(3))
+    return [
+        f"for t ∈ [ℓ]: {u}_t ← basic_attention(X[:, t], X | {ws})  ▷ prelude basic attention",
+        f"X ← X + [{u}_1, …, {u}_ℓ]",
+    ]
+
+
+def first_token_column(c: Draft, at: Place) -> list[str]:
+    """The first token's column added to every column (causal: token 1 precedes every token)."""
+    return ["X ← X + tanh(X[:, 1]) · 1^⊺  ▷ the first token's column"]
+
+
+def sum_tokens(c: Draft, at: Place) -> list[str]:
+    """Σ over the members of the token family e_•: every column sees every token (not causal)."""
+    c.causal = False
+    return ["X ← X + Σ_{u=1}^{ℓ} e_u · 1^⊺ / ℓ  ▷ mean of the embeddings of all tokens"]
+
+
+CONDITIONS = {  # feature → (condition, needs the layer loop)
+    "cond_layer_parity": ("l mod 2 = 0", True),
+    "cond_layer_first": ("l = 1", True),
+    "cond_layer_after": ("l ≥ 2", True),
+    "cond_hyper": ("H = {H}", False),
+    "cond_hyper_compare": ("d > 4", False),
+    "cond_enum": ("act = gelu", False),
+    "cond_logic": ("l mod 2 = 1 ∧ ¬H = 3 ∨ d = 4", True),
+}
+
+
+def conditional(c: Draft, at: Place) -> list[str]:
+    """`if … then … else … end` (or an inline `if … then stmt`) on l or on hyperparameters."""
+    options = {f: cond for f, (cond, layer) in CONDITIONS.items() if at.layer or not layer}
+    cond = c.pick(options).format(H=c.sizes.H if c.draw(st.booleans()) else c.sizes.H + 1)
+    if cond.startswith("act"):
+        value = c.draw(st.sampled_from(["gelu", "tanh"]))
+        c.hyper("act", f'act ∈ {{gelu, tanh}} = {value}  from "{{arch}}.activation"')
+    inner = Place(at.layer, at.depth + 1)
+    then = construct(c, inner)
+    if len(then) == 1 and not then[0].startswith(("for", "if")) and c.flag("cond_inline"):
+        return [f"if {cond} then {then[0]}"]
+    lines = [f"if {cond} then", *indent(then)]
+    if c.draw(st.booleans()):
+        lines += ["else", *indent(construct(c, inner))]
+    return lines + ["end"]
+
+
+CONSTRUCTS: dict[str, Construct] = {  # feature → construct; the first is the plainest
+    "c_mlp": mlp,
+    "c_norm": norm,
+    "c_row_slices": row_slices,
+    "c_mapped_slices": mapped_slices,
+    "c_concat_cols": concat_cols,
+    "c_heads": heads,
+    "c_heads_tokens": heads_tokens,
+    "c_attention": attention,
+    "c_prelude_attention": prelude_attention,
+    "c_vector_call": vector_call,
+    "c_scalar_call": scalar_call,
+    "c_helper_with_params": helper_with_params,
+    "c_own_mha": own_mha,
+    "c_copy_then_write": copy_then_write,
+    "c_map_blocks": map_blocks,
+    "entries_2d": entries_2d,
+    "c_token_scalars": token_scalars,
+    "c_per_head_scalar": per_head_scalar,
+    "const_token_column": first_token_column,
+    "sum_tokens": sum_tokens,
+    "length_value": length_value,
+    "prelude_basic_attention": basic_attention,
+    "c_conditional": conditional,
+}
+
+
+def construct(c: Draft, at: Place) -> list[str]:
+    options = dict(CONSTRUCTS)
+    if at.depth >= 1:
+        options.pop("c_conditional")
+    return c.pick(options)(c, at)
+
+
+# ── the card ─────────────────────────────────────────────────────────────────────────────
+EMBEDDINGS = {  # feature → column t of X (`{b}`: a global bias vector), uses ℓ_max, needs W_p
+    "embed": ("E[:, x[t]]", False, False),
+    "learned_positions": ("E[:, x[t]] + W_p[:, t]", True, True),
+    "position_value": ("E[:, x[t]] + {b} · t / ℓ_max", True, False),
+    "position_parity": ("E[:, x[t]] + {b} · (⟦t mod 2 = 0⟧ − ⌈t / 3⌉ / ℓ_max)", True, False),
+    "token_id_value": ("E[:, x[t]] + {b} · x[t] / N_V", False, False),
+    "prelude_embedding_calls": ("token_embedding(x[t] | E) + positional_embedding(t | W_p)", True, True),
+}
+
+
+def embedding(c: Draft) -> list[str]:
+    """Steps 1–3: token columns, optionally plus learned positions or a value of the position."""
+    column, uses_max, uses_wp = c.pick(EMBEDDINGS)
+    if uses_max:
+        c.hyper("ℓ_max", 'ℓ_max ∈ ℕ = 8  from "{arch}.context_length"')
+    if uses_wp:
+        c.globals.insert(0, 'W_p ∈ ℝ^{d×ℓ_max}  from "position_embd.weight"^⊺')
+    if "{b}" in column:
+        column = column.format(b=c.bias(Place(False)))
+    return ["ℓ ← length(x)", f"for t ∈ [ℓ]: e_t ← {column}", "X ← [e_1, …, e_ℓ]  ∷ ℝ^{d×ℓ}"]
+
+
+def body(c: Draft) -> list[str]:
+    n = c.draw(st.integers(1, 3), label="constructs")
+    if c.sizes.L == 0:
+        return [line for _ in range(n) for line in construct(c, Place(False))]
+    before = [line for _ in range(c.draw(st.integers(0, 1))) for line in construct(c, Place(False))]
+    inside = [line for _ in range(n) for line in construct(c, Place(True))]
+    return before + ["for l = 1, 2, …, L do", *indent(inside), "end"]
+
+
+def number(lines: list[str]) -> list[str]:
+    """Number every step (an unnumbered `for h ∈ [H], t ∈ [ℓ]: …` would read as a parameter group)."""
+    return [f"{i}  {line}" for i, line in enumerate(lines, 1)]
+
+
+def assemble(c: Draft, steps: list[str]) -> str:
+    s = c.sizes
+    hypers = [f'L ∈ ℕ = {s.L}  from "{{arch}}.block_count"'] * (s.L > 0) + [
+        f'd ∈ ℕ = {s.d}  from "{{arch}}.embedding_length"',
+        f'H ∈ ℕ = {s.H}  from "{{arch}}.attention.head_count"',
+        f"N_V ∈ ℕ = {N_V}",
+        "k ∈ ℕ ≔ d / H  ▷ head size",
+        *c.hypers.values(),
+    ]
+    params = ['E ∈ ℝ^{d×N_V}  from "token_embd.weight"^⊺', *c.globals]
+    if c.layer_params:
+        params += ['for l ∈ [L], in "blk.{l-1}.":', *indent(c.layer_params)]
+    params.append('U ∈ ℝ^{N_V×d}  from "output.weight"')
+    main = [
+        "Algorithm: P ← Net(x | θ)",
+        "/* a random card: constructs of the language, each an update of X */",
+        "Input: x ∈ V^ℓ",
+        "Output: P ∈ (0,1)^{N_V×ℓ}",
+        "Hyperparameters:",
+        *indent(hypers),
+        "Parameters:",
+        *indent(params),
+        *number(steps),
+    ]
+    return "toycards 1\n\n" + "".join(h + "\n\n" for h in c.helpers.values()) + "\n".join(main) + "\n"
+
+
+@st.composite
+def model_cards(draw, exclude: frozenset[str] = frozenset()) -> RandomCard:
+    """A random model card that checks clean, using no feature in `exclude`."""
+    d = draw(st.sampled_from([4, 6, 8]), label="d")
+    H = draw(st.sampled_from([h for h in (1, 2, 3, 4) if d % h == 0 and d // h >= 2]), label="H")
+    L = draw(st.sampled_from([0, 1, 2]), label="L")
+    c = Draft(draw, Sizes(d, H, L), exclude)
+    steps = embedding(c) + body(c) + ["return P = softmax(U · X)"]
+    text = render_card(parse(assemble(c, steps)))
+    return RandomCard(text, frozenset(c.features), c.causal)
