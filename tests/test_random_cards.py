@@ -21,7 +21,7 @@ shrank each one to, with what it observed; `test_known_failure_still_fails` hold
 to its listed assertions as a strict xfail, so a fix shows up as an XPASS: then delete the
 feature's line and its card, and the property test covers the construct again.
 
-Examples: 300 per target when CI is set (derandomized, no example database, so CI runs the
+Examples: 250 per target (500 cards) when CI is set (derandomized, no example database, so CI runs the
 same cards every time), 30 otherwise; RANDOM_CARDS_EXAMPLES overrides both.
 """
 
@@ -46,7 +46,7 @@ settings.register_profile(
     "random-cards",
     max_examples=int(
         os.environ.get(
-            "RANDOM_CARDS_EXAMPLES", 300 if os.environ.get("CI", "") not in ("", "0", "false") else 30
+            "RANDOM_CARDS_EXAMPLES", 250 if os.environ.get("CI", "") not in ("", "0", "false") else 30
         )
     ),
     derandomize=True,
