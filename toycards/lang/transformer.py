@@ -129,7 +129,7 @@ class ToIR(Transformer):
         return Line(
             "group",
             self.sp(meta),
-            {"var": canonical_name(c[0]), "bound": c[1], "prefix": str(c[2])[1:-1], "comment": comment},
+            {"var": c[0].var, "bound": c[0].bound, "prefix": str(c[1])[1:-1], "comment": comment},
         )
 
     def step_line(self, meta, c):
