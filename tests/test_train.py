@@ -13,6 +13,8 @@ What each test shows:
   file follows llama.cpp's names, keys and layouts;
 - a run stopped at step k (by the API's stop event, and by a real SIGINT to the command) and
   resumed ends with the same weights, bit for bit, as a run never stopped;
+- `--accumulate 2` leaves in `.grad` exactly the sum of halved micro-batch gradients that DDP's
+  reducer computes from two processes, and trains like `--accumulate 1` up to float32 rounding;
 - every bad input is one line on stderr, exit 1, no traceback, and no file written or changed.
 """
 
@@ -138,12 +140,12 @@ def test_the_file_follows_llama_cpp_conventions(trained):
 
 
 # ── the API: exact round trip, interruption and resumption ──────────────────────────────────
-def _trainer(data: Path, steps: int = 12):
+def _trainer(data: Path, steps: int = 12, **options):
     from toycards.lang.printer import render_card
     from toycards.models import train as training
     from toycards.models.start import parse_sets, start
 
-    config = training.TrainConfig(steps=steps, batch=4, seq=16, lr=1e-2, seed=3)
+    config = training.TrainConfig(steps=steps, **{"batch": 4, "seq": 16, "lr": 1e-2, "seed": 3, **options})
     sets = parse_sets([LLAMA[i + 1] for i in range(0, len(LLAMA), 2)])
     begun = start("llama", sets, str(TOKENIZER), config.seed)
     tokens = training.token_data(data.read_text(encoding="utf-8"), begun.tokenizer, config, "text")
@@ -182,6 +184,51 @@ def test_an_interrupted_run_resumes_to_the_same_weights(data, tmp_path):
         whole.model.state_dict().items(), resumed.model.state_dict().values(), strict=True
     ):
         assert torch.equal(a, b), name
+
+
+def test_an_accumulated_gradient_is_the_sum_of_halves_that_ddp_computes(data):
+    """`accumulate = 2` leaves in `.grad` exactly g₁·½ + g₂·½, g_m being micro-batch m's gradient
+    from its own unscaled backward pass: what DDP's reducer makes of two processes' gradients
+    (each multiplied by 1 / world size while copied into its bucket, then all-reduced by a sum;
+    torch/csrc/distributed/c10d/reducer.cpp, mark_variable_ready_dense). Halving commutes with
+    rounding, so (g₁ + g₂)·½ is the same bits; the plain sum g₁ + g₂ is not."""
+    from toycards.models.train import window_starts, windows
+
+    trainer, _ = _trainer(data, accumulate=2)
+    starts = window_starts(trainer.config, 1, len(trainer.data.train))  # [4]
+    halves = []
+    for part in (starts[:2], starts[2:]):
+        trainer.model.zero_grad(set_to_none=True)
+        trainer._loss(trainer.model, *windows(trainer.data.train, part, 16)).backward()
+        halves.append({n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None})
+    trainer.accumulate_gradient(1)
+    got = {n: p.grad for n, p in trainer.model.named_parameters() if p.grad is not None}
+    assert got.keys() == halves[0].keys() == halves[1].keys() and len(got) > 10
+    for name, g in got.items():
+        g1, g2 = halves[0][name], halves[1][name]
+        assert torch.equal(g, g1 * 0.5 + g2 * 0.5), (
+            f"{name}: max |Δ| = {(g - g1 * 0.5 - g2 * 0.5).abs().max()}"
+        )
+        assert torch.equal(g, (g1 + g2) * 0.5), name
+    assert not all(torch.equal(g, halves[0][n] + halves[1][n]) for n, g in got.items())
+
+
+def test_accumulating_two_micro_batches_trains_like_one_batch(data, tmp_path):
+    """Same seed and --batch, --accumulate 2 against 1: the same loss curve and weights up to
+    float32 rounding (one backward pass over 4 windows sums in another order than two over 2)."""
+    from toycards.models import train as training
+
+    runs = []
+    for accumulate in (1, 2):
+        trainer, _ = _trainer(data, accumulate=accumulate)
+        assert trainer.micro == 4 // accumulate
+        assert training.run(trainer, lambda e: None, str(tmp_path / "unused.ckpt"))
+        runs.append(trainer)
+    one, two = runs
+    assert one.losses[-1] < one.losses[0] - 2
+    np.testing.assert_allclose(two.losses, one.losses, rtol=0, atol=1e-5)
+    for (name, a), b in zip(one.model.state_dict().items(), two.model.state_dict().values(), strict=True):
+        assert float((a - b).abs().max()) <= 1e-4, f"{name}: max |Δ| = {float((a - b).abs().max()):.3g}"
 
 
 def test_a_checkpoint_from_other_options_is_refused(data, tmp_path):
@@ -268,6 +315,9 @@ def _case(name: str, tmp: Path, data: Path) -> tuple[list, str]:
         return args, "50257 tokens but the card's N_V = 1024"
     if name == "--seq beyond the context":
         return [*card, "--data", data, "--seq", 65], "longer than the card's context"
+    if name == "--batch does not divide into micro-batches":
+        args = [*card, "--data", data, "--batch", 6, "--accumulate", 4]
+        return args, "--batch 6 does not divide into 4 equal micro-batches (--accumulate 4)"
     if name == "resume without a checkpoint":
         return [*card, "--data", data, "--resume"], "--resume: no checkpoint"
     if name == "out is the source":
@@ -277,8 +327,8 @@ def _case(name: str, tmp: Path, data: Path) -> tuple[list, str]:
 
 BAD = ["missing data", "empty text", "text too short for --seq", "unknown hyperparameter",
        "missing hyperparameters", "card does not check", "vocabulary does not fit",
-       "real vocabulary too big", "--seq beyond the context", "resume without a checkpoint",
-       "out is the source"]  # fmt: skip
+       "real vocabulary too big", "--seq beyond the context", "--batch does not divide into micro-batches",
+       "resume without a checkpoint", "out is the source"]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", BAD)

@@ -9,7 +9,8 @@ Leaves out: the work (models/start.py, models/train.py, models/save.py).
 The checkpoint (`--checkpoint`, default OUT with the suffix .ckpt) is written every
 `--save-every` steps and on Ctrl-C; `--resume` continues from it (same card, tokenizer, text
 and options, or a one-line error) and ends with the weights an uninterrupted run would have.
-It is removed once OUT is written.
+It is removed once OUT is written. `--accumulate N` and the number of processes only split each
+step's `--batch` windows (into N micro-batches per process); they may differ on resuming.
 """
 
 from __future__ import annotations
@@ -111,6 +112,15 @@ def _interruptible(stop: threading.Event):
 @click.option(
     "--batch", type=click.IntRange(1), default=8, show_default=True, help="Windows per step (all processes)."
 )
+@click.option(
+    "--accumulate",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="Gradient accumulation: N micro-batches per step on each process, of --batch / (processes × N) "
+    "windows; the step's gradient is the mean over all of them.",
+)
 @click.option("--seq", type=click.IntRange(1), default=64, show_default=True, help="Tokens per window.")
 @click.option(
     "--lr",
@@ -144,8 +154,8 @@ def _interruptible(stop: threading.Event):
 @click.option("--device", type=click.Choice(["cpu", "cuda", "mps"]), default="cpu", show_default=True)
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per step on stdout.")
-def train_cmd(source, data, out, tokenizer, sets, steps, batch, seq, lr, warmup, weight_decay, grad_clip,
-              seed, eval_every, save_every, checkpoint, resume, device, dtype, as_json) -> None:  # fmt: skip
+def train_cmd(source, data, out, tokenizer, sets, steps, batch, accumulate, seq, lr, warmup, weight_decay,
+              grad_clip, seed, eval_every, save_every, checkpoint, resume, device, dtype, as_json) -> None:  # fmt: skip
     """Train SOURCE (a card file or card name, or a GGUF file to fine-tune) on the text of --data
     and write --out: a GGUF file that embeds the card with its values.
 
@@ -159,7 +169,7 @@ def train_cmd(source, data, out, tokenizer, sets, steps, batch, seq, lr, warmup,
     training = _training()
 
     config = training.TrainConfig(
-        steps=steps, batch=batch, seq=seq, lr=lr, warmup=-1 if warmup is None else warmup,
+        steps=steps, batch=batch, accumulate=accumulate, seq=seq, lr=lr, warmup=-1 if warmup is None else warmup,
         weight_decay=weight_decay, grad_clip=grad_clip, seed=seed, eval_every=eval_every,
         save_every=save_every, device=device, dtype=dtype,
     )  # fmt: skip

@@ -3,20 +3,39 @@
 Owns: the text as token ids with a held-out tail (`TokenData`), which windows each step trains
 on (drawn from the seed and the step number alone, so that a resumed run and a run split over
 processes see the same ones), the learning-rate schedule (linear warm-up, cosine decay to a
-tenth), AdamW with decay on matrices only, gradient clipping, bfloat16 autocast, checkpoints
-(weights, optimizer state, step, and a fingerprint of everything that must match to resume),
-and torch.distributed: under `torchrun`, DistributedDataParallel (gloo on CPU, NCCL on CUDA),
-each process training on its share of every step's windows; rank 0 alone reports and writes.
-Leaves out: where the model comes from (start.py), writing the GGUF file (save.py), the
-progress bar and signals (cli/train.py).
+tenth), AdamW with decay on matrices only, gradient clipping, gradient accumulation, bfloat16
+autocast, checkpoints (weights, optimizer state, step, and a fingerprint of everything that
+must match to resume), and torch.distributed: under `torchrun`, DistributedDataParallel (gloo
+on CPU, NCCL on CUDA), each process training on its share of every step's windows; rank 0 alone
+reports and writes. Leaves out: where the model comes from (start.py), writing the GGUF file
+(save.py), the progress bar and signals (cli/train.py).
 
 One step's windows: `batch` starts drawn uniformly from the training tokens by
-`numpy.random.default_rng([seed, step])`; process r of N takes the r-th of N equal slices.
-The loss is the mean next-token cross-entropy over all windows of the step, on every process.
+`numpy.random.default_rng([seed, step])`; process r of W takes the r-th of W equal slices and
+cuts it into `accumulate` (A) micro-batches of b = batch / (W·A) windows, in order. So micro-batch
+m of rank r holds the step's windows (r·A + m)·b up to (r·A + m + 1)·b: one process with A = 2
+sees the very windows that two processes with A = 1 see, in the same order. Held-out scoring
+goes b windows at a time, on every process.
+
+One step's gradient, as the arithmetic goes: each micro-batch's loss (the mean cross-entropy over
+its b·seq tokens) is divided by A before `backward`, which adds its gradient into `.grad`; under
+DDP the first A − 1 backward passes run in `no_sync()` and the last one hands `.grad` to DDP's
+reducer, which multiplies it by 1/W (while copying it into its bucket; the default, no comm
+hook) and all-reduces the buckets by summing. With one of W or A equal to 2 and the other to 1,
+both come to fl(g₁/2 + g₂/2) from the same g₁ and g₂: halving is exact in float32 (scaling a
+backward pass by a power of two scales every product and sum in it exactly, barring underflow),
+and a sum of two is commutative. So `--accumulate 2` on one process and two processes write the same bytes;
+tests/test_train.py checks the halving and the sum, tests/test_train_distributed.py the files.
+Other splits agree with one another up to float32 rounding (1/3 is not exact; sums of more than
+two terms associate differently).
+
+The loss reported for a step: the micro-batches' losses (float32, as Python floats) summed on
+each process, those sums summed over the processes (float64), divided by W·A.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
@@ -39,6 +58,9 @@ EVAL_WINDOWS = 64  # held-out windows scored at each evaluation (non-overlapping
 class TrainConfig:
     steps: int = 200  # optimizer steps
     batch: int = 8  # windows per step, over all processes
+    accumulate: int = (
+        1  # micro-batches per step on each process: batch / (processes · accumulate) windows each
+    )
     seq: int = 64  # tokens per window the model reads (it predicts the next `seq`)
     lr: float = 3e-3  # peak learning rate, reached after warm-up
     warmup: int = -1  # warm-up steps, linear from lr/warmup; -1: a tenth of the steps
@@ -65,7 +87,8 @@ class TrainConfig:
         return low + 0.5 * (self.lr - low) * (1 + math.cos(math.pi * min(1.0, progress)))
 
     def resumable(self) -> dict[str, object]:
-        """What a checkpoint must agree with to be resumed (not the cadence of evals and saves)."""
+        """What a checkpoint must agree with to be resumed: not the cadence of evals and saves, nor
+        `accumulate` (like the number of processes, it splits a step's windows, not changes them)."""
         keep = ("steps", "batch", "seq", "lr", "warmup", "min_lr_ratio", "weight_decay", "grad_clip",
                 "seed", "held_out", "dtype")  # fmt: skip
         return {k: v for k, v in asdict(self).items() if k in keep}
@@ -153,14 +176,18 @@ class World:
             dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
         return cls(dist.get_rank(), dist.get_world_size())
 
-    def mean(self, value: float) -> float:
+    def sum(self, value: float) -> float:
+        """`value` summed over the processes (in float64)."""
         if self.size == 1:
             return value
         import torch.distributed as dist
 
         t = torch.tensor([value], dtype=torch.float64)
         dist.all_reduce(t)
-        return float(t.item()) / self.size
+        return float(t.item())
+
+    def mean(self, value: float) -> float:
+        return self.sum(value) / self.size
 
     def any(self, flag: bool) -> bool:
         return self.mean(float(flag)) > 0
@@ -170,6 +197,22 @@ class World:
             import torch.distributed as dist
 
             dist.barrier()
+
+
+def micro_batch(config: TrainConfig, processes: int) -> int:
+    """Windows per micro-batch: `batch` / (processes · accumulate), or a one-line error.
+
+    >>> micro_batch(TrainConfig(batch=8, accumulate=2), 2)
+    2
+    """
+    parts = processes * config.accumulate
+    if config.accumulate < 1 or config.batch % parts:
+        among = f" on each of {processes} processes" if processes > 1 else ""
+        raise ToycardsError(
+            f"--batch {config.batch} does not divide into {parts} equal micro-batches "
+            f"(--accumulate {config.accumulate}{among})"
+        )
+    return config.batch // parts
 
 
 def freeze_constants(model) -> None:
@@ -195,10 +238,7 @@ class Trainer:
     losses: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if self.config.batch % self.world.size:
-            raise ToycardsError(
-                f"--batch {self.config.batch} does not divide among {self.world.size} processes"
-            )
+        self.micro = micro_batch(self.config, self.world.size)  # windows per micro-batch
         if getattr(self.model, "bound", None) is not None:
             freeze_constants(self.model)  # fixed factors such as rope_freqs are not weights
         self.model.to(self.config.device)
@@ -224,36 +264,52 @@ class Trainer:
             logits = net(x)  # [b, seq, N_V]
         return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), y.flatten())
 
+    def _synced(self, last: bool):
+        """DDP all-reduces the gradients on the last micro-batch's backward pass only."""
+        return contextlib.nullcontext() if last or self.world.size == 1 else self.net.no_sync()
+
+    def accumulate_gradient(self, step: int) -> float:
+        """Set `.grad` to the gradient of step `step`'s mean loss (over every process's windows,
+        under DDP); return the sum of this process's micro-batch losses."""
+        c, w, b = self.config, self.world, self.micro
+        starts = window_starts(c, step, len(self.data.train))  # [batch]
+        mine = starts[w.rank * c.accumulate * b : (w.rank + 1) * c.accumulate * b]  # [A·b]
+        self.net.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        total = 0.0
+        for m in range(c.accumulate):
+            x, y = windows(self.data.train, mine[m * b : (m + 1) * b], c.seq)  # [b, seq] each
+            with self._synced(last=m == c.accumulate - 1):
+                loss = self._loss(self.net, x, y)
+                (loss / c.accumulate).backward()  # .grad += ∇(loss / A)
+            total += loss.item()
+        return total
+
     def train_step(self) -> float:
         """Take the next step; the mean loss over all of its windows (every process's)."""
         c, w = self.config, self.world
         self.step += 1
-        starts = window_starts(c, self.step, len(self.data.train))
-        share = c.batch // w.size
-        x, y = windows(self.data.train, starts[w.rank * share : (w.rank + 1) * share], c.seq)
-        self.net.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss = self._loss(self.net, x, y)
-        loss.backward()
+        total = self.accumulate_gradient(self.step)
         if c.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip)
         for group in self.optimizer.param_groups:
             group["lr"] = c.lr_at(self.step)
         self.optimizer.step()
-        value = w.mean(loss.item())
+        value = w.sum(total) / (w.size * c.accumulate)  # the mean of all W·A micro-batch losses
         self.losses.append(value)
         return value
 
     @torch.no_grad()
     def eval_loss(self) -> float:
-        """Mean loss on up to EVAL_WINDOWS non-overlapping held-out windows (same on every process)."""
-        held, seq = self.data.held_out, self.config.seq
+        """Mean loss on up to EVAL_WINDOWS non-overlapping held-out windows (same on every process),
+        scored a micro-batch of windows at a time."""
+        held, seq, b = self.data.held_out, self.config.seq, self.micro
         assert held is not None, "eval_loss needs a held-out split (eval_every > 0)"
         starts = np.arange(0, len(held) - seq, seq)[:EVAL_WINDOWS]
         self.model.eval()
         total = 0.0
-        for i in range(0, len(starts), self.config.batch):
-            x, y = windows(held, starts[i : i + self.config.batch], seq)
+        for i in range(0, len(starts), b):
+            x, y = windows(held, starts[i : i + b], seq)  # [≤ b, seq] each
             total += self._loss(self.model, x, y).item() * len(x)
         return total / len(starts)
 
