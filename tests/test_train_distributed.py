@@ -1,10 +1,13 @@
 """`torchrun --nproc-per-node 2 -m toycards train …`: DistributedDataParallel over gloo on CPU.
 
-Each of the two processes trains on half of every step's windows; DDP averages their gradients,
-which is the gradient of the mean loss over all the windows. So the loss curve equals that of one
-process with the same `--batch` and seed up to float32 rounding (the sums are taken in another
-order), rank 0 alone prints and writes, and the two files agree: the same metadata and card, the
-same tensors, weights equal up to that rounding (not bit for bit: the order of the sums differs).
+Each of the two processes trains on half of every step's windows. DDP's reducer multiplies each
+process's gradient by ½ and sums the two; one process with `--accumulate 2` takes the same two
+halves of the windows, in the same order, and adds their gradients, each of a loss divided by 2.
+Halving is exact in float32 and a sum of two is commutative, so the two runs do the same
+arithmetic: the same loss curve, exactly, and the same file, byte for byte. One process with the
+same `--batch` and no accumulation sums over all windows in one backward pass, in another order:
+its loss curve and weights agree up to float32 rounding, and the file's metadata, card and
+tensor names and shapes are the same. Rank 0 alone prints and writes.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def test_two_gloo_processes_train_like_one(tmp_path):
+def test_two_gloo_processes_train_like_one_accumulating_two_halves(tmp_path):
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("this torch has no gloo backend")
     data = tmp_path / "count.txt"
@@ -50,16 +53,21 @@ def test_two_gloo_processes_train_like_one(tmp_path):
            "-m", "toycards", *common, "--out", two]  # fmt: skip
     proc = subprocess.run([str(a) for a in cmd], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    one = tmp_path / "one.gguf"
+    one, accumulated = tmp_path / "one.gguf", tmp_path / "accumulated.gguf"
     single = CliRunner().invoke(main, [str(a) for a in [*common, "--out", one]])
     assert single.exit_code == 0, single.output
+    halves = CliRunner().invoke(main, [str(a) for a in [*common, "--accumulate", 2, "--out", accumulated]])
+    assert halves.exit_code == 0, halves.output
 
     def curve(stdout: str) -> list[float]:
         return [e["loss"] for e in map(json.loads, stdout.splitlines()) if "step" in e]
 
-    losses_two, losses_one = curve(proc.stdout), curve(single.stdout)
+    losses_two, losses_one, losses_halves = curve(proc.stdout), curve(single.stdout), curve(halves.stdout)
     assert len(losses_two) == 20, "rank 0 alone reports: one line per step"
     assert losses_one[-1] < losses_one[0] - 2
+    gaps = [abs(p - q) for p, q in zip(losses_two, losses_halves, strict=True)]
+    assert losses_two == losses_halves, f"worst |Δ| {max(gaps):.3g} at step {gaps.index(max(gaps)) + 1}"
+    assert two.read_bytes() == accumulated.read_bytes(), "two processes and --accumulate 2: the same bits"
     np.testing.assert_allclose(losses_two, losses_one, rtol=0, atol=1e-5)
 
     a, b = gguf.GGUFReader(one), gguf.GGUFReader(two)
