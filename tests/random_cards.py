@@ -749,9 +749,12 @@ def prelude_attention(c: Draft, at: Place) -> list[str]:
         return [f"X ← X + MHAttention(X, X | {ws}, H, {mask(c)})  ▷ prelude attention"]
     h_kv = c.draw(st.sampled_from([n for n in range(1, c.sizes.H + 1) if c.sizes.H % n == 0]))
     c.hyper("H_kv", f'H_kv ∈ ℕ = {h_kv}  from "{{arch}}.attention.head_count_kv"')
-    rope = _rope(c).replace("rope", "GQAttention_rope")
+    layout = _rope(c).replace("rope_", "")  # pairs or halves
     wq, wk, wv, wo = c.weight(at), c.weight(at, "H_kv·k×d"), c.weight(at, "H_kv·k×d"), c.weight(at)
-    return [f"X ← X + {rope}(X | {wq}, {wk}, {wv}, {wo}, H, H_kv, θ, ρ, {mask(c)})  ▷ prelude attention"]
+    return [
+        f"X ← X + {wo} · GQAttention({wq} · X, {wk} · X, {wv} · X | H, H_kv, {layout}, θ, ρ, {mask(c)})"
+        "  ▷ prelude attention"
+    ]
 
 
 def length_value(c: Draft, at: Place) -> list[str]:
