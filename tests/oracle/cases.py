@@ -29,6 +29,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "qwen2": ("qwen2", {}),  # q/k/v biases, NEOX rope, tied output, θ = 1e6
     "qwen3": ("qwen3", {}),  # per-head q/k RMSNorm, head_dim 128 ≠ d_e/H = 16, untied
     "starcoder2": ("starcoder2", {}),  # LayerNorm, biases everywhere, GQA, NEOX rope, GELU(tanh) MLP, tied
+    "granite": ("granite", {}),  # llama + embedding ×12, residual ×0.22, scores ×0.15, logits ÷2.5; tied
+    "smollm3": ("smollm3", {}),  # llama without RoPE in layer 4 (every 4th), 4 layers, θ = 1e5, tied
 }
 
 

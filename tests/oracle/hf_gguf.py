@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,8 @@ class ArchSpec:
     vocab: str  # "spm" (SentencePiece, tokenizer.ggml.model = llama) or "bpe" (byte-level, gpt2)
     tokenizer_pre: str
     rope: bool = True  # rotary positions and grouped-query heads (everything here but GPT-2)
+    head_dim_keys: bool = True  # attention.key/value_length: the converter writes them for a head_dim
+    extra_kv: Callable[[Any], dict[str, tuple[Any, VT]]] | None = None  # the arch's own keys, from the config
 
 
 _GQA_SHAPE = dict(
@@ -92,6 +95,23 @@ _GQA_SHAPE = dict(
     rope_theta=10000.0,
 )
 _ROPE_GQA = dict(_GQA_SHAPE, rms_norm_eps=1e-5)
+
+
+def _granite_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """GraniteModel.set_gguf_parameters: each multiplier under its `_scale` name, only when non-zero.
+
+    >>> sorted(_granite_kv(transformers.GraniteConfig(logits_scaling=0.0)))  # a 0 is not written
+    ['{arch}.attention.scale', '{arch}.embedding_scale', '{arch}.residual_scale']
+    """
+    K, Att = gguf.Keys.LLM, gguf.Keys.Attention
+    values = {
+        K.EMBEDDING_SCALE: config.embedding_multiplier,
+        K.RESIDUAL_SCALE: config.residual_multiplier,
+        Att.SCALE: config.attention_multiplier,
+        K.LOGIT_SCALE: config.logits_scaling,
+    }
+    return {key: (float(v), VT.FLOAT32) for key, v in values.items() if v}
+
 
 ARCHS: dict[str, ArchSpec] = {
     "gpt2": ArchSpec(
@@ -146,6 +166,43 @@ ARCHS: dict[str, ArchSpec] = {
         rms_norm=False,
         vocab="bpe",
         tokenizer_pre="starcoder",
+    ),
+    "granite": ArchSpec(
+        gguf.MODEL_ARCH.GRANITE,
+        transformers.GraniteConfig,
+        dict(
+            _ROPE_GQA,
+            rms_norm_eps=1e-6,
+            vocab_size=288,
+            tie_word_embeddings=True,
+            embedding_multiplier=12.0,  # Granite 3.x values are 12, 0.22, 1/d_h and 8 or 16
+            residual_multiplier=0.22,
+            attention_multiplier=0.15,  # ≠ 1/√d_h = 0.25
+            logits_scaling=2.5,
+        ),
+        permute_qk=True,  # GraniteModel is a LlamaModel: Q/K rows permuted, rope type NORM
+        rms_norm=True,
+        vocab="bpe",
+        tokenizer_pre="refact",
+        head_dim_keys=False,  # GraniteModel pops head_dim before LlamaModel writes the keys
+        extra_kv=_granite_kv,
+    ),
+    "smollm3": ArchSpec(
+        gguf.MODEL_ARCH.SMOLLM3,
+        transformers.SmolLM3Config,
+        dict(
+            _ROPE_GQA,
+            num_hidden_layers=4,
+            rope_theta=1e5,
+            vocab_size=288,
+            pad_token_id=None,
+            tie_word_embeddings=True,
+        ),
+        permute_qk=True,  # SmolLM3Model is a LlamaModel: Q/K rows permuted, rope type NORM
+        rms_norm=True,
+        vocab="bpe",
+        tokenizer_pre="llama-bpe",
+        head_dim_keys=False,  # SmolLM3's config has no head_dim
     ),
 }
 
@@ -347,6 +404,10 @@ def _hparams_kv(config: Any, arch: str, ftype: str) -> dict[str, tuple[Any, VT]]
             Rope.DIMENSION_COUNT: (d_h, VT.UINT32),
             Rope.FREQ_BASE: (rope_theta(config), VT.FLOAT32),
         }
+        if not spec.head_dim_keys:
+            del kv[Att.KEY_LENGTH], kv[Att.VALUE_LENGTH]
+    if spec.extra_kv is not None:
+        kv |= spec.extra_kv(config)
     return {k.format(arch=a): v for k, v in kv.items()}
 
 
