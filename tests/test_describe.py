@@ -63,7 +63,8 @@ CONFIG_VALUES = {
 LIBRARY_CASES = ["gpt2", "llama", "llama-tied"]
 # every oracle case (tests/oracle/cases.py) whose architecture has a library card
 ROUND_TRIP_CASES = [case for case, arch in [("gpt2", "gpt2"), ("llama", "llama"), ("qwen2", "qwen2"),
-                                            ("qwen3", "qwen3"), ("starcoder2", "starcoder2")]
+                                            ("qwen3", "qwen3"), ("starcoder2", "starcoder2"),
+                                            ("granite", "granite"), ("smollm3", "smollm3")]
                     if arch in ARCH_CARDS]  # fmt: skip
 
 

@@ -16,6 +16,7 @@ from toycards.models.load import load
 
 TARGETS = ("numpy", "torch")
 CASES = ("gpt2", "llama", "qwen3")  # qwen3: per-head q/k norm on the cached keys
+CASES += ("granite", "smollm3")  # granite: scaled queries; smollm3: a layer whose cached keys are not rotated
 ATOL = 1e-5  # same model, same weights: only the order of float32 sums changes
 
 

@@ -33,6 +33,8 @@ from toycards.models.load import load
 TARGETS = ("numpy", "torch")
 LENGTHS = (1, 7, 64)
 FAMILIES = ("gpt2", "llama", "llama-tied")  # llama: GQA 4/2 untied; llama-tied: GQA, tied output
+FAMILIES += ("granite", "smollm3")  # transformers cannot read these back: the in-memory model only
+QUANTIZED = [(c, "F16") for c in ("gpt2", "llama", "llama-tied")] + [(c, "Q8_0") for c in FAMILIES]
 ATOL = 1e-4
 
 
@@ -54,6 +56,13 @@ def assert_logits_close(got: np.ndarray, want: np.ndarray, atol: float = ATOL, w
     assert diff.max() <= atol, f"{what}: {worst(got, want)}"
     bad = np.flatnonzero(got.argmax(-1) != want.argmax(-1))
     assert bad.size == 0, f"{what}: argmax differs at positions {bad.tolist()}; {worst(got, want)}"
+
+
+def transformers_reads_gguf(arch: str) -> bool:
+    """Whether `transformers` can build a model from a GGUF file of `arch` (its own table)."""
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    return arch in GGUF_SUPPORTED_ARCHITECTURES
 
 
 def ids_for(n_vocab: int, length: int) -> list[int]:
@@ -82,17 +91,19 @@ def test_f32_logits_match_transformers(oracle_files, models, case, length):
     f = oracle_files(case, "F32")
     ids = ids_for(f.config.vocab_size, length)
     want = hf_logits(f.model, ids)
-    reloaded = hf_logits(oracle_files.reloaded(case, "F32"), ids)
-    assert_logits_close(reloaded, want, what=f"{case} transformers(gguf_file=) vs the original model")
+    reloaded = None
+    if transformers_reads_gguf(f.arch):
+        reloaded = hf_logits(oracle_files.reloaded(case, "F32"), ids)
+        assert_logits_close(reloaded, want, what=f"{case} transformers(gguf_file=) vs the original model")
     for target in TARGETS:
         got = models(case, "F32", target).logits(ids)
         assert got.dtype == np.float32
         assert_logits_close(got, want, what=f"{case} toycards {target} vs transformers")
-        assert_logits_close(got, reloaded, what=f"{case} toycards {target} vs transformers(gguf_file=)")
+        if reloaded is not None:
+            assert_logits_close(got, reloaded, what=f"{case} toycards {target} vs transformers(gguf_file=)")
 
 
-@pytest.mark.parametrize("ftype", ["F16", "Q8_0"])
-@pytest.mark.parametrize("case", FAMILIES)
+@pytest.mark.parametrize("case,ftype", QUANTIZED)
 @pytest.mark.parametrize("target", TARGETS)
 def test_quantized_file_matches_its_dequantized_reference(oracle_files, models, case, ftype, target):
     f = oracle_files(case, ftype)
@@ -120,6 +131,7 @@ def test_oracle_catches_a_missing_qk_permutation(oracle_files, tmp_path):
 CARD_VALUES: dict[str, int | float] = {
     "L": 2, "H": 4, "H_kv": 2, "d_e": 32, "d_ff": 48, "d_mlp": 48, "ℓ_max": 64, "N_V": 50,
     "ε": 1e-5, "θ_base": 10000.0,
+    "m_z": 2.0,  # granite's logit_scale, a required key
 }  # fmt: skip
 
 
