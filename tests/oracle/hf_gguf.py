@@ -38,6 +38,14 @@ and `integrations/ggml.py`, gguf-py 0.19):
   length of `tokenizer.ggml.tokens`. StarCoder2 ignores `rope.freq_base` (the reloaded θ is the
   class default 10000, which llama.cpp also assumes when the key is absent), so the tiny
   StarCoder2 keeps θ = 10000; the file still carries the key, as llama.cpp's converter writes it.
+- Granite and SmolLM3 (`conversion/granite.py`, `conversion/smollm3.py` of llama.cpp's converter):
+  both are `LlamaModel`s, so Q/K rows are permuted (rope type NORM) and `rope.dimension_count` is
+  d_e / H. GraniteModel pops the config's head_dim (no `attention.key_length`) and writes
+  embedding_multiplier, residual_multiplier, attention_multiplier and logits_scaling as
+  `{arch}.embedding_scale`, `.residual_scale`, `.attention.scale`, `.logit_scale`, each only when
+  non-zero. SmolLM3 writes nothing about its NoPE layers (llama.cpp fixes the step at 4) and its
+  config has no head_dim. transformers' GGUF loader reads neither architecture, so their files are
+  checked against the in-memory model (and llama.cpp, where installed: test_granite_smollm3.py).
 """
 
 from __future__ import annotations
