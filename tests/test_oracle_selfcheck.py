@@ -15,6 +15,7 @@ import transformers
 from oracle import hf_gguf
 from oracle.cases import CASES
 from oracle.hf_gguf import hf_logits, permute_qk, unpermute_qk
+from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
 F32_ATOL = 1e-5
 LENGTHS = (1, 7, 64)
@@ -26,6 +27,9 @@ LENGTHS = (1, 7, 64)
 # quantized matrices in series (embedding; per layer V, O, up/gate, down; unembedding), and to first
 # order their relative errors add: |Δlogit| ≲ n_q · ε · max|logit|. Measured (seed 0): F16 ≤ 8e-4,
 # Q8_0 ≤ 1.7e-2 of max|logit|, about 6× inside these bounds.
+# The cases whose architecture transformers' GGUF loader reads (granite and smollm3 it does not:
+# their files are checked against llama.cpp itself in test_granite_smollm3.py, where it is installed).
+READ_BACK = [case for case, (arch, _) in CASES.items() if arch in GGUF_SUPPORTED_ARCHITECTURES]
 N_Q = 2 + 4 * 2
 QUANT_REL_TOL = {"F16": N_Q * 2.0**-11, "Q8_0": N_Q * 2.5 / 254}
 
@@ -45,7 +49,7 @@ def worst(got: np.ndarray, want: np.ndarray) -> str:
 
 
 @pytest.mark.parametrize("length", LENGTHS)
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", READ_BACK)
 def test_f32_file_reloads_to_the_same_logits(oracle_files, case, length):
     f = oracle_files(case, "F32")
     ids = ids_for(f.config, length)
@@ -54,7 +58,7 @@ def test_f32_file_reloads_to_the_same_logits(oracle_files, case, length):
     assert (got.argmax(-1) == want.argmax(-1)).all(), worst(got, want)
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", READ_BACK)
 def test_reloaded_config_matches(oracle_files, case):
     """transformers rebuilds the config from metadata alone; the fields that matter survive."""
     f = oracle_files(case, "F32")
@@ -69,7 +73,7 @@ def test_reloaded_config_matches(oracle_files, case):
 
 
 @pytest.mark.parametrize("ftype", ["F16", "Q8_0"])
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", READ_BACK)
 def test_quantized_file_is_exactly_its_dequantized_twin(oracle_files, case, ftype):
     """transformers reads exactly the blocks we stored: its model equals `quantized_copy`."""
     f = oracle_files(case, ftype)
@@ -79,7 +83,7 @@ def test_quantized_file_is_exactly_its_dequantized_twin(oracle_files, case, ftyp
 
 
 @pytest.mark.parametrize("ftype", ["F16", "Q8_0"])
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", READ_BACK)
 def test_quantized_file_stays_near_the_float_model(oracle_files, case, ftype, record_property):
     f = oracle_files(case, ftype)
     ids = ids_for(f.config, 64)
