@@ -3,7 +3,7 @@
 It is held to three independent things:
 
 - **transformers**: every library model card's oracle case (tests/oracle/cases.py: GPT-2, Llama
-  with GQA, Qwen2, Qwen3, StarCoder2), run by `load(file, target="reference")`, gives
+  with GQA, Qwen2, Qwen3, StarCoder2, Granite, SmolLM3), run by `load(file, target="reference")`, gives
   transformers' logits (F32; |Δ| ≤ 1e-4 as in test_models_oracle.py);
 - **hand-computed values** for each rule docs/card-language.md states: 1-based inclusive slices,
   `rows`, a mask by its entries, Σ, `topk`, families, loops and conditions, copy-on-assign;
@@ -527,3 +527,74 @@ def test_generated_module_disagrees_on(construct, target):
     m = tiny_models(DISAGREEMENTS[construct][0], target)
     ids = ids_for(11, 7)
     close_to_reference(m[target].logits(ids), m["reference"](np.asarray(ids)), f"{construct}, {target}")
+
+
+# ── found adding granite and smollm3: a vector of ones that no tensor provides ──────────
+# Both cards need RoPE divisors of ones when the file has no rope_freqs.weight (llama.cpp reads
+# none for smollm3). The language can say it, the interpreter computes it, codegen cannot yet:
+# so the cards still bind `from "rope_freqs.weight" or 1`.
+ONES = """toycards 1
+
+Algorithm: y ← ones(| n)
+/* A vector of n ones */
+Output: y ∈ ℝ^{{n}}
+Hyperparameters: n ∈ ℕ
+1  for i ∈ [n]: y[i] ← 1
+2  return y
+
+Algorithm: P ← Net(x | θ)
+/* the token embeddings plus a vector of ones */
+Input: x ∈ V^ℓ
+Output: P ∈ (0,1)^{{N_V×ℓ}}
+Hyperparameters:
+  d ∈ ℕ = 8
+  N_V ∈ ℕ = 11
+  k ∈ ℕ ≔ d / 2
+Parameters:
+  E ∈ ℝ^{{d×N_V}}  from "token_embd.weight"^⊺
+  U ∈ ℝ^{{N_V×d}}  from "output.weight"
+1  ℓ ← length(x)
+2  for t ∈ [ℓ]: e_t ← E[:, x[t]]
+3  X ← [e_1, …, e_ℓ]
+{steps}
+   return P = softmax(U · (X + r · 1^⊺))
+"""
+ONES_CASES = {  # construct → (steps, {target: why it fails there})
+    "ones(| k)": (
+        "4  r ← [ones(| k); ones(| k)]",
+        {"torch": "a constant written entry by entry into an output vector: int has no new_zeros"},
+    ),
+    "ones(| d / 2)": (
+        "4  r ← [ones(| d / 2); ones(| d / 2)]",
+        {
+            "numpy": "a dimension quotient passed as a hyperparameter becomes a float size",
+            "torch": "a constant written entry by entry into an output vector: int has no new_zeros",
+        },
+    ),
+    "stacked scalars": (
+        "4  for i ∈ [d]: c_i ← 1\n5  r ← [c_1; …; c_d]",
+        {
+            t: "[c_1; …; c_d] of scalars checks as ℝ^{d}, codegen refuses it as a vector"
+            for t in ("numpy", "torch")
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "construct,target",
+    [
+        pytest.param(c, t, marks=[pytest.mark.xfail(strict=True, reason=fails[t])] if t in fails else [])
+        for c, (_, fails) in ONES_CASES.items()
+        for t in ["numpy"] + (["torch"] if HAS_TORCH else [])
+    ],
+)
+def test_a_vector_of_ones(construct, target):
+    text = ONES.format(steps=ONES_CASES[construct][0])
+    assert check(parse(text)) == [], [d.message for d in check(parse(text))]
+    models = {t: load(text, target=t) for t in ("reference", target)}
+    same_random_weights(models)
+    ids = ids_for(11, 5)
+    close_to_reference(
+        models[target].logits(ids), models["reference"](np.asarray(ids)), f"{construct}, {target}"
+    )
