@@ -90,7 +90,7 @@ class ArchSpec:
     tokenizer_pre: str
     rope: bool = True  # rotary positions and grouped-query heads (everything here but GPT-2)
     head_dim_keys: bool = True  # attention.key/value_length: the converter writes them for a head_dim
-    extra_kv: Callable[[Any], dict[str, tuple[Any, VT]]] | None = None  # the arch's own keys, from the config
+    arch_kv: Callable[[Any], dict[str, tuple[Any, VT]]] | None = None  # the arch's own keys, from the config
 
 
 _GQA_SHAPE = dict(
@@ -193,7 +193,7 @@ ARCHS: dict[str, ArchSpec] = {
         vocab="bpe",
         tokenizer_pre="refact",
         head_dim_keys=False,  # GraniteModel pops head_dim before LlamaModel writes the keys
-        extra_kv=_granite_kv,
+        arch_kv=_granite_kv,
     ),
     "smollm3": ArchSpec(
         gguf.MODEL_ARCH.SMOLLM3,
@@ -414,8 +414,8 @@ def _hparams_kv(config: Any, arch: str, ftype: str) -> dict[str, tuple[Any, VT]]
         }
         if not spec.head_dim_keys:
             del kv[Att.KEY_LENGTH], kv[Att.VALUE_LENGTH]
-    if spec.extra_kv is not None:
-        kv |= spec.extra_kv(config)
+    if spec.arch_kv is not None:
+        kv |= spec.arch_kv(config)
     return {k.format(arch=a): v for k, v in kv.items()}
 
 
