@@ -8,11 +8,12 @@ TOYCARDS_LLAMA_CPP_PYTHON, or this one), against llama.cpp itself:
 - granite (llama.cpp src/models/granite.cpp): `{arch}.embedding_scale`, `.residual_scale` and
   `.attention.scale` are optional, and absent or 0 they change nothing (the attention scale falls
   back to 1/√d_h); `{arch}.logit_scale` is required; `{arch}.rope.scaling.finetuned = false` turns
-  RoPE off. The converter writes each multiplier only when it is non-zero, and no
-  `attention.key_length` (it drops the config's head_dim).
+  RoPE off; an optional `rope_freqs.weight` is read. The converter writes each multiplier only when
+  it is non-zero, and no `attention.key_length` (it drops the config's head_dim).
 - smollm3 (src/models/smollm3.cpp, src/llama-model.cpp): block il (from 0) is rotated iff
   (il + 1) mod 4 ≠ 0, with no metadata key; transformers' default `no_rope_layers` is the same
-  rule. The NoPE layer changes the logits, so the card's `if l mod n_nope = 0` is exercised.
+  rule. The NoPE layer changes the logits, so the card's `if l mod n_nope = 0` is exercised. No
+  `rope_freqs.weight` is loaded (a file with one is refused).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import gguf
 import numpy as np
 import pytest
 from oracle.hf_gguf import hf_logits, tiny_model, write_gguf
+from test_cards import _with_tensor
 from test_models_oracle import assert_logits_close, ids_for, worst
 from test_save_peer import _llama_cpp_python
 
@@ -160,4 +162,22 @@ def test_llama_cpp_refuses_granite_without_logit_scale(oracle_files, tmp_path):
     path = write_gguf(
         f.model, f.config, tmp_path / "g.gguf", "granite", extra_kv={"granite.logit_scale": None}
     )
+    assert llama_cpp_logits(path, [1, 2, 3], tmp_path / "out.npy") is None
+
+
+@needs_llama_cpp
+def test_llama_cpp_reads_granite_rope_freqs_as_the_card_does(oracle_files, tmp_path):
+    """llama.cpp's granite loader takes an optional rope_freqs.weight (gguf-py lists none for
+    granite, so its converter never writes one); the card binds it the same way."""
+    f = oracle_files("granite")
+    path = _with_tensor(f.path, "rope_freqs.weight", np.linspace(1, 4, 8, dtype=np.float32))
+    assert_like_llama_cpp(path, ids_for(f.config.vocab_size, 12), tmp_path, "granite with rope_freqs")
+
+
+@needs_llama_cpp
+def test_llama_cpp_refuses_smollm3_with_rope_freqs(oracle_files, tmp_path):
+    """llama.cpp's smollm3 loads no rope_freqs.weight, so a file with one does not load there. The
+    card still reads it (`or 1`): ones without a tensor is the codegen gap of test_interpreter.py."""
+    f = oracle_files("smollm3")
+    path = _with_tensor(f.path, "rope_freqs.weight", np.full(8, 2.0, dtype=np.float32))
     assert llama_cpp_logits(path, [1, 2, 3], tmp_path / "out.npy") is None
