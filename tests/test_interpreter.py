@@ -442,7 +442,7 @@ def test_the_interpreter_computes_in_float64():
 
 # ── constructs where a generated module disagrees with the interpreter ──────────────────
 TINY = """toycards 1
-
+{algorithms}
 Algorithm: P ← Net(x | θ)
 /* a residual stack whose steps 4… each test one construct */
 Input: x ∈ V^ℓ
@@ -466,9 +466,10 @@ Parameters:
 """
 
 
-def tiny_models(steps: str, target: str) -> dict[str, object]:
-    """The reference and `target` models of TINY with `steps`, sharing random weights."""
-    text = TINY.format(steps=steps)
+def tiny_models(steps: str, target: str, algorithms: str = "") -> dict[str, object]:
+    """The reference and `target` models of TINY with `steps` (and the card's own `algorithms`,
+    which the steps may call), sharing random weights."""
+    text = TINY.format(steps=steps, algorithms=algorithms and "\n" + algorithms.strip() + "\n")
     assert check(parse(text)) == [], [d.message for d in check(parse(text))]
     models = {t: load(text, target=t) for t in ("reference", target)}
     same_random_weights(models)
@@ -486,17 +487,67 @@ def test_the_tiny_card_itself_agrees_on_both_targets():
         close_to_reference(decode(m[target], ids, 3), want, f"tiny card, {target}, cached")
 
 
+SCALED_HEAD = """
+Algorithm: Ṽ ← scaled_head(X | W_q, W_k, μ, Mask)
+/* one attention head whose scores are scaled by e^μ / √(μ²): μ is a value per head of the caller */
+Input: X ∈ ℝ^{d×ℓ}
+Output: Ṽ ∈ ℝ^{k×ℓ}
+Hyperparameters:
+  μ ∈ ℝ
+  Mask ∈ {0,1}^{ℓ×ℓ}
+Parameters: W_q, W_k ∈ ℝ^{k×d}
+1  S ← exp(μ) · (W_k · X)^⊺ · (W_q · X) / √(μ · μ)
+2  for t_z ∈ [ℓ], t_x ∈ [ℓ]: if ¬Mask[t_z, t_x] then S[t_z, t_x] ← −∞
+3  return Ṽ = W_q · X · softmax(S)
+
+Algorithm: y ← shifted(x, μ)
+/* a vector moved by a scalar given as an input */
+Input:
+  x ∈ ℝ^{n}
+  μ ∈ ℝ
+Output: y ∈ ℝ^{n}
+1  return y = x − μ / 2
+"""
+
 FIXED = {  # constructs that once disagreed, now held to the interpreter like the rest
     "loop step": "4  for l = 1, 3, …, L do\n5    X ← X + tanh(A_l · X)\n6  end",  # l = 1, 3
     "whole quotient": "4  X ← [rows(X, 2, d / 2); rows(X, 1, d / 2)]",  # d / 2 as a block size
     "constant column": "4  X ← X + A_1[:, 2] · 1^⊺",  # column 2 of a parameter, counted from 1
+    # a scalar per head (`μ_h`, laid out […, H]) given to a call per head (heads on axis −3)
+    "scalar per head into a per-head call": (
+        "4  for l = 1, 2, …, L do\n"
+        "5    for h ∈ [2]: μ_h ← b_l[h] + 1\n"
+        "6    for h ∈ [2]: Y^h ← scaled_head(X | rows(A_l, h, k), rows(A_l, 3 − h, k), μ_h, "
+        "Mask[t_z, t_x] = ⟦t_z ≤ t_x⟧)\n"
+        "7    X ← X + [Y^1; …; Y^2]\n"
+        "8  end",
+        SCALED_HEAD,
+    ),
+    "scalar per head as an input, in one map with the call": (
+        "4  for h ∈ [2] do\n5    μ_h ← b_1[h]\n6    Y^h ← shifted(rows(X, h, k), μ_h)\n7  end\n"
+        "8  X ← X + [Y^1; …; Y^2]",
+        SCALED_HEAD,
+    ),
+    "scalar per head in a map over heads and tokens": (
+        "4  for h ∈ [2]: μ_h ← b_1[h]\n"
+        "5  for h ∈ [2], t ∈ [ℓ]: Y^h[:, t] ← shifted(rows(X[:, t], h, k), μ_h · t)\n"
+        "6  X ← X + [Y^1; …; Y^2]",
+        SCALED_HEAD,
+    ),
+    "scalar per token in a map over heads and tokens": (
+        "4  for t ∈ [ℓ]: ν_t ← X[1, t]\n"
+        "5  for h ∈ [2], t ∈ [ℓ]: Y^h[:, t] ← shifted(rows(X[:, t], h, k), ν_t + h)\n"
+        "6  X ← X + [Y^1; …; Y^2]",
+        SCALED_HEAD,
+    ),
 }
 
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("construct", sorted(FIXED))
 def test_generated_module_agrees_on(construct, target):
-    m = tiny_models(FIXED[construct], target)
+    steps, algorithms = FIXED[construct] if isinstance(FIXED[construct], tuple) else (FIXED[construct], "")
+    m = tiny_models(steps, target, algorithms)
     ids = ids_for(11, 7)
     close_to_reference(m[target].logits(ids), m["reference"](np.asarray(ids)), f"{construct}, {target}")
 

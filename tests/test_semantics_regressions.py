@@ -203,3 +203,31 @@ def test_a_column_picked_by_a_computed_index_is_refused_at_the_index():
         == "cannot generate code: a column picked by the computed index ⌈v[1]⌉ cannot be generated"
     )
     assert (diag.span.line, diag.span.col) == (8, 20)  # under ⌈v[1]⌉
+
+
+BRANCH_ON_A_RUN_TIME_VALUE = """toycards 1
+
+Algorithm: y ← doubled_if(x | μ)
+Input: x ∈ ℝ^{n}
+Output: y ∈ ℝ^{n}
+Hyperparameters: μ ∈ ℝ
+1  y ← x
+2  if μ > 0 then y ← 2 · x
+3  return y
+
+Algorithm: y ← F(x)
+/* μ would differ from column to column: generated code runs an `if` once per call */
+Input: x ∈ ℝ^{n}
+Output: y ∈ ℝ^{n}
+1  return y = doubled_if(x | x[1])
+"""
+
+
+def test_a_hyperparameter_the_callee_branches_on_cannot_take_a_run_time_value():
+    (diag,) = check(parse(BRANCH_ON_A_RUN_TIME_VALUE))
+    assert diag.message == (
+        "doubled_if: its hyperparameter μ is tested by an `if` or a loop bound, and cannot take the "
+        "run-time value x[1] (x is an input)"
+    )
+    assert (diag.span.line, diag.span.col) == (15, 30)  # under x[1]
+    assert "input of doubled_if" in diag.hint and "⟦…⟧" in diag.hint

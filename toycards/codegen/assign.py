@@ -11,7 +11,7 @@ import re
 from typing import TYPE_CHECKING
 
 from toycards.codegen.code import affine
-from toycards.codegen.scope import family_key, free_names
+from toycards.codegen.scope import AFTER, Family, family_key, free_names
 from toycards.codegen.values import MapVar, Val
 from toycards.errors import ToycardsError
 from toycards.lang import ir
@@ -68,7 +68,8 @@ class AssignEmitter:
             base = re.match(r"^[^_^]+", t.id).group(0)
             ident = self.scope.ns.name(base if base not in self.scope.vals else key)
             out += [*pre, f"{ident} = {self.code_layout(v)}"]
-            self.scope.families[key] = (ident, v.rank, var, v.windowed or (m.windowed and v.rank >= 1))
+            win = v.windowed or (m.windowed and v.rank >= 1)
+            self.scope.families[key] = Family(ident, v.rank, var, win, AFTER[m.kind])
             return
         if isinstance(t, ir.Index) and isinstance(t.base, ir.Name):
             name = t.base.id
@@ -82,7 +83,7 @@ class AssignEmitter:
                 ident = self.scope.ns.name(base if base not in self.scope.vals else key)
                 out += [*pre, f"{ident} = {self.code_layout(v)}"]
                 win = v.windowed or any(maps[x].windowed for x in maps if x in v.fams)
-                self.scope.families[key] = (ident, 2, var, win)
+                self.scope.families[key] = Family(ident, 2, var, win, AFTER["block"])
                 return
             ident = self.scope.ns.name(name)
             if len(idx) == 2 and isinstance(idx[0], ir.Slice):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from toycards.codegen.code import expr_text, paren, union_fams
-from toycards.codegen.scope import family_key, free_names
+from toycards.codegen.scope import Family, family_key, free_names, relayout, run_time_hypers
 from toycards.codegen.values import CACHED_ARGS, MapVar, Val
 from toycards.errors import ToycardsError
 from toycards.lang import ir
@@ -75,7 +75,7 @@ class CallEmitter:
         heads = f"ops.split_rows({self.code_layout(a)}, {k})"
         if isinstance(block, ir.Name) and block.id == var:
             return Val(heads, a.rank, fams=a.fams | {var}, windowed=a.windowed)
-        gathered = self._gather_member(heads, 2, expr_text(block))
+        gathered = self._gather_member(Family(heads, a.rank, var, a.windowed, 2), expr_text(block))
         return gathered.with_(fams=a.fams | {var}, windowed=a.windowed)
 
     def call_algorithm(self, c: ir.Call, callee: ir.Algorithm) -> Val:
@@ -116,6 +116,8 @@ class CallEmitter:
                 continue
             v = self.expr(p)
             fams |= v.fams
+            if name not in pnames and not v.py:  # a hyperparameter given a run-time value (`μ_h`)
+                run_time_hypers(self.em).setdefault(callee.name, set()).add(name)
             codes.append(
                 v.code if name not in pnames or v.rank < 2 or v.layout == "card" else f"ops.mT({v.code})"
             )
@@ -191,10 +193,13 @@ class CallEmitter:
             fk = family_key(first.id, set())
             if fk is None or fk[0] not in self.scope.families:
                 raise ToycardsError(f"{first.id} is not a member of a family defined by a parallel map")
-            ident, rank, _, win = self.scope.families[fk[0]]
-            if e.axis == "cols":
-                return Val(ident, rank + 1, windowed=win)
-            return Val(f"ops.merge_rows({ident})", rank, windowed=win)
+            fam = self.scope.families[fk[0]]
+            if e.axis == "cols" or fam.rank == 0:  # the members' axis is the new one: […, ℓ, d]
+                members = relayout(fam.ident, fam.after, fam.rank, fam.rank)
+                return Val(members, fam.rank + 1, windowed=fam.windowed)
+            blocks = relayout(fam.ident, fam.after, 2, fam.rank)  # […, H, ℓ, d], or […, H, 1, d]
+            merged = f"ops.merge_rows({blocks})" + ("[..., 0, :]" if fam.rank == 1 else "")
+            return Val(merged, fam.rank, windowed=fam.windowed)
         parts = [self.expr(x) for x in e.items]
         if e.axis == "rows":
             return Val(

@@ -1,0 +1,201 @@
+"""Indexing → code: columns, token-id lookups, entries, slices and row blocks.
+
+Owns: `IndexEmitter`, the part of `ExprEmitter` that emits `X[:, t]`, `W_e[:, x[t]]`, `X[i, t]`,
+`e[i]` (affine in a map variable, a number or a hyperparameter), `W[a:b, :]`, `X[a:b, t]`, the
+slices of affine entry indices, and refusals at the sub-expression for what it cannot lay out.
+Leaves out: names and operators (exprs.py), calls (calls.py), writes (assign.py).
+"""
+
+from __future__ import annotations
+
+from toycards.codegen.code import affine, expr_text, int_literal, paren, union_fams
+from toycards.codegen.scope import free_names
+from toycards.codegen.values import MapVar, Val
+from toycards.errors import ToycardsError
+from toycards.lang import ir
+
+
+class IndexEmitter:
+    """Mixin of ExprEmitter: indexing."""
+
+    def index(self, e: ir.Index) -> Val:
+        base_name = e.base.id if isinstance(e.base, ir.Name) else None
+        base = self.expr(e.base)
+        idx = e.indices
+        if base.mask:
+            args = [self.expr(i) for i in idx]
+            return Val(
+                f"{base.code}({', '.join(a.code for a in args)})", 0, fams=union_fams(*args), boolean=True
+            )
+        if len(idx) == 2 and isinstance(idx[0], ir.Slice) and idx[0].lo is None and idx[0].hi is None:
+            return self._column(base, base_name, idx[1])
+        if len(idx) == 2 and all(isinstance(i, ir.Name) and i.id in self.scope.maps for i in idx):
+            return base.with_(
+                code=self.code_layout(base), rank=0, layout="code", fams=base.fams | {i.id for i in idx}
+            )
+        if (
+            len(idx) == 2
+            and isinstance(idx[0], ir.Slice)
+            and isinstance(idx[1], ir.Slice)
+            and idx[1].lo is None
+            and idx[1].hi is None
+        ):
+            lo, hi = self._slice_bounds(idx[0])
+            if base.layout == "card":
+                return base.with_(code=f"{base.code}[{lo}:{hi}]")
+            return base.with_(code=f"{base.code}[..., {lo}:{hi}]")
+        if len(idx) == 2 and isinstance(idx[0], ir.Slice) and not isinstance(idx[1], ir.Slice):
+            col = self._column(base, base_name, idx[1])  # `X[a:b, t]`: rows a … b of column t
+            lo, hi = self._slice_bounds(idx[0])
+            return col.with_(code=f"{paren(col.code)}[..., {lo}:{hi}]")
+        if len(idx) == 1 and base.rank == 1:
+            return self._element(base, base_name, idx[0])
+        if len(idx) == 2 and not any(isinstance(i, ir.Slice) for i in idx):
+            col = self._column(base, base_name, idx[1])  # `X[i, t]`: entry i of column t
+            entry = self._element(col, None, idx[0])
+            t = idx[1].id if isinstance(idx[1], ir.Name) and idx[1].id in self.scope.maps else None
+            if t is None or free_names(idx[0]) & set(self.scope.maps):
+                return entry
+            m = self.scope.maps[t]  # the column's axis of t is the one before the entries
+            return entry.with_(code=self.laid_out(entry.code, 1, m, 0, expr_text(e)))
+        self.refuse(
+            e,
+            f"the indexing {expr_text(e)} cannot be generated",
+            "index a matrix by a column (X[:, t]), rows of a column (X[a:b, t]), rows (X[a:b, :]) or "
+            "one entry inside a map over both indices; a vector by one entry (v[i]) or a slice",
+        )
+
+    def refuse(self, node: ir.Expr, message: str, hint: str = "") -> None:
+        """Stop generating at `node`'s own span: the card line, caret under the sub-expression."""
+        from toycards.errors import Diagnostic
+
+        raise ToycardsError.from_diagnostics(
+            [Diagnostic(node.span, f"cannot generate code: {message}", hint)],
+            {self.scope.algo.span.file: self.em.card.source},
+        )
+
+    def _slice_bounds(self, s: ir.Slice) -> tuple[str, str]:
+        lo = f"{self.expr(s.lo).code} - 1" if s.lo is not None else ""
+        hi = self.expr(s.hi).code if s.hi is not None else ""
+        return lo, hi
+
+    def _column(self, base: Val, base_name: str | None, i: ir.Expr) -> Val:
+        s = self.scope
+        if isinstance(i, ir.Name) and i.id in s.maps:
+            m = s.maps[i.id]
+            declared = s.decl_types.get(base_name or "")
+            col = (
+                declared.dims[1] if isinstance(declared, ir.TensorType) and len(declared.dims) == 2 else None
+            )
+            if base.param and col is not None and self.dim(col) != m.bound_code:
+                index = (
+                    f"runtime.positions(ctx, {m.bound_code}) - 1"
+                    if m.windowed
+                    else f"ops.arange(0, {m.bound_code})"
+                )
+                return Val(
+                    f"ops.take({self.code_layout(base)}, {index}, -2)",
+                    1,
+                    fams=base.fams | {i.id},
+                    windowed=m.windowed,
+                )
+            return Val(
+                self.code_layout(base), 1, fams=base.fams | {i.id}, windowed=base.windowed or m.windowed
+            )
+        ids = self.expr(i)
+        rows = base.code if base.layout == "code" else f"ops.mT({base.code})"
+        if ids.py:  # a column number (1-based, as cards count), not a token id (0-based in code)
+            if base.windowed:
+                self.refuse(
+                    i,
+                    f"{expr_text(i)} picks a fixed token's column; under the KV cache only the new "
+                    "tokens' columns are at hand",
+                    "write it with a map over the tokens",
+                )
+            return Val(f"ops.embed({rows}, {paren(ids.code)} - 1)", 1)
+        if not self._is_token_id(i):  # token ids are 0-based in code; any other index is not
+            self.refuse(
+                i,
+                f"a column picked by the computed index {expr_text(i)} cannot be generated",
+                "pick columns by a map variable (X[:, t]), a number, or a token id (W[:, x[t]])",
+            )
+        return Val(f"ops.embed({rows}, {ids.code})", 1, fams=ids.fams, windowed=ids.windowed)
+
+    def _is_token_id(self, i: ir.Expr) -> bool:
+        """`x[t]` with x a sequence of token ids (`x ∈ V^ℓ`): an index the code holds 0-based."""
+        if not (isinstance(i, ir.Index) and isinstance(i.base, ir.Name)):
+            return False
+        algo = self.scope.algo
+        decl = next((d for d in (*algo.input_decls, *algo.hyper_decls) if i.base.id in d.names), None)
+        t = decl.type if decl is not None else self.scope.decl_types.get(i.base.id)
+        return isinstance(t, ir.TensorType) and t.field == "V"
+
+    def _element(self, base: Val, base_name: str | None, i: ir.Expr) -> Val:
+        s = self.scope
+        if base_name is not None and base.code == "x" and s.is_main:  # token ids at the mapped positions
+            return Val("x", 0, fams=frozenset(v for v in free_names(i) if v in s.maps), windowed=True)
+        aff = affine(i, set(s.maps))
+        if aff is None:
+            if isinstance(i, ir.Num):
+                k = int(i.text)
+                return Val(f"{base.code}[..., {k - 1}:{k}]", 0, fams=base.fams)
+            if not free_names(i) & set(s.maps):  # a hyperparameter or loop index: one entry
+                k = self.int_code(i)
+                return Val(f"{base.code}[..., {paren(k)} - 1:{paren(k)}]", 0, fams=base.fams)
+            raise ToycardsError("an element index must be affine in a map variable (e.g. 2·i − 1, i + d/2)")
+        var, scale, offset = aff
+        m = s.maps[var]
+        code = f"{base.code}[..., {self.affine_slice(m, scale, offset)}]"
+        if scale == 1 and offset is None:
+            declared = s.decl_types.get(base_name or "")
+            if (
+                isinstance(declared, ir.TensorType)
+                and len(declared.dims) == 1
+                and self.dim(declared.dims[0]) == m.bound_code
+            ):
+                code = base.code
+        if not base.fams & set(s.maps):  # the entries' axis is the last: lay it out for m's kind
+            code = self.laid_out(code, 0, m, 0, expr_text(i))
+        return base.with_(code=code, fams=base.fams | {var}, rank=0)
+
+    def int_code(self, e: ir.Expr) -> str:
+        """An index offset such as `d_h / 2` as integer arithmetic (`d_h // 2`)."""
+        if isinstance(e, ir.BinOp) and e.op in ("+", "-", "·", "/"):
+            op = {"+": "+", "-": "-", "·": "*", "/": "//"}[e.op]
+            return f"({self.int_code(e.left)} {op} {self.int_code(e.right)})"
+        if isinstance(e, ir.UnOp) and e.op == "-":
+            return f"-{self.int_code(e.operand)}"
+        v = self.expr(e)
+        if not v.py:
+            raise ToycardsError("an index offset must be a whole number of hyperparameters and dimensions")
+        return v.code
+
+    def affine_slice(self, m: MapVar, scale: int, offset: ir.Expr | None) -> str:
+        """The slice of entries `scale·i + offset` for i = 1 … n (1-based card indices).
+
+        >>> from toycards.codegen.exprs import ExprEmitter, Scope
+        >>> from toycards.codegen.code import parse_expr
+        >>> ex = ExprEmitter(emitter=None, scope=Scope(algo=None, ns=None, dims={"d": "d"}))
+        >>> i = MapVar("i", "i", bound_code="n", windowed=False)
+        >>> def entries(text):
+        ...     _, scale, offset = affine(parse_expr(text), {"i"})
+        ...     return ex.affine_slice(i, scale, offset)
+        >>> entries("2·i − 1"), entries("2·i"), entries("i + 3")
+        (':2 * n - 1:2', '1:2 * n:2', '3:n + 3')
+        >>> entries("i + d/2")
+        '(d // 2):(d // 2) + n'
+        """
+        n = m.bound_code
+        const = int_literal(offset)
+        if offset is None or const is not None:
+            b = const or 0
+            start = scale + b - 1
+            stop = (f"{scale} * {n}" if scale != 1 else n) + (
+                f" + {b}" if b > 0 else f" - {-b}" if b < 0 else ""
+            )
+        else:
+            off = self.int_code(offset)
+            start_code = off if scale == 1 else f"{off} + {scale - 1}"
+            stop = f"{start_code} + {n}" if scale == 1 else f"{off} + {scale} * {n}"
+            return f"{start_code}:{stop}" + (f":{scale}" if scale != 1 else "")
+        return f"{start or ''}:{stop}" + (f":{scale}" if scale != 1 else "")
