@@ -487,7 +487,7 @@ def test_the_tiny_card_itself_agrees_on_both_targets():
         close_to_reference(decode(m[target], ids, 3), want, f"tiny card, {target}, cached")
 
 
-SCALED_HEAD = """
+HEADS = """
 Algorithm: Ṽ ← scaled_head(X | W_q, W_k, μ, Mask)
 /* one attention head whose scores are scaled by e^μ / √(μ²): μ is a value per head of the caller */
 Input: X ∈ ℝ^{d×ℓ}
@@ -499,6 +499,30 @@ Parameters: W_q, W_k ∈ ℝ^{k×d}
 1  S ← exp(μ) · (W_k · X)^⊺ · (W_q · X) / √(μ · μ)
 2  for t_z ∈ [ℓ], t_x ∈ [ℓ]: if ¬Mask[t_z, t_x] then S[t_z, t_x] ← −∞
 3  return Ṽ = W_q · X · softmax(S)
+
+Algorithm: Ṽ ← alibi_head(X, μ | W_q, W_k, Mask)
+/* one attention head with a linear bias of slope μ on the distance (ALiBi) */
+Input:
+  X ∈ ℝ^{d×ℓ}
+  μ ∈ ℝ
+Output: Ṽ ∈ ℝ^{k×ℓ}
+Hyperparameters: Mask ∈ {0,1}^{ℓ×ℓ}
+Parameters: W_q, W_k ∈ ℝ^{k×d}
+1  S ← (W_k · X)^⊺ · (W_q · X) / √k
+2  for t_z ∈ [ℓ], t_x ∈ [ℓ] do
+3    S[t_z, t_x] ← S[t_z, t_x] − μ · (t_x − t_z)
+4    if ¬Mask[t_z, t_x] then S[t_z, t_x] ← −∞
+5  end
+6  return Ṽ = W_q · X · softmax(S)
+
+Algorithm: B ← outer(a, b)
+/* a matrix defined by its entries */
+Input:
+  a ∈ ℝ^{m}
+  b ∈ ℝ^{n}
+Output: B ∈ ℝ^{m×n}
+1  for i ∈ [m], j ∈ [n]: B[i, j] ← a[i] · b[j] + ⟦i ≤ j⟧
+2  return B
 
 Algorithm: y ← shifted(x, μ)
 /* a vector moved by a scalar given as an input */
@@ -521,24 +545,35 @@ FIXED = {  # constructs that once disagreed, now held to the interpreter like th
         "Mask[t_z, t_x] = ⟦t_z ≤ t_x⟧)\n"
         "7    X ← X + [Y^1; …; Y^2]\n"
         "8  end",
-        SCALED_HEAD,
+        HEADS,
     ),
     "scalar per head as an input, in one map with the call": (
         "4  for h ∈ [2] do\n5    μ_h ← b_1[h]\n6    Y^h ← shifted(rows(X, h, k), μ_h)\n7  end\n"
         "8  X ← X + [Y^1; …; Y^2]",
-        SCALED_HEAD,
+        HEADS,
     ),
+    # entries of a matrix updated in a map over both its indices; a matrix made from its entries
+    "ALiBi slope per head (entry updates)": (
+        "4  for l = 1, 2, …, L do\n"
+        "5    for h ∈ [2]: μ_h ← b_l[h] / 4\n"
+        "6    for h ∈ [2]: Y^h ← alibi_head(X, μ_h | rows(A_l, h, k), rows(A_l, 3 − h, k), "
+        "Mask[t_z, t_x] = ⟦t_z ≤ t_x⟧)\n"
+        "7    X ← X + [Y^1; …; Y^2]\n"
+        "8  end",
+        HEADS,
+    ),
+    "matrix defined by its entries": ("4  X ← X + outer(b_1, b_2) · X / d", HEADS),
     "scalar per head in a map over heads and tokens": (
         "4  for h ∈ [2]: μ_h ← b_1[h]\n"
         "5  for h ∈ [2], t ∈ [ℓ]: Y^h[:, t] ← shifted(rows(X[:, t], h, k), μ_h · t)\n"
         "6  X ← X + [Y^1; …; Y^2]",
-        SCALED_HEAD,
+        HEADS,
     ),
     "scalar per token in a map over heads and tokens": (
         "4  for t ∈ [ℓ]: ν_t ← X[1, t]\n"
         "5  for h ∈ [2], t ∈ [ℓ]: Y^h[:, t] ← shifted(rows(X[:, t], h, k), ν_t + h)\n"
         "6  X ← X + [Y^1; …; Y^2]",
-        SCALED_HEAD,
+        HEADS,
     ),
 }
 

@@ -231,3 +231,50 @@ def test_a_hyperparameter_the_callee_branches_on_cannot_take_a_run_time_value():
     )
     assert (diag.span.line, diag.span.col) == (15, 30)  # under x[1]
     assert "input of doubled_if" in diag.hint and "⟦…⟧" in diag.hint
+
+
+GRID = """
+Algorithm: B ← F(a, b)
+/* a matrix defined by its entries, one entry written again, then every entry updated */
+Input:
+  a ∈ ℝ^{m}
+  b ∈ ℝ^{n}
+Output: B ∈ ℝ^{m×n}
+1  for i ∈ [m], j ∈ [n]: B[i, j] ← a[i] · b[j] + ⟦i ≤ j⟧
+2  B[1, 2] ← 7
+3  for i ∈ [m], j ∈ [n] do
+4    B[i, j] ← B[i, j] − (j − i)
+5  end
+6  return B
+"""
+
+
+def test_matrix_entries_define_update_and_overwrite():
+    a, b = [1.0, 2.0, 3.0], [10.0, 20.0]
+    want = [[a[i] * b[j] + (i <= j) - (j - i) for j in range(2)] for i in range(3)]
+    want[0][1] = 7.0 - 1  # entry (1, 2) set to 7, then updated like every other
+    for target, arr in targets():
+        f = generated_function(GRID, target, call="F(X[:, t], X[1:2, t])")
+        got = np.asarray(f(arr(a), arr(b)), dtype=np.float64)  # code layout: [columns, rows]
+        np.testing.assert_allclose(got.T, want, err_msg=target)
+
+
+ENTRY_OUTSIDE_A_MAP = """
+Algorithm: y ← F(x)
+/* entries picked by a number or a hyperparameter, outside any map */
+Input: x ∈ ℝ^{n}
+Output: y ∈ ℝ^{n}
+1  y ← 2 · x
+2  y[1] ← y[2] + 1
+3  y[n] ← x[1]
+4  return y
+"""
+
+
+def test_an_entry_picked_by_a_number_is_written_outside_a_map():
+    x = [1.0, 2.0, 3.0]
+    for target, arr in targets():
+        xs = arr(x)
+        got = np.asarray(generated_function(ENTRY_OUTSIDE_A_MAP, target)(xs), dtype=np.float64)
+        np.testing.assert_allclose(got, [5.0, 4.0, 1.0], err_msg=target)
+        np.testing.assert_array_equal(np.asarray(xs), x, err_msg=target)

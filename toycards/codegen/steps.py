@@ -271,9 +271,11 @@ def map_kinds(s: ir.ForAll, names: set[str]) -> dict[str, str]:
                 member = family_key(t.base.id, names) if isinstance(t.base, ir.Name) else None
                 if member is not None and member[1] in names:  # `Q̂^h[:, t]`: a matrix per head
                     kinds.setdefault(member[1], "block")
-            elif len(idx) == 2 and all(isinstance(i, ir.Name) and i.id in names for i in idx):
-                kinds.setdefault(idx[0].id, "element")
-                kinds.setdefault(idx[1].id, "column")
+            elif len(idx) == 2 and not any(isinstance(i, ir.Slice) for i in idx):
+                for n in free_names(idx[0]) & names:  # `S[t_z, t_x]`: rows the last code axis
+                    kinds.setdefault(n, "element")
+                for n in free_names(idx[1]) & names:
+                    kinds.setdefault(n, "column")
             elif len(idx) == 1:
                 for n in free_names(idx[0]) & names:
                     kinds.setdefault(n, "element")

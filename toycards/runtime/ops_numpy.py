@@ -157,7 +157,14 @@ def copy(a):
 def zeros_for(value, size):
     """A zero array shaped like `value` but with `size` entries on the last axis."""
     value = np.asarray(value)
-    return np.zeros(value.shape[:-1] + (size,), dtype=value.dtype)
+    return np.zeros(value.shape[:-1] + (size,), dtype=value.dtype if value.dtype.kind == "f" else np.float32)
+
+
+def zeros_grid(value, n_cols, n_rows):
+    """Zeros for a matrix defined by its entries: `value`'s leading axes, then [n_cols, n_rows]."""
+    value = np.asarray(value)
+    lead = value.shape[:-2] if value.ndim >= 2 else ()
+    return np.zeros(lead + (n_cols, n_rows), dtype=value.dtype if value.dtype.kind == "f" else np.float32)
 
 
 def full_like_last(a, n, fill):

@@ -140,7 +140,17 @@ def copy(a):
 
 
 def zeros_for(value, size):
+    value = value if torch.is_tensor(value) else torch.as_tensor(value, dtype=torch.float32)
     return value.new_zeros(tuple(value.shape[:-1]) + (size,))
+
+
+def zeros_grid(value, n_cols, n_rows):
+    """Zeros for a matrix defined by its entries: `value`'s leading axes, then [n_cols, n_rows]."""
+    value = value if torch.is_tensor(value) else torch.as_tensor(value, dtype=torch.float32)
+    lead = tuple(value.shape[:-2]) if value.dim() >= 2 else ()
+    return value.new_zeros(
+        lead + (n_cols, n_rows), dtype=value.dtype if value.is_floating_point() else torch.float32
+    )
 
 
 def full_like_last(a, n, fill):
