@@ -524,6 +524,15 @@ Output: B ∈ ℝ^{m×n}
 1  for i ∈ [m], j ∈ [n]: B[i, j] ← a[i] · b[j] + ⟦i ≤ j⟧
 2  return B
 
+Algorithm: y ← moments(x)
+/* Σ whose index is a value, a Σ of numbers only, and a Σ from 2 */
+Input: x ∈ ℝ^{n}
+Output: y ∈ ℝ^{n}
+1  a ← Σ_{i=1}^{n} i · x[i]
+2  b ← Σ_{k=1}^{n} (k − 1)^2
+3  c ← Σ_{i=2}^{4} x[i]^2
+4  return y = x + a / b − c
+
 Algorithm: y ← shifted(x, μ)
 /* a vector moved by a scalar given as an input */
 Input:
@@ -562,6 +571,24 @@ FIXED = {  # constructs that once disagreed, now held to the interpreter like th
         "8  end",
         HEADS,
     ),
+    "sum over a family": "4  X ← X + Σ_{u=1}^{ℓ} e_u · 1^⊺ / ℓ",  # over the members' axis, not d
+    "sum over a family, from 2": "4  X ← X + Σ_{u=2}^{ℓ} e_u · 1^⊺ / ℓ",
+    "sum of a term without its index": "4  X ← X + Σ_{u=1}^{3} b_1 · 1^⊺",  # 3 · b_1
+    "sum whose index is a value": (
+        "4  for t ∈ [ℓ]: X[:, t] ← moments(X[:, t])",
+        HEADS,
+    ),
+    "basic attention per token (Algorithm 3)": (
+        "4  for t ∈ [ℓ]: Y[:, t] ← basic_attention(X[:, t], X | A_1, b_1, A_2, b_2, A_3, b_3)\n5  X ← X + Y",
+        "",
+    ),
+    # `[v_t; b]`: a column of a map stacked on a vector that is the same for every t
+    "stack with a constant": "4  for t ∈ [ℓ]: X[:, t] ← [rows(X[:, t], 1, k); rows(b_1, 2, k)]",
+    "a number stacked after a vector": "4  for t ∈ [ℓ]: X[:, t] ← [rows(X[:, t], 1, d − 1); X[1, t]]",
+    "a number stacked before a vector": "4  c ← [1; rows(b_1, 1, d − 1)]\n5  X ← X + c · 1^⊺",
+    "matrices side by side, a block of columns": (
+        "4  W ← [A_1, A_2 · A_3[:, 2:3] · rows(A_3, 1, 2), b_1]\n5  X ← X + W · [X; X; rows(X, 1, 1)] / 2"
+    ),
     "matrix defined by its entries": ("4  X ← X + outer(b_1, b_2) · X / d", HEADS),
     "scalar per head in a map over heads and tokens": (
         "4  for h ∈ [2]: μ_h ← b_1[h]\n"
@@ -591,14 +618,6 @@ DISAGREEMENTS = {  # construct → (steps, why the generated module differs)
     "constant token column": (
         "4  X ← X + X[:, 1] · 1^⊺",
         "`X[:, 1]`, the first token's column: the generated code fails to index it",
-    ),
-    "stack with a constant": (
-        "4  for t ∈ [ℓ]: X[:, t] ← [rows(X[:, t], 1, k); rows(b_1, 2, k)]",
-        "`[v_t; b]`, a column of a map stacked on a vector that is the same for every t: fails",
-    ),
-    "sum over a family": (
-        "4  X ← X + Σ_{u=1}^{ℓ} e_u · 1^⊺ / ℓ",
-        "`Σ_{u=1}^{ℓ} e_u`, a sum over the members of a family: a wrong value",
     ),
 }
 
@@ -631,3 +650,16 @@ def test_generated_cache_disagrees_under_a_non_causal_mask(target):
     close_to_reference(
         decode(m[target], ids, 3), decode(m["reference"], ids, 3), f"full mask, {target}, cached"
     )
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_sum_over_every_token_refuses_the_cache(target):
+    """`Σ_{u=1}^{ℓ} e_u` needs every token's e_u; the KV cache holds none of earlier passes, so a
+    cached pass after the first raises rather than sum the new tokens only."""
+    m = tiny_models(FIXED["sum over a family"], target)
+    ids = np.asarray(ids_for(11, 6))
+    cache = m[target].new_cache()
+    first = m[target]._forward_numpy(ids[None, :4], cache)[0]  # the first pass has every token
+    close_to_reference(first, m["reference"](ids[:4]), f"sum over a family, {target}, first pass")
+    with pytest.raises(ValueError, match="sums over every token"):
+        m[target]._forward_numpy(ids[None, 4:5], cache)

@@ -278,3 +278,40 @@ def test_an_entry_picked_by_a_number_is_written_outside_a_map():
         got = np.asarray(generated_function(ENTRY_OUTSIDE_A_MAP, target)(xs), dtype=np.float64)
         np.testing.assert_allclose(got, [5.0, 4.0, 1.0], err_msg=target)
         np.testing.assert_array_equal(np.asarray(xs), x, err_msg=target)
+
+
+SUMS = """
+Algorithm: y ← F(x)
+/* Σ whose index is a value, of numbers only, from 2, and of a term without its index */
+Input: x ∈ ℝ^{n}
+Output: y ∈ ℝ^{4}
+1  a ← Σ_{i=1}^{n} i · x[i]
+2  b ← Σ_{k=1}^{n} (k − 1)^2
+3  c ← Σ_{i=2}^{n} x[i − 1] · x[i]
+4  return y = [a; b; c; Σ_{j=1}^{3} x[1]]
+"""
+
+
+def test_sums_whose_index_is_a_value_or_starts_later():
+    x = [1.0, 2.0, 3.0, 4.0]
+    want = [1 + 4 + 9 + 16, 0 + 1 + 4 + 9, 1 * 2 + 2 * 3 + 3 * 4, 3 * 1.0]
+    for target, arr in targets():
+        got = np.asarray(generated_function(SUMS, target, call="F(X[1:4, t])")(arr(x)), dtype=np.float64)
+        np.testing.assert_allclose(got.reshape(-1), want, err_msg=target)
+
+
+def test_slices_rows_and_numbers_side_by_side_count_from_one():
+    """The interpreter's SLICES card (tests/test_interpreter.py), through both code generators."""
+    from test_interpreter import SLICES
+
+    A = np.arange(1.0, 10.0).reshape(3, 3)  # card A ∈ ℝ^{3×3}: rows (1, 2, 3), (4, 5, 6), (7, 8, 9)
+    text = SLICES.replace("toycards 1\n", "")
+    for target, arr in targets():
+        middle = generated_function(text, target, call="middle(X[:, t])", name="middle")
+        assert np.asarray(middle(arr([10.0, 20.0, 30.0, 40.0, 50.0]))).tolist() == [20, 30, 40], target
+        corner = generated_function(text, target, call="corner(W)[:, 1]", name="corner")
+        got = np.asarray(corner(arr(A.T)), dtype=np.float64)  # code layout: one row per card column
+        assert got.T.tolist() == [[4, 5], [7, 8]], target
+        picks = generated_function(text, target, call="picks(W)[1:3]", name="picks")
+        got = np.asarray(picks(arr(A.T)), dtype=np.float64).reshape(-1)
+        assert got.tolist() == [3, 2, 7 * 2 + 8 * 5 + 9 * 8, 3], target

@@ -55,7 +55,7 @@ class AssignEmitter:
         out.append(f"{ident} = {self.code_layout(v)}")
         self.scope.share(free_names(s.value) | {name})
         self.scope.vals[name] = Val(
-            ident, v.rank, py=v.py, windowed=v.windowed, fams=v.fams, boolean=v.boolean
+            ident, v.rank, py=v.py, windowed=v.windowed, fams=v.fams, boolean=v.boolean, row=v.row
         )
 
     def assign_in_map(self, s: ir.Assign, out: list[str], maps: dict[str, MapVar]) -> None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from toycards.codegen.code import expr_text, paren, union_fams
-from toycards.codegen.scope import Family, family_key, free_names, relayout, run_time_hypers
+from toycards.codegen.code import expr_text, int_literal, paren, shifted, union_fams
+from toycards.codegen.scope import AFTER, Family, family_key, free_names, relayout, run_time_hypers
 from toycards.codegen.values import CACHED_ARGS, MapVar, Val
 from toycards.errors import ToycardsError
 from toycards.lang import ir
@@ -110,22 +110,20 @@ class CallEmitter:
             arg_vals.append(v)
         if cached:
             kv_index = self._cached_keys_values(callee, cached, arg_vals, codes)
+        given = list(enumerate(arg_vals))  # (position in codes, value) of the run-time arguments
         for name, p in zip(callee.params, c.params, strict=True):
             if isinstance(p, ir.MaskDef):
                 codes.append(self.mask_function(p))
                 continue
             v = self.expr(p)
             fams |= v.fams
-            if name not in pnames and not v.py:  # a hyperparameter given a run-time value (`μ_h`)
+            if name not in pnames and not (v.py or v.mask):  # a hyperparameter given a run-time value
                 run_time_hypers(self.em).setdefault(callee.name, set()).add(name)
+                given.append((len(codes), v))
             codes.append(
                 v.code if name not in pnames or v.rank < 2 or v.layout == "card" else f"ops.mT({v.code})"
             )
-        blocks = {m for m in fams if m in self.scope.maps and self.scope.maps[m].kind in ("block", "pending")}
-        if blocks:  # per-head arguments beside shared ones: give the shared inputs a head axis
-            for k, v in enumerate(arg_vals):
-                if not (v.fams & blocks) and v.rank == 2 and not v.param and not v.py and k not in cached:
-                    codes[k] = f"{codes[k]}[..., None, :, :]"
+        self._shared_arguments_mapped(given, codes, set(cached), extra)
         out = callee.output_decls[0].type if callee.output_decls else None
         rank = (len(out.dims) if isinstance(out, ir.TensorType) and out.field != "V" else 0) + extra
         out_col = out.dims[1] if isinstance(out, ir.TensorType) and len(out.dims) == 2 else None
@@ -137,6 +135,30 @@ class CallEmitter:
             fams=fams,
             windowed=win,
         )
+
+    def _shared_arguments_mapped(
+        self, given: list[tuple[int, Val]], codes: list[str], cached: set, extra: int
+    ) -> None:
+        """A call per map variable (per head h, per column t, or both) sees the mapped axes as
+        leading (batch) axes, one per variable and per implicitly mapped column, just before each
+        argument's own axes. An argument shared by every iteration gets size-1 axes there
+        (`X[..., None, :, :]` beside heads), and a scalar per variable moves its axis there
+        (`μ_h`, laid out […, H, 1, 1] in the map, is […, H, 1] in a call per head)."""
+        maps = self.scope.maps
+        mapped = sorted(
+            {x for _, v in given for x in v.fams if x in maps}, key=lambda x: -AFTER[maps[x].kind]
+        )
+        if not mapped:
+            return
+        slots = len(mapped) + extra
+        for k, v in given:
+            mine = [x for x in mapped if x in v.fams]
+            if not mine and not (v.param or v.py or k in cached):
+                own = max(1, v.rank)
+                codes[k] = f"{paren(codes[k])}[..., {', '.join(['None'] * slots + [':'] * own)}]"
+            elif len(mine) == 1 and v.rank == 0:
+                after = slots - 1 - mapped.index(mine[0]) + 1  # the slots to its right, then its own
+                codes[k] = relayout(codes[k], AFTER[maps[mine[0]].kind], after, 0) or codes[k]
 
     def _cached_keys_values(self, callee: ir.Algorithm, cached, arg_vals: list[Val], codes: list[str]) -> str:
         """Route the key and value arguments through the KV cache (codes[i] rewritten in place);
@@ -172,18 +194,81 @@ class CallEmitter:
 
     # ── sums and concatenation ─────────────────────────────────────────────────────────
     def sum(self, e: ir.Sum) -> Val:
-        s = self.scope
-        n = self.expr(e.hi).code
-        if not (isinstance(e.lo, ir.Num) and e.lo.text == "1"):
-            raise ToycardsError("Σ is generated for sums from 1")
-        s.maps[e.var] = MapVar(e.var, s.ns.fresh(e.var), n, False, "element")
+        """`Σ_{i=lo}^{hi} body`: a Python sum when the terms are numbers (`Σ_{k=1}^{K} (k − 1)^2`),
+        else the terms as an array with i's axis laid out by the largest rank i indexes (an
+        entry `x[i]`, a member `v_t`), summed over that axis. A sum from lo ≠ 1 runs over
+        i + lo − 1 for i = 1 … hi − lo + 1."""
+        s, var, body = self.scope, e.var, e.body
+        n = self.int_code(e.hi)
+        if int_literal(e.lo) != 1:
+            lo = int_literal(e.lo)
+            body = shifted(
+                body, var, ir.Num(str(lo - 1)) if lo is not None else ir.BinOp("-", e.lo, ir.Num("1"))
+            )
+            lo = self.int_code(e.lo)
+            n = str(int(n) - int(lo) + 1) if n.isdigit() and lo.isdigit() else f"{paren(n)} - {paren(lo)} + 1"
+        total = self._python_sum(var, body, n)
+        if total is not None:
+            return total
+        m = s.maps[var] = MapVar(var, s.ns.fresh(var), n, False, "pending")
         try:
-            body = self.expr(e.body)
+            with self.tentatively():
+                rank = max(self.expr(body).rank, self.indexed_rank(body, var))
+            m.kind = ("element", "column", "block")[min(rank, 2)]
+            v = self.expr(body)
         finally:
-            m = s.maps.pop(e.var)
+            s.maps.pop(var)
+        clash = [o for o in v.fams if o in s.maps and s.maps[o].kind == m.kind]
+        if clash:
+            self.refuse(
+                e,
+                f"Σ over {var} inside the map over {clash[0]} would lay both on one axis",
+                "compute the sum in a step of its own, or as a product (e.g. V · α for Σ_t α_t · v_t)",
+            )
+        if v.windowed and isinstance(e.hi, ir.Name) and e.hi.id in s.windowed:
+            self.pre += [  # the KV cache holds no terms of earlier tokens: refuse rather than miss them
+                f"if runtime.positions(ctx, {n})[0] > 1:  # earlier tokens are in the KV cache",
+                f"    raise ValueError({expr_text(e) + ' sums over every token: run the full sequence'!r})",
+            ]
+        if var not in v.fams and not m.used_as_value:  # every term the same: n times the term
+            return v.with_(code=f"{paren(n)} * {paren(v.code)}", py=v.py)
         if m.used_as_value:
-            raise ToycardsError(f"Σ over {e.var} may only use {e.var} as an index")
-        return Val(f"ops.sum_last({body.code})", 0, fams=body.fams - {e.var})
+            self.pre.append(
+                f"{m.ident} = ops.as_float(ops.index_vector(ops.arange(1, {n} + 1), {AFTER[m.kind]}))"
+                f"  # {var} ∈ [{n}]"
+            )
+        if m.kind == "element":
+            code = f"ops.sum_last({v.code})"  # […, n] → an array scalar […, 1]
+        else:  # the terms' axis of i, before their own axes: dropped
+            code = f"ops.sum_axis({v.code}, {-1 - AFTER[m.kind]})"
+            code += "[..., 0, :]" if m.kind == "block" and v.rank < 2 else ""
+        return Val(code, v.rank, fams=v.fams - {var})
+
+    def _python_sum(self, var: str, body: ir.Expr, n: str) -> Val | None:
+        """`sum(term for k in range(1, n + 1))` when every term is a Python number, else None."""
+        s = self.scope
+
+        def term() -> Val:
+            s.loops[var] = Val(s.ns.fresh(var), 0, py=True)
+            try:
+                return self.expr(body)
+            finally:
+                del s.loops[var]
+
+        with self.tentatively():
+            try:
+                numbers = term().py
+            except ToycardsError:  # e.g. a family member picked by k: not a number
+                numbers = False
+        if not numbers:
+            return None
+        ident = s.ns.fresh(var)
+        s.loops[var] = Val(ident, 0, py=True)
+        try:
+            code = self.expr(body).code
+        finally:
+            del s.loops[var]
+        return Val(f"sum({code} for {ident} in range(1, {n} + 1))", 0, py=True)
 
     def concat(self, e: ir.Concat) -> Val:
         if e.ellipsis:
@@ -201,12 +286,18 @@ class CallEmitter:
             merged = f"ops.merge_rows({blocks})" + ("[..., 0, :]" if fam.rank == 1 else "")
             return Val(merged, fam.rank, windowed=fam.windowed)
         parts = [self.expr(x) for x in e.items]
-        if e.axis == "rows":
-            return Val(
-                f"ops.cat_last([{', '.join(self.code_layout(p) for p in parts)}])",
-                max(p.rank for p in parts),
-                fams=union_fams(*parts),
-            )
-        return Val(f"ops.stack_cols([{', '.join(p.code for p in parts)}])", 2, fams=union_fams(*parts))
+        fams, rank = union_fams(*parts), max(p.rank for p in parts)
+        if all(p.py for p in parts):  # numbers side by side or stacked: a vector
+            return Val(f"ops.as_float([{', '.join(p.code for p in parts)}])", 1)
+        width = max(self._axes(p) for p in parts)
+        codes = [self._widened(p, self.code_layout(p), width) for p in parts]
+        if e.axis == "rows" or min(p.rank for p in parts) == 0:  # by rows; a number is one entry
+            return Val(f"ops.cat_last([{', '.join(codes)}])", max(rank, 1), fams=fams)
+        if rank == 1:  # vectors side by side: one column each
+            return Val(f"ops.stack_cols([{', '.join(codes)}])", 2, fams=fams)
+        columns = [
+            c if p.rank == 2 else f"{paren(c)}[..., None, :]" for p, c in zip(parts, codes, strict=True)
+        ]
+        return Val(f"ops.cat_cols([{', '.join(columns)}])", 2, fams=fams)  # matrices side by side
 
     # ── assignments ────────────────────────────────────────────────────────────────────

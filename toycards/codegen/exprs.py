@@ -110,6 +110,22 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
             return self._gather_member(fam, index).with_(windowed=fam.windowed)
         return None
 
+    def indexed_rank(self, e: object, var: str) -> int:
+        """The largest rank of what `var` indexes in `e`: a family member (`k_t`: its rank), a
+        column (`X[:, t]`: 1), a block of rows (`rows(Q, h, d_h)`: laid out per head, 2)."""
+        rank = 0
+        for n in ir.walk(e):
+            if isinstance(n, ir.Name) and var not in (n.id,):
+                fk = family_key(n.id, {var})
+                fam = self.scope.families.get(fk[0]) if fk is not None else None
+                if fam is not None and var in free_names(parse_expr(fk[1])):
+                    rank = max(rank, fam.rank)
+            elif isinstance(n, ir.Index) and len(n.indices) == 2 and isinstance(n.indices[0], ir.Slice):
+                rank = max(rank, 1 if var in free_names(n.indices[1]) else 0)
+            elif isinstance(n, ir.Call) and n.func == "rows" and len(n.args) == 3:
+                rank = max(rank, 2 if var in free_names(n.args[1]) else 0)
+        return rank
+
     def laid_out(self, code: str, have: int, m: MapVar, rank: int, what: str) -> str:
         """`code`, whose axis of m has `have` axes after it, laid out for m's kind (scope.AFTER)."""
         out = relayout(code, have, AFTER[m.kind], rank)
@@ -203,8 +219,8 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
             v = self.expr(e.operand)
             if v.rank == 2:
                 return v.with_(layout="card" if v.layout == "code" else "code")
-            if v.rank == 1:
-                return v.with_(row=True)
+            if v.rank == 1:  # a vector becomes a row, and a row (`A[i, :]`) a vector again
+                return v.with_(row=not v.row)
             return v
         if isinstance(e, ir.Index):
             return self.index(e)
@@ -290,26 +306,41 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
         )
 
     def _align(self, a: Val, ac: str, b: Val, bc: str) -> tuple[str, str]:
-        """Give a batch-shaped matrix without a head axis one, when combined with a per-head value."""
-        blocks = {v for v in union_fams(a, b) if v in self.scope.maps and self.scope.maps[v].kind == "block"}
-        if not blocks:
-            return ac, bc
-        if not a.fams & blocks and a.rank == 2 and not a.param and not a.py:
-            ac = f"{ac}[..., None, :, :]"
-        if not b.fams & blocks and b.rank == 2 and not b.param and not b.py:
-            bc = f"{bc}[..., None, :, :]"
-        return ac, bc
+        """Give an operand the axes of the map variables that only the other one carries, so
+        that its leading (batch) axes stay leading: a vector beside a column `k_t` gets one
+        (`q[..., None, :]`), a matrix beside a head `Y^h` gets one (`X[..., None, :, :]`)."""
+        width = max(self._axes(a), self._axes(b))
+        return self._widened(a, ac, width), self._widened(b, bc, width)
+
+    def _axes(self, v: Val) -> int:
+        """How many trailing axes v's layout fixes: its own (an array scalar has one) or, in a
+        map, those of the variables it carries (scope.AFTER)."""
+        maps = self.scope.maps
+        return max([max(1, v.rank)] + [1 + AFTER[maps[x].kind] for x in v.fams if x in maps])
+
+    def _widened(self, v: Val, code: str, width: int) -> str:
+        have = self._axes(v)
+        if v.py or v.param or v.ones_row or have >= width or self._is_map_index(v):
+            return code
+        return f"{paren(code)}[..., {', '.join(['None'] * (width - have) + [':'] * have)}]"
+
+    def _is_map_index(self, v: Val) -> bool:
+        """The values of a map variable itself (`t`): laid out for its map, with no batch axes."""
+        return len(v.fams) == 1 and any(m.ident == v.code for m in self.scope.maps.values())
 
     def product(self, a: Val, b: Val) -> Val:
         """The card's `·`: scalar multiple, matrix product, matrix–vector product or broadcast."""
         if b.ones_row:
             if a.rank != 1:
                 raise ToycardsError("`· 1^⊺` broadcasts a vector; the left side is not a vector")
+            if not (a.param or a.py or a.fams & set(self.scope.maps)):  # […, d] → […, 1, d]: one
+                return a.with_(code=f"{paren(a.code)}[..., None, :]", rank=2, layout="code")  # per column
             return a.with_(rank=2, layout="code")
         if a.rank == 0 or b.rank == 0:
             return self._elementwise(a, b, "*")
         if a.rank == 1 and a.row and b.rank == 1:
-            return Val(f"ops.sum_last({paren(a.code)} * {paren(b.code)})", 0, fams=union_fams(a, b))
+            ac, bc = self._align(a, a.code, b, b.code)
+            return Val(f"ops.sum_last({paren(ac)} * {paren(bc)})", 0, fams=union_fams(a, b))
         fams, win = union_fams(a, b), b.windowed
         if a.rank == 2 and a.layout == "card" and a.param:
             return Val(

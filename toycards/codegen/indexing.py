@@ -27,7 +27,8 @@ class IndexEmitter:
             return Val(
                 f"{base.code}({', '.join(a.code for a in args)})", 0, fams=union_fams(*args), boolean=True
             )
-        if len(idx) == 2 and isinstance(idx[0], ir.Slice) and idx[0].lo is None and idx[0].hi is None:
+        full = [isinstance(i, ir.Slice) and i.lo is None and i.hi is None for i in idx]
+        if len(idx) == 2 and full[0] and not isinstance(idx[1], ir.Slice):
             return self._column(base, base_name, idx[1])
         if len(idx) == 2 and all(isinstance(i, ir.Name) and i.id in self.scope.maps for i in idx):
             return base.with_(
@@ -48,8 +49,13 @@ class IndexEmitter:
             col = self._column(base, base_name, idx[1])  # `X[a:b, t]`: rows a … b of column t
             lo, hi = self._slice_bounds(idx[0])
             return col.with_(code=f"{paren(col.code)}[..., {lo}:{hi}]")
+        if len(idx) == 1 and base.rank == 1 and isinstance(idx[0], ir.Slice):  # `x[a:b]`
+            lo, hi = self._slice_bounds(idx[0])
+            return base.with_(code=f"{paren(base.code)}[..., {lo}:{hi}]")
         if len(idx) == 1 and base.rank == 1:
             return self._element(base, base_name, idx[0])
+        if len(idx) == 2 and isinstance(idx[1], ir.Slice) and not base.windowed:
+            return self._block(e, base)  # `X[a:b, c:d]`, `X[i, :]`, `X[i, c:d]`
         if len(idx) == 2 and not any(isinstance(i, ir.Slice) for i in idx):
             col = self._column(base, base_name, idx[1])  # `X[i, t]`: entry i of column t
             entry = self._element(col, None, idx[0])
@@ -75,9 +81,29 @@ class IndexEmitter:
         )
 
     def _slice_bounds(self, s: ir.Slice) -> tuple[str, str]:
-        lo = f"{self.expr(s.lo).code} - 1" if s.lo is not None else ""
+        lo = self.expr(s.lo).code if s.lo is not None else ""
+        lo = str(int(lo) - 1) if lo.isdigit() else f"{lo} - 1" if lo else ""
         hi = self.expr(s.hi).code if s.hi is not None else ""
-        return lo, hi
+        return ("" if lo == "0" else lo), hi
+
+    def _block(self, e: ir.Index, base: Val) -> Val:
+        """Rows and columns of a matrix that is not a sequence of tokens: `W[a:b, c:d]`, the row
+        `W[i, :]` (a 1×n matrix), `W[i, c:d]`."""
+        rows, cols = e.indices
+        if isinstance(rows, ir.Slice):
+            r = ":".join(self._slice_bounds(rows))
+        elif free_names(rows) & set(self.scope.maps):
+            self.refuse(e, f"the indexing {expr_text(e)} cannot be generated", "pick one row by a number")
+        else:  # row i, ℝ^{1×n}: a transposed vector (`A[i, :] · c` is a number, as the checker says)
+            k = paren(self.int_code(rows))
+            c = ":".join(self._slice_bounds(cols))
+            i = str(int(k) - 1) if k.isdigit() else f"{k} - 1"
+            code = f"{base.code}[{i}, {c}]" if base.layout == "card" else f"{paren(base.code)}[..., {c}, {i}]"
+            return base.with_(code=code, rank=1, row=True, layout="code")
+        c = ":".join(self._slice_bounds(cols))
+        if base.rank == 2 and base.layout == "card":
+            return base.with_(code=f"{base.code}[{r}, {c}]")
+        return base.with_(code=f"{paren(base.code)}[..., {c}, {r}]", layout="code")
 
     def _column(self, base: Val, base_name: str | None, i: ir.Expr) -> Val:
         s = self.scope
@@ -190,8 +216,11 @@ class IndexEmitter:
         if offset is None or const is not None:
             b = const or 0
             start = scale + b - 1
-            stop = (f"{scale} * {n}" if scale != 1 else n) + (
-                f" + {b}" if b > 0 else f" - {-b}" if b < 0 else ""
+            stop = (
+                str(scale * int(n) + b)
+                if n.isdigit()
+                else (f"{scale} * {n}" if scale != 1 else n)
+                + (f" + {b}" if b > 0 else f" - {-b}" if b < 0 else "")
             )
         else:
             off = self.int_code(offset)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from toycards.codegen.exprs import ExprEmitter
 from toycards.codegen.module import comment_safe
-from toycards.codegen.scope import Scope, family_key, free_names, run_time_hypers
+from toycards.codegen.scope import AFTER, Scope, family_key, free_names, run_time_hypers
 from toycards.codegen.values import MapVar, Val
 from toycards.errors import Diagnostic, ToycardsError
 from toycards.lang import ir
@@ -185,29 +185,33 @@ class StepEmitter:
             del self.scope.maps[v]
 
     def _settle_kinds(self, s: ir.ForAll, maps: dict[str, MapVar]) -> None:
-        """A variable that only indexes family members (`for h ∈ [H]: μ_h ← …`) is laid out by
-        the largest rank its members get: the body is emitted once for a look at those ranks,
-        so that every value in the real emission already has the map's final layout."""
-        pending = {v for v, m in maps.items() if m.kind == "pending"}
-        if not pending:
-            return
-        ranks: dict[str, int] = {}
+        """Each variable's layout (scope.AFTER) is the largest rank it carries: a value it
+        indexes (`k_t`, `X[:, t]`, `rows(Q, h, d_h)`) or a family member it defines
+        (`μ_h ← …`, `Y^h ← …`). The body is emitted once for a look at those ranks, under the
+        widest layout, so that every value in the real emission already has its final layout."""
+        ranks = {v: {"element": 0, "column": 1, "block": 2}.get(m.kind, 0) for v, m in maps.items()}
+        kinds = {v: m.kind for v, m in maps.items()}
         with self.ex.tentatively():
+            for m in maps.values():
+                m.kind = "pending"
             for st in s.body:
                 a = st.then[0] if isinstance(st, ir.If) and st.then else st
                 target = a.target if isinstance(a, ir.Assign) else None
+                for v in maps:
+                    ranks[v] = max(ranks[v], self.ex.indexed_rank(st, v))
                 try:
                     self._map_body(st, [], maps)
                 except ToycardsError:
                     break  # the real emission reports it
-                for v in pending:  # every statement is looked at under the same layout
-                    maps[v].kind = "pending"
-                key = family_key(target.id, pending) if isinstance(target, ir.Name) else None
+                for m in maps.values():  # every statement is looked at under the same layout
+                    m.kind = "pending"
+                key = family_key(target.id, set(maps)) if isinstance(target, ir.Name) else None
                 if key is not None and key[0] in self.scope.families:
                     fam = self.scope.families[key[0]]
-                    ranks[fam.var] = max(ranks.get(fam.var, 0), fam.rank)
-        for v in pending:
-            maps[v].kind = ("element", "column", "block")[min(ranks.get(v, 0), 2)]
+                    ranks[fam.var] = max(ranks[fam.var], fam.rank)
+        for v, m in maps.items():
+            widest = ("element", "column", "block")[min(ranks[v], 2)]
+            m.kind = kinds[v] if kinds[v] != "pending" and AFTER[kinds[v]] >= AFTER[widest] else widest
 
     def _var_defs(self, maps: dict[str, MapVar]) -> list[str]:
         out = []

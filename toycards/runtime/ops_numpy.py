@@ -95,6 +95,11 @@ def sum_last(x):
     return np.sum(x, axis=-1, keepdims=True)
 
 
+def sum_axis(x, axis):
+    """The sum over one axis, which is dropped (a Σ over a map variable's axis)."""
+    return np.sum(x, axis=axis)
+
+
 def max_last(x):
     return np.max(x, axis=-1, keepdims=True)
 
@@ -132,11 +137,25 @@ def merge_rows(a):
 
 
 def cat_last(parts):
-    return np.concatenate(parts, axis=-1)
+    """Blocks stacked by card rows (the last axis). A number is one entry, and leading axes
+    broadcast: `[v_t; b]` stacks a column of a map on a vector that is the same for every t."""
+    arrays = [np.asarray(p) for p in parts]
+    dtype = np.result_type(*[a.dtype for a in arrays if a.ndim], np.float32)
+    arrays = [a.reshape(1).astype(dtype) if a.ndim == 0 else a for a in arrays]
+    lead = np.broadcast_shapes(*(a.shape[:-1] for a in arrays))
+    return np.concatenate([np.broadcast_to(a, lead + a.shape[-1:]) for a in arrays], axis=-1)
+
+
+def cat_cols(parts):
+    """Matrices side by side (their columns, axis −2, one after the other)."""
+    lead = np.broadcast_shapes(*(np.shape(a)[:-2] for a in parts))
+    return np.concatenate([np.broadcast_to(a, lead + np.shape(a)[-2:]) for a in parts], axis=-2)
 
 
 def stack_cols(parts):
-    return np.stack(parts, axis=-2)
+    """Vectors side by side, one column each (leading axes broadcast)."""
+    lead = np.broadcast_shapes(*(np.shape(a) for a in parts))
+    return np.stack([np.broadcast_to(a, lead) for a in parts], axis=-2)
 
 
 def index_vector(values, ndim_after):
