@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import re
 
 import numpy as np
 import pytest
@@ -589,6 +590,19 @@ FIXED = {  # constructs that once disagreed, now held to the interpreter like th
     "matrices side by side, a block of columns": (
         "4  W ← [A_1, A_2 · A_3[:, 2:3] · rows(A_3, 1, 2), b_1]\n5  X ← X + W · [X; X; rows(X, 1, 1)] / 2"
     ),
+    # one token's column or member: the full pass has it (a cached pass refuses, below)
+    "constant token column": "4  X ← X + X[:, 1] · 1^⊺",
+    "a family's member by number": "4  X ← X + e_1 · 1^⊺",
+    "the last token's member": "4  X ← X + e_ℓ · 1^⊺ + X[:, ℓ] · 1^⊺",
+    "members of a family per head, by number": ("4  for h ∈ [2]: Y^h ← rows(X, h, k)\n5  X ← X + [Y^2; Y^1]"),
+    # a column of a parameter picked by a computed index (topk's, as in MoE routing)
+    "columns picked by topk": (
+        "4  J ← topk(X, 2)\n5  for t ∈ [ℓ]: X[:, t] ← X[:, t] + A_1[:, J[1, t]] − A_2[:, J[2, t]]"
+    ),
+    "outer product and a row times a matrix": "4  r ← A_1[2, :]\n5  X ← X + b_1 · (r · X) + b_2 · b_3^⊺ · X / d",
+    "Σ over the layers": "4  X ← X + Σ_{l=1}^{L} tanh(A_l · X) / L",
+    "nested Σ": "4  s ← Σ_{i=1}^{d} Σ_{j=1}^{i} A_1[i, j]\n5  X ← s · X",
+    "max of each column": "4  m ← max(X)\n5  X ← X − rows(A_1, 1, 1)^⊺ · m^⊺",
     "matrix defined by its entries": ("4  X ← X + outer(b_1, b_2) · X / d", HEADS),
     "scalar per head in a map over heads and tokens": (
         "4  for h ∈ [2]: μ_h ← b_1[h]\n"
@@ -615,10 +629,6 @@ def test_generated_module_agrees_on(construct, target):
 
 
 DISAGREEMENTS = {  # construct → (steps, why the generated module differs)
-    "constant token column": (
-        "4  X ← X + X[:, 1] · 1^⊺",
-        "`X[:, 1]`, the first token's column: the generated code fails to index it",
-    ),
 }
 
 
@@ -652,14 +662,31 @@ def test_generated_cache_disagrees_under_a_non_causal_mask(target):
     )
 
 
+NEEDS_EVERY_TOKEN = {  # construct → what the cached pass says
+    "sum over a family": "Σ_{u=1}^{ℓ} e_u · 1^⊺ / ℓ sums over every token",
+    "constant token column": "X[:, 1] is one token's column",
+    "a family's member by number": "e_1 is one token's member",
+}
+
+
 @pytest.mark.parametrize("target", TARGETS)
-def test_a_sum_over_every_token_refuses_the_cache(target):
-    """`Σ_{u=1}^{ℓ} e_u` needs every token's e_u; the KV cache holds none of earlier passes, so a
-    cached pass after the first raises rather than sum the new tokens only."""
-    m = tiny_models(FIXED["sum over a family"], target)
+@pytest.mark.parametrize("construct", sorted(NEEDS_EVERY_TOKEN))
+def test_what_needs_earlier_tokens_refuses_the_cache(construct, target):
+    """`Σ_{u=1}^{ℓ} e_u`, `X[:, 1]`, `e_1` need tokens that the KV cache keeps no values of: a
+    cached pass after the first raises rather than compute with the new tokens only."""
+    m = tiny_models(FIXED[construct], target)
     ids = np.asarray(ids_for(11, 6))
     cache = m[target].new_cache()
     first = m[target]._forward_numpy(ids[None, :4], cache)[0]  # the first pass has every token
-    close_to_reference(first, m["reference"](ids[:4]), f"sum over a family, {target}, first pass")
-    with pytest.raises(ValueError, match="sums over every token"):
+    close_to_reference(first, m["reference"](ids[:4]), f"{construct}, {target}, first pass")
+    with pytest.raises(ValueError, match=re.escape(NEEDS_EVERY_TOKEN[construct] + ": run the whole")):
         m[target]._forward_numpy(ids[None, 4:5], cache)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_last_token_is_at_hand_under_the_cache(target):
+    """`e_ℓ` and `X[:, ℓ]`: the last token is the newest, so cached decoding is the interpreter's."""
+    m = tiny_models(FIXED["the last token's member"], target)
+    ids = np.asarray(ids_for(11, 6))
+    want = decode(m["reference"], ids, 3)
+    close_to_reference(decode(m[target], ids, 3), want, f"the last token, {target}, cached")

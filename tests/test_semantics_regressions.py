@@ -183,26 +183,21 @@ def test_a_refusal_points_at_the_sub_expression():
 
 COMPUTED_COLUMN = """
 Algorithm: y ← F(v | W)
-/* a column picked by an index computed from the data: refused, never read 0-based by mistake */
+/* a column picked by an index computed from the data, counted from 1 like every card index */
 Input: v ∈ ℝ^{n}
 Output: y ∈ ℝ^{n}
 Parameters: W ∈ ℝ^{n×n}
-1  return y = W[:, ⌈v[1]⌉]
+1  return y = W[:, ⌈v[1]⌉] + W[:, topk(v, 1)[1]]
 """
 
 
-def test_a_column_picked_by_a_computed_index_is_refused_at_the_index():
-    card = parse("toycards 1\n\n" + COMPUTED_COLUMN.strip() + "\n")
-    if check(card):
-        pytest.fail(f"expected the card to check clean: {[d.message for d in check(card)]}")
-    with pytest.raises(ToycardsError) as info:
-        generated_function(COMPUTED_COLUMN, "numpy", call="F(X[:, t] | W)")
-    (diag,) = info.value.diagnostics
-    assert (
-        diag.message
-        == "cannot generate code: a column picked by the computed index ⌈v[1]⌉ cannot be generated"
-    )
-    assert (diag.span.line, diag.span.col) == (8, 20)  # under ⌈v[1]⌉
+def test_a_column_picked_by_a_computed_index_counts_from_one():
+    W = np.arange(1.0, 10.0).reshape(3, 3)  # card W: rows (1, 2, 3), (4, 5, 6), (7, 8, 9)
+    v = [1.5, 0.0, 0.2]  # ⌈1.5⌉ = 2: column 2; the largest entry is entry 1: column 1
+    for target, arr in targets():
+        f = generated_function(COMPUTED_COLUMN, target, call="F(X[:, t] | W)")
+        got = np.asarray(f(arr(v), arr(W)), dtype=np.float64)  # a parameter is stored as in the card
+        np.testing.assert_allclose(got, W[:, 1] + W[:, 0], err_msg=target)
 
 
 BRANCH_ON_A_RUN_TIME_VALUE = """toycards 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from toycards.codegen.code import expr_text, int_literal, paren, shifted, union_fams
+from toycards.codegen.code import expr_text, int_literal, paren, parse_expr, shifted, union_fams
 from toycards.codegen.scope import AFTER, Family, family_key, free_names, relayout, run_time_hypers
 from toycards.codegen.values import CACHED_ARGS, MapVar, Val
 from toycards.errors import ToycardsError
@@ -44,6 +44,8 @@ class CallEmitter:
                 return Val(f"{b.scalar_code}({a.code})", 0, py=True)
             code = f"ops.as_float({a.code})" if a.py else self.code_layout(a)
             return a.with_(code=f"ops.{b.ops}({code})", layout="code" if not a.py else a.layout, py=False)
+        if b.rule == "extreme" and len(args) == 1 and args[0].rank == 2:  # per column: a vector
+            return Val(f"ops.{b.ops}({self.code_layout(args[0])})[..., 0]", 1, fams=args[0].fams)
         if b.rule == "extreme" and len(args) == 1:
             return Val(f"ops.{b.ops}({args[0].code})", 0, fams=args[0].fams)
         if b.rule == "extreme" and all(a.py for a in args):
@@ -194,10 +196,10 @@ class CallEmitter:
 
     # ── sums and concatenation ─────────────────────────────────────────────────────────
     def sum(self, e: ir.Sum) -> Val:
-        """`Σ_{i=lo}^{hi} body`: a Python sum when the terms are numbers (`Σ_{k=1}^{K} (k − 1)^2`),
-        else the terms as an array with i's axis laid out by the largest rank i indexes (an
-        entry `x[i]`, a member `v_t`), summed over that axis. A sum from lo ≠ 1 runs over
-        i + lo − 1 for i = 1 … hi − lo + 1."""
+        """`Σ_{i=lo}^{hi} body`: the terms as one array with i's axis laid out by the largest rank
+        i indexes (an entry `x[i]`, a member `v_t`), summed over that axis; else (the terms are
+        numbers, i picks a layer's parameters, or i's axis would meet a map's) a Python sum over
+        i. A sum from lo ≠ 1 runs over i + lo − 1 for i = 1 … hi − lo + 1."""
         s, var, body = self.scope, e.var, e.body
         n = self.int_code(e.hi)
         if int_literal(e.lo) != 1:
@@ -207,29 +209,46 @@ class CallEmitter:
             )
             lo = self.int_code(e.lo)
             n = str(int(n) - int(lo) + 1) if n.isdigit() and lo.isdigit() else f"{paren(n)} - {paren(lo)} + 1"
-        total = self._python_sum(var, body, n)
-        if total is not None:
-            return total
+        total = self._loop_sum(var, body, n, numbers_only=True)
+        if total is None and not self._picks_layers(body, var):
+            total = self._array_sum(var, body, n)
+        if total is None:
+            total = self._loop_sum(var, body, n, numbers_only=False)
+        if total.windowed and isinstance(e.hi, ir.Name) and e.hi.id in s.windowed:
+            self.full_sequence_only(f"{expr_text(e)} sums over every token")
+        return total
+
+    def _picks_layers(self, body: ir.Expr, var: str) -> bool:
+        """Whether `var` picks a layer's parameters (`A_l`): those are separate tensors."""
+        for n in ir.walk(body):
+            fk = family_key(n.id, {var}) if isinstance(n, ir.Name) else None
+            if fk is not None and fk[0] in self.scope.param_families and var in free_names(parse_expr(fk[1])):
+                return True
+        return False
+
+    def _array_sum(self, var: str, body: ir.Expr, n: str) -> Val | None:
+        """The terms as one array, i's axis laid out by the largest rank it indexes, summed over
+        it; None when that axis would be one a map's variable already holds."""
+        s = self.scope
         m = s.maps[var] = MapVar(var, s.ns.fresh(var), n, False, "pending")
         try:
             with self.tentatively():
-                rank = max(self.expr(body).rank, self.indexed_rank(body, var))
-            m.kind = ("element", "column", "block")[min(rank, 2)]
+                try:
+                    v = self.expr(body)
+                except ToycardsError:
+                    return None
+                kind = ("element", "column", "block")[min(max(v.rank, self.indexed_rank(body, var)), 2)]
+                m.kind = kind
+                try:
+                    v = self.expr(body)
+                except ToycardsError:
+                    return None
+                if any(o in s.maps and o != var and s.maps[o].kind == kind for o in v.fams):
+                    return None
+            m.kind = kind
             v = self.expr(body)
         finally:
             s.maps.pop(var)
-        clash = [o for o in v.fams if o in s.maps and s.maps[o].kind == m.kind]
-        if clash:
-            self.refuse(
-                e,
-                f"Σ over {var} inside the map over {clash[0]} would lay both on one axis",
-                "compute the sum in a step of its own, or as a product (e.g. V · α for Σ_t α_t · v_t)",
-            )
-        if v.windowed and isinstance(e.hi, ir.Name) and e.hi.id in s.windowed:
-            self.pre += [  # the KV cache holds no terms of earlier tokens: refuse rather than miss them
-                f"if runtime.positions(ctx, {n})[0] > 1:  # earlier tokens are in the KV cache",
-                f"    raise ValueError({expr_text(e) + ' sums over every token: run the full sequence'!r})",
-            ]
         if var not in v.fams and not m.used_as_value:  # every term the same: n times the term
             return v.with_(code=f"{paren(n)} * {paren(v.code)}", py=v.py)
         if m.used_as_value:
@@ -242,10 +261,11 @@ class CallEmitter:
         else:  # the terms' axis of i, before their own axes: dropped
             code = f"ops.sum_axis({v.code}, {-1 - AFTER[m.kind]})"
             code += "[..., 0, :]" if m.kind == "block" and v.rank < 2 else ""
-        return Val(code, v.rank, fams=v.fams - {var})
+        return Val(code, v.rank, fams=v.fams - {var}, windowed=v.windowed)
 
-    def _python_sum(self, var: str, body: ir.Expr, n: str) -> Val | None:
-        """`sum(term for k in range(1, n + 1))` when every term is a Python number, else None."""
+    def _loop_sum(self, var: str, body: ir.Expr, n: str, numbers_only: bool) -> Val | None:
+        """`sum(term for k in range(1, n + 1))`, k a Python number in each term; with
+        `numbers_only`, None unless every term is a Python number."""
         s = self.scope
 
         def term() -> Val:
@@ -255,20 +275,21 @@ class CallEmitter:
             finally:
                 del s.loops[var]
 
-        with self.tentatively():
-            try:
-                numbers = term().py
-            except ToycardsError:  # e.g. a family member picked by k: not a number
-                numbers = False
-        if not numbers:
-            return None
+        if numbers_only:
+            with self.tentatively():
+                try:
+                    numbers = term().py
+                except ToycardsError:  # e.g. a family member picked by k: not a number
+                    numbers = False
+            if not numbers:
+                return None
         ident = s.ns.fresh(var)
         s.loops[var] = Val(ident, 0, py=True)
         try:
-            code = self.expr(body).code
+            v = self.expr(body)
         finally:
             del s.loops[var]
-        return Val(f"sum({code} for {ident} in range(1, {n} + 1))", 0, py=True)
+        return v.with_(code=f"sum({v.code} for {ident} in range(1, {n} + 1))", gather=None)
 
     def concat(self, e: ir.Concat) -> Val:
         if e.ellipsis:

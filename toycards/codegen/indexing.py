@@ -113,39 +113,38 @@ class IndexEmitter:
             col = (
                 declared.dims[1] if isinstance(declared, ir.TensorType) and len(declared.dims) == 2 else None
             )
-            if base.param and col is not None and self.dim(col) != m.bound_code:
-                index = (
-                    f"runtime.positions(ctx, {m.bound_code}) - 1"
-                    if m.windowed
-                    else f"ops.arange(0, {m.bound_code})"
-                )
+            every = self.dim(col) == m.bound_code if col is not None else base.windowed and m.windowed
+            if every or base.fams & set(s.maps):  # t runs over all of the columns
                 return Val(
-                    f"ops.take({self.code_layout(base)}, {index}, -2)",
-                    1,
-                    fams=base.fams | {i.id},
-                    windowed=m.windowed,
+                    self.code_layout(base), 1, fams=base.fams | {i.id}, windowed=base.windowed or m.windowed
                 )
-            return Val(
-                self.code_layout(base), 1, fams=base.fams | {i.id}, windowed=base.windowed or m.windowed
-            )
+            if m.windowed:  # token positions into a matrix that is not per token (`W_p[:, t]`)
+                index = f"runtime.positions(ctx, {m.bound_code}) - 1"
+                return Val(f"ops.take({self.code_layout(base)}, {index}, -2)", 1, fams={i.id}, windowed=True)
+            if base.windowed:
+                self.full_sequence_only(f"{base_name or 'X'}[:, {i.id}] for {i.id} ∈ [{m.bound_code}]")
+            cols = f"{paren(self.code_layout(base))}[..., :{m.bound_code}, :]"  # columns 1 … n
+            return Val(cols, 1, fams=base.fams | {i.id})
         ids = self.expr(i)
         rows = base.code if base.layout == "code" else f"ops.mT({base.code})"
         if ids.py:  # a column number (1-based, as cards count), not a token id (0-based in code)
-            if base.windowed:
-                self.refuse(
-                    i,
-                    f"{expr_text(i)} picks a fixed token's column; under the KV cache only the new "
-                    "tokens' columns are at hand",
-                    "write it with a map over the tokens",
-                )
-            return Val(f"ops.embed({rows}, {paren(ids.code)} - 1)", 1)
-        if not self._is_token_id(i):  # token ids are 0-based in code; any other index is not
+            last = isinstance(i, ir.Name) and i.id in s.windowed  # `X[:, ℓ]`: the last token is new
+            if base.windowed and not last:
+                self.full_sequence_only(f"{base_name or 'X'}[:, {expr_text(i)}] is one token's column")
+            k = ids.code
+            pick = str(int(k) - 1) if k.isdigit() else f"{paren(k)} - 1"
+            return Val(f"{paren(rows)}[..., {pick}, :]", 1)
+        if self._is_token_id(i):  # token ids are 0-based in code
+            return Val(f"ops.embed({rows}, {ids.code})", 1, fams=ids.fams, windowed=ids.windowed)
+        if not base.param or any(s.maps[v].kind == "element" for v in ids.fams if v in s.maps):
             self.refuse(
                 i,
-                f"a column picked by the computed index {expr_text(i)} cannot be generated",
-                "pick columns by a map variable (X[:, t]), a number, or a token id (W[:, x[t]])",
+                f"a column picked by the computed index {expr_text(i)} cannot be generated here",
+                "pick a token's column by a map variable (X[:, t]); a computed index (topk's) picks "
+                "columns of a parameter",
             )
-        return Val(f"ops.embed({rows}, {ids.code})", 1, fams=ids.fams, windowed=ids.windowed)
+        picked = f"ops.embed({rows}, ops.index_of({ids.code}) - 1)"  # 1-based, like topk's
+        return Val(f"{picked}[..., 0, :]", 1, fams=ids.fams, windowed=ids.windowed)
 
     def _is_token_id(self, i: ir.Expr) -> bool:
         """`x[t]` with x a sequence of token ids (`x ∈ V^ℓ`): an index the code holds 0-based."""

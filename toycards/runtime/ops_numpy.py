@@ -122,6 +122,11 @@ def embed(W, ids):
     return W[np.asarray(ids)]
 
 
+def index_of(x):
+    """Card indices computed as numbers (topk's, ⌈…⌉'s) as integers, to pick with."""
+    return np.asarray(x).astype(np.int64)
+
+
 def split_rows(a, k):
     """Card rows in blocks of k (heads): [..., ℓ, n·k] → [..., n, ℓ, k]; a vector [n·k] → [n, 1, k]."""
     if a.ndim == 1:

@@ -110,6 +110,11 @@ def embed(W, ids):
     return F.embedding(torch.as_tensor(ids, dtype=torch.long, device=W.device), W)
 
 
+def index_of(x):
+    """Card indices computed as numbers (topk's, ⌈…⌉'s) as integers, to pick with."""
+    return torch.as_tensor(x).long()
+
+
 def split_rows(a, k):
     if a.dim() == 1:
         return a.reshape(-1, 1, k)
