@@ -603,6 +603,13 @@ FIXED = {  # constructs that once disagreed, now held to the interpreter like th
     "Σ over the layers": "4  X ← X + Σ_{l=1}^{L} tanh(A_l · X) / L",
     "nested Σ": "4  s ← Σ_{i=1}^{d} Σ_{j=1}^{i} A_1[i, j]\n5  X ← s · X",
     "max of each column": "4  m ← max(X)\n5  X ← X − rows(A_1, 1, 1)^⊺ · m^⊺",
+    "token embedding per token (Algorithm 1)": (
+        "4  for t ∈ [ℓ]: f_t ← token_embedding(x[t] | E)\n5  X ← X + [f_1, …, f_ℓ]"
+    ),
+    "a token id as a number": "4  for t ∈ [ℓ]: X[:, t] ← X[:, t] · ⟦x[t] = 5⟧ + X[:, t] · x[t] / 10",
+    "multi-head attention (Algorithm 5)": (
+        "4  X ← X + MHAttention(X, X | A_1, b_1, A_2, b_2, A_3, b_3, A_1, b_1, 2, Mask[t_z, t_x] = ⟦t_z ≤ t_x⟧)"
+    ),
     "matrix defined by its entries": ("4  X ← X + outer(b_1, b_2) · X / d", HEADS),
     "scalar per head in a map over heads and tokens": (
         "4  for h ∈ [2]: μ_h ← b_1[h]\n"
@@ -626,6 +633,10 @@ def test_generated_module_agrees_on(construct, target):
     m = tiny_models(steps, target, algorithms)
     ids = ids_for(11, 7)
     close_to_reference(m[target].logits(ids), m["reference"](np.asarray(ids)), f"{construct}, {target}")
+    batch = np.stack([np.asarray(ids), np.asarray(ids)[::-1]])  # two sequences at once
+    want = np.stack([m["reference"](row) for row in batch])
+    got = m[target]._forward_numpy(batch, None).reshape(want.shape)
+    close_to_reference(got, want, f"{construct}, {target}, a batch of two")
 
 
 DISAGREEMENTS = {  # construct → (steps, why the generated module differs)

@@ -125,7 +125,7 @@ class CallEmitter:
             codes.append(
                 v.code if name not in pnames or v.rank < 2 or v.layout == "card" else f"ops.mT({v.code})"
             )
-        self._shared_arguments_mapped(given, codes, set(cached), extra)
+        self._shared_arguments_mapped(given, codes, set(cached), extra, fams)
         out = callee.output_decls[0].type if callee.output_decls else None
         rank = (len(out.dims) if isinstance(out, ir.TensorType) and out.field != "V" else 0) + extra
         out_col = out.dims[1] if isinstance(out, ir.TensorType) and len(out.dims) == 2 else None
@@ -139,7 +139,7 @@ class CallEmitter:
         )
 
     def _shared_arguments_mapped(
-        self, given: list[tuple[int, Val]], codes: list[str], cached: set, extra: int
+        self, given: list[tuple[int, Val]], codes: list[str], cached: set, extra: int, fams: frozenset
     ) -> None:
         """A call per map variable (per head h, per column t, or both) sees the mapped axes as
         leading (batch) axes, one per variable and per implicitly mapped column, just before each
@@ -147,9 +147,7 @@ class CallEmitter:
         (`X[..., None, :, :]` beside heads), and a scalar per variable moves its axis there
         (`μ_h`, laid out […, H, 1, 1] in the map, is […, H, 1] in a call per head)."""
         maps = self.scope.maps
-        mapped = sorted(
-            {x for _, v in given for x in v.fams if x in maps}, key=lambda x: -AFTER[maps[x].kind]
-        )
+        mapped = sorted({x for x in fams if x in maps}, key=lambda x: -AFTER[maps[x].kind])
         if not mapped:
             return
         slots = len(mapped) + extra

@@ -125,8 +125,15 @@ class IndexEmitter:
                 self.full_sequence_only(f"{base_name or 'X'}[:, {i.id}] for {i.id} ∈ [{m.bound_code}]")
             cols = f"{paren(self.code_layout(base))}[..., :{m.bound_code}, :]"  # columns 1 … n
             return Val(cols, 1, fams=base.fams | {i.id})
-        ids = self.expr(i)
         rows = base.code if base.layout == "code" else f"ops.mT({base.code})"
+        if self._is_token_id(i):  # token ids are 0-based in code: they pick rows as they are
+            ids = self.expr(i.base)
+            aff = affine(i.indices[0], set(s.maps)) if len(i.indices) == 1 else None
+            if aff is not None and (aff[1], aff[2]) != (1, None):
+                ids = ids.with_(code=f"{ids.code}[..., {self.affine_slice(s.maps[aff[0]], aff[1], aff[2])}]")
+            fams = frozenset(v for v in free_names(i.indices[0]) if v in s.maps)
+            return Val(f"ops.embed({rows}, {ids.code})", 1, fams=fams, windowed=ids.windowed)
+        ids = self.expr(i)
         if ids.py:  # a column number (1-based, as cards count), not a token id (0-based in code)
             last = isinstance(i, ir.Name) and i.id in s.windowed  # `X[:, ℓ]`: the last token is new
             if base.windowed and not last:
@@ -134,8 +141,6 @@ class IndexEmitter:
             k = ids.code
             pick = str(int(k) - 1) if k.isdigit() else f"{paren(k)} - 1"
             return Val(f"{paren(rows)}[..., {pick}, :]", 1)
-        if self._is_token_id(i):  # token ids are 0-based in code
-            return Val(f"ops.embed({rows}, {ids.code})", 1, fams=ids.fams, windowed=ids.windowed)
         if not base.param or any(s.maps[v].kind == "element" for v in ids.fams if v in s.maps):
             self.refuse(
                 i,
@@ -157,8 +162,10 @@ class IndexEmitter:
 
     def _element(self, base: Val, base_name: str | None, i: ir.Expr) -> Val:
         s = self.scope
-        if base_name is not None and base.code == "x" and s.is_main:  # token ids at the mapped positions
-            return Val("x", 0, fams=frozenset(v for v in free_names(i) if v in s.maps), windowed=True)
+        token_ids = base_name is not None and self._is_token_id(ir.Index(ir.Name(base_name), (i,)))
+        if token_ids:  # held 0-based in code; as a number, a token is counted from 1 like the card
+            entry = self._element(base.with_(code=f"({base.code} + 1)"), None, i)
+            return entry.with_(windowed=base.windowed)
         aff = affine(i, set(s.maps))
         if aff is None:
             if isinstance(i, ir.Num):
