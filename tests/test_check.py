@@ -594,14 +594,18 @@ Algorithm: y ← swap(x)
 Input: x ∈ ℝ^{n}
 Output: y ∈ ℝ^{n}
 1 for i ∈ [n/2] do
-2   z[2·i − 1] ← x[2·i]
-3   z[2·i] ← x[2·i − 1]
+2   y[2·i − 1] ← x[2·i]
+3   y[2·i] ← x[2·i − 1]
 4 end
-5 return y = z
+5 return y
 """
     card, result = run(text)
     assert result.diagnostics == [], show(result.diagnostics)
-    assert str(result.algorithms["swap"].locals["z"]) == "ℝ^{?}"
+    # a local has no declared size: its entries alone do not say how many there are
+    _, result = run(text.replace("y[", "w[").replace("return y", "return y = w"))
+    assert [d.message for d in result.diagnostics] == [
+        "w is defined by its entries, but 2·i − 1 does not say how many it has"
+    ]
 
 
 def test_a_local_whole_number_is_a_dimension():

@@ -69,35 +69,13 @@ class Known:
 
 KNOWN_FAILING: dict[str, Known] = {  # feature of random_cards.py → what fails; the card: known_cards/FEATURE.card
     # refused by codegen (`cannot generate code: …`) although the card checks clean
-    "prelude_embedding_calls": Known("a", "token_embedding(x[t] | E), positional_embedding(t | W_p) in a map: "
-                                     "'a column picked by the computed index t'; the message quotes the caller's "
-                                     "line at the prelude's line number"),
     "vector_reversed_index": Known("a", "y[i] ← v[n + 1 − i]: 'an element index must be affine in a map "
                                    "variable', but n + 1 − i is affine"),
-    "fixed_row_mapped_entry": Known("a", "X[1, t] in a map over t: 'an element index must be affine'"),
-    "stack_const": Known("a", "[X[1:s, t]; b[s+1:d]], a mapped column on a fixed vector: 'an element index "
-                         "must be affine'"),
-    "main_entry_write": Known("a", "M[1, t] ← 0 in a map over t: 'this assignment target cannot be generated'"),
-    "entries_2d": Known("a", "for i ∈ [d], t ∈ [ℓ]: M[i, t] ← …: 'this assignment target cannot be generated'"),
-    "score_update": Known("a", "S[t_z, t_x] ← S[t_z, t_x] − …: 'this assignment target cannot be generated'"),
-    "vector_fixed_entry_write": Known("a", "y[1] ← v[n] outside a map: 'element assignments belong inside a "
-                                      "parallel map'"),
     "map_if_else": Known("a", "if … else … end in a map over t: 'a parallel map may hold assignments and "
                          "guarded assignments only'"),
     "vector_if_else": Known("a", "if … else … end in a map over entries: 'a parallel map may hold …'"),
-    "vector_sum_from_2": Known("a", "Σ_{i=2}^{n}: 'Σ is generated for sums from 1'"),
-    "vector_sum_index_value": Known("a", "Σ_{i=1}^{n} v[i] · i: 'Σ over i may only use i as an index'"),
     # rejected by the checker
-    "vector_concat_scalar": Known("a", "[v[2:n]; v[1]], [a; b] with a scalar b: 'stacks values of one kind'"),
     # generated, with wrong numbers or an error at run time
-    "per_head_param_scalar": Known("a", "scaled(rows(X, h, k) | c[h]), a parameter's entry per head passed "
-                                   "as a hyperparameter: wrong values (H = 1), a broadcast error (H > 1)"),
-    "token_id_value": Known("a", "x[t] / N_V, a token id as a value: a broadcast error (wrong values when ℓ = d)"),
-    "sum_tokens": Known("a", "Σ_{u=1}^{ℓ} e_u, Σ over a token family: wrong values"),
-    "sum_heads": Known("a", "Σ_{h=1}^{H} rows(W, h, k)^⊺ · Y^h, Σ over a head family: logits of shape "
-                       "[1, ℓ, N_V] per sequence (H = 1) or wrong values"),
-    "prelude_basic_attention": Known("a", "basic_attention(X[:, t], X | …) in a map over t: logits of shape "
-                                     "[1, ℓ, N_V] per sequence"),
     "per_head_param_rows": Known("c", "rows(W, h, k) · X in a map over h: the heads of W line up with the "
                                  "batch of X (B = H: mixed silently; else a broadcast error)"),
 }  # fmt: skip

@@ -95,6 +95,7 @@ class CallChecker:
         ]
         if not self.arity(c, sig):
             return None
+        self.fixed_hypers(c, sig)
         u = _Unifier(self, c, sig)
         for p, (name, _, _) in zip(c.params, sig.params):
             if name in sig.naturals and not isinstance(p, ir.MaskDef):
@@ -120,6 +121,33 @@ class CallChecker:
             return None
         self.ctx.info.symbols[id(p)] = Symbol("option", p.id, None, sig.algo)
         return sig.params[i][2]
+
+    def fixed_hypers(self, c: ir.Call, sig: Signature) -> None:
+        """A hyperparameter that the callee branches or loops on (`if μ > 0 then`, `for l = 1, …,
+        n`), or that is a dimension, is one number for the whole call: it may not be given a
+        run-time value, which may differ from column to column or head to head."""
+        fixed = _branching_hypers(sig.algo, self.ctx.resolve, set()) | sig.naturals
+        for p, (name, _, _) in zip(c.params, sig.params):
+            if name not in fixed or isinstance(p, ir.MaskDef):
+                continue
+            for node in ir.walk(p):
+                sym = self.ctx.info.symbols.get(id(node)) if isinstance(node, ir.Name) else None
+                if sym is not None and sym.kind not in _FIXED_KINDS:
+                    dim = name in sig.naturals
+                    self.ctx.error(
+                        p.span,
+                        f"{c.func}: its hyperparameter {name} is "
+                        f"{'a dimension' if dim else 'tested by an `if` or a loop bound'}, and cannot take "
+                        f"the run-time value {self.ctx.text(p)} ({node.id} is {_A.get(sym.kind, sym.kind)})",
+                        "pass a hyperparameter, a loop index or a number"
+                        + (
+                            ""
+                            if dim
+                            else f"; to vary {name} by value, make it an input of {c.func} "
+                            "and select with ⟦…⟧ instead of branching"
+                        ),
+                    )
+                    break
 
     def arity(self, c: ir.Call, sig: Signature) -> bool:
         a = sig.algo
@@ -157,6 +185,41 @@ class CallChecker:
         shape = Shape("B", tuple(None for _ in m.indices))
         self.ctx.info.shapes[id(m)] = shape
         return shape
+
+
+_FIXED_KINDS = {"hyper", "loopvar", "dim", "option"}  # names whose value is one number per call
+_A = {"input": "an input", "param": "a parameter", "local": "a local value", "mapvar": "a map variable"}
+
+
+def _branching_hypers(algo: ir.Algorithm, resolve, seen: set[str]) -> set[str]:
+    """The hyperparameters of `algo` that an `if` outside a parallel map or a sequential loop's
+    bounds read, directly or by passing them to such a hyperparameter of a callee."""
+    hypers = {n for d in algo.hyper_decls for n in d.names}
+    names = lambda *es: {n.id for e in es if e is not None for n in ir.walk(e) if isinstance(n, ir.Name)}  # noqa: E731
+    out: set[str] = set()
+    seen = seen | {algo.name}
+
+    def visit(body: tuple[ir.Stmt, ...], in_map: bool) -> None:
+        for st in body:
+            if isinstance(st, ir.If):
+                out.update(set() if in_map else names(st.cond) & hypers)
+                visit(st.then, in_map)
+                visit(st.orelse, in_map)
+            elif isinstance(st, ir.ForSeq):
+                out.update(names(st.start, st.second, st.stop) & hypers)
+                visit(st.body, in_map)
+            elif isinstance(st, ir.ForAll):
+                visit(st.body, True)
+
+    visit(algo.body, False)
+    for call in (n for n in ir.walk(algo.body) if isinstance(n, ir.Call)):
+        target = resolve(call.func) if call.func not in seen else None
+        if target is not None:
+            inner = _branching_hypers(target[0], resolve, seen) | target[1].naturals
+            for p, (pname, _, _) in zip(call.params, target[1].params):
+                if pname in inner and not isinstance(p, ir.MaskDef):
+                    out.update(names(p) & hypers)
+    return out
 
 
 class _Unifier:

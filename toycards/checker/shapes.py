@@ -286,15 +286,15 @@ def concat(items: list[Shape], axis: str, eq: DimEq) -> Shape:
             raise ShapeError("[a, b, …] puts vectors or matrices side by side")
         return Shape("R", (_common([m[0] for m in mats], items, eq), _total([m[1] for m in mats])))
     ranks = {s.rank for s in items}
-    if ranks == {1}:
-        return Shape("R", (_total([s.dims[0] for s in items]),))
+    if ranks in ({1}, {0, 1}):  # a number among vectors is one entry: [a; b] appends b to a
+        return Shape("R", (_total([s.dims[0] if s.dims else Dim.num(1) for s in items]),))
     if ranks == {2}:
         return Shape(
             "R", (_total([s.dims[0] for s in items]), _common([s.dims[1] for s in items], items, eq))
         )
     raise ShapeError(
         "[a; b; …] stacks values of one kind: " + ", ".join(str(s) for s in items),
-        "stack vectors or matrices",
+        "stack vectors (and numbers, one entry each) or matrices",
     )
 
 

@@ -181,7 +181,7 @@ class StepChecker:
         `y[2·i − 1] ← …` inside `for i ∈ [n]` defines y with a length left open (ℝ^{?})."""
         dims: list[Dim | None] = []
         free = list(value.dims) if value is not None else []
-        valid, colons = True, 0
+        valid, colons, unsized = True, 0, None
         for item in t.indices:
             if isinstance(item, ir.Slice) and item.lo is None and item.hi is None:
                 colons += 1
@@ -194,6 +194,7 @@ class StepChecker:
             elif not isinstance(item, ir.Slice) and self.uses_map_var(item):
                 self.ex.scalar(item, "an index")
                 dims.append(None)  # built entry by entry (`y[2·i − 1] ← …`): the length is not known here
+                unsized = unsized or item
             else:
                 valid = False
         if not valid or (value is not None and colons != value.rank):
@@ -215,6 +216,14 @@ class StepChecker:
             and declared.shape.rank == 1
         ):
             shape = Shape(value.field, declared.shape.dims)
+        elif unsized is not None:  # the interpreter sizes a new array by its Output type or its map ranges
+            self.ctx.error(
+                unsized.span,
+                f"{t.base.id} is defined by its entries, but {self.ctx.text(unsized)} does not say how "
+                f"many it has",
+                f"declare {t.base.id} as the Output, index it by the map variable itself, or assign "
+                f"{t.base.id} whole first",
+            )
         self.define(t.base, s, shape, self.map_var_of(t.base.id))
         if shape is not None and shape.rank == 1 and shape.dims[0] is not None:
             self.check_entry_range(t, shape.dims[0])

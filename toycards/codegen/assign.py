@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from toycards.codegen.code import affine
-from toycards.codegen.scope import family_key, free_names
+from toycards.codegen.code import affine, expr_text, paren
+from toycards.codegen.scope import AFTER, Family, family_key, free_names
 from toycards.codegen.values import MapVar, Val
 from toycards.errors import ToycardsError
 from toycards.lang import ir
@@ -32,8 +32,16 @@ class AssignEmitter:
         return self.name(name)
 
     def assign(self, s: ir.Assign, out: list[str]) -> None:
+        t = s.target
+        if isinstance(t, ir.Index) and isinstance(t.base, ir.Name) and len(t.indices) in (1, 2):
+            if not any(isinstance(i, ir.Slice) for i in t.indices):  # `y[1] ← …`, `S[i, j] ← …`
+                v = self.expr(s.value)
+                out += self.take_pre()
+                self.scope.share(free_names(s.value))
+                self.entry_write(t, v, out)
+                return
         if not isinstance(s.target, ir.Name):
-            raise ToycardsError("element assignments belong inside a parallel map")
+            raise ToycardsError("this assignment target cannot be generated")
         name = s.target.id
         if name in self.scope.dims and not self.scope.vals.get(name):
             v = self.expr(s.value)
@@ -47,7 +55,7 @@ class AssignEmitter:
         out.append(f"{ident} = {self.code_layout(v)}")
         self.scope.share(free_names(s.value) | {name})
         self.scope.vals[name] = Val(
-            ident, v.rank, py=v.py, windowed=v.windowed, fams=v.fams, boolean=v.boolean
+            ident, v.rank, py=v.py, windowed=v.windowed, fams=v.fams, boolean=v.boolean, row=v.row
         )
 
     def assign_in_map(self, s: ir.Assign, out: list[str], maps: dict[str, MapVar]) -> None:
@@ -68,7 +76,8 @@ class AssignEmitter:
             base = re.match(r"^[^_^]+", t.id).group(0)
             ident = self.scope.ns.name(base if base not in self.scope.vals else key)
             out += [*pre, f"{ident} = {self.code_layout(v)}"]
-            self.scope.families[key] = (ident, v.rank, var, v.windowed or (m.windowed and v.rank >= 1))
+            win = v.windowed or (m.windowed and v.rank >= 1)
+            self.scope.families[key] = Family(ident, v.rank, var, win, AFTER[m.kind])
             return
         if isinstance(t, ir.Index) and isinstance(t.base, ir.Name):
             name = t.base.id
@@ -82,7 +91,7 @@ class AssignEmitter:
                 ident = self.scope.ns.name(base if base not in self.scope.vals else key)
                 out += [*pre, f"{ident} = {self.code_layout(v)}"]
                 win = v.windowed or any(maps[x].windowed for x in maps if x in v.fams)
-                self.scope.families[key] = (ident, 2, var, win)
+                self.scope.families[key] = Family(ident, 2, var, win, AFTER["block"])
                 return
             ident = self.scope.ns.name(name)
             if len(idx) == 2 and isinstance(idx[0], ir.Slice):
@@ -94,39 +103,75 @@ class AssignEmitter:
                     fams=v.fams - set(maps),
                 )
                 return
-            if len(idx) == 1:
-                self._element_write(name, ident, idx[0], v, pre, out)
+            if len(idx) in (1, 2) and not any(isinstance(i, ir.Slice) for i in idx):
+                out += pre
+                self.entry_write(t, v, out)
                 return
         raise ToycardsError("this assignment target cannot be generated")
 
-    def _element_write(
-        self, name: str, ident: str, i: ir.Expr, v: Val, pre: list[str], out: list[str]
-    ) -> None:
-        s = self.scope
-        aff = affine(i, set(s.maps))
-        if aff is None:
-            raise ToycardsError("an element index must be affine in a map variable")
-        var, scale, offset = aff
-        m = s.maps[var]
-        out += pre
+    def entry_write(self, t: ir.Index, v: Val, out: list[str]) -> None:
+        """`y[i] ← v`, `S[t_z, t_x] ← v`, `y[1] ← v`: entries of a vector or a matrix, written into
+        the array's own storage. A new array gets its declared (Output) size, or the map's range
+        for an index that is a map variable; an array shared with another name is copied first."""
+        s, name = self.scope, t.base.id
+        ident = s.ns.name(name)
+        entries = [self._entry_slice(i) for i in t.indices]
         value = v.code
+        if len(entries) == 2:  # a code-layout matrix is […, columns, rows]
+            entries.reverse()
+            value = self._grid_value(v, entries)
+        where = ", ".join(sl for sl, _, _ in entries)
         if name not in s.vals:
-            size = self._declared_size(name)
-            value = s.ns.fresh(f"{ident}_part")  # computed once, used for the shape and the entries
-            out.append(f"{value} = {v.code}")
-            out.append(f"{ident} = ops.zeros_for({value}, {size})")
-            s.vals[name] = Val(ident, 1, fams=v.fams - {var})
+            sizes = self._new_sizes(name, entries)
+            ranges = [s.maps[var].bound_code if full else None for _, var, full in entries]
+            if sizes == ranges and {var for _, var, _ in entries} <= v.fams:
+                out.append(f"{ident} = {value}")  # every entry, each from its own value
+            else:
+                part = s.ns.fresh(f"{ident}_part")  # computed once, used for the shape and the entries
+                zeros = (
+                    f"ops.zeros_for({part}, {sizes[0]})"
+                    if len(sizes) == 1
+                    else (f"ops.zeros_grid({part}, {sizes[0]}, {sizes[1]})")
+                )
+                out += [f"{part} = {value}", f"{ident} = {zeros}", f"{ident}[..., {where}] = {part}"]
+            s.vals[name] = Val(ident, len(entries), fams=v.fams - set(s.maps))
             s.owned.add(name)
-        elif name not in s.owned:  # the array may be shared with another name: write a copy
+            return
+        if name not in s.owned:  # the array may be shared with another name: write a copy
             out.append(f"{ident} = ops.copy({ident})  # {name} gets its own entries (no aliasing)")
             s.owned.add(name)
-        out.append(f"{ident}[..., {self.affine_slice(m, scale, offset)}] = {value}")
+        out.append(f"{ident}[..., {where}] = {value}")
 
-    def _declared_size(self, name: str) -> str:
-        for d in (*self.scope.algo.output_decls, *self.scope.algo.input_decls):
-            if name in d.names and isinstance(d.type, ir.TensorType) and len(d.type.dims) == 1:
-                return self.dim(d.type.dims[0])
-        raise ToycardsError(f"declare {name} as an output vector so that its size is known")
+    def _entry_slice(self, i: ir.Expr) -> tuple[str, str | None, bool]:
+        """(slice of the entries index i writes, its map variable, whether it is the variable
+        itself: then the entries are 1 … its range, in order)."""
+        s = self.scope
+        aff = affine(i, set(s.maps))
+        if aff is not None:
+            var, scale, offset = aff
+            return self.affine_slice(s.maps[var], scale, offset), var, scale == 1 and offset is None
+        if free_names(i) & set(s.maps):
+            self.refuse(i, f"the entry index {expr_text(i)} cannot be generated", "write it as a·i + b")
+        k = paren(self.int_code(i))
+        return (f"{int(k) - 1}:{k}" if k.isdigit() else f"{k} - 1:{k}"), None, False
+
+    def _grid_value(self, v: Val, entries: list[tuple[str, str | None, bool]]) -> str:
+        """The value of matrix entries laid out […, columns, rows] like the entries it fills."""
+        (_, col, _), _ = entries
+        if v.py or (col is not None and col in v.fams):
+            return v.code
+        return f"{paren(v.code)}[..., None, :]"  # […, rows] or an array scalar […, 1]: one column
+
+    def _new_sizes(self, name: str, entries: list[tuple[str, str | None, bool]]) -> list[str]:
+        """Code-order sizes of an array defined by its entries: its Output type, else the ranges."""
+        declared = self.scope.decl_types.get(name) or next(
+            (d.type for d in self.scope.algo.output_decls if name in d.names), None
+        )
+        if isinstance(declared, ir.TensorType) and len(declared.dims) == len(entries):
+            return [self.dim(d) for d in reversed(declared.dims)]
+        if all(full for _, _, full in entries):
+            return [self.scope.maps[var].bound_code for _, var, _ in entries]
+        raise ToycardsError(f"declare {name} as the Output so that its size is known")
 
     def ret(self, s: ir.Return, out: list[str]) -> None:
         value = s.value

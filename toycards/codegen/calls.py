@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from toycards.codegen.code import expr_text, paren, union_fams
-from toycards.codegen.scope import family_key, free_names
+from toycards.codegen.code import expr_text, int_literal, paren, parse_expr, shifted, union_fams
+from toycards.codegen.scope import AFTER, Family, family_key, free_names, relayout, run_time_hypers
 from toycards.codegen.values import HEAD_PICKING, MapVar, Val
 from toycards.errors import ToycardsError
 from toycards.lang import ir
@@ -45,6 +45,8 @@ class CallEmitter:
                 return Val(f"{b.scalar_code}({a.code})", 0, py=True)
             code = f"ops.as_float({a.code})" if a.py else self.code_layout(a)
             return a.with_(code=f"ops.{b.ops}({code})", layout="code" if not a.py else a.layout, py=False)
+        if b.rule == "extreme" and len(args) == 1 and args[0].rank == 2:  # per column: a vector
+            return Val(f"ops.{b.ops}({self.code_layout(args[0])})[..., 0]", 1, fams=args[0].fams)
         if b.rule == "extreme" and len(args) == 1:
             return Val(f"ops.{b.ops}({args[0].code})", 0, fams=args[0].fams)
         if b.rule == "extreme" and all(a.py for a in args):
@@ -76,7 +78,7 @@ class CallEmitter:
         heads = f"ops.split_rows({self.code_layout(a)}, {k})"
         if isinstance(block, ir.Name) and block.id == var:
             return Val(heads, a.rank, fams=a.fams | {var}, windowed=a.windowed)
-        gathered = self._gather_member(heads, 2, expr_text(block))
+        gathered = self._gather_member(Family(heads, a.rank, var, a.windowed, 2), expr_text(block))
         return gathered.with_(fams=a.fams | {var}, windowed=a.windowed)
 
     def call_algorithm(self, c: ir.Call, callee: ir.Algorithm) -> Val:
@@ -100,6 +102,7 @@ class CallEmitter:
             arg_vals.append(v)
         if cached:
             kv_index = self._cached_keys_values(callee, cached, arg_vals, codes)
+        given = list(enumerate(arg_vals))  # (position in codes, value) of the run-time arguments
         for name, p in zip(callee.params, c.params, strict=True):
             if isinstance(p, ir.MaskDef):
                 codes.append(self.mask_function(p))
@@ -110,19 +113,40 @@ class CallEmitter:
                 continue
             v = self.expr(p)
             fams |= v.fams
+            if name not in pnames and not (v.py or v.mask):  # a hyperparameter given a run-time value
+                run_time_hypers(self.em).setdefault(callee.name, set()).add(name)
+                given.append((len(codes), v))
             codes.append(
                 v.code if name not in pnames or v.rank < 2 or v.layout == "card" else f"ops.mT({v.code})"
             )
-        blocks = {m for m in fams if m in self.scope.maps and self.scope.maps[m].kind in ("block", "pending")}
-        if blocks:  # per-head arguments beside shared ones: give the shared inputs a head axis
-            for k, v in enumerate(arg_vals):
-                if not (v.fams & blocks) and v.rank == 2 and not v.param and not v.py and k not in cached:
-                    codes[k] = f"{codes[k]}[..., None, :, :]"
+        self._shared_arguments_mapped(given, codes, set(cached), extra, fams)
         out = callee.output_decls[0].type if callee.output_decls else None
         rank = (len(out.dims) if isinstance(out, ir.TensorType) and out.field != "V" else 0) + extra
         return Val(
             f"{self.em.func_names[callee.name]}({', '.join(codes)}, ctx=ctx{kv_index})", rank, fams=fams
         )
+
+    def _shared_arguments_mapped(
+        self, given: list[tuple[int, Val]], codes: list[str], cached: set, extra: int, fams: frozenset
+    ) -> None:
+        """A call per map variable (per head h, per column t, or both) sees the mapped axes as
+        leading (batch) axes, one per variable and per implicitly mapped column, just before each
+        argument's own axes. An argument shared by every iteration gets size-1 axes there
+        (`X[..., None, :, :]` beside heads), and a scalar per variable moves its axis there
+        (`μ_h`, laid out […, H, 1, 1] in the map, is […, H, 1] in a call per head)."""
+        maps = self.scope.maps
+        mapped = sorted({x for x in fams if x in maps}, key=lambda x: -AFTER[maps[x].kind])
+        if not mapped:
+            return
+        slots = len(mapped) + extra
+        for k, v in given:
+            mine = [x for x in mapped if x in v.fams]
+            if not mine and not (v.param or v.py or k in cached):
+                own = max(1, v.rank)
+                codes[k] = f"{paren(codes[k])}[..., {', '.join(['None'] * slots + [':'] * own)}]"
+            elif len(mine) == 1 and v.rank == 0:
+                after = slots - 1 - mapped.index(mine[0]) + 1  # the slots to its right, then its own
+                codes[k] = relayout(codes[k], AFTER[maps[mine[0]].kind], after, 0) or codes[k]
 
     def _cached_keys_values(self, callee: ir.Algorithm, cached, arg_vals: list[Val], codes: list[str]) -> str:
         """Route the context arguments (keys, values) through the KV cache (codes[i] rewritten in
@@ -156,18 +180,100 @@ class CallEmitter:
 
     # ── sums and concatenation ─────────────────────────────────────────────────────────
     def sum(self, e: ir.Sum) -> Val:
+        """`Σ_{i=lo}^{hi} body`: the terms as one array with i's axis laid out by the largest rank
+        i indexes (an entry `x[i]`, a member `v_t`), summed over that axis; else (the terms are
+        numbers, i picks a layer's parameters, or i's axis would meet a map's) a Python sum over
+        i. A sum from lo ≠ 1 runs over i + lo − 1 for i = 1 … hi − lo + 1."""
+        s, var, body = self.scope, e.var, e.body
+        n = self.int_code(e.hi)
+        if int_literal(e.lo) != 1:
+            lo = int_literal(e.lo)
+            body = shifted(
+                body, var, ir.Num(str(lo - 1)) if lo is not None else ir.BinOp("-", e.lo, ir.Num("1"))
+            )
+            lo = self.int_code(e.lo)
+            n = str(int(n) - int(lo) + 1) if n.isdigit() and lo.isdigit() else f"{paren(n)} - {paren(lo)} + 1"
+        total = self._loop_sum(var, body, n, numbers_only=True)
+        if total is None and not self._picks_layers(body, var):
+            total = self._array_sum(var, body, n)
+        if total is None:
+            total = self._loop_sum(var, body, n, numbers_only=False)
+        if total.windowed and isinstance(e.hi, ir.Name) and e.hi.id in s.windowed:
+            self.full_sequence_only(f"{expr_text(e)} sums over every token")
+        return total
+
+    def _picks_layers(self, body: ir.Expr, var: str) -> bool:
+        """Whether `var` picks a layer's parameters (`A_l`): those are separate tensors."""
+        for n in ir.walk(body):
+            fk = family_key(n.id, {var}) if isinstance(n, ir.Name) else None
+            if fk is not None and fk[0] in self.scope.param_families and var in free_names(parse_expr(fk[1])):
+                return True
+        return False
+
+    def _array_sum(self, var: str, body: ir.Expr, n: str) -> Val | None:
+        """The terms as one array, i's axis laid out by the largest rank it indexes, summed over
+        it; None when that axis would be one a map's variable already holds."""
         s = self.scope
-        n = self.expr(e.hi).code
-        if not (isinstance(e.lo, ir.Num) and e.lo.text == "1"):
-            raise ToycardsError("Σ is generated for sums from 1")
-        s.maps[e.var] = MapVar(e.var, s.ns.fresh(e.var), n, False, "element")
+        m = s.maps[var] = MapVar(var, s.ns.fresh(var), n, False, "pending")
         try:
-            body = self.expr(e.body)
+            with self.tentatively():
+                try:
+                    v = self.expr(body)
+                except ToycardsError:
+                    return None
+                kind = ("element", "column", "block")[min(max(v.rank, self.indexed_rank(body, var)), 2)]
+                m.kind = kind
+                try:
+                    v = self.expr(body)
+                except ToycardsError:
+                    return None
+                if any(o in s.maps and o != var and s.maps[o].kind == kind for o in v.fams):
+                    return None
+            m.kind = kind
+            v = self.expr(body)
         finally:
-            m = s.maps.pop(e.var)
+            s.maps.pop(var)
+        if var not in v.fams and not m.used_as_value:  # every term the same: n times the term
+            return v.with_(code=f"{paren(n)} * {paren(v.code)}", py=v.py)
         if m.used_as_value:
-            raise ToycardsError(f"Σ over {e.var} may only use {e.var} as an index")
-        return Val(f"ops.sum_last({body.code})", 0, fams=body.fams - {e.var})
+            self.pre.append(
+                f"{m.ident} = ops.as_float(ops.index_vector(ops.arange(1, {n} + 1), {AFTER[m.kind]}))"
+                f"  # {var} ∈ [{n}]"
+            )
+        if m.kind == "element":
+            code = f"ops.sum_last({v.code})"  # […, n] → an array scalar […, 1]
+        else:  # the terms' axis of i, before their own axes: dropped
+            code = f"ops.sum_axis({v.code}, {-1 - AFTER[m.kind]})"
+            code += "[..., 0, :]" if m.kind == "block" and v.rank < 2 else ""
+        return Val(code, v.rank, fams=v.fams - {var}, windowed=v.windowed)
+
+    def _loop_sum(self, var: str, body: ir.Expr, n: str, numbers_only: bool) -> Val | None:
+        """`sum(term for k in range(1, n + 1))`, k a Python number in each term; with
+        `numbers_only`, None unless every term is a Python number."""
+        s = self.scope
+
+        def term() -> Val:
+            s.loops[var] = Val(s.ns.fresh(var), 0, py=True)
+            try:
+                return self.expr(body)
+            finally:
+                del s.loops[var]
+
+        if numbers_only:
+            with self.tentatively():
+                try:
+                    numbers = term().py
+                except ToycardsError:  # e.g. a family member picked by k: not a number
+                    numbers = False
+            if not numbers:
+                return None
+        ident = s.ns.fresh(var)
+        s.loops[var] = Val(ident, 0, py=True)
+        try:
+            v = self.expr(body)
+        finally:
+            del s.loops[var]
+        return v.with_(code=f"sum({v.code} for {ident} in range(1, {n} + 1))", gather=None)
 
     def concat(self, e: ir.Concat) -> Val:
         if e.ellipsis:
@@ -177,17 +283,26 @@ class CallEmitter:
             fk = family_key(first.id, set())
             if fk is None or fk[0] not in self.scope.families:
                 raise ToycardsError(f"{first.id} is not a member of a family defined by a parallel map")
-            ident, rank, _, win = self.scope.families[fk[0]]
-            if e.axis == "cols":
-                return Val(ident, rank + 1, windowed=win)
-            return Val(f"ops.merge_rows({ident})", rank, windowed=win)
+            fam = self.scope.families[fk[0]]
+            if e.axis == "cols" or fam.rank == 0:  # the members' axis is the new one: […, ℓ, d]
+                members = relayout(fam.ident, fam.after, fam.rank, fam.rank)
+                return Val(members, fam.rank + 1, windowed=fam.windowed)
+            blocks = relayout(fam.ident, fam.after, 2, fam.rank)  # […, H, ℓ, d], or […, H, 1, d]
+            merged = f"ops.merge_rows({blocks})" + ("[..., 0, :]" if fam.rank == 1 else "")
+            return Val(merged, fam.rank, windowed=fam.windowed)
         parts = [self.expr(x) for x in e.items]
-        if e.axis == "rows":
-            return Val(
-                f"ops.cat_last([{', '.join(self.code_layout(p) for p in parts)}])",
-                max(p.rank for p in parts),
-                fams=union_fams(*parts),
-            )
-        return Val(f"ops.stack_cols([{', '.join(p.code for p in parts)}])", 2, fams=union_fams(*parts))
+        fams, rank = union_fams(*parts), max(p.rank for p in parts)
+        if all(p.py for p in parts):  # numbers side by side or stacked: a vector
+            return Val(f"ops.as_float([{', '.join(p.code for p in parts)}])", 1)
+        width = max(self._axes(p) for p in parts)
+        codes = [self._widened(p, self.code_layout(p), width) for p in parts]
+        if e.axis == "rows" or min(p.rank for p in parts) == 0:  # by rows; a number is one entry
+            return Val(f"ops.cat_last([{', '.join(codes)}])", max(rank, 1), fams=fams)
+        if rank == 1:  # vectors side by side: one column each
+            return Val(f"ops.stack_cols([{', '.join(codes)}])", 2, fams=fams)
+        columns = [
+            c if p.rank == 2 else f"{paren(c)}[..., None, :]" for p, c in zip(parts, codes, strict=True)
+        ]
+        return Val(f"ops.cat_cols([{', '.join(columns)}])", 2, fams=fams)  # matrices side by side
 
     # ── assignments ────────────────────────────────────────────────────────────────────

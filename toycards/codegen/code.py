@@ -8,9 +8,10 @@ Leaves out: emitting expressions (exprs.py) and statements (steps.py).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
-from toycards.codegen.scope import free_names
+from toycards.codegen.scope import family_key, free_names
 from toycards.codegen.values import Val
 from toycards.lang import ir
 
@@ -59,26 +60,66 @@ def expr_text(e: ir.Expr) -> str:
 
 
 def affine(e: ir.Expr, names: set[str]) -> tuple[str, int, ir.Expr | None] | None:
-    """`2·i − 1` → ("i", 2, Num(-1)); `i + d/2` and `d/2 + i` → ("i", 1, d/2); `i` → ("i", 1, None)."""
+    """`2·i − 1` → ("i", 2, Num(-1)); `i + d/2` and `d/2 + i` → ("i", 1, d/2); `i` → ("i", 1, None);
+    `(i + 1) − 1` → ("i", 1, None). None unless the index is a·i + b with a ≥ 1 a whole number
+    and b free of map variables."""
     if isinstance(e, ir.Name) and e.id in names:
         return e.id, 1, None
-    if (
-        isinstance(e, ir.BinOp)
-        and e.op == "·"
-        and isinstance(e.left, ir.Num)
-        and isinstance(e.right, ir.Name)
-        and e.right.id in names
-    ):
-        return e.right.id, int(e.left.text), None
+    if isinstance(e, ir.BinOp) and e.op == "·":
+        for k, rest in ((e.left, e.right), (e.right, e.left)):
+            inner = affine(rest, names) if int_literal(k) is not None and int_literal(k) > 0 else None
+            if inner is not None:
+                off = None if inner[2] is None else _fold("·", k, inner[2])
+                return inner[0], int_literal(k) * inner[1], off
+        return None
     if isinstance(e, ir.BinOp) and e.op in "+-":
         inner = affine(e.left, names)
-        if inner is not None and inner[2] is None and not (free_names(e.right) & names):
-            off = e.right if e.op == "+" else ir.UnOp("-", e.right)
-            return inner[0], inner[1], off
+        if inner is not None and not (free_names(e.right) & names):
+            off = e.right if e.op == "+" else _fold("-", ir.Num("0"), e.right)
+            return inner[0], inner[1], off if inner[2] is None else _fold("+", inner[2], off)
         inner = affine(e.right, names) if e.op == "+" else None  # `d + j` reads as `j + d`
-        if inner is not None and inner[2] is None and not (free_names(e.left) & names):
-            return inner[0], inner[1], e.left
+        if inner is not None and not (free_names(e.left) & names):
+            return inner[0], inner[1], e.left if inner[2] is None else _fold("+", e.left, inner[2])
     return None
+
+
+def _fold(op: str, a: ir.Expr, b: ir.Expr) -> ir.Expr | None:
+    """a op b, as one literal when both are whole numbers (None for a zero offset)."""
+    x, y = int_literal(a), int_literal(b)
+    if x is not None and y is not None:
+        v = {"+": x + y, "-": x - y, "·": x * y}[op]
+        return None if v == 0 and op != "·" else (ir.Num(str(v)) if v >= 0 else ir.UnOp("-", ir.Num(str(-v))))
+    if op == "-" and x == 0:
+        return ir.UnOp("-", b)
+    return ir.BinOp(op, a, b)
+
+
+def shifted(e: ir.Expr, var: str, offset: ir.Expr) -> ir.Expr:
+    """`e` with `var` read as `var + offset`, in indices and in family members alike.
+
+    >>> expr_text(shifted(parse_expr("x[i] · e_i"), "i", ir.Num("2")))
+    'x[i + 2] · e_{i + 2}'
+    """
+
+    def visit(n: object) -> object:
+        if isinstance(n, ir.Name):
+            if n.id == var:
+                return ir.BinOp("+", n, offset, span=n.span)
+            fk = family_key(n.id, {var})
+            if fk is not None and var in free_names(parse_expr(fk[1])):
+                index = expr_text(shifted(parse_expr(fk[1]), var, offset))
+                return ir.Name(fk[0].replace("•", "{" + index + "}"), span=n.span)
+            return n
+        if isinstance(n, tuple):
+            return tuple(visit(x) for x in n)
+        if dataclasses.is_dataclass(n) and not isinstance(n, type):
+            if isinstance(n, ir.Sum) and n.var == var:
+                return n  # an inner Σ over the same letter binds its own
+            changes = {f.name: visit(getattr(n, f.name)) for f in dataclasses.fields(n) if f.name != "span"}
+            return dataclasses.replace(n, **changes)
+        return n
+
+    return visit(e)
 
 
 _EXPR_CACHE: dict[str, ir.Expr] = {}

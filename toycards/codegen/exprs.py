@@ -1,31 +1,30 @@
 """Expressions and assignments of one algorithm → code, under the layout of values.py.
 
-Owns: names (locals, parameters, families, map variables), operators (`·` as matrix or
-scalar product, `+ − ⊙ /`, powers, transposes, `b · 1^⊺` broadcasts), indexing (columns,
-token-id lookups, affine element indices, row blocks), calls (prelude algorithms, builtins,
-masks passed by definition, the KV cache around `attention`), and assignments inside
-parallel maps (whole-family, column, element and guarded writes).
+Owns: `ExprEmitter`, which puts together names (locals, parameters, families, map variables,
+each member laid out for the map that reads it) and operators (`·` as matrix or scalar
+product, `+ − ⊙ /`, powers, transposes, `b · 1^⊺` broadcasts) with its mixins: indexing
+(indexing.py), calls, Σ and concatenation (calls.py), assignments (assign.py).
 Leaves out: statement structure (steps.py).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from toycards.codegen.assign import AssignEmitter
 from toycards.codegen.calls import CallEmitter
 from toycards.codegen.code import (
     COMPARE,
-    affine,
-    expr_text,
-    int_literal,
     name_code,
     paren,
     parse_expr,
     union_fams,
 )
-from toycards.codegen.scope import Scope, family_key, free_names
+from toycards.codegen.indexing import IndexEmitter
+from toycards.codegen.scope import AFTER, Family, Scope, family_key, free_names, relayout
 from toycards.codegen.values import MapVar, Val
 from toycards.errors import ToycardsError
 from toycards.lang import ir
@@ -34,7 +33,7 @@ if TYPE_CHECKING:
     from toycards.codegen.emitter import Emitter
 
 
-class ExprEmitter(CallEmitter, AssignEmitter):
+class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
     def __init__(self, emitter: Emitter, scope: Scope) -> None:
         self.em, self.scope = emitter, scope
         self.pre: list[str] = []
@@ -42,6 +41,22 @@ class ExprEmitter(CallEmitter, AssignEmitter):
     def take_pre(self) -> list[str]:
         out, self.pre = self.pre, []
         return out
+
+    @contextmanager
+    def tentatively(self) -> Iterator[None]:
+        """Emit for a look only (e.g. the rank of a map's values, to lay the map out before
+        emitting it): every change to the scope, its identifiers and the pending lines is undone."""
+        s, ns = self.scope, self.scope.ns
+        saved = (dict(ns.given), set(ns.used), dict(s.vals), dict(s.families), set(s.owned), dict(s.dims))
+        maps = {k: (m.kind, m.used_as_value) for k, m in s.maps.items()}
+        pre = list(self.pre)
+        try:
+            yield
+        finally:
+            ns.given, ns.used, s.vals, s.families, s.owned, s.dims = saved
+            for k, (kind, used) in maps.items():
+                s.maps[k].kind, s.maps[k].used_as_value = kind, used
+            self.pre = pre
 
     # ── dimensions ─────────────────────────────────────────────────────────────────────
     def dim(self, d: ir.Dim) -> str:
@@ -86,13 +101,63 @@ class ExprEmitter(CallEmitter, AssignEmitter):
         if key in s.param_families:
             return self._param_member(key, index)
         if key in s.families:
-            ident, rank, var, win = s.families[key]
-            if index == var or index in s.maps:
-                return Val(
-                    ident, rank, fams=frozenset({index}) if index in s.maps else frozenset(), windowed=win
-                )
-            return self._gather_member(ident, rank, index).with_(windowed=win)
+            fam = s.families[key]
+            if index in s.maps:  # the member of this iteration: the family's axis is the map's
+                code = self.laid_out(fam.ident, fam.after, s.maps[index], fam.rank, n)
+                return Val(code, fam.rank, fams=frozenset({index}), windowed=fam.windowed)
+            if index == fam.var:
+                return Val(fam.ident, fam.rank, windowed=fam.windowed)
+            if not free_names(parse_expr(index)) & set(s.maps):
+                return self._fixed_member(fam, index, n)
+            return self._gather_member(fam, index).with_(windowed=fam.windowed)
         return None
+
+    def _fixed_member(self, fam: Family, index: str, name: str) -> Val:
+        """`e_1`, `Y^2`, `e_ℓ`, `v_l`: one member, picked by a number, a dimension or a loop index."""
+        k = self.index_code(index)
+        members = relayout(fam.ident, fam.after, fam.rank, fam.rank)  # […, n] + the member's axes
+        if fam.windowed and index not in self.scope.windowed:  # `e_ℓ` is the last token: new
+            self.full_sequence_only(f"{name} is one token's member")
+        sl = f"{int(k) - 1}:{k}" if k.isdigit() else f"{paren(k)} - 1:{paren(k)}"
+        if fam.rank == 0:
+            return Val(f"{paren(members)}[..., {sl}]", 0)
+        pick = str(int(k) - 1) if k.isdigit() else f"{paren(k)} - 1"
+        after = ", :" * fam.rank  # the member's own axes
+        return Val(f"{paren(members)}[..., {pick}{after}]", fam.rank, windowed=fam.windowed)
+
+    def full_sequence_only(self, what: str) -> None:
+        """What needs tokens of earlier passes: the pass raises when the KV cache holds them,
+        rather than compute with the new tokens only."""
+        self.pre += [
+            "if runtime.positions(ctx, 1)[0] > 1:  # the tokens before this pass are in the KV cache",
+            f"    raise ValueError({f'{what}: run the whole sequence, without a cache'!r})",
+        ]
+
+    def indexed_rank(self, e: object, var: str) -> int:
+        """The largest rank of what `var` indexes in `e`: a family member (`k_t`: its rank), a
+        column (`X[:, t]`: 1), a block of rows (`rows(Q, h, d_h)`: laid out per head, 2)."""
+        rank = 0
+        for n in ir.walk(e):
+            if isinstance(n, ir.Name) and var not in (n.id,):
+                fk = family_key(n.id, {var})
+                fam = self.scope.families.get(fk[0]) if fk is not None else None
+                if fam is not None and var in free_names(parse_expr(fk[1])):
+                    rank = max(rank, fam.rank)
+            elif isinstance(n, ir.Index) and len(n.indices) == 2 and isinstance(n.indices[0], ir.Slice):
+                rank = max(rank, 1 if var in free_names(n.indices[1]) else 0)
+            elif isinstance(n, ir.Call) and n.func == "rows" and len(n.args) == 3:
+                rank = max(rank, 2 if var in free_names(n.args[1]) else 0)
+        return rank
+
+    def laid_out(self, code: str, have: int, m: MapVar, rank: int, what: str) -> str:
+        """`code`, whose axis of m has `have` axes after it, laid out for m's kind (scope.AFTER)."""
+        out = relayout(code, have, AFTER[m.kind], rank)
+        if out is None:
+            raise ToycardsError(
+                f"{what} has {rank} axes of its own and cannot be laid out per {m.name} "
+                f"(a {m.kind} of this map)"
+            )
+        return out
 
     def _param_member(self, key: str, index: str) -> Val:
         """`W_q^l` → `self.w[f"blk.{l - 1}.attn_q.weight"]`: the tensor name with the layer filled in."""
@@ -125,7 +190,7 @@ class ExprEmitter(CallEmitter, AssignEmitter):
             return index
         return self.expr(parse_expr(index)).code
 
-    def _gather_member(self, ident: str, rank: int, index: str) -> Val:
+    def _gather_member(self, fam: Family, index: str) -> Val:
         """`K^{⌈h·H_kv/H⌉}` inside `for h ∈ [H]`: pick family members by a function of h."""
         s = self.scope
         expr = parse_expr(index)
@@ -145,14 +210,15 @@ class ExprEmitter(CallEmitter, AssignEmitter):
                 s.loops[var] = saved
             else:
                 s.loops.pop(var, None)
-        axis = -(rank + 1) if rank else -1
+        axis = -(fam.after + 1)
         index = f"[int({code}) - 1 for {loop} in range(1, {m.bound_code} + 1)]"
+        picked = f"ops.take({fam.ident}, {index}, {axis})"
         return Val(
-            f"ops.take({ident}, {index}, {axis})",
-            rank,
+            self.laid_out(picked, fam.after, m, fam.rank, f"{fam.ident}'s member {index}"),
+            fam.rank,
             fams=frozenset({var}),
-            windowed=rank == 1,
-            gather=(ident, index, axis, expr),
+            windowed=fam.rank == 1,
+            gather=(fam.ident, index, axis, expr),
         )
 
     # ── expressions ────────────────────────────────────────────────────────────────────
@@ -176,8 +242,8 @@ class ExprEmitter(CallEmitter, AssignEmitter):
             v = self.expr(e.operand)
             if v.rank == 2:
                 return v.with_(layout="card" if v.layout == "code" else "code")
-            if v.rank == 1:
-                return v.with_(row=True)
+            if v.rank == 1:  # a vector becomes a row, and a row (`A[i, :]`) a vector again
+                return v.with_(row=not v.row)
             return v
         if isinstance(e, ir.Index):
             return self.index(e)
@@ -263,27 +329,49 @@ class ExprEmitter(CallEmitter, AssignEmitter):
         )
 
     def _align(self, a: Val, ac: str, b: Val, bc: str) -> tuple[str, str]:
-        """Give a batch-shaped matrix without a head axis one, when combined with a per-head value."""
-        blocks = {v for v in union_fams(a, b) if v in self.scope.maps and self.scope.maps[v].kind == "block"}
-        if not blocks:
-            return ac, bc
-        if not a.fams & blocks and a.rank == 2 and not a.param and not a.py:
-            ac = f"{ac}[..., None, :, :]"
-        if not b.fams & blocks and b.rank == 2 and not b.param and not b.py:
-            bc = f"{bc}[..., None, :, :]"
-        return ac, bc
+        """Give an operand the axes of the map variables that only the other one carries, so
+        that its leading (batch) axes stay leading: a vector beside a column `k_t` gets one
+        (`q[..., None, :]`), a matrix beside a head `Y^h` gets one (`X[..., None, :, :]`)."""
+        width = max(self._axes(a), self._axes(b))
+        return self._widened(a, ac, width), self._widened(b, bc, width)
+
+    def _axes(self, v: Val) -> int:
+        """How many trailing axes v's layout fixes: its own (an array scalar has one) or, in a
+        map, those of the variables it carries (scope.AFTER)."""
+        maps = self.scope.maps
+        return max([max(1, v.rank)] + [1 + AFTER[maps[x].kind] for x in v.fams if x in maps])
+
+    def _widened(self, v: Val, code: str, width: int) -> str:
+        have = self._axes(v)
+        if v.py or v.param or v.ones_row or have >= width or self._is_map_index(v):
+            return code
+        return f"{paren(code)}[..., {', '.join(['None'] * (width - have) + [':'] * have)}]"
+
+    def _is_map_index(self, v: Val) -> bool:
+        """The values of a map variable itself (`t`): laid out for its map, with no batch axes."""
+        return len(v.fams) == 1 and any(m.ident == v.code for m in self.scope.maps.values())
 
     def product(self, a: Val, b: Val) -> Val:
         """The card's `·`: scalar multiple, matrix product, matrix–vector product or broadcast."""
         if b.ones_row:
             if a.rank != 1:
                 raise ToycardsError("`· 1^⊺` broadcasts a vector; the left side is not a vector")
+            if not (a.param or a.py or a.fams & set(self.scope.maps)):  # […, d] → […, 1, d]: one
+                return a.with_(code=f"{paren(a.code)}[..., None, :]", rank=2, layout="code")  # per column
             return a.with_(rank=2, layout="code")
         if a.rank == 0 or b.rank == 0:
             return self._elementwise(a, b, "*")
         if a.rank == 1 and a.row and b.rank == 1:
-            return Val(f"ops.sum_last({paren(a.code)} * {paren(b.code)})", 0, fams=union_fams(a, b))
+            ac, bc = self._align(a, a.code, b, b.code)
+            return Val(f"ops.sum_last({paren(ac)} * {paren(bc)})", 0, fams=union_fams(a, b))
         fams, win = union_fams(a, b), b.windowed
+        if b.rank == 1 and b.row and a.rank in (1, 2) and not a.row:  # (m×1)·(1×n): m×n
+            left = f"{paren(a.code)}[..., None, :]" if a.rank == 1 else self.code_layout(a)
+            code = f"ops.matmul({paren(b.code)}[..., :, None], {left})"
+            return Val(code, 2, fams=fams, windowed=a.windowed or b.windowed)
+        if a.rank == 1 and a.row and b.rank == 2:  # (1×k)·(k×n): a row of n
+            code = f"ops.matmul({self.code_layout(b)}, {paren(a.code)}[..., :, None])[..., 0]"
+            return Val(code, 1, fams=fams, windowed=win, row=True)
         if a.rank == 2 and a.layout == "card" and a.param:
             return Val(
                 f"ops.linear({self.code_layout(b) if b.rank == 2 else b.code}, {a.code})",
@@ -297,174 +385,3 @@ class ExprEmitter(CallEmitter, AssignEmitter):
         raise ToycardsError(
             "a vector on the left of `·` must be transposed (`a^⊺ · b`) or broadcast (`b · 1^⊺`)"
         )
-
-    # ── indexing ───────────────────────────────────────────────────────────────────────
-    def index(self, e: ir.Index) -> Val:
-        base_name = e.base.id if isinstance(e.base, ir.Name) else None
-        base = self.expr(e.base)
-        idx = e.indices
-        if base.mask:
-            args = [self.expr(i) for i in idx]
-            return Val(
-                f"{base.code}({', '.join(a.code for a in args)})", 0, fams=union_fams(*args), boolean=True
-            )
-        if len(idx) == 2 and isinstance(idx[0], ir.Slice) and idx[0].lo is None and idx[0].hi is None:
-            return self._column(base, base_name, idx[1])
-        if len(idx) == 2 and all(isinstance(i, ir.Name) and i.id in self.scope.maps for i in idx):
-            return base.with_(
-                code=self.code_layout(base), rank=0, layout="code", fams=base.fams | {i.id for i in idx}
-            )
-        if (
-            len(idx) == 2
-            and isinstance(idx[0], ir.Slice)
-            and isinstance(idx[1], ir.Slice)
-            and idx[1].lo is None
-            and idx[1].hi is None
-        ):
-            lo, hi = self._slice_bounds(idx[0])
-            if base.layout == "card":
-                return base.with_(code=f"{base.code}[{lo}:{hi}]")
-            return base.with_(code=f"{base.code}[..., {lo}:{hi}]")
-        if len(idx) == 2 and isinstance(idx[0], ir.Slice) and not isinstance(idx[1], ir.Slice):
-            col = self._column(base, base_name, idx[1])  # `X[a:b, t]`: rows a … b of column t
-            lo, hi = self._slice_bounds(idx[0])
-            return col.with_(code=f"{paren(col.code)}[..., {lo}:{hi}]")
-        if len(idx) == 1 and base.rank == 1:
-            return self._element(base, base_name, idx[0])
-        if len(idx) == 2 and not any(isinstance(i, ir.Slice) for i in idx):
-            col = self._column(base, base_name, idx[1])  # `X[i, t]`: entry i of column t
-            return self._element(col, None, idx[0])
-        self.refuse(
-            e,
-            f"the indexing {expr_text(e)} cannot be generated",
-            "index a matrix by a column (X[:, t]), rows of a column (X[a:b, t]), rows (X[a:b, :]) or "
-            "one entry inside a map over both indices; a vector by one entry (v[i]) or a slice",
-        )
-
-    def refuse(self, node: ir.Expr, message: str, hint: str = "") -> None:
-        """Stop generating at `node`'s own span: the card line, caret under the sub-expression."""
-        from toycards.errors import Diagnostic
-
-        raise ToycardsError.from_diagnostics(
-            [Diagnostic(node.span, f"cannot generate code: {message}", hint)],
-            {self.scope.algo.span.file: self.em.card.source},
-        )
-
-    def _slice_bounds(self, s: ir.Slice) -> tuple[str, str]:
-        lo = f"{self.expr(s.lo).code} - 1" if s.lo is not None else ""
-        hi = self.expr(s.hi).code if s.hi is not None else ""
-        return lo, hi
-
-    def _column(self, base: Val, base_name: str | None, i: ir.Expr) -> Val:
-        s = self.scope
-        if isinstance(i, ir.Name) and i.id in s.maps:
-            m = s.maps[i.id]
-            declared = s.decl_types.get(base_name or "")
-            col = (
-                declared.dims[1] if isinstance(declared, ir.TensorType) and len(declared.dims) == 2 else None
-            )
-            if base.param and col is not None and self.dim(col) != m.bound_code:
-                index = (
-                    f"runtime.positions(ctx, {m.bound_code}) - 1"
-                    if m.windowed
-                    else f"ops.arange(0, {m.bound_code})"
-                )
-                return Val(
-                    f"ops.take({self.code_layout(base)}, {index}, -2)",
-                    1,
-                    fams=base.fams | {i.id},
-                    windowed=m.windowed,
-                )
-            return Val(
-                self.code_layout(base), 1, fams=base.fams | {i.id}, windowed=base.windowed or m.windowed
-            )
-        ids = self.expr(i)
-        rows = base.code if base.layout == "code" else f"ops.mT({base.code})"
-        if ids.py and not base.param:  # column c of a run-time matrix: kept as a length-1 token axis
-            c = paren(ids.code)
-            return Val(f"{rows}[..., {c} - 1 : {c}, :]", 1, fams=base.fams)
-        if ids.py:  # a column number (1-based, as cards count), not a token id (0-based in code)
-            return Val(f"ops.embed({rows}, {paren(ids.code)} - 1)", 1)
-        if not self._is_token_id(i):  # token ids are 0-based in code; any other index is not
-            self.refuse(
-                i,
-                f"a column picked by the computed index {expr_text(i)} cannot be generated",
-                "pick columns by a map variable (X[:, t]), a number, or a token id (W[:, x[t]])",
-            )
-        return Val(f"ops.embed({rows}, {ids.code})", 1, fams=ids.fams, windowed=ids.windowed)
-
-    def _is_token_id(self, i: ir.Expr) -> bool:
-        """`x[t]` with x a sequence of token ids (`x ∈ V^ℓ`): an index the code holds 0-based."""
-        if not (isinstance(i, ir.Index) and isinstance(i.base, ir.Name)):
-            return False
-        algo = self.scope.algo
-        decl = next((d for d in (*algo.input_decls, *algo.hyper_decls) if i.base.id in d.names), None)
-        t = decl.type if decl is not None else self.scope.decl_types.get(i.base.id)
-        return isinstance(t, ir.TensorType) and t.field == "V"
-
-    def _element(self, base: Val, base_name: str | None, i: ir.Expr) -> Val:
-        s = self.scope
-        if base_name is not None and base.code == "x" and s.is_main:  # token ids at the mapped positions
-            return Val("x", 0, fams=frozenset(v for v in free_names(i) if v in s.maps), windowed=True)
-        aff = affine(i, set(s.maps))
-        if aff is None:
-            if isinstance(i, ir.Num):
-                k = int(i.text)
-                return Val(f"{base.code}[..., {k - 1}:{k}]", 0, fams=base.fams)
-            raise ToycardsError("an element index must be affine in a map variable (e.g. 2·i − 1, i + d/2)")
-        var, scale, offset = aff
-        m = s.maps[var]
-        if scale == 1 and offset is None:
-            declared = s.decl_types.get(base_name or "")
-            if (
-                isinstance(declared, ir.TensorType)
-                and len(declared.dims) == 1
-                and self.dim(declared.dims[0]) == m.bound_code
-            ):
-                return base.with_(fams=base.fams | {var}, rank=0)
-        return base.with_(
-            code=f"{base.code}[..., {self.affine_slice(m, scale, offset)}]", fams=base.fams | {var}, rank=0
-        )
-
-    def int_code(self, e: ir.Expr) -> str:
-        """An index offset such as `d_h / 2` as integer arithmetic (`d_h // 2`)."""
-        if isinstance(e, ir.BinOp) and e.op in ("+", "-", "·", "/"):
-            op = {"+": "+", "-": "-", "·": "*", "/": "//"}[e.op]
-            return f"({self.int_code(e.left)} {op} {self.int_code(e.right)})"
-        if isinstance(e, ir.UnOp) and e.op == "-":
-            return f"-{self.int_code(e.operand)}"
-        v = self.expr(e)
-        if not v.py:
-            raise ToycardsError("an index offset must be a whole number of hyperparameters and dimensions")
-        return v.code
-
-    def affine_slice(self, m: MapVar, scale: int, offset: ir.Expr | None) -> str:
-        """The slice of entries `scale·i + offset` for i = 1 … n (1-based card indices).
-
-        >>> from toycards.codegen.emitter import Scope
-        >>> ex = ExprEmitter(emitter=None, scope=Scope(algo=None, ns=None, dims={"d": "d"}))
-        >>> i = MapVar("i", "i", bound_code="n", windowed=False)
-        >>> def entries(text):
-        ...     _, scale, offset = affine(parse_expr(text), {"i"})
-        ...     return ex.affine_slice(i, scale, offset)
-        >>> entries("2·i − 1"), entries("2·i"), entries("i + 3")
-        (':2 * n - 1:2', '1:2 * n:2', '3:n + 3')
-        >>> entries("i + d/2")
-        '(d // 2):(d // 2) + n'
-        """
-        n = m.bound_code
-        const = int_literal(offset)
-        if offset is None or const is not None:
-            b = const or 0
-            start = scale + b - 1
-            stop = (f"{scale} * {n}" if scale != 1 else n) + (
-                f" + {b}" if b > 0 else f" - {-b}" if b < 0 else ""
-            )
-        else:
-            off = self.int_code(offset)
-            start_code = off if scale == 1 else f"{off} + {scale - 1}"
-            stop = f"{start_code} + {n}" if scale == 1 else f"{off} + {scale} * {n}"
-            return f"{start_code}:{stop}" + (f":{scale}" if scale != 1 else "")
-        return f"{start or ''}:{stop}" + (f":{scale}" if scale != 1 else "")
-
-    # ── calls ──────────────────────────────────────────────────────────────────────────

@@ -1,8 +1,9 @@
 """What is visible while one algorithm is emitted, and the name questions every emitter asks.
 
 Owns: `Scope` (card names → values, families such as `γ_l^1`, map and loop variables, dimension
-codes), `family_key` (which part of a name is an index: `γ_l^1` → ("γ_•^1", "l")) and
-`free_names` (the names an expression reads).
+codes), `Family` (how a family built in a map is stored), `AFTER` and `relayout` (where a map
+variable's axis sits and moving it there), `family_key` (which part of a name is an index:
+`γ_l^1` → ("γ_•^1", "l")) and `free_names` (the names an expression reads).
 Leaves out: the values' layout (values.py), emitting code (emitter.py, steps.py, exprs.py).
 """
 
@@ -15,6 +16,42 @@ from toycards.codegen.namespace import Namespace
 from toycards.codegen.values import MapVar, Val
 from toycards.lang import ir
 
+# Inside a parallel map every value that depends on a map variable holds that variable's axis at
+# −1 − AFTER[kind]: an "element" variable indexes the last axis ([…, n]), a "column" variable the
+# columns of a code-layout matrix ([…, n, d]: a scalar per column is […, n, 1]), a "block"
+# variable the heads ([…, H, ℓ, d]: a scalar per head is […, H, 1, 1], a vector […, H, 1, d]).
+AFTER = {"element": 0, "column": 1, "block": 2, "pending": 2}
+
+
+@dataclass(frozen=True)
+class Family:
+    """The members of a family built in a map (`e_t`, `Y^h`), stored as one array."""
+
+    ident: str
+    rank: int  # card rank of one member
+    var: str  # the map variable that indexed it
+    windowed: bool  # its members are the (cached) sequence's new tokens
+    after: int  # code axes after the member axis (AFTER of the variable's kind when stored)
+
+
+def relayout(code: str, have: int, want: int, rank: int) -> str | None:
+    """`code` with `have` axes after a mapped axis, laid out with `want` axes after it instead
+    (size-1 axes inserted or dropped right after the mapped axis); None when a member of this
+    rank does not fit in `want` axes.
+
+    >>> relayout("mu", 0, 2, 0), relayout("e", 1, 2, 1), relayout("s", 1, 0, 0), relayout("Y", 2, 2, 2)
+    ('mu[..., None, None]', 'e[..., None, :]', 's[..., 0]', 'Y')
+    >>> relayout("e", 1, 0, 1) is None
+    True
+    """
+    if rank > want:
+        return None
+    if have == want:
+        return code
+    if have < want:
+        return f"{code}[..., {', '.join(['None'] * (want - have) + [':'] * have)}]"
+    return f"{code}[..., {', '.join(['0'] * (have - want) + [':'] * want)}]"
+
 
 @dataclass
 class Scope:
@@ -23,7 +60,7 @@ class Scope:
     algo: ir.Algorithm
     ns: Namespace
     vals: dict[str, Val] = field(default_factory=dict)  # card name → value
-    families: dict[str, tuple[str, str]] = field(default_factory=dict)  # family key → (card name, var)
+    families: dict[str, Family] = field(default_factory=dict)  # family key → its stored members
     param_families: dict[str, tuple[ir.Decl, ir.ParamGroup, str]] = field(default_factory=dict)
     maps: dict[str, MapVar] = field(default_factory=dict)
     loops: dict[str, Val] = field(default_factory=dict)
@@ -45,6 +82,15 @@ class Scope:
     def share(self, names: set[str]) -> None:
         """`names` are now read by another value (which may be a view): no longer owned."""
         self.owned -= names
+
+
+def run_time_hypers(emitter: object) -> dict[str, set[str]]:
+    """Per algorithm, its hyperparameters that some caller gives a run-time value (an array, such
+    as a scale per head `μ_h`): the callee must not treat them as Python numbers. Callers are
+    emitted before their callees, so the set is complete when the callee is emitted."""
+    if not hasattr(emitter, "run_time_hypers"):
+        emitter.run_time_hypers = {}
+    return emitter.run_time_hypers
 
 
 def family_key(name: str, index_names: set[str]) -> tuple[str, str] | None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from toycards.codegen.exprs import ExprEmitter
 from toycards.codegen.module import comment_safe
-from toycards.codegen.scope import Scope, free_names
+from toycards.codegen.scope import AFTER, Scope, family_key, free_names, run_time_hypers
 from toycards.codegen.values import MapVar, Val
 from toycards.errors import Diagnostic, ToycardsError
 from toycards.lang import ir
@@ -32,6 +32,10 @@ class StepEmitter:
     def __init__(self, emitter: Emitter, scope: Scope, ex: ExprEmitter) -> None:
         self.em, self.scope, self.ex = emitter, scope, ex
         self.number = 0
+        for name in run_time_hypers(emitter).get(scope.algo.name, ()):
+            if name in scope.vals and scope.vals[name].py:
+                scope.vals[name] = scope.vals[name].with_(py=False)
+                scope.dims.pop(name, None)
 
     def note(self, s: ir.Stmt, text: str | None = None) -> str:
         r = self.em.renderer
@@ -149,6 +153,7 @@ class StepEmitter:
         for v, k in kinds.items():
             maps[v].kind = k
         self.scope.maps.update(maps)
+        self._settle_kinds(s, maps)
         head = out.append
         if s.inline:
             head(pad + self.note(s))
@@ -178,6 +183,35 @@ class StepEmitter:
         self.number += merged_ends
         for v in maps:
             del self.scope.maps[v]
+
+    def _settle_kinds(self, s: ir.ForAll, maps: dict[str, MapVar]) -> None:
+        """Each variable's layout (scope.AFTER) is the largest rank it carries: a value it
+        indexes (`k_t`, `X[:, t]`, `rows(Q, h, d_h)`) or a family member it defines
+        (`μ_h ← …`, `Y^h ← …`). The body is emitted once for a look at those ranks, under the
+        widest layout, so that every value in the real emission already has its final layout."""
+        ranks = {v: {"element": 0, "column": 1, "block": 2}.get(m.kind, 0) for v, m in maps.items()}
+        kinds = {v: m.kind for v, m in maps.items()}
+        with self.ex.tentatively():
+            for m in maps.values():
+                m.kind = "pending"
+            for st in s.body:
+                a = st.then[0] if isinstance(st, ir.If) and st.then else st
+                target = a.target if isinstance(a, ir.Assign) else None
+                for v in maps:
+                    ranks[v] = max(ranks[v], self.ex.indexed_rank(st, v))
+                try:
+                    self._map_body(st, [], maps)
+                except ToycardsError:
+                    break  # the real emission reports it
+                for m in maps.values():  # every statement is looked at under the same layout
+                    m.kind = "pending"
+                key = family_key(target.id, set(maps)) if isinstance(target, ir.Name) else None
+                if key is not None and key[0] in self.scope.families:
+                    fam = self.scope.families[key[0]]
+                    ranks[fam.var] = max(ranks[fam.var], fam.rank)
+        for v, m in maps.items():
+            widest = ("element", "column", "block")[min(ranks[v], 2)]
+            m.kind = kinds[v] if kinds[v] != "pending" and AFTER[kinds[v]] >= AFTER[widest] else widest
 
     def _var_defs(self, maps: dict[str, MapVar]) -> list[str]:
         out = []
@@ -238,9 +272,14 @@ def map_kinds(s: ir.ForAll, names: set[str]) -> dict[str, str]:
                 and idx[1].id in names
             ):
                 kinds.setdefault(idx[1].id, "column")
-            elif len(idx) == 2 and all(isinstance(i, ir.Name) and i.id in names for i in idx):
-                kinds.setdefault(idx[0].id, "element")
-                kinds.setdefault(idx[1].id, "column")
+                member = family_key(t.base.id, names) if isinstance(t.base, ir.Name) else None
+                if member is not None and member[1] in names:  # `Q̂^h[:, t]`: a matrix per head
+                    kinds.setdefault(member[1], "block")
+            elif len(idx) == 2 and not any(isinstance(i, ir.Slice) for i in idx):
+                for n in free_names(idx[0]) & names:  # `S[t_z, t_x]`: rows the last code axis
+                    kinds.setdefault(n, "element")
+                for n in free_names(idx[1]) & names:
+                    kinds.setdefault(n, "column")
             elif len(idx) == 1:
                 for n in free_names(idx[0]) & names:
                     kinds.setdefault(n, "element")

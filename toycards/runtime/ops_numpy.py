@@ -95,6 +95,11 @@ def sum_last(x):
     return np.sum(x, axis=-1, keepdims=True)
 
 
+def sum_axis(x, axis):
+    """The sum over one axis, which is dropped (a Σ over a map variable's axis)."""
+    return np.sum(x, axis=axis)
+
+
 def max_last(x):
     return np.max(x, axis=-1, keepdims=True)
 
@@ -117,6 +122,11 @@ def embed(W, ids):
     return W[np.asarray(ids)]
 
 
+def index_of(x):
+    """Card indices computed as numbers (topk's, ⌈…⌉'s) as integers, to pick with."""
+    return np.asarray(x).astype(np.int64)
+
+
 def split_rows(a, k):
     """Card rows in blocks of k (heads): [..., ℓ, n·k] → [..., n, ℓ, k]; a vector [n·k] → [n, 1, k]."""
     if a.ndim == 1:
@@ -132,11 +142,25 @@ def merge_rows(a):
 
 
 def cat_last(parts):
-    return np.concatenate(parts, axis=-1)
+    """Blocks stacked by card rows (the last axis). A number is one entry, and leading axes
+    broadcast: `[v_t; b]` stacks a column of a map on a vector that is the same for every t."""
+    arrays = [np.asarray(p) for p in parts]
+    dtype = np.result_type(*[a.dtype for a in arrays if a.ndim], np.float32)
+    arrays = [a.reshape(1).astype(dtype) if a.ndim == 0 else a for a in arrays]
+    lead = np.broadcast_shapes(*(a.shape[:-1] for a in arrays))
+    return np.concatenate([np.broadcast_to(a, lead + a.shape[-1:]) for a in arrays], axis=-1)
+
+
+def cat_cols(parts):
+    """Matrices side by side (their columns, axis −2, one after the other)."""
+    lead = np.broadcast_shapes(*(np.shape(a)[:-2] for a in parts))
+    return np.concatenate([np.broadcast_to(a, lead + np.shape(a)[-2:]) for a in parts], axis=-2)
 
 
 def stack_cols(parts):
-    return np.stack(parts, axis=-2)
+    """Vectors side by side, one column each (leading axes broadcast)."""
+    lead = np.broadcast_shapes(*(np.shape(a) for a in parts))
+    return np.stack([np.broadcast_to(a, lead) for a in parts], axis=-2)
 
 
 def index_vector(values, ndim_after):
@@ -157,7 +181,14 @@ def copy(a):
 def zeros_for(value, size):
     """A zero array shaped like `value` but with `size` entries on the last axis."""
     value = np.asarray(value)
-    return np.zeros(value.shape[:-1] + (size,), dtype=value.dtype)
+    return np.zeros(value.shape[:-1] + (size,), dtype=value.dtype if value.dtype.kind == "f" else np.float32)
+
+
+def zeros_grid(value, n_cols, n_rows):
+    """Zeros for a matrix defined by its entries: `value`'s leading axes, then [n_cols, n_rows]."""
+    value = np.asarray(value)
+    lead = value.shape[:-2] if value.ndim >= 2 else ()
+    return np.zeros(lead + (n_cols, n_rows), dtype=value.dtype if value.dtype.kind == "f" else np.float32)
 
 
 def full_like_last(a, n, fill):

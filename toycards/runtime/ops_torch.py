@@ -68,6 +68,11 @@ def sum_last(x):
     return x.sum(-1, keepdim=True)
 
 
+def sum_axis(x, axis):
+    """The sum over one axis, which is dropped (a Σ over a map variable's axis)."""
+    return torch.sum(x, dim=axis)
+
+
 def max_last(x):
     return x.amax(-1, keepdim=True)
 
@@ -105,6 +110,11 @@ def embed(W, ids):
     return F.embedding(torch.as_tensor(ids, dtype=torch.long, device=W.device), W)
 
 
+def index_of(x):
+    """Card indices computed as numbers (topk's, ⌈…⌉'s) as integers, to pick with."""
+    return torch.as_tensor(x).long()
+
+
 def split_rows(a, k):
     if a.dim() == 1:
         return a.reshape(-1, 1, k)
@@ -118,11 +128,25 @@ def merge_rows(a):
 
 
 def cat_last(parts):
-    return torch.cat(parts, dim=-1)
+    """Blocks stacked by card rows (the last axis). A number is one entry, and leading axes
+    broadcast: `[v_t; b]` stacks a column of a map on a vector that is the same for every t."""
+    like = next((p for p in parts if torch.is_tensor(p) and p.dim()), torch.zeros(1))
+    tensors = [p if torch.is_tensor(p) else like.new_tensor(float(p)) for p in parts]
+    tensors = [t.reshape(1).to(like.dtype) if t.dim() == 0 else t for t in tensors]
+    lead = torch.broadcast_shapes(*(tuple(t.shape[:-1]) for t in tensors))
+    return torch.cat([t.expand(*lead, t.shape[-1]) for t in tensors], dim=-1)
+
+
+def cat_cols(parts):
+    """Matrices side by side (their columns, axis −2, one after the other)."""
+    lead = torch.broadcast_shapes(*(tuple(a.shape[:-2]) for a in parts))
+    return torch.cat([a.expand(*lead, *a.shape[-2:]) for a in parts], dim=-2)
 
 
 def stack_cols(parts):
-    return torch.stack(parts, dim=-2)
+    """Vectors side by side, one column each (leading axes broadcast)."""
+    lead = torch.broadcast_shapes(*(tuple(a.shape) for a in parts))
+    return torch.stack([a.expand(*lead) for a in parts], dim=-2)
 
 
 def index_vector(values, ndim_after):
@@ -140,7 +164,17 @@ def copy(a):
 
 
 def zeros_for(value, size):
+    value = value if torch.is_tensor(value) else torch.as_tensor(value, dtype=torch.float32)
     return value.new_zeros(tuple(value.shape[:-1]) + (size,))
+
+
+def zeros_grid(value, n_cols, n_rows):
+    """Zeros for a matrix defined by its entries: `value`'s leading axes, then [n_cols, n_rows]."""
+    value = value if torch.is_tensor(value) else torch.as_tensor(value, dtype=torch.float32)
+    lead = tuple(value.shape[:-2]) if value.dim() >= 2 else ()
+    return value.new_zeros(
+        lead + (n_cols, n_rows), dtype=value.dtype if value.is_floating_point() else torch.float32
+    )
 
 
 def full_like_last(a, n, fill):

@@ -324,10 +324,13 @@ def write(target: np.ndarray, picks: list[Pick], value: object, what: str) -> No
 
 # ── concatenation ───────────────────────────────────────────────────────────────────────
 def concat(items: list[object], axis: str) -> np.ndarray:
-    """`[a, b, c]` (columns side by side) or `[a; b; c]` (stacked by rows); numbers make a vector."""
+    """`[a, b, c]` (columns side by side) or `[a; b; c]` (stacked by rows); numbers make a vector,
+    and stacked among vectors a number is one entry."""
     _numeric("[…]", *items)
     if all(is_number(v) for v in items):
         return np.array([float(v) for v in items])
+    if axis == "rows" and all(is_number(v) or v.ndim == 1 for v in items):  # [a; b]: b one more entry
+        return np.concatenate([np.array([float(v)]) if is_number(v) else floats(v) for v in items])
     if any(is_number(v) for v in items):
         raise Fault("[…] mixes numbers with vectors or matrices: " + ", ".join(map(describe, items)))
     if axis == "cols":
