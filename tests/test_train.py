@@ -259,6 +259,11 @@ def test_a_checkpoint_from_other_options_is_refused(data, tmp_path):
     other, _ = _trainer(data, steps=13)
     with pytest.raises(ToycardsError, match="made with steps = 12, not 13"):
         other.resume(str(tmp_path / "a.ckpt"))
+    torch.save({"format": "toycards-checkpoint 1"}, tmp_path / "old.ckpt")  # optimizer state keyed by index
+    with pytest.raises(
+        ToycardsError, match="a toycards-checkpoint 1 file; this toycards resumes toycards-checkpoint 2"
+    ):
+        trainer.resume(str(tmp_path / "old.ckpt"))
 
 
 def test_ctrl_c_writes_a_checkpoint_and_resume_matches_an_uninterrupted_run(data, tmp_path):
