@@ -111,8 +111,8 @@ def synced(net: torch.nn.Module, world: World, fsdp: bool, last: bool):
 
 
 def full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None):
-    """(the model's state dict, the optimizer's or None), whole and on the CPU, on rank 0 (empty
-    on the others under FSDP, which gathers them: every process calls this). The optimizer's is
+    """(the model's state dict, the optimizer's or None), whole and on the CPU, on rank 0 (the
+    others may get empty dicts; under FSDP this gathers: every process calls it). The optimizer's is
     keyed by parameter name, so that it loads into a model spread another way; None before its
     first step (it has no state yet, and torch would make one by a step of learning rate 0)."""
     from torch.distributed.checkpoint.state_dict import (
