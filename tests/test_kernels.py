@@ -123,6 +123,16 @@ def test_kernels_are_used_only_for_the_library_algorithms():
     assert "return ops.softmax(" not in generate_source(own, "torch")
 
 
+def test_cached_rope_angles_leave_the_divisors_storage_resizable():
+    """FSDP frees a gathered parameter by resizing its storage to 0 (torch's fsdp free_storage):
+    a no-grad pass that caches RoPE angles must not pin ρ's storage (numpy() on it would)."""
+    rho = torch.rand(8, generator=g) + 0.5
+    with torch.no_grad():
+        ops_torch.rope_pairs(rand(1, 2, 5, 16), torch.arange(1, 6.0).reshape(-1, 1), 500.0, rho)
+    assert rho.untyped_storage().resizable()
+    rho.untyped_storage().resize_(0)  # what FSDP does: no RuntimeError
+
+
 def test_training_after_inference_in_one_process():
     """Tensors cached while serving logits (inference mode) must not break a later backward pass."""
     from toycards.models.binding import bind_values

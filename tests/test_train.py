@@ -16,7 +16,8 @@ What each test shows:
 - `--accumulate 2` leaves in `.grad` exactly the sum of halved micro-batch gradients that DDP's
   reducer computes from two processes, and trains like `--accumulate 1` up to float32 rounding;
 - `--dtype bfloat16` trains on the CPU, its loss curve within bfloat16's rounding of float32's;
-- every bad input is one line on stderr, exit 1, no traceback, and no file written or changed.
+- every bad input is one line on stderr, exit 1, no traceback, and no file written or changed
+  (`--fsdp` without torchrun among them).
 """
 
 from __future__ import annotations
@@ -258,6 +259,11 @@ def test_a_checkpoint_from_other_options_is_refused(data, tmp_path):
     other, _ = _trainer(data, steps=13)
     with pytest.raises(ToycardsError, match="made with steps = 12, not 13"):
         other.resume(str(tmp_path / "a.ckpt"))
+    torch.save({"format": "toycards-checkpoint 1"}, tmp_path / "old.ckpt")  # optimizer state keyed by index
+    with pytest.raises(
+        ToycardsError, match="a toycards-checkpoint 1 file; this toycards resumes toycards-checkpoint 2"
+    ):
+        trainer.resume(str(tmp_path / "old.ckpt"))
 
 
 def test_ctrl_c_writes_a_checkpoint_and_resume_matches_an_uninterrupted_run(data, tmp_path):
@@ -341,18 +347,21 @@ def _case(name: str, tmp: Path, data: Path) -> tuple[list, str]:
         return [*card, "--data", data, "--resume"], "--resume: no checkpoint"
     if name == "out is the source":
         return [TOKENIZER, "--data", data, "--out", TOKENIZER], "refusing to overwrite"
+    if name == "--fsdp without torchrun":
+        return [*card, "--data", data, "--fsdp"], "--fsdp shards the model over the processes torchrun starts"
     raise AssertionError(name)
 
 
 BAD = ["missing data", "empty text", "text too short for --seq", "unknown hyperparameter",
        "missing hyperparameters", "card does not check", "vocabulary does not fit",
        "real vocabulary too big", "--seq beyond the context", "--batch does not divide into micro-batches",
-       "resume without a checkpoint", "out is the source"]  # fmt: skip
+       "resume without a checkpoint", "out is the source", "--fsdp without torchrun"]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", BAD)
 def test_bad_input_is_one_line_and_writes_nothing(name, tmp_path, data, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)  # not under torchrun
     (tmp_path / "out.gguf").write_bytes(b"an older file, kept")
     before = {p.name for p in tmp_path.iterdir()}
     source_bytes = TOKENIZER.read_bytes() if name == "out is the source" else None

@@ -3,7 +3,9 @@
 Owns: the options, the checks that come before any work (paths, devices; each a one-line error
 and exit 1 with nothing written), the rich progress bar (step, loss, tokens/s, time left) or
 `--json` lines, Ctrl-C (the step under way finishes, a checkpoint is written, exit 130), and
-the summary. Under `torchrun` every process runs this command and rank 0 alone prints and writes.
+the summary. Under `torchrun` every process runs this command and rank 0 alone prints and writes;
+`--fsdp` shards the model over the processes (torch's FSDP2) instead of copying it into each
+(DDP), and is refused without torchrun.
 Leaves out: the work (models/start.py, models/train.py, models/save.py).
 
 The checkpoint (`--checkpoint`, default OUT with the suffix .ckpt) is written every
@@ -153,9 +155,16 @@ def _interruptible(stop: threading.Event):
 @click.option("--resume", is_flag=True, help="Continue from the checkpoint.")
 @click.option("--device", type=click.Choice(["cpu", "cuda", "mps"]), default="cpu", show_default=True)
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True)
+@click.option(
+    "--fsdp",
+    is_flag=True,
+    help="Under torchrun: shard the parameters, gradients and AdamW's state over the processes "
+    "(torch FSDP2) instead of a copy on each (DDP).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per step on stdout.")
 def train_cmd(source, data, out, tokenizer, sets, steps, batch, accumulate, seq, lr, warmup, weight_decay,
-              grad_clip, seed, eval_every, save_every, checkpoint, resume, device, dtype, as_json) -> None:  # fmt: skip
+              grad_clip, seed, eval_every, save_every, checkpoint, resume, device, dtype, fsdp,
+              as_json) -> None:  # fmt: skip
     """Train SOURCE (a card file or card name, or a GGUF file to fine-tune) on the text of --data
     and write --out: a GGUF file that embeds the card with its values.
 
@@ -171,7 +180,7 @@ def train_cmd(source, data, out, tokenizer, sets, steps, batch, accumulate, seq,
     config = training.TrainConfig(
         steps=steps, batch=batch, accumulate=accumulate, seq=seq, lr=lr, warmup=-1 if warmup is None else warmup,
         weight_decay=weight_decay, grad_clip=grad_clip, seed=seed, eval_every=eval_every,
-        save_every=save_every, device=device, dtype=dtype,
+        save_every=save_every, device=device, dtype=dtype, fsdp=fsdp,
     )  # fmt: skip
     training.check_device(device)
     trainer, begun = _trainer(source, given, tokenizer, config, text, data)
@@ -194,8 +203,10 @@ def train_cmd(source, data, out, tokenizer, sets, steps, batch, accumulate, seq,
                 err=True,
             )
         sys.exit(EXIT_INTERRUPTED)
+    held = trainer.eval_loss() if config.eval_every else None  # every process: FSDP's forward gathers
+    weights = trainer.full_weights()  # every process: FSDP gathers the shards on rank 0
     if rank0:
-        _finish(trainer, begun, out, checkpoint, as_json)
+        _finish(trainer, begun, weights, held, out, checkpoint, as_json)
     trainer.world.barrier()
 
 
@@ -214,7 +225,7 @@ def _trainer(source, given, tokenizer, config, text, data):
 
     training = _training()
 
-    world = training.World.from_env(config.device)
+    world = training.World.from_env(config.device, config.fsdp)
     begun = start(source, given, tokenizer, config.seed)
     training.fits_context(begun.model.hp, config.seq)
     tokens = training.token_data(text, begun.tokenizer, config, f"--data {data}")
@@ -222,11 +233,11 @@ def _trainer(source, given, tokenizer, config, text, data):
     return training.Trainer(begun.model, config, tokens, fingerprint, world), begun
 
 
-def _finish(trainer, begun, out: str, checkpoint: str, as_json: bool) -> None:
+def _finish(trainer, begun, weights, held: float | None, out: str, checkpoint: str, as_json: bool) -> None:
+    """Write OUT from the whole model's `weights` (gathered on rank 0), remove the checkpoint, sum up."""
     from toycards.models.save import save
 
-    held = trainer.eval_loss() if trainer.config.eval_every else None
-    path = save(trainer.model.cpu(), out, tokenizer=begun.tokenizer_path, arch=begun.arch)
+    path = save(trainer.model, out, tokenizer=begun.tokenizer_path, arch=begun.arch, weights=weights)
     Path(checkpoint).unlink(missing_ok=True)
     losses = trainer.losses
     summary = {

@@ -115,13 +115,15 @@ def _is_constant_fill(p, value: np.ndarray) -> bool:
     return const is not None and bool(np.all(value == np.float32(float(const))))
 
 
-def model_tensors(model, bound: Bound) -> dict[str, np.ndarray]:
-    """The file's tensors in card order: name → float32 array as GGUF stores it."""
+def model_tensors(model, bound: Bound, weights=None) -> dict[str, np.ndarray]:
+    """The file's tensors in card order: name → float32 array as GGUF stores it, from `weights`
+    (name → tensor) or else the model's own."""
+    weights = model.w if weights is None else weights
     out: dict[str, np.ndarray] = {}
     for p in bound.params:
         if p.tensor is None and p.const is None:
             continue
-        value = _as_array(model.w[p.key])
+        value = _as_array(weights[p.key])
         if p.tensor is not None and p.tensor in out:  # a tied output: the tensor it came from
             if np.array_equal(value, out[p.tensor]):
                 continue
@@ -175,13 +177,15 @@ def save(
     tokenizer: str | os.PathLike | None = None,
     arch: str | None = None,
     name: str | None = None,
+    weights=None,
 ) -> Path:
     """Write `model` (from `toycards.load`, either target) to a GGUF file at `path`, atomically.
 
     `tokenizer`: a GGUF file whose `tokenizer.*` keys to copy (default: the file the model was
     loaded from, when it has a vocabulary). `arch`: general.architecture (default: the file's,
     else the library's name for the card). `name`: general.name (default: the card's algorithm).
-    Refuses to overwrite the model's own file or the tokenizer's.
+    `weights`: the tensors to write by name instead of the model's own, e.g. the whole state dict
+    gathered from a model that FSDP shards. Refuses to overwrite the model's own file or the tokenizer's.
     """
     import gguf
 
@@ -197,7 +201,7 @@ def save(
     from toycards.lang.printer import render_card
 
     fields = tokenizer_fields(tokenizer) if tokenizer is not None else []
-    tensors = model_tensors(model, bound)
+    tensors = model_tensors(model, bound, weights)
     with atomic_output(out) as part:
         w = gguf.GGUFWriter(str(part), arch)
         w.add_string("general.name", name or f"{card.main.name} (toycards)")

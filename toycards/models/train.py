@@ -4,11 +4,11 @@ Owns: the text as token ids with a held-out tail (`TokenData`), which windows ea
 on (drawn from the seed and the step number alone, so that a resumed run and a run split over
 processes see the same ones), the learning-rate schedule (linear warm-up, cosine decay to a
 tenth), AdamW with decay on matrices only, gradient clipping, gradient accumulation, bfloat16
-autocast, checkpoints (weights, optimizer state, step, and a fingerprint of everything that
-must match to resume), and torch.distributed: under `torchrun`, DistributedDataParallel (gloo
-on CPU, NCCL on CUDA), each process training on its share of every step's windows; rank 0 alone
-reports and writes. Leaves out: where the model comes from (start.py), writing the GGUF file
-(save.py), the progress bar and signals (cli/train.py).
+autocast, and checkpoints (weights, optimizer state, step, and a fingerprint of everything that
+must match to resume). Under `torchrun` each process trains on its share of every step's
+windows; rank 0 alone reports and writes. Leaves out: how the model is spread over processes
+(parallel.py: DDP, or FSDP's shards), where the model comes from (start.py), writing the GGUF
+file (save.py), the progress bar and signals (cli/train.py).
 
 One step's windows: `batch` starts drawn uniformly from the training tokens by
 `numpy.random.default_rng([seed, step])`; process r of W takes the r-th of W equal slices and
@@ -29,13 +29,19 @@ tests/test_train.py checks the halving and the sum, tests/test_train_distributed
 Other splits agree with one another up to float32 rounding (1/3 is not exact; sums of more than
 two terms associate differently).
 
+With `--fsdp` the gradients are reduce-scattered rather than all-reduced (and the first A − 1
+backward passes run with `set_requires_gradient_sync(False)`): the same mean, summed in
+another order, so the run agrees with DDP's up to float32 rounding.
+
 The loss reported for a step: the micro-batches' losses (float32, as Python floats) summed on
 each process, those sums summed over the processes (float64), divided by W·A.
+
+A checkpoint holds the whole model and AdamW's state keyed by parameter name (parallel.py's
+`full_state`, gathered on rank 0 under FSDP), so that any spread of the processes resumes it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import math
 import os
@@ -49,8 +55,9 @@ import torch
 
 from toycards.errors import ToycardsError
 from toycards.fileio import atomic_output
+from toycards.models.parallel import World, full_state, load_full_state, spread, synced
 
-CHECKPOINT_FORMAT = "toycards-checkpoint 1"
+CHECKPOINT_FORMAT = "toycards-checkpoint 2"  # 2: the optimizer's state keyed by parameter name
 EVAL_WINDOWS = 64  # held-out windows scored at each evaluation (non-overlapping, from the start)
 
 
@@ -73,6 +80,7 @@ class TrainConfig:
     save_every: int = 0  # steps between checkpoints; 0: only on interruption
     device: str = "cpu"
     dtype: str = "float32"  # or "bfloat16": autocast for the forward pass, float32 weights
+    fsdp: bool = False  # under torchrun: shard the model over the processes (FSDP2), not replicate it
 
     def warmup_steps(self) -> int:
         return self.steps // 10 if self.warmup < 0 else self.warmup
@@ -158,47 +166,6 @@ def windows(ids: np.ndarray, starts: np.ndarray, seq: int) -> tuple[torch.Tensor
     return torch.from_numpy(rows[:, :-1]), torch.from_numpy(rows[:, 1:])
 
 
-@dataclass
-class World:
-    """This process among those torchrun started (rank 0 of 1 without torchrun)."""
-
-    rank: int = 0
-    size: int = 1
-
-    @classmethod
-    def from_env(cls, device: str) -> World:
-        size = int(os.environ.get("WORLD_SIZE", "1"))
-        if size <= 1:
-            return cls()
-        import torch.distributed as dist
-
-        if not dist.is_initialized():
-            dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
-        return cls(dist.get_rank(), dist.get_world_size())
-
-    def sum(self, value: float) -> float:
-        """`value` summed over the processes (in float64)."""
-        if self.size == 1:
-            return value
-        import torch.distributed as dist
-
-        t = torch.tensor([value], dtype=torch.float64)
-        dist.all_reduce(t)
-        return float(t.item())
-
-    def mean(self, value: float) -> float:
-        return self.sum(value) / self.size
-
-    def any(self, flag: bool) -> bool:
-        return self.mean(float(flag)) > 0
-
-    def barrier(self) -> None:
-        if self.size > 1:
-            import torch.distributed as dist
-
-            dist.barrier()
-
-
 def micro_batch(config: TrainConfig, processes: int) -> int:
     """Windows per micro-batch: `batch` / (processes · accumulate), or a one-line error.
 
@@ -242,17 +209,13 @@ class Trainer:
         if getattr(self.model, "bound", None) is not None:
             freeze_constants(self.model)  # fixed factors such as rope_freqs are not weights
         self.model.to(self.config.device)
-        trained = [p for p in dict.fromkeys(self.model.parameters()) if p.requires_grad]
+        self.net = spread(self.model, self.world, self.config.fsdp, self.config.device)
+        trained = [p for p in dict.fromkeys(self.model.parameters()) if p.requires_grad]  # shards under FSDP
         groups = [
             {"params": [p for p in trained if p.dim() >= 2], "weight_decay": self.config.weight_decay},
             {"params": [p for p in trained if p.dim() < 2], "weight_decay": 0.0},
         ]
         self.optimizer = torch.optim.AdamW(groups, lr=self.config.lr, betas=(0.9, 0.95), eps=1e-8)
-        self.net = self.model
-        if self.world.size > 1:
-            from torch.nn.parallel import DistributedDataParallel
-
-            self.net = DistributedDataParallel(self.model)
 
     def _loss(self, net, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         device = self.config.device
@@ -265,8 +228,8 @@ class Trainer:
         return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), y.flatten())
 
     def _synced(self, last: bool):
-        """DDP all-reduces the gradients on the last micro-batch's backward pass only."""
-        return contextlib.nullcontext() if last or self.world.size == 1 else self.net.no_sync()
+        """The gradients are reduced over the processes on the last micro-batch's backward pass only."""
+        return synced(self.net, self.world, self.config.fsdp, last)
 
     def accumulate_gradient(self, step: int) -> float:
         """Set `.grad` to the gradient of step `step`'s mean loss (over every process's windows,
@@ -301,8 +264,8 @@ class Trainer:
 
     @torch.no_grad()
     def eval_loss(self) -> float:
-        """Mean loss on up to EVAL_WINDOWS non-overlapping held-out windows (same on every process),
-        scored a micro-batch of windows at a time."""
+        """Mean loss on up to EVAL_WINDOWS non-overlapping held-out windows (the same on every
+        process, which all call this: FSDP's forward pass gathers), a micro-batch at a time."""
         held, seq, b = self.data.held_out, self.config.seq, self.micro
         assert held is not None, "eval_loss needs a held-out split (eval_every > 0)"
         starts = np.arange(0, len(held) - seq, seq)[:EVAL_WINDOWS]
@@ -317,16 +280,22 @@ class Trainer:
     def _identity(self) -> dict[str, object]:
         return {**self.fingerprint, **self.config.resumable(), "data": self.data.digest}
 
+    def full_weights(self) -> dict[str, torch.Tensor]:
+        """The whole model's tensors by name on the CPU, on rank 0 (every process calls this)."""
+        return full_state(self.model)[0]
+
     def save_checkpoint(self, path: str) -> None:
-        """Weights, optimizer state, step and identity, written atomically by rank 0."""
+        """Weights, optimizer state, step and identity, gathered (every process calls this) and
+        written atomically by rank 0."""
+        weights, optimizer_state = full_state(self.model, self.optimizer)
         if self.world.rank == 0:
             state = {
                 "format": CHECKPOINT_FORMAT,
                 "step": self.step,
                 "losses": list(self.losses),
                 "identity": self._identity(),
-                "model": self.model.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
+                "model": weights,
+                "optimizer": optimizer_state,
             }
             with atomic_output(path) as part:
                 torch.save(state, part)
@@ -337,10 +306,17 @@ class Trainer:
         if not os.path.isfile(path):
             raise ToycardsError(f"--resume: no checkpoint {path}")
         try:
-            state = torch.load(path, map_location=self.config.device, weights_only=True)
+            state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:  # noqa: BLE001 - any unreadable file is the same one line
             raise ToycardsError(f"{path}: not a toycards checkpoint ({type(e).__name__})") from None
-        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        written = state.get("format") if isinstance(state, dict) else None
+        if (
+            isinstance(written, str)
+            and written.startswith("toycards-checkpoint")
+            and written != CHECKPOINT_FORMAT
+        ):
+            raise ToycardsError(f"{path}: a {written} file; this toycards resumes {CHECKPOINT_FORMAT} only")
+        if written != CHECKPOINT_FORMAT:
             raise ToycardsError(f"{path}: not a toycards checkpoint ({CHECKPOINT_FORMAT})")
         mine, theirs = self._identity(), state["identity"]
         for key, value in mine.items():
@@ -348,8 +324,7 @@ class Trainer:
                 what = {"card": "another card", "tokenizer": "another vocabulary", "data": "another text"}
                 was = what.get(key) or f"{key} = {theirs.get(key)!r}, not {value!r}"
                 raise ToycardsError(f"--resume: the checkpoint {path} was made with {was}")
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_full_state(self.model, self.optimizer, state["model"], state["optimizer"])
         self.step, self.losses = int(state["step"]), [float(v) for v in state["losses"]]
 
 

@@ -2,11 +2,18 @@
 
 Owns: registering each tensor as an `nn.Parameter` at its GGUF name (`blk.0.attn_q.weight`
 is `state_dict()["blk.0.attn_q.weight"]`, through nested module dicts), tied tensors shared
-as one parameter, `__call__` with a KV cache, and the torch side of `ModelAPI`.
+as one parameter, `w` (the forward pass's view of those parameters by name), `__call__` with a
+KV cache, and the torch side of `ModelAPI`.
 Leaves out: the forward pass (generated), loading files (models/load.py). Imported lazily.
+
+`w[name]` reads the parameter its module holds now, not the one registered at first: FSDP
+(`torch.distributed.fsdp.fully_shard`) swaps a module's parameters for sharded ones at rest
+and for gathered ones during the forward pass, and the forward pass must use what it swapped in.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 import torch
@@ -16,7 +23,9 @@ from toycards.runtime.context import KVCache
 from toycards.runtime.model_base import ModelAPI
 
 
-def _register(root: nn.Module, name: str, param: nn.Parameter) -> None:
+def _register(root: nn.Module, name: str, param: nn.Parameter) -> nn.Module:
+    """Register `param` at the dotted `name` under `root`, making the modules on the way; the
+    module that holds it."""
     *path, leaf = name.split(".")
     node = root
     for part in path:
@@ -24,6 +33,31 @@ def _register(root: nn.Module, name: str, param: nn.Parameter) -> None:
             node.add_module(part, nn.Module())
         node = node._modules[part]
     node.register_parameter(leaf, param)
+    return node
+
+
+class Weights(Mapping):
+    """The model's parameters by GGUF name, each read from the module that holds it at the time.
+
+    >>> holder = _register(nn.Module(), "blk.0.attn_q.weight", nn.Parameter(torch.ones(2)))
+    >>> w = Weights({"blk.0.attn_q.weight": holder})
+    >>> holder._parameters["weight"] = nn.Parameter(torch.zeros(2))  # as fully_shard swaps it
+    >>> w["blk.0.attn_q.weight"].tolist()
+    [0.0, 0.0]
+    """
+
+    def __init__(self, holders: dict[str, nn.Module]) -> None:
+        self._at = {name: (module, name.rpartition(".")[2]) for name, module in holders.items()}
+
+    def __getitem__(self, name: str) -> nn.Parameter:
+        module, leaf = self._at[name]
+        return module._parameters[leaf]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._at)
+
+    def __len__(self) -> int:
+        return len(self._at)
 
 
 class TorchModel(nn.Module, ModelAPI):
@@ -31,7 +65,8 @@ class TorchModel(nn.Module, ModelAPI):
         """`shared` maps a tensor name to another whose parameter it reuses (tied weights)."""
         super().__init__()
         self.hp = dict(hp)
-        self.w: dict[str, nn.Parameter] = {}
+        params: dict[str, nn.Parameter] = {}
+        holders: dict[str, nn.Module] = {}
         for name, value in weights.items():
             if shared and name in shared:
                 continue
@@ -40,11 +75,11 @@ class TorchModel(nn.Module, ModelAPI):
                 if not torch.is_tensor(value)
                 else value.float()
             )
-            self.w[name] = nn.Parameter(t)
-            _register(self, name, self.w[name])
+            params[name] = nn.Parameter(t)
+            holders[name] = _register(self, name, params[name])
         for name, other in (shared or {}).items():
-            self.w[name] = self.w[other]
-            _register(self, name, self.w[other])
+            holders[name] = _register(self, name, params[other])
+        self.w = Weights(holders)
 
     def forward(self, x, cache: KVCache | None = None):  # replaced by the generated class
         raise NotImplementedError

@@ -235,7 +235,10 @@ _ROPE_ANGLES: dict = {}
 
 
 def _rope_angles(t, theta, rho, d_h):
-    """cos φ and sin φ of φ_i = (t − 1) / (θ^(2(i−1)/d_h) · ρ_i), kept for the other layers of a pass."""
+    """cos φ and sin φ of φ_i = (t − 1) / (θ^(2(i−1)/d_h) · ρ_i), kept for the other layers of a pass.
+
+    The cache key holds a copy of ρ's bytes: `numpy()` on ρ itself would mark its storage as not
+    resizable, and FSDP frees a gathered parameter (ρ is one) by resizing its storage to 0."""
     t = torch.as_tensor(t)
     if torch.is_grad_enabled():  # training: no sharing of angles between passes
         i = torch.arange(1, d_h // 2 + 1, dtype=torch.float32, device=rho.device)
@@ -246,7 +249,7 @@ def _rope_angles(t, theta, rho, d_h):
         float(t.reshape(-1)[0]),
         float(t.reshape(-1)[-1]),
         float(theta),
-        rho.detach().cpu().numpy().tobytes(),
+        rho.detach().to("cpu", copy=True).numpy().tobytes(),  # a copy: numpy() pins ρ's own storage
         d_h,
         t.device,
     )
