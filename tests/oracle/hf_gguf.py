@@ -38,6 +38,18 @@ and `integrations/ggml.py`, gguf-py 0.19):
   length of `tokenizer.ggml.tokens`. StarCoder2 ignores `rope.freq_base` (the reloaded θ is the
   class default 10000, which llama.cpp also assumes when the key is absent), so the tiny
   StarCoder2 keeps θ = 10000; the file still carries the key, as llama.cpp's converter writes it.
+- Gemma (llama.cpp `conversion/gemma.py` GemmaModel): its own `set_gguf_parameters` writes
+  context/embedding/feed-forward lengths, block and head counts, `head_count_kv`, the RMS ε and
+  `key_length` = `value_length` = `head_dim`, and no `rope.freq_base`, `rope.dimension_count` or
+  `vocab_size`; `modify_tensors` adds 1 to every `*norm.weight` (transformers' GemmaRMSNorm scales by
+  1 + w); `lm_head.weight` is skipped (llama.cpp's gemma unembeds with `token_embd`); Q/K unpermuted.
+- OLMo 2 (`conversion/olmo.py` Olmo2Model): TextModel's keys (`rope.freq_base` from rope_theta; no
+  `key_length`, as OLMo 2's config.json has no head_dim; no `rope.dimension_count`, no
+  `vocab_size`), tensors as named by gguf's map (`post_attention_norm`, `post_ffw_norm`,
+  `attn_q_norm` of H·d_h and `attn_k_norm` of H_kv·d_h entries), Q/K unpermuted, untied `output`.
+- transformers' GGUF loader reads neither gemma (v1) nor olmo2 (`transformers_reads`), so these
+  files are checked against llama.cpp where llama-cpp-python is installed
+  (tests/test_models_oracle.py), and toycards against the in-memory model always.
 """
 
 from __future__ import annotations
@@ -80,6 +92,8 @@ class ArchSpec:
     vocab: str  # "spm" (SentencePiece, tokenizer.ggml.model = llama) or "bpe" (byte-level, gpt2)
     tokenizer_pre: str
     rope: bool = True  # rotary positions and grouped-query heads (everything here but GPT-2)
+    norm_shift: float = 0.0  # added to every `*norm.weight` by the converter (Gemma: RMSNorm scales by 1 + w)
+    absent_keys: tuple[str, ...] = ()  # gguf.Keys templates the converter does not write for this arch
 
 
 _GQA_SHAPE = dict(
@@ -146,6 +160,47 @@ ARCHS: dict[str, ArchSpec] = {
         rms_norm=False,
         vocab="bpe",
         tokenizer_pre="starcoder",
+    ),
+    # conversion/gemma.py GemmaModel: its own set_gguf_parameters (no rope.freq_base, no
+    # rope.dimension_count, no vocab_size; key_length = head_dim), `*norm.weight` + 1, lm_head skipped.
+    "gemma": ArchSpec(
+        gguf.MODEL_ARCH.GEMMA,
+        transformers.GemmaConfig,
+        dict(
+            _ROPE_GQA,
+            num_key_value_heads=1,  # multi-query attention, as Gemma 2B
+            head_dim=32,  # ≠ d_e/H = 16, as Gemma 7B's 256 ≠ 3072/16
+            rms_norm_eps=1e-6,
+            vocab_size=128,
+            tie_word_embeddings=True,
+            hidden_act="gelu_pytorch_tanh",
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+        ),
+        permute_qk=False,
+        rms_norm=True,
+        vocab="spm",
+        tokenizer_pre="default",
+        norm_shift=1.0,
+        absent_keys=(gguf.Keys.LLM.VOCAB_SIZE, gguf.Keys.Rope.DIMENSION_COUNT, gguf.Keys.Rope.FREQ_BASE),
+    ),
+    # conversion/olmo.py Olmo2Model: TextModel's keys (rope.freq_base from rope_theta; no
+    # key_length, the config has no head_dim; no rope.dimension_count, no vocab_size), no permutation.
+    "olmo2": ArchSpec(
+        gguf.MODEL_ARCH.OLMO2,
+        transformers.Olmo2Config,
+        dict(_ROPE_GQA, vocab_size=288, rms_norm_eps=1e-6, rope_theta=5e5, tie_word_embeddings=False),
+        permute_qk=False,
+        rms_norm=True,
+        vocab="bpe",
+        tokenizer_pre="dbrx",
+        absent_keys=(
+            gguf.Keys.LLM.VOCAB_SIZE,
+            gguf.Keys.Rope.DIMENSION_COUNT,
+            gguf.Keys.Attention.KEY_LENGTH,
+            gguf.Keys.Attention.VALUE_LENGTH,
+        ),
     ),
 }
 
@@ -225,6 +280,7 @@ class _Tensor:
     name: str  # the GGUF tensor name
     transpose: bool  # GPT-2 Conv1D
     qk_heads: int | None  # heads to permute over (llama Q: H, K: H_kv), else None
+    shift: float = 0.0  # the converter's norm offset (Gemma: + 1), else 0
 
 
 def _tensor_plan(model: torch.nn.Module, config: Any, arch: str, permute: bool = True) -> list[_Tensor]:
@@ -245,17 +301,20 @@ def _tensor_plan(model: torch.nn.Module, config: Any, arch: str, permute: bool =
             raise ValueError(f"no GGUF name for {arch} parameter {hf_name!r}")
         leaf = name.split(".")[-2]  # blk.0.attn_q.weight → attn_q
         qk = heads.get(leaf) if spec.permute_qk and permute else None
-        plan.append(_Tensor(hf_name, name, hf_name in conv1d, qk))
+        shift = spec.norm_shift if hf_name.endswith("norm.weight") else 0.0
+        plan.append(_Tensor(hf_name, name, hf_name in conv1d, qk, shift))
     return plan
 
 
 def _to_gguf(t: _Tensor, w: np.ndarray) -> np.ndarray:
     w = w.T if t.transpose else w
+    w = w + np.float32(t.shift) if t.shift else w
     return permute_qk(w, t.qk_heads) if t.qk_heads else w
 
 
 def _from_gguf(t: _Tensor, w: np.ndarray) -> np.ndarray:
     w = unpermute_qk(w, t.qk_heads) if t.qk_heads else w
+    w = w - np.float32(t.shift) if t.shift else w  # exact: the stored w + 1 lies in [1, 4)
     return w.T if t.transpose else w
 
 
@@ -347,6 +406,8 @@ def _hparams_kv(config: Any, arch: str, ftype: str) -> dict[str, tuple[Any, VT]]
             Rope.DIMENSION_COUNT: (d_h, VT.UINT32),
             Rope.FREQ_BASE: (rope_theta(config), VT.FLOAT32),
         }
+    for key in spec.absent_keys:
+        kv.pop(key, None)
     return {k.format(arch=a): v for k, v in kv.items()}
 
 
@@ -420,6 +481,17 @@ def write_gguf(
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def transformers_reads(arch: str) -> bool:
+    """Whether transformers' GGUF loader can rebuild a model of `arch` from a file (gemma: no).
+
+    >>> transformers_reads("llama"), transformers_reads("gemma"), transformers_reads("olmo2")
+    (True, False, False)
+    """
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    return gguf.MODEL_ARCH_NAMES[ARCHS[arch].gguf_arch] in GGUF_SUPPORTED_ARCHITECTURES
 
 
 def hf_logits(model: torch.nn.Module, ids: list[int]) -> np.ndarray:
