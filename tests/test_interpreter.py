@@ -25,6 +25,7 @@ import math
 
 import numpy as np
 import pytest
+from gaps import CONSTANT_ENTRIES
 from test_models_oracle import assert_logits_close, bound_library_card, ids_for
 
 from toycards.checker import check
@@ -511,6 +512,16 @@ DISAGREEMENTS = {  # construct → (steps, why the generated module differs)
         "4  X ← X + Σ_{u=1}^{ℓ} e_u · 1^⊺ / ℓ",
         "`Σ_{u=1}^{ℓ} e_u`, a sum over the members of a family: a wrong value",
     ),
+    "entries in the entry algorithm": (
+        "4  for i ∈ [d]: r[i] ← 2\n5  X ← X + r · 1^⊺",
+        "a vector built entry by entry in a model card's own steps: refused ('declare r as an output "
+        "vector so that its size is known'); the cards call prelude `ones` instead",
+    ),
+    "quotient as a hyperparameter argument": (
+        "4  X ← X + [ones(| d / 2); ones(| d / 2)] · 1^⊺",
+        "`ones(| d / 2)`: the dimension quotient is emitted as `d / 2`, a float, and the size of an "
+        "array must be an int; the cards derive `d_r ≔ d_h / 2` and pass d_r",
+    ),
 }
 
 
@@ -526,3 +537,18 @@ def test_generated_module_disagrees_on(construct, target):
     m = tiny_models(DISAGREEMENTS[construct][0], target)
     ids = ids_for(11, 7)
     close_to_reference(m[target].logits(ids), m["reference"](np.asarray(ids)), f"{construct}, {target}")
+
+
+def test_a_vector_of_constant_entries_on_numpy():
+    """`ones(| k)` (gemma.card, olmo2.card): `for i ∈ [n]: y[i] ← 1` in a callee."""
+    m = tiny_models("4  X ← X + [ones(| k); ones(| k)] · 1^⊺", "numpy")
+    ids = ids_for(11, 7)
+    close_to_reference(m["numpy"].logits(ids), m["reference"](np.asarray(ids)), "ones, numpy")
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="no torch")
+@pytest.mark.xfail(strict=True, reason=CONSTANT_ENTRIES)
+def test_a_vector_of_constant_entries_on_torch():
+    m = tiny_models("4  X ← X + [ones(| k); ones(| k)] · 1^⊺", "torch")
+    ids = ids_for(11, 7)
+    close_to_reference(m["torch"].logits(ids), m["reference"](np.asarray(ids)), "ones, torch")
