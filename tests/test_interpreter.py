@@ -3,7 +3,7 @@
 It is held to three independent things:
 
 - **transformers**: every library model card's oracle case (tests/oracle/cases.py: GPT-2, Llama
-  with GQA, Qwen2, Qwen3, StarCoder2), run by `load(file, target="reference")`, gives
+  with GQA, Qwen2, Qwen3, StarCoder2, Gemma, OLMo 2), run by `load(file, target="reference")`, gives
   transformers' logits (F32; |Δ| ≤ 1e-4 as in test_models_oracle.py);
 - **hand-computed values** for each rule docs/card-language.md states: 1-based inclusive slices,
   `rows`, a mask by its entries, Σ, `topk`, families, loops and conditions, copy-on-assign;
@@ -36,7 +36,7 @@ from toycards.library import ARCH_CARDS, library_algorithms
 from toycards.models.load import load
 
 MODEL_CARDS = sorted(set(ARCH_CARDS.values()))  # every library card that describes an architecture
-ORACLE_CASES = ("gpt2", "llama", "qwen2", "qwen3", "starcoder2")  # one per model card
+ORACLE_CASES = ("gpt2", "llama", "qwen2", "qwen3", "starcoder2", "gemma", "olmo2")  # one per model card
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 TARGETS = ("numpy", pytest.param("torch", marks=pytest.mark.skipif(not HAS_TORCH, reason="no torch")))
 T = 9  # tokens per sequence in the generated-vs-interpreter tests

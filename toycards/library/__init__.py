@@ -55,6 +55,8 @@ ARCH_CARDS: dict[str, str] = {
     "qwen2": "qwen2",
     "qwen3": "qwen3",
     "starcoder2": "starcoder2",
+    "gemma": "gemma",
+    "olmo2": "olmo2",
 }
 
 
