@@ -29,11 +29,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "qwen2": ("qwen2", {}),  # q/k/v biases, NEOX rope, tied output, θ = 1e6
     "qwen3": ("qwen3", {}),  # per-head q/k RMSNorm, head_dim 128 ≠ d_e/H = 16, untied
     "starcoder2": ("starcoder2", {}),  # LayerNorm, biases everywhere, GQA, NEOX rope, GELU(tanh) MLP, tied
-    "gemma": (
-        "gemma",
-        {},
-    ),  # √d_e embedding scale, norms stored + 1, MQA 4/1, head_dim 32 ≠ d_e/H, GeGLU, tied
-    "olmo2": ("olmo2", {}),  # post-attention/post-MLP norms only, q/k RMSNorm over the whole width, θ = 5e5
+    "gemma": ("gemma", {}),  # embeddings · √d_e, norms stored + 1, MQA, head_dim 32 ≠ d_e/H, GeGLU
+    "olmo2": ("olmo2", {}),  # norms after attention and MLP only, q/k RMSNorm over the whole width
 }
 
 

@@ -227,25 +227,31 @@ def tiny_model(arch: str, seed: int = 0, **overrides: Any) -> tuple[torch.nn.Mod
         dtype=torch.float32,
         attn_implementation="eager",  # the naive reference
     )
-    _randomise(model, seed)
+    _randomise(model, seed, spec.norm_shift)
     return model.eval(), config
 
 
-def _randomise(model: torch.nn.Module, seed: int) -> None:
+def _randomise(model: torch.nn.Module, seed: int, norm_shift: float = 0.0) -> None:
     """Redraw every parameter so that no weight keeps its default (ones, zeros, tiny normals).
 
-    Embeddings ~ N(0, 0.5²) (logits of a few units), other matrices ~ N(0, 0.1²), norm weights
-    ~ 1 + N(0, 0.1²), biases ~ N(0, 0.1²). Tied tensors are drawn once.
+    As the model applies them: embeddings ~ N(0, 0.5²) (logits of a few units; Gemma multiplies
+    its embeddings by √d_e, so its table is drawn √d_e times smaller), norm weights ~ 1 + N(0, 0.1²)
+    (Gemma applies 1 + w: w ~ N(0, 0.1²)); other matrices and biases ~ N(0, 0.1²). Tied tensors
+    are drawn once.
     """
     gen = torch.Generator().manual_seed(seed)
-    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    embeddings = {  # table → the factor the model multiplies looked-up rows by (Gemma: √d_e)
+        id(m.weight): float(getattr(m, "scalar_embed_scale", 1.0))
+        for m in model.modules()
+        if isinstance(m, torch.nn.Embedding)
+    }
     with torch.no_grad():
         for name, p in model.named_parameters():  # tied parameters are listed once
             noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
             if id(p) in embeddings:
-                p.copy_(0.5 * noise)
+                p.copy_(0.5 / embeddings[id(p)] * noise)
             elif p.ndim == 1 and name.endswith("weight"):
-                p.copy_(1.0 + 0.1 * noise)
+                p.copy_(1.0 - norm_shift + 0.1 * noise)
             else:
                 p.copy_(0.1 * noise)
 
@@ -314,7 +320,7 @@ def _to_gguf(t: _Tensor, w: np.ndarray) -> np.ndarray:
 
 def _from_gguf(t: _Tensor, w: np.ndarray) -> np.ndarray:
     w = unpermute_qk(w, t.qk_heads) if t.qk_heads else w
-    w = w - np.float32(t.shift) if t.shift else w  # exact: the stored w + 1 lies in [1, 4)
+    w = w - np.float32(t.shift) if t.shift else w  # exact for stored values in [0.5, 2] (Sterbenz)
     return w.T if t.transpose else w
 
 
