@@ -204,6 +204,8 @@ ORACLE_CASES = {
     "starcoder2": ["starcoder2"],
     "granite": ["granite"],
     "smollm3": ["smollm3"],
+    "gemma": ["gemma"],
+    "olmo2": ["olmo2"],
 }
 
 
@@ -301,6 +303,7 @@ def _worst(got, expected) -> str:
 
 
 @pytest.mark.parametrize("target", ["numpy", "torch"])
+# gemma and olmo2 are held to transformers in test_models_oracle.py
 @pytest.mark.parametrize(
     "case", ["gpt2", "llama", "llama-tied", "qwen2", "qwen3", "starcoder2", "granite", "smollm3"]
 )

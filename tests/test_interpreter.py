@@ -3,7 +3,7 @@
 It is held to three independent things:
 
 - **transformers**: every library model card's oracle case (tests/oracle/cases.py: GPT-2, Llama
-  with GQA, Qwen2, Qwen3, StarCoder2, Granite, SmolLM3), run by `load(file, target="reference")`, gives
+  with GQA, Qwen2, Qwen3, StarCoder2, Granite, SmolLM3, Gemma, OLMo 2), run by `load(file, target="reference")`, gives
   transformers' logits (F32; |Δ| ≤ 1e-4 as in test_models_oracle.py);
 - **hand-computed values** for each rule docs/card-language.md states: 1-based inclusive slices,
   `rows`, a mask by its entries, Σ, `topk`, families, loops and conditions, copy-on-assign;
@@ -36,7 +36,7 @@ from toycards.models.load import load
 
 MODEL_CARDS = sorted(set(ARCH_CARDS.values()))  # every library card that describes an architecture
 ORACLE_CASES = ("gpt2", "llama", "qwen2", "qwen3", "starcoder2")  # one per model card
-ORACLE_CASES += ("granite", "smollm3")
+ORACLE_CASES += ("granite", "smollm3", "gemma", "olmo2")
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 TARGETS = ("numpy", pytest.param("torch", marks=pytest.mark.skipif(not HAS_TORCH, reason="no torch")))
 T = 9  # tokens per sequence in the generated-vs-interpreter tests
@@ -639,18 +639,9 @@ def test_generated_module_agrees_on(construct, target):
     close_to_reference(got, want, f"{construct}, {target}, a batch of two")
 
 
-# ── found adding granite and smollm3: a vector of ones that no tensor provides ──────────
-# Both cards need RoPE divisors of ones when the file has no rope_freqs.weight (llama.cpp reads
-# none for smollm3). The language can say it, the interpreter computes it, codegen cannot yet:
-# so the cards still bind `from "rope_freqs.weight" or 1`.
+# ── a vector of ones that no tensor provides ───────────────────────────────────────────────
+# The RoPE divisors of a card without rope_freqs (gemma, olmo2) come from the prelude's `ones`.
 ONES = """toycards 1
-
-Algorithm: y ← ones(| n)
-/* A vector of n ones */
-Output: y ∈ ℝ^{{n}}
-Hyperparameters: n ∈ ℕ
-1  for i ∈ [n]: y[i] ← 1
-2  return y
 
 Algorithm: P ← Net(x | θ)
 /* the token embeddings plus a vector of ones */
@@ -685,6 +676,7 @@ ONES_CASES = {  # construct → (steps, {target: why it fails there})
             for t in ("numpy", "torch")
         },
     ),
+    "entries in the entry algorithm": ("4  for i ∈ [d]: r[i] ← 1", {}),
 }
 
 

@@ -15,8 +15,10 @@ from test_models_oracle import assert_logits_close
 from toycards.models.load import load
 
 TARGETS = ("numpy", "torch")
-CASES = ("gpt2", "llama", "qwen3")  # qwen3: per-head q/k norm on the cached keys
-CASES += ("granite", "smollm3")  # granite: scaled queries; smollm3: a layer whose cached keys are not rotated
+# qwen3: per-head q/k norm on the cached keys; granite: scaled queries; smollm3: a layer whose
+# cached keys are not rotated; gemma: √d_e-scaled embeddings, one K/V head; olmo2: q/k norm over
+# the whole width, norms after attention and MLP
+CASES = ("gpt2", "llama", "qwen3", "granite", "smollm3", "gemma", "olmo2")
 ATOL = 1e-5  # same model, same weights: only the order of float32 sums changes
 
 

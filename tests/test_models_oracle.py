@@ -17,12 +17,15 @@ business; here we only show the file is really quantized: that distance is far a
 from __future__ import annotations
 
 import dataclasses
+import json
+import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from oracle.hf_gguf import hf_logits, write_gguf
+from oracle.hf_gguf import hf_logits, transformers_reads, write_gguf
+from test_save_peer import _llama_cpp_python
 
 from toycards.lang import ir
 from toycards.lang.printer import render_card
@@ -32,10 +35,13 @@ from toycards.models.load import load
 
 TARGETS = ("numpy", "torch")
 LENGTHS = (1, 7, 64)
-FAMILIES = ("gpt2", "llama", "llama-tied")  # llama: GQA 4/2 untied; llama-tied: GQA, tied output
-FAMILIES += ("granite", "smollm3")  # transformers cannot read these back: the in-memory model only
+# llama: GQA 4/2 untied; llama-tied: GQA, tied output; granite, smollm3, gemma, olmo2: transformers
+# cannot read their files back: the in-memory model only (and llama.cpp, where installed)
+FAMILIES = ("gpt2", "llama", "llama-tied", "granite", "smollm3", "gemma", "olmo2")
 QUANTIZED = [(c, "F16") for c in ("gpt2", "llama", "llama-tied")] + [(c, "Q8_0") for c in FAMILIES]
 ATOL = 1e-4
+# (case, file type) of the quantized tests: F16 and Q8_0 for the first families, Q8_0 (blocks of 32
+# with an F16 scale, the harder of the two) for those added since, to keep the suite quick
 
 
 def worst(got: np.ndarray, want: np.ndarray) -> str:
@@ -91,9 +97,8 @@ def test_f32_logits_match_transformers(oracle_files, models, case, length):
     f = oracle_files(case, "F32")
     ids = ids_for(f.config.vocab_size, length)
     want = hf_logits(f.model, ids)
-    reloaded = None
-    if transformers_reads_gguf(f.arch):
-        reloaded = hf_logits(oracle_files.reloaded(case, "F32"), ids)
+    reloaded = hf_logits(oracle_files.reloaded(case, "F32"), ids) if transformers_reads(f.arch) else None
+    if reloaded is not None:  # gemma, olmo2: transformers cannot read the file (llama.cpp can, below)
         assert_logits_close(reloaded, want, what=f"{case} transformers(gguf_file=) vs the original model")
     for target in TARGETS:
         got = models(case, "F32", target).logits(ids)
@@ -103,7 +108,7 @@ def test_f32_logits_match_transformers(oracle_files, models, case, length):
             assert_logits_close(got, reloaded, what=f"{case} toycards {target} vs transformers(gguf_file=)")
 
 
-@pytest.mark.parametrize("case,ftype", QUANTIZED)
+@pytest.mark.parametrize("case, ftype", QUANTIZED)
 @pytest.mark.parametrize("target", TARGETS)
 def test_quantized_file_matches_its_dequantized_reference(oracle_files, models, case, ftype, target):
     f = oracle_files(case, ftype)
@@ -123,6 +128,28 @@ def test_oracle_catches_a_missing_qk_permutation(oracle_files, tmp_path):
     ids = ids_for(f.config.vocab_size, 64)
     got, want = load(path, target="numpy").logits(ids), hf_logits(f.model, ids)
     assert np.abs(got - want).max() > 0.1, worst(got, want)
+
+
+# ── llama.cpp itself reads the oracle's files as transformers wrote them ─────────────────
+@pytest.mark.skipif(
+    _llama_cpp_python() is None, reason="llama-cpp-python is not installed (a benchmark dependency)"
+)
+@pytest.mark.parametrize("case", FAMILIES)
+def test_llama_cpp_reads_the_oracle_file_as_the_model_it_came_from(oracle_files, case, tmp_path):
+    """The oracle writes what llama.cpp reads: the only check of gemma's and olmo2's files, which
+    transformers cannot read back. Bound, as a fraction of max |logit|: 2e-5 (float32 in another
+    order, measured 5e-7), except where the MLP uses GELU: llama.cpp's CPU GELU reads an F16 table,
+    so each activation carries up to 2^-11 relative error (measured: gpt2 2.4e-4, gemma 1.4e-4, and
+    gemma 1.2e-6 once transformers' GELU is rounded through F16 as well); 1e-3 there."""
+    f = oracle_files(case, "F32")
+    ids = ids_for(f.config.vocab_size, 12)
+    out = tmp_path / "llama_cpp.npy"
+    script = Path(__file__).resolve().parent / "peers" / "llama_cpp_logits.py"
+    subprocess.run([_llama_cpp_python(), script, f.path, json.dumps(ids), out], check=True, timeout=300)
+    got, want = np.load(out), hf_logits(f.model, ids)
+    act = getattr(f.config, "hidden_act", None) or getattr(f.config, "activation_function", "")
+    bound = (1e-3 if "gelu" in act else 2e-5) * max(1.0, float(np.abs(want).max()))
+    assert_logits_close(got, want, atol=bound, what=f"{case}: llama.cpp vs transformers")
 
 
 # ── numpy and torch agree on every library card that binds tensors ───────────────────────

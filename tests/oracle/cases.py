@@ -31,6 +31,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "starcoder2": ("starcoder2", {}),  # LayerNorm, biases everywhere, GQA, NEOX rope, GELU(tanh) MLP, tied
     "granite": ("granite", {}),  # llama + embedding ×12, residual ×0.22, scores ×0.15, logits ÷2.5; tied
     "smollm3": ("smollm3", {}),  # llama without RoPE in layer 4 (every 4th), 4 layers, θ = 1e5, tied
+    "gemma": ("gemma", {}),  # embeddings · √d_e, norms stored + 1, MQA, head_dim 32 ≠ d_e/H, GeGLU
+    "olmo2": ("olmo2", {}),  # norms after attention and MLP only, q/k RMSNorm over the whole width
 }
 
 

@@ -46,6 +46,18 @@ and `integrations/ggml.py`, gguf-py 0.19):
   non-zero. SmolLM3 writes nothing about its NoPE layers (llama.cpp fixes the step at 4) and its
   config has no head_dim. transformers' GGUF loader reads neither architecture, so their files are
   checked against the in-memory model (and llama.cpp, where installed: test_granite_smollm3.py).
+- Gemma (llama.cpp `conversion/gemma.py` GemmaModel): its own `set_gguf_parameters` writes
+  context/embedding/feed-forward lengths, block and head counts, `head_count_kv`, the RMS ε and
+  `key_length` = `value_length` = `head_dim`, and no `rope.freq_base`, `rope.dimension_count` or
+  `vocab_size`; `modify_tensors` adds 1 to every `*norm.weight` (transformers' GemmaRMSNorm scales by
+  1 + w); `lm_head.weight` is skipped (llama.cpp's gemma unembeds with `token_embd`); Q/K unpermuted.
+- OLMo 2 (`conversion/olmo.py` Olmo2Model): TextModel's keys (`rope.freq_base` from rope_theta; no
+  `key_length`, as OLMo 2's config.json has no head_dim; no `rope.dimension_count`, no
+  `vocab_size`), tensors as named by gguf's map (`post_attention_norm`, `post_ffw_norm`,
+  `attn_q_norm` of H·d_h and `attn_k_norm` of H_kv·d_h entries), Q/K unpermuted, untied `output`.
+- transformers' GGUF loader reads neither gemma (v1) nor olmo2 (`transformers_reads`), so these
+  files are checked against llama.cpp where llama-cpp-python is installed
+  (tests/test_models_oracle.py), and toycards against the in-memory model always.
 """
 
 from __future__ import annotations
@@ -89,8 +101,9 @@ class ArchSpec:
     vocab: str  # "spm" (SentencePiece, tokenizer.ggml.model = llama) or "bpe" (byte-level, gpt2)
     tokenizer_pre: str
     rope: bool = True  # rotary positions and grouped-query heads (everything here but GPT-2)
-    head_dim_keys: bool = True  # attention.key/value_length: the converter writes them for a head_dim
     arch_kv: Callable[[Any], dict[str, tuple[Any, VT]]] | None = None  # the arch's own keys, from the config
+    norm_shift: float = 0.0  # added to every `*norm.weight` by the converter (Gemma: RMSNorm scales by 1 + w)
+    absent_keys: tuple[str, ...] = ()  # gguf.Keys templates the converter does not write for this arch
 
 
 _GQA_SHAPE = dict(
@@ -103,6 +116,10 @@ _GQA_SHAPE = dict(
     rope_theta=10000.0,
 )
 _ROPE_GQA = dict(_GQA_SHAPE, rms_norm_eps=1e-5)
+_NO_HEAD_DIM = (
+    gguf.Keys.Attention.KEY_LENGTH,
+    gguf.Keys.Attention.VALUE_LENGTH,
+)  # no attention.key/value_length
 
 
 def _granite_kv(config: Any) -> dict[str, tuple[Any, VT]]:
@@ -192,7 +209,7 @@ ARCHS: dict[str, ArchSpec] = {
         rms_norm=True,
         vocab="bpe",
         tokenizer_pre="refact",
-        head_dim_keys=False,  # GraniteModel pops head_dim before LlamaModel writes the keys
+        absent_keys=_NO_HEAD_DIM,  # GraniteModel pops head_dim before LlamaModel writes the keys
         arch_kv=_granite_kv,
     ),
     "smollm3": ArchSpec(
@@ -210,7 +227,48 @@ ARCHS: dict[str, ArchSpec] = {
         rms_norm=True,
         vocab="bpe",
         tokenizer_pre="llama-bpe",
-        head_dim_keys=False,  # SmolLM3's config has no head_dim
+        absent_keys=_NO_HEAD_DIM,  # SmolLM3's config has no head_dim
+    ),
+    # conversion/gemma.py GemmaModel: its own set_gguf_parameters (no rope.freq_base, no
+    # rope.dimension_count, no vocab_size; key_length = head_dim), `*norm.weight` + 1, lm_head skipped.
+    "gemma": ArchSpec(
+        gguf.MODEL_ARCH.GEMMA,
+        transformers.GemmaConfig,
+        dict(
+            _ROPE_GQA,
+            num_key_value_heads=1,  # multi-query attention, as Gemma 2B
+            head_dim=32,  # ≠ d_e/H = 16, as Gemma 7B's 256 ≠ 3072/16
+            rms_norm_eps=1e-6,
+            vocab_size=128,
+            tie_word_embeddings=True,
+            hidden_act="gelu_pytorch_tanh",
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+        ),
+        permute_qk=False,
+        rms_norm=True,
+        vocab="spm",
+        tokenizer_pre="default",
+        norm_shift=1.0,
+        absent_keys=(gguf.Keys.LLM.VOCAB_SIZE, gguf.Keys.Rope.DIMENSION_COUNT, gguf.Keys.Rope.FREQ_BASE),
+    ),
+    # conversion/olmo.py Olmo2Model: TextModel's keys (rope.freq_base from rope_theta; no
+    # key_length, the config has no head_dim; no rope.dimension_count, no vocab_size), no permutation.
+    "olmo2": ArchSpec(
+        gguf.MODEL_ARCH.OLMO2,
+        transformers.Olmo2Config,
+        dict(_ROPE_GQA, vocab_size=288, rms_norm_eps=1e-6, rope_theta=5e5, tie_word_embeddings=False),
+        permute_qk=False,
+        rms_norm=True,
+        vocab="bpe",
+        tokenizer_pre="dbrx",
+        absent_keys=(
+            gguf.Keys.LLM.VOCAB_SIZE,
+            gguf.Keys.Rope.DIMENSION_COUNT,
+            gguf.Keys.Attention.KEY_LENGTH,
+            gguf.Keys.Attention.VALUE_LENGTH,
+        ),
     ),
 }
 
@@ -237,25 +295,31 @@ def tiny_model(arch: str, seed: int = 0, **overrides: Any) -> tuple[torch.nn.Mod
         dtype=torch.float32,
         attn_implementation="eager",  # the naive reference
     )
-    _randomise(model, seed)
+    _randomise(model, seed, spec.norm_shift)
     return model.eval(), config
 
 
-def _randomise(model: torch.nn.Module, seed: int) -> None:
+def _randomise(model: torch.nn.Module, seed: int, norm_shift: float = 0.0) -> None:
     """Redraw every parameter so that no weight keeps its default (ones, zeros, tiny normals).
 
-    Embeddings ~ N(0, 0.5²) (logits of a few units), other matrices ~ N(0, 0.1²), norm weights
-    ~ 1 + N(0, 0.1²), biases ~ N(0, 0.1²). Tied tensors are drawn once.
+    As the model applies them: embeddings ~ N(0, 0.5²) (logits of a few units; Gemma multiplies
+    its embeddings by √d_e, so its table is drawn √d_e times smaller), norm weights ~ 1 + N(0, 0.1²)
+    (Gemma applies 1 + w: w ~ N(0, 0.1²)); other matrices and biases ~ N(0, 0.1²). Tied tensors
+    are drawn once.
     """
     gen = torch.Generator().manual_seed(seed)
-    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    embeddings = {  # table → the factor the model multiplies looked-up rows by (Gemma: √d_e)
+        id(m.weight): float(getattr(m, "scalar_embed_scale", 1.0))
+        for m in model.modules()
+        if isinstance(m, torch.nn.Embedding)
+    }
     with torch.no_grad():
         for name, p in model.named_parameters():  # tied parameters are listed once
             noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
             if id(p) in embeddings:
-                p.copy_(0.5 * noise)
+                p.copy_(0.5 / embeddings[id(p)] * noise)
             elif p.ndim == 1 and name.endswith("weight"):
-                p.copy_(1.0 + 0.1 * noise)
+                p.copy_(1.0 - norm_shift + 0.1 * noise)
             else:
                 p.copy_(0.1 * noise)
 
@@ -290,6 +354,7 @@ class _Tensor:
     name: str  # the GGUF tensor name
     transpose: bool  # GPT-2 Conv1D
     qk_heads: int | None  # heads to permute over (llama Q: H, K: H_kv), else None
+    shift: float = 0.0  # the converter's norm offset (Gemma: + 1), else 0
 
 
 def _tensor_plan(model: torch.nn.Module, config: Any, arch: str, permute: bool = True) -> list[_Tensor]:
@@ -310,17 +375,20 @@ def _tensor_plan(model: torch.nn.Module, config: Any, arch: str, permute: bool =
             raise ValueError(f"no GGUF name for {arch} parameter {hf_name!r}")
         leaf = name.split(".")[-2]  # blk.0.attn_q.weight → attn_q
         qk = heads.get(leaf) if spec.permute_qk and permute else None
-        plan.append(_Tensor(hf_name, name, hf_name in conv1d, qk))
+        shift = spec.norm_shift if hf_name.endswith("norm.weight") else 0.0
+        plan.append(_Tensor(hf_name, name, hf_name in conv1d, qk, shift))
     return plan
 
 
 def _to_gguf(t: _Tensor, w: np.ndarray) -> np.ndarray:
     w = w.T if t.transpose else w
+    w = w + np.float32(t.shift) if t.shift else w
     return permute_qk(w, t.qk_heads) if t.qk_heads else w
 
 
 def _from_gguf(t: _Tensor, w: np.ndarray) -> np.ndarray:
     w = unpermute_qk(w, t.qk_heads) if t.qk_heads else w
+    w = w - np.float32(t.shift) if t.shift else w  # exact for stored values in [0.5, 2] (Sterbenz)
     return w.T if t.transpose else w
 
 
@@ -412,8 +480,8 @@ def _hparams_kv(config: Any, arch: str, ftype: str) -> dict[str, tuple[Any, VT]]
             Rope.DIMENSION_COUNT: (d_h, VT.UINT32),
             Rope.FREQ_BASE: (rope_theta(config), VT.FLOAT32),
         }
-        if not spec.head_dim_keys:
-            del kv[Att.KEY_LENGTH], kv[Att.VALUE_LENGTH]
+    for key in spec.absent_keys:
+        kv.pop(key, None)
     if spec.arch_kv is not None:
         kv |= spec.arch_kv(config)
     return {k.format(arch=a): v for k, v in kv.items()}
@@ -489,6 +557,17 @@ def write_gguf(
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def transformers_reads(arch: str) -> bool:
+    """Whether transformers' GGUF loader can rebuild a model of `arch` from a file (gemma: no).
+
+    >>> transformers_reads("llama"), transformers_reads("gemma"), transformers_reads("olmo2")
+    (True, False, False)
+    """
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    return gguf.MODEL_ARCH_NAMES[ARCHS[arch].gguf_arch] in GGUF_SUPPORTED_ARCHITECTURES
 
 
 def hf_logits(model: torch.nn.Module, ids: list[int]) -> np.ndarray:

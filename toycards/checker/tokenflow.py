@@ -41,6 +41,7 @@ class CachePlan:
     span: Span | None = None
     extend: dict[int, tuple[int, ...]] = field(default_factory=dict)  # id(call) → inputs the cache extends
     query_dims: dict[str, frozenset[str]] = field(default_factory=dict)  # algorithm → its token dimensions
+    positional: set[int] = field(default_factory=set)  # id(index) of `W_p[:, t]`: a token's position picks
 
     @property
     def cached(self) -> bool:
@@ -81,7 +82,7 @@ def cache_plan(card: ir.Card, result: CheckResult, prelude: CheckResult | None =
         flow.algorithm(main, frozenset({seq.name}), frozenset(), frozenset(), {})
     except Recompute as r:
         return CachePlan(r.message, r.span, {}, {main.name: frozenset({seq.name})})
-    return CachePlan("", None, flow.extend, flow.query_dims)
+    return CachePlan("", None, flow.extend, flow.query_dims, flow.positional)
 
 
 class _Flow:
@@ -90,6 +91,7 @@ class _Flow:
         self.own = {id(a) for a in card.algorithms}
         self.extend: dict[int, tuple[int, ...]] = {}
         self.query_dims: dict[str, frozenset[str]] = {}
+        self.positional: set[int] = set()
         self.done: dict[tuple, str | None] = {}
         self.mask_site: ir.MaskDef | None = None  # the last mask written at a call, for messages
 
@@ -309,6 +311,8 @@ class _Frame:
             self.expr(i)
             if axis == "q" and self.token_var(i) != "q":
                 raise Recompute(e, "picks a token by a fixed or computed index, not a map's token variable")
+            if axis == "" and self.token_var(i) == "q":  # not per token: the absolute position picks
+                self.flow.positional.add(id(e))
 
     def sum(self, e: ir.Sum) -> str | None:
         self.expr(e.lo)

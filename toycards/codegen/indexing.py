@@ -29,7 +29,7 @@ class IndexEmitter:
             )
         full = [isinstance(i, ir.Slice) and i.lo is None and i.hi is None for i in idx]
         if len(idx) == 2 and full[0] and not isinstance(idx[1], ir.Slice):
-            return self._column(base, base_name, idx[1])
+            return self._column(base, base_name, idx[1], e)
         if len(idx) == 2 and all(isinstance(i, ir.Name) and i.id in self.scope.maps for i in idx):
             return base.with_(
                 code=self.code_layout(base), rank=0, layout="code", fams=base.fams | {i.id for i in idx}
@@ -46,7 +46,7 @@ class IndexEmitter:
                 return base.with_(code=f"{base.code}[{lo}:{hi}]")
             return base.with_(code=f"{base.code}[..., {lo}:{hi}]")
         if len(idx) == 2 and isinstance(idx[0], ir.Slice) and not isinstance(idx[1], ir.Slice):
-            col = self._column(base, base_name, idx[1])  # `X[a:b, t]`: rows a … b of column t
+            col = self._column(base, base_name, idx[1], e)  # `X[a:b, t]`: rows a … b of column t
             lo, hi = self._slice_bounds(idx[0])
             return col.with_(code=f"{paren(col.code)}[..., {lo}:{hi}]")
         if len(idx) == 1 and base.rank == 1 and isinstance(idx[0], ir.Slice):  # `x[a:b]`
@@ -57,7 +57,7 @@ class IndexEmitter:
         if len(idx) == 2 and isinstance(idx[1], ir.Slice) and not base.windowed:
             return self._block(e, base)  # `X[a:b, c:d]`, `X[i, :]`, `X[i, c:d]`
         if len(idx) == 2 and not any(isinstance(i, ir.Slice) for i in idx):
-            col = self._column(base, base_name, idx[1])  # `X[i, t]`: entry i of column t
+            col = self._column(base, base_name, idx[1], e)  # `X[i, t]`: entry i of column t
             entry = self._element(col, None, idx[0])
             t = idx[1].id if isinstance(idx[1], ir.Name) and idx[1].id in self.scope.maps else None
             if t is None or free_names(idx[0]) & set(self.scope.maps):
@@ -105,7 +105,7 @@ class IndexEmitter:
             return base.with_(code=f"{base.code}[{r}, {c}]")
         return base.with_(code=f"{paren(base.code)}[..., {c}, {r}]", layout="code")
 
-    def _column(self, base: Val, base_name: str | None, i: ir.Expr) -> Val:
+    def _column(self, base: Val, base_name: str | None, i: ir.Expr, e: ir.Index) -> Val:
         s = self.scope
         if isinstance(i, ir.Name) and i.id in s.maps:
             m = s.maps[i.id]
@@ -113,7 +113,10 @@ class IndexEmitter:
             col = (
                 declared.dims[1] if isinstance(declared, ir.TensorType) and len(declared.dims) == 2 else None
             )
-            every = self.dim(col) == m.bound_code if col is not None else base.windowed and m.windowed
+            if m.windowed and self.em.plan.cached:  # the checker's shapes say whether base is per token
+                every = id(e) not in self.em.plan.positional
+            else:
+                every = self.dim(col) == m.bound_code if col is not None else base.windowed and m.windowed
             if every or base.fams & set(s.maps):  # t runs over all of the columns
                 return Val(
                     self.code_layout(base), 1, fams=base.fams | {i.id}, windowed=base.windowed or m.windowed

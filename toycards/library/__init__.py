@@ -57,6 +57,8 @@ ARCH_CARDS: dict[str, str] = {
     "starcoder2": "starcoder2",
     "granite": "granite",
     "smollm3": "smollm3",
+    "gemma": "gemma",
+    "olmo2": "olmo2",
 }
 
 
