@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from toycards.codegen.code import expr_text, int_literal, paren, parse_expr, shifted, union_fams
-from toycards.codegen.scope import AFTER, Family, family_key, free_names, relayout, run_time_hypers
+from toycards.codegen.code import expr_text, int_literal, paren, parse_expr, relayout, shifted, union_fams
+from toycards.codegen.scope import AFTER, Family, family_key, free_names, run_time_hypers
 from toycards.codegen.values import HEAD_PICKING, MapVar, Val
 from toycards.errors import ToycardsError
 from toycards.lang import ir

@@ -37,6 +37,25 @@ def paren(code: str) -> str:
     return code
 
 
+def relayout(code: str, have: int, want: int, rank: int) -> str | None:
+    """`code` with `have` axes after a mapped axis, laid out with `want` axes after it instead
+    (size-1 axes inserted or dropped right after the mapped axis); None when a member of this
+    rank does not fit in `want` axes.
+
+    >>> relayout("mu", 0, 2, 0), relayout("e", 1, 2, 1), relayout("s", 1, 0, 0), relayout("Y", 2, 2, 2)
+    ('mu[..., None, None]', 'e[..., None, :]', 's[..., 0]', 'Y')
+    >>> relayout("e", 1, 0, 1) is None
+    True
+    """
+    if rank > want:
+        return None
+    if have == want:
+        return code
+    if have < want:
+        return f"{paren(code)}[..., {', '.join(['None'] * (want - have) + [':'] * have)}]"
+    return f"{paren(code)}[..., {', '.join(['0'] * (have - want) + [':'] * want)}]"
+
+
 def name_code(parts: list[tuple[str, str]]) -> str:
     """A tensor-name expression: a readable f-string for plain names, else literal concatenation."""
     if all(kind == "expr" or re.fullmatch(r"[\w.\-]*", text) for kind, text in parts):

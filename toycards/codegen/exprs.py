@@ -21,10 +21,11 @@ from toycards.codegen.code import (
     name_code,
     paren,
     parse_expr,
+    relayout,
     union_fams,
 )
 from toycards.codegen.indexing import IndexEmitter
-from toycards.codegen.scope import AFTER, Family, Scope, family_key, free_names, relayout
+from toycards.codegen.scope import AFTER, Family, Scope, family_key, free_names
 from toycards.codegen.values import MapVar, Val
 from toycards.errors import ToycardsError
 from toycards.lang import ir
