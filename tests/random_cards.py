@@ -621,7 +621,7 @@ def token_scalars(c: Draft, at: Place) -> list[str]:
     """A scalar per token from entries of its column (`Σ_i X[i, t]^2`, `X[1, t]`), then used per token."""
     s, u = c.column(), c.column()
     if c.flag("fixed_row_mapped_entry"):
-        first = f"for t ∈ [ℓ]: {s}_t ← X[1, t] − X[d, t]  ▷ a scalar per token"
+        first = f"for t ∈ [ℓ]: {s}_t ← (X[1, t] − X[d, t])^2  ▷ a scalar per token, ≥ 0 under √ below"
     else:
         first = f"for t ∈ [ℓ]: {s}_t ← Σ_{{i=1}}^{{d}} X[i, t]^2 / d  ▷ a scalar per token"
     return [first, f"for t ∈ [ℓ]: {u}_t ← X[:, t] / √({s}_t + 1)", f"X ← X + [{u}_1, …, {u}_ℓ]"]

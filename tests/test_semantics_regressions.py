@@ -306,3 +306,48 @@ def test_slices_rows_and_numbers_side_by_side_count_from_one():
         picks = generated_function(text, target, call="picks(W)[1:3]", name="picks")
         got = np.asarray(picks(arr(A.T)), dtype=np.float64).reshape(-1)
         assert got.tolist() == [3, 2, 7 * 2 + 8 * 5 + 9 * 8, 3], target
+
+
+EXP_RATIO = """
+Algorithm: α ← F(s)
+/* the paper's softmax written out: exp over a Σ of exp */
+Input: s ∈ ℝ^{n}
+Output: α ∈ ℝ^{n}
+1  for t ∈ [n]: α[t] ← exp(s[t]) / Σ_{u=1}^{n} exp(s[u])
+2  return α
+"""
+
+EXP_RATIO_COLUMNS = """
+Algorithm: y ← F(e, Z)
+/* Algorithm 3's weights: the scores of the context tokens, exp over a Σ of exp */
+Input:
+  e ∈ ℝ^{d}
+  Z ∈ ℝ^{d×T}
+Output: y ∈ ℝ^{T}
+1  for t ∈ [T]: α_t ← exp(e^⊺ · Z[:, t]) / Σ_{u=1}^{T} exp(e^⊺ · Z[:, u])
+2  return y = [α_1; …; α_T]
+"""
+
+
+def _softmax64(s):
+    s = np.asarray(s, np.float64)
+    w = np.exp(s - s.max())
+    return w / w.sum()
+
+
+def test_exp_over_a_sum_of_exp_holds_scores_whose_exp_overflows_float32():
+    """exp(100) overflows float32 (inf / inf = nan); the quotient is exp(s − m) / Σ exp(s − m)."""
+    s = [100.0, 98.0, 10.0, -5.0]
+    want = _softmax64(s)  # by hand: e^0, e^−2, … over their sum
+    assert abs(want[0] - 1 / (1 + np.exp(-2) + np.exp(-90) + np.exp(-105))) < 1e-12
+    for target, arr in targets():
+        got = np.asarray(generated_function(EXP_RATIO, target)(arr(s)), dtype=np.float64)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-30, err_msg=target)
+    e, z = np.array([10.0, -4.0]), np.array([[12.0, 1.0, -3.0], [2.0, 0.5, 1.0]])
+    want = _softmax64(e @ z)  # scores 112, 8, −34
+    for target, arr in targets():
+        f = generated_function(EXP_RATIO_COLUMNS, target, call="F(X[:, t], X)")
+        got = np.asarray(
+            f(arr(e), arr(z.T)), dtype=np.float64
+        )  # Z laid out as code keeps it: row t is Z[:, t]
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-30, err_msg=target)

@@ -231,6 +231,7 @@ class CallEmitter:
                     return None
             m.kind = kind
             v = self.expr(body)
+            exponent = self.expr(body.args[0]) if is_exp(body) and var in v.fams else None
         finally:
             s.maps.pop(var)
         if var not in v.fams and not m.used_as_value:  # every term the same: n times the term
@@ -241,11 +242,21 @@ class CallEmitter:
                 f"  # {var} ∈ [{n}]"
             )
         if m.kind == "element":
-            code = f"ops.sum_last({v.code})"  # […, n] → an array scalar […, 1]
+            reduce = "ops.sum_last({})"  # […, n] → an array scalar […, 1]
         else:  # the terms' axis of i, before their own axes: dropped
-            code = f"ops.sum_axis({v.code}, {-1 - AFTER[m.kind]})"
-            code += "[..., 0, :]" if m.kind == "block" and v.rank < 2 else ""
-        return Val(code, v.rank, fams=v.fams - {var}, windowed=v.windowed)
+            reduce = f"ops.sum_axis({{}}, {-1 - AFTER[m.kind]})"
+            reduce += "[..., 0, :]" if m.kind == "block" and v.rank < 2 else ""
+        out = Val(reduce.format(v.code), v.rank, fams=v.fams - {var}, windowed=v.windowed)
+        if exponent is None:
+            return out
+        # Σ exp(b) = e^m · Σ exp(b − m), m the largest term's b: a quotient exp(a) / Σ exp(b)
+        # (`binop`) divides exp(a − m) by Σ exp(b − m), which float32 holds where e^b overflows.
+        b, top = s.ns.fresh("b"), s.ns.fresh("b_max")
+        axis = -1 if m.kind == "element" else -1 - AFTER[m.kind]
+        self.pre.append(f"{b} = {exponent.code}")
+        self.pre.append(f"{top} = ops.max_keep({b}, {axis})")
+        scaled, shift = reduce.format(f"ops.exp({b} - {top})"), reduce.format(top) if axis != -1 else top
+        return out.with_(code=f"ops.exp({shift}) * {paren(scaled)}", exp_shift=(scaled, shift))
 
     def _loop_sum(self, var: str, body: ir.Expr, n: str, numbers_only: bool) -> Val | None:
         """`sum(term for k in range(1, n + 1))`, k a Python number in each term; with
@@ -306,3 +317,8 @@ class CallEmitter:
         return Val(f"ops.cat_cols([{', '.join(columns)}])", 2, fams=fams)  # matrices side by side
 
     # ── assignments ────────────────────────────────────────────────────────────────────
+
+
+def is_exp(e: ir.Expr) -> bool:
+    """`exp(b)`, the builtin."""
+    return isinstance(e, ir.Call) and e.func == "exp" and len(e.args) == 1 and not e.params

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from toycards.codegen.assign import AssignEmitter
-from toycards.codegen.calls import CallEmitter
+from toycards.codegen.calls import CallEmitter, is_exp
 from toycards.codegen.code import (
     COMPARE,
     name_code,
@@ -275,6 +275,15 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
         return v.with_(code=f"not {paren(v.code)}" if v.py else f"~{paren(v.code)}", boolean=True)
 
     def binop(self, e: ir.BinOp) -> Val:
+        if e.op == "/" and isinstance(e.right, ir.Sum) and is_exp(e.left):
+            b = self.expr(e.right)
+            if b.exp_shift is not None:  # exp(a) / Σ exp(b) as exp(a − m) / Σ exp(b − m)
+                scaled, shift = b.exp_shift
+                lowered = self._elementwise(
+                    self.expr(e.left.args[0]), b.with_(code=shift, exp_shift=None), "-"
+                )
+                top = lowered.with_(code=f"ops.exp({lowered.code})")
+                return self._elementwise(top, b.with_(code=scaled, exp_shift=None), "/")
         a, b = self.expr(e.left), self.expr(e.right)
         if e.op in COMPARE:
             return Val(
@@ -300,8 +309,6 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
         if e.op == "mod":
             return self._elementwise(a, b, "%")
         op = {"+": "+", "-": "-", "⊙": "*", "/": "/"}[e.op]
-        if e.op == "/" and a.py and b.py and re.fullmatch(r"[\w.()]+", a.code + b.code) is None:
-            pass
         return self._elementwise(a, b, op)
 
     def _elementwise(self, a: Val, b: Val, op: str) -> Val:

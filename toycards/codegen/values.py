@@ -38,6 +38,7 @@ class Val:
     gather: tuple | None = (
         None  # (family array, index list code, axis, index expression) this value picks from
     )
+    exp_shift: tuple[str, str] | None = None  # a Σ of exp(b): (Σ exp(b − m), m), m the largest b
 
     def with_(self, **kw) -> Val:
         return replace(self, **kw)

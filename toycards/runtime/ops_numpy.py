@@ -100,6 +100,11 @@ def sum_axis(x, axis):
     return np.sum(x, axis=axis)
 
 
+def max_keep(x, axis):
+    """The largest entry along one axis, kept as a size-1 axis (the shift of a stable Σ exp)."""
+    return np.max(x, axis=axis, keepdims=True)
+
+
 def max_last(x):
     return np.max(x, axis=-1, keepdims=True)
 

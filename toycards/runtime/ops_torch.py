@@ -73,6 +73,11 @@ def sum_axis(x, axis):
     return torch.sum(x, dim=axis)
 
 
+def max_keep(x, axis):
+    """The largest entry along one axis, kept as a size-1 axis (the shift of a stable Σ exp)."""
+    return x.amax(axis, keepdim=True)
+
+
 def max_last(x):
     return x.amax(-1, keepdim=True)
 
