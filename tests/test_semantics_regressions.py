@@ -351,3 +351,58 @@ def test_exp_over_a_sum_of_exp_holds_scores_whose_exp_overflows_float32():
             f(arr(e), arr(z.T)), dtype=np.float64
         )  # Z laid out as code keeps it: row t is Z[:, t]
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-30, err_msg=target)
+
+
+REVERSED = """
+Algorithm: y ← F(v)
+/* the entries backwards, plus the entries as they are */
+Input: v ∈ ℝ^{n}
+Output: y ∈ ℝ^{n}
+1  for i ∈ [n]: y[i] ← v[n + 1 − i] · i + v[i]
+2  return y
+"""
+
+
+def test_an_index_counting_down_reads_the_entries_backwards():
+    v = [1.0, 2.0, 3.0, 5.0]
+    want = [5 * 1 + 1, 3 * 2 + 2, 2 * 3 + 3, 1 * 4 + 5]  # y[i] = v[5 − i] · i + v[i]
+    for target, arr in targets():
+        got = np.asarray(generated_function(REVERSED, target)(arr(v)), dtype=np.float64)
+        np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=target)
+
+
+IF_ELSE = """
+Algorithm: y ← F(v)
+/* even entries doubled, odd ones negated, and the odd ones past the third then halved */
+Input: v ∈ ℝ^{n}
+Output: y ∈ ℝ^{n}
+1  for i ∈ [n] do
+2    if i mod 2 = 0 then
+3      y[i] ← 2 · v[i]
+4    else
+5      y[i] ← −v[i]
+6      if i > 3 then
+7        y[i] ← y[i] / 2
+8      end
+9    end
+10 end
+11 return y
+"""
+
+
+def test_if_else_inside_a_map_picks_each_entrys_branch():
+    v = [1.0, 2.0, 5.0, 4.0, 7.0]
+    want = [-1.0, 4.0, -5.0, 8.0, -3.5]  # i = 1 … 5: −v1, 2·v2, −v3, 2·v4, −v5 / 2
+    for target, arr in targets():
+        got = np.asarray(generated_function(IF_ELSE, target)(arr(v)), dtype=np.float64)
+        np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=target)
+
+
+def test_a_name_one_branch_of_a_map_if_defines_is_refused_at_the_if():
+    import pytest
+
+    from toycards.errors import ToycardsError
+
+    text = IF_ELSE.replace("5      y[i] ← −v[i]", "5      z[i] ← −v[i]").replace("y[i] / 2", "z[i] / 2")
+    with pytest.raises(ToycardsError, match="defined in one branch"):
+        generated_function(text, "numpy")

@@ -102,6 +102,18 @@ def affine(e: ir.Expr, names: set[str]) -> tuple[str, int, ir.Expr | None] | Non
     return None
 
 
+def reversed_index(e: ir.Expr, names: set[str]) -> tuple[str, ir.Expr] | None:
+    """`c − i` → ("i", c), c free of map variables (`n + 1 − i` reads the entries backwards).
+
+    >>> reversed_index(parse_expr("n + 1 − i"), {"i"})[0], reversed_index(parse_expr("i − 1"), {"i"})
+    ('i', None)
+    """
+    if isinstance(e, ir.BinOp) and e.op in ("-", "−") and isinstance(e.right, ir.Name):
+        if e.right.id in names and not (free_names(e.left) & names):
+            return e.right.id, e.left
+    return None
+
+
 def _fold(op: str, a: ir.Expr, b: ir.Expr) -> ir.Expr | None:
     """a op b, as one literal when both are whole numbers (None for a zero offset)."""
     x, y = int_literal(a), int_literal(b)

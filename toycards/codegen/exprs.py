@@ -272,7 +272,7 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
             return v.with_(code=f"-{paren(v.code)}")
         if e.op == "√":
             return v.with_(code=f"math.sqrt({v.code})" if v.py else f"ops.sqrt({v.code})")
-        return v.with_(code=f"not {paren(v.code)}" if v.py else f"~{paren(v.code)}", boolean=True)
+        return v.with_(code=f"not {paren(v.code)}" if v.py else f"ops.logical_not({v.code})", boolean=True)
 
     def binop(self, e: ir.BinOp) -> Val:
         if e.op == "/" and isinstance(e.right, ir.Sum) and is_exp(e.left):
@@ -387,9 +387,9 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
                 fams=fams,
                 windowed=win,
             )
-        if a.rank == 2:
-            rhs = self.code_layout(b) if b.rank == 2 else b.code
-            return Val(f"ops.matmul({rhs}, {self.code_layout(a)})", b.rank, fams=fams, windowed=win)
+        if a.rank == 2:  # a map variable only one side carries gets its axis on the other too
+            lhs, rhs = self._align(a, self.code_layout(a), b, self.code_layout(b) if b.rank == 2 else b.code)
+            return Val(f"ops.matmul({rhs}, {lhs})", b.rank, fams=fams, windowed=win)
         raise ToycardsError(
             "a vector on the left of `·` must be transposed (`a^⊺ · b`) or broadcast (`b · 1^⊺`)"
         )

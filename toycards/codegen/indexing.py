@@ -8,7 +8,7 @@ Leaves out: names and operators (exprs.py), calls (calls.py), writes (assign.py)
 
 from __future__ import annotations
 
-from toycards.codegen.code import affine, expr_text, int_literal, paren, union_fams
+from toycards.codegen.code import affine, expr_text, int_literal, paren, reversed_index, union_fams
 from toycards.codegen.scope import free_names
 from toycards.codegen.values import MapVar, Val
 from toycards.errors import ToycardsError
@@ -177,6 +177,14 @@ class IndexEmitter:
             if not free_names(i) & set(s.maps):  # a hyperparameter or loop index: one entry
                 k = self.int_code(i)
                 return Val(f"{base.code}[..., {paren(k)} - 1:{paren(k)}]", 0, fams=base.fams)
+            back = reversed_index(i, set(s.maps))
+            if back is not None:  # `c − i`, i = 1 … n: entries c − 1 down to c − n, read backwards
+                var, c = back
+                m, last = s.maps[var], paren(self.int_code(c))
+                code = f"ops.flip_last({base.code}[..., {last} - 1 - {paren(m.bound_code)}:{last} - 1])"
+                if not base.fams & set(s.maps):
+                    code = self.laid_out(code, 0, m, 0, expr_text(i))
+                return base.with_(code=code, fams=base.fams | {var}, rank=0)
             raise ToycardsError("an element index must be affine in a map variable (e.g. 2·i − 1, i + d/2)")
         var, scale, offset = aff
         m = s.maps[var]

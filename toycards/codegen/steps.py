@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from toycards.codegen.code import paren
 from toycards.codegen.exprs import ExprEmitter
 from toycards.codegen.module import comment_safe
 from toycards.codegen.scope import AFTER, Scope, family_key, free_names, run_time_hypers
@@ -176,8 +177,11 @@ class StepEmitter:
             inner_pad = ""
             for st in s.body:
                 self.number += 1
-                lines.append(inner_pad + self.note(st))
-                self._map_body(st, lines, maps)
+                if isinstance(st, ir.If) and not st.inline:
+                    lines.append(self.note(st, f"if {self.em.renderer.expr(st.cond)} then"))
+                else:
+                    lines.append(inner_pad + self.note(st))
+                self._map_body(st, lines, maps, numbered=True)
             out += [pad + line for line in self._var_defs(maps) + lines]
             self.number += 1  # `end`
         self.number += merged_ends
@@ -195,7 +199,7 @@ class StepEmitter:
             for m in maps.values():
                 m.kind = "pending"
             for st in s.body:
-                a = st.then[0] if isinstance(st, ir.If) and st.then else st
+                a = next(iter(assignments((st,))), st)
                 target = a.target if isinstance(a, ir.Assign) else None
                 for v in maps:
                     ranks[v] = max(ranks[v], self.ex.indexed_rank(st, v))
@@ -228,25 +232,88 @@ class StepEmitter:
             )
         return out
 
-    def _map_body(self, st: ir.Stmt, out: list[str], maps: dict[str, MapVar]) -> None:
-        if isinstance(st, ir.If) and st.inline:
-            target = st.then[0]
-            if not isinstance(target, ir.Assign):
-                raise ToycardsError("inside a parallel map, `if … then` must guard an assignment")
-            cond = self.ex.expr(st.cond)
-            value = self.ex.expr(target.value)
-            old = self.ex.target_read(target.target)
-            ident = self.ex.target_ident(target.target)
-            if isinstance(st.cond, ir.UnOp) and st.cond.op == "¬":
-                keep = self.ex.expr(st.cond.operand)
-                out.append(f"{ident} = ops.where({keep.code}, {old.code}, {value.code})")
-            else:
-                out.append(f"{ident} = ops.where({cond.code}, {value.code}, {old.code})")
+    def _map_body(
+        self, st: ir.Stmt, out: list[str], maps: dict[str, MapVar], guard: str | None = None, numbered=False
+    ) -> None:
+        """One statement of a map's body. Under `guard` (a boolean array over the map's
+        variables, the conditions of the enclosing `if`s) an assignment keeps the old entries
+        where the guard is false (`ops.where`); a name an `if` defines for the first time is
+        computed everywhere in its `then` branch, and the `else` branch, which must define it
+        too, overwrites the entries where the condition is false."""
+        if isinstance(st, ir.If):
+            self._map_if(st, out, maps, guard, numbered and not st.inline)
             return
-        if isinstance(st, ir.Assign):
+        if not isinstance(st, ir.Assign):
+            raise ToycardsError("a parallel map may hold assignments and `if`s of assignments only")
+        if guard is None or not self._defined(st.target):
             self.ex.assign_in_map(st, out, maps)
             return
-        raise ToycardsError("a parallel map may hold assignments and guarded assignments only")
+        value = self.ex.expr(st.value)
+        old = self.ex.target_read(st.target)
+        out += self.ex.take_pre()
+        out.append(f"{self._target_code(st.target, maps)} = ops.where({guard}, {value.code}, {old.code})")
+
+    def _target_code(self, target: ir.Expr, maps: dict[str, MapVar]) -> str:
+        """The identifier an assignment in a map writes (`u_t`: the array of the family u)."""
+        key = family_key(target.id, set(maps)) if isinstance(target, ir.Name) else None
+        fam = self.scope.families.get(key[0]) if key is not None else None
+        return fam.ident if fam is not None else self.ex.target_ident(target)
+
+    def _map_if(
+        self, st: ir.If, out: list[str], maps: dict[str, MapVar], guard: str | None, numbered
+    ) -> None:
+        (a,) = st.then if st.inline else (None,)
+        if guard is None and isinstance(a, ir.Assign) and self._defined(a.target):  # one line, one where
+            negated = isinstance(st.cond, ir.UnOp) and st.cond.op == "¬"
+            cond = self.ex.expr(st.cond.operand if negated else st.cond)
+            value, old = self.ex.expr(a.value), self.ex.target_read(a.target)
+            out += self.ex.take_pre()
+            picks = f"{old.code}, {value.code}" if negated else f"{value.code}, {old.code}"
+            out.append(f"{self._target_code(a.target, maps)} = ops.where({cond.code}, {picks})")
+            return
+        cond = self.ex.expr(st.cond)
+        out += self.ex.take_pre()
+        new = {_target_name(a.target) for a in assignments(st.then) if not self._defined(a.target)}
+        other = {_target_name(a.target) for a in assignments(st.orelse) if not self._defined(a.target)}
+        if st.orelse and new != other or not st.orelse and new:
+            one = sorted(new ^ other if st.orelse else new)[0]
+            raise ToycardsError(
+                f"{one} is defined in one branch of this `if` only: inside a parallel map, define it "
+                "before the `if` or in both branches"
+            )
+        c = self.scope.ns.fresh("cond")
+        out.append(f"{c} = {cond.code if guard is None else f'{paren(guard)} & {paren(cond.code)}'}")
+        self._map_branch(st.then, out, maps, c, numbered)
+        if st.orelse:
+            if numbered:
+                self.number += 1
+                out.append(f"# {self.number}  else")
+            c_else = self.scope.ns.fresh("cond")
+            negated = f"not {c}" if cond.py else f"ops.logical_not({c})"  # a Python bool, or an array
+            out.append(
+                f"{c_else} = {negated}" if guard is None else f"{c_else} = {paren(guard)} & ({negated})"
+            )
+            self._map_branch(st.orelse, out, maps, c_else, numbered)
+        if numbered:
+            self.number += 1  # `end`
+
+    def _map_branch(self, body, out: list[str], maps: dict[str, MapVar], guard: str, numbered) -> None:
+        for b in body:
+            if numbered:
+                self.number += 1
+                if isinstance(b, ir.If) and not b.inline:
+                    out.append(self.note(b, f"if {self.em.renderer.expr(b.cond)} then"))
+                else:
+                    out.append(self.note(b))
+            self._map_body(b, out, maps, guard, numbered)
+
+    def _defined(self, target: ir.Expr) -> bool:
+        try:
+            with self.ex.tentatively():
+                self.ex.target_read(target)
+        except ToycardsError:
+            return False
+        return True
 
     def simple(self, s: ir.Stmt, out: list[str]) -> None:
         if isinstance(s, ir.Assign):
@@ -257,11 +324,25 @@ class StepEmitter:
             raise ToycardsError(f"unsupported statement {type(s).__name__}")
 
 
+def assignments(body) -> list[ir.Assign]:
+    """The assignments of a map's body, those inside its `if`s included, in order."""
+    out: list[ir.Assign] = []
+    for st in body:
+        if isinstance(st, ir.If):
+            out += assignments(st.then) + assignments(st.orelse)
+        elif isinstance(st, ir.Assign):
+            out.append(st)
+    return out
+
+
+def _target_name(t: ir.Expr) -> str:
+    return t.base.id if isinstance(t, ir.Index) and isinstance(t.base, ir.Name) else getattr(t, "id", "?")
+
+
 def map_kinds(s: ir.ForAll, names: set[str]) -> dict[str, str]:
     """How each map variable is laid out, read from the assignment targets of the map body."""
     kinds: dict[str, str] = {}
-    body = [b.then[0] if isinstance(b, ir.If) else b for b in s.body]
-    for st in body:
+    for st in assignments(s.body):
         t = st.target if isinstance(st, ir.Assign) else None
         if isinstance(t, ir.Index):
             idx = t.indices

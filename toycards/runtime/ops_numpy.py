@@ -100,6 +100,16 @@ def sum_axis(x, axis):
     return np.sum(x, axis=axis)
 
 
+def logical_not(x):
+    """¬x of a boolean array, or of a mask's 0/1 number (where `~1` would be −2, true)."""
+    return np.logical_not(x)
+
+
+def flip_last(x):
+    """The entries of the last axis in reverse order (`v[n + 1 − i]`)."""
+    return np.flip(x, axis=-1)
+
+
 def max_keep(x, axis):
     """The largest entry along one axis, kept as a size-1 axis (the shift of a stable Σ exp)."""
     return np.max(x, axis=axis, keepdims=True)

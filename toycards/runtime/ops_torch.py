@@ -73,6 +73,16 @@ def sum_axis(x, axis):
     return torch.sum(x, dim=axis)
 
 
+def logical_not(x):
+    """¬x of a boolean array, or of a mask's 0/1 number (where `~1` would be −2, true)."""
+    return torch.logical_not(x if torch.is_tensor(x) else torch.as_tensor(x))
+
+
+def flip_last(x):
+    """The entries of the last axis in reverse order (`v[n + 1 − i]`)."""
+    return torch.flip(x, dims=(-1,))
+
+
 def max_keep(x, axis):
     """The largest entry along one axis, kept as a size-1 axis (the shift of a stable Σ exp)."""
     return x.amax(axis, keepdim=True)
