@@ -73,13 +73,31 @@ CONFIG_VALUES = {
         "ε": lambda c: c.rms_norm_eps, "d_h": lambda c: c.hidden_size // c.num_attention_heads,
         "N_V": lambda c: c.vocab_size, "θ_base": lambda c: c.rope_parameters["rope_theta"],
     },
+    "gemma2": {
+        "L": lambda c: c.num_hidden_layers, "H": lambda c: c.num_attention_heads,
+        "H_kv": lambda c: c.num_key_value_heads, "d_e": lambda c: c.hidden_size,
+        "d_ff": lambda c: c.intermediate_size, "ε": lambda c: c.rms_norm_eps, "d_h": lambda c: c.head_dim,
+        "N_V": lambda c: c.vocab_size, "w": lambda c: c.sliding_window,
+        "c_a": lambda c: c.attn_logit_softcapping, "c_f": lambda c: c.final_logit_softcapping,
+        "θ_base": lambda c: c.rope_parameters["rope_theta"],  # 10000, llama.cpp's default: the file has no freq_base
+    },
+    "gemma3": {
+        "L": lambda c: c.num_hidden_layers, "H": lambda c: c.num_attention_heads,
+        "H_kv": lambda c: c.num_key_value_heads, "d_e": lambda c: c.hidden_size,
+        "d_ff": lambda c: c.intermediate_size, "ε": lambda c: c.rms_norm_eps, "d_h": lambda c: c.head_dim,
+        "N_V": lambda c: c.vocab_size, "w": lambda c: c.sliding_window,
+        "θ_base": lambda c: c.rope_parameters["full_attention"]["rope_theta"],
+        "θ_local": lambda c: c.rope_parameters["sliding_attention"]["rope_theta"],
+        "s": lambda c: c.rope_parameters["full_attention"]["factor"], "c_f": lambda c: 0,  # no final soft-cap
+    },
 }  # fmt: skip
-LIBRARY_CASES = ["gpt2", "llama", "llama-tied", "gemma", "olmo2"]
+LIBRARY_CASES = ["gpt2", "llama", "llama-tied", "gemma", "olmo2", "gemma2", "gemma3"]
 # every oracle case (tests/oracle/cases.py) whose architecture has a library card
 ROUND_TRIP_CASES = [case for case, arch in [("gpt2", "gpt2"), ("llama", "llama"), ("qwen2", "qwen2"),
                                             ("qwen3", "qwen3"), ("starcoder2", "starcoder2"),
                                             ("granite", "granite"), ("smollm3", "smollm3"),
-                                            ("gemma", "gemma"), ("olmo2", "olmo2")]
+                                            ("gemma", "gemma"), ("olmo2", "olmo2"),
+                                            ("gemma2", "gemma2"), ("gemma3", "gemma3")]
                     if arch in ARCH_CARDS]  # fmt: skip
 
 
@@ -142,7 +160,17 @@ def test_header_agrees_with_gguf_reader(case, oracle_files):
     bos = int(reader.fields["tokenizer.ggml.bos_token_id"].contents())
     assert header.tokenizer["vocab_size"] == len(tokens.data)
     assert header.tokenizer["special"]["bos"] == {"id": bos, "text": tokens.contents()[bos]}
-    assert header.rope["type"] == {"gpt2": "none", "llama": "norm", "gemma": "neox", "olmo2": "neox"}[f.arch]
+    assert (
+        header.rope["type"]
+        == {
+            "gpt2": "none",
+            "llama": "norm",
+            "gemma": "neox",
+            "olmo2": "neox",
+            "gemma2": "neox",
+            "gemma3": "neox",
+        }[f.arch]
+    )
     assert header.chat_template is None
 
 
@@ -378,7 +406,7 @@ def test_declaration_only_card(arch, tmp_path):
     assert bound == {t.name for t in reader.tensors} and card.bound.unused_tensors == []
     text = str(card)
     for name, enum in expected_tensor_enums(arch).items():
-        stem = name.split(".")[-2] if name.startswith("blk.") else name.removesuffix(".weight")
+        stem = name.split(".")[-2] if "blk." in name else name.removesuffix(".weight")  # blk., enc.blk.
         lines = [ln for ln in text.splitlines() if f'"{stem}.weight"' in ln or f'"{name}"' in ln]
         assert lines and all(f"({enum})" in ln for ln in lines), (name, enum, lines)
     # every scalar {arch}.* key is a hyperparameter with the file's value and its key as binding

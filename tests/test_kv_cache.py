@@ -17,8 +17,9 @@ from toycards.models.load import load
 TARGETS = ("numpy", "torch")
 # qwen3: per-head q/k norm on the cached keys; granite: scaled queries; smollm3: a layer whose
 # cached keys are not rotated; gemma: √d_e-scaled embeddings, one K/V head; olmo2: q/k norm over
-# the whole width, norms after attention and MLP
-CASES = ("gpt2", "llama", "qwen3", "granite", "smollm3", "gemma", "olmo2")
+# the whole width, norms after attention and MLP; gemma2: a window of 4 on alternate layers (the
+# cache holds more than the window), soft-capped scores; gemma3: q/k norms, 5 local layers to 1 global
+CASES = ("gpt2", "llama", "qwen3", "granite", "smollm3", "gemma", "olmo2", "gemma2", "gemma3")
 ATOL = 1e-5  # same model, same weights: only the order of float32 sums changes
 
 

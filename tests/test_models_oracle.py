@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from oracle.hf_gguf import hf_logits, transformers_reads, write_gguf
+from oracle.hf_gguf import hf_logits, tiny_model, transformers_reads, write_gguf
 from test_save_peer import _llama_cpp_python
 
 from toycards.lang import ir
@@ -36,8 +36,9 @@ from toycards.models.load import load
 TARGETS = ("numpy", "torch")
 LENGTHS = (1, 7, 64)
 # llama: GQA 4/2 untied; llama-tied: GQA, tied output; granite, smollm3, gemma, olmo2: transformers
-# cannot read their files back: the in-memory model only (and llama.cpp, where installed)
-FAMILIES = ("gpt2", "llama", "llama-tied", "granite", "smollm3", "gemma", "olmo2")
+# cannot read their files back; gemma2, gemma3: it reads them without their soft-caps, query scale
+# and per-layer RoPE: the in-memory model only (and llama.cpp, where installed)
+FAMILIES = ("gpt2", "llama", "llama-tied", "granite", "smollm3", "gemma", "olmo2", "gemma2", "gemma3")
 QUANTIZED = [(c, "F16") for c in ("gpt2", "llama", "llama-tied")] + [(c, "Q8_0") for c in FAMILIES]
 ATOL = 1e-4
 # (case, file type) of the quantized tests: F16 and Q8_0 for the first families, Q8_0 (blocks of 32
@@ -130,6 +131,56 @@ def test_oracle_catches_a_missing_qk_permutation(oracle_files, tmp_path):
     assert np.abs(got - want).max() > 0.1, worst(got, want)
 
 
+# Each Gemma 2 / Gemma 3 feature changes the oracle case's logits: the file with one key changed
+# (a cap or window too large to act, another RoPE rule) must be far from transformers, or the
+# agreement above would not show that the card computes the feature.
+FEATURES = [
+    ("gemma2", {"gemma2.attn_logit_softcapping": 1e6}),  # measured |Δ| 0.58 on 16 tokens
+    ("gemma2", {"gemma2.final_logit_softcapping": 1e6}),  # 0.47
+    ("gemma2", {"gemma2.attention.sliding_window": 1000}),  # 1.5
+    ("gemma3", {"gemma3.attention.sliding_window": 1000}),  # 2.0
+    ("gemma3", {"gemma3.attention.sliding_window": None}),  # 2.3: no window, every layer global
+    ("gemma3", {"gemma3.rope.scaling.type": "none"}),  # 0.13: the global layer unscaled
+    ("gemma3", {"gemma3.rope.freq_base": 10000.0}),  # 0.048: the global layer with the local base
+    ("gemma3", {"gemma3.final_logit_softcapping": 2.0}),  # 0.53
+]
+
+
+@pytest.mark.parametrize("case, change", FEATURES, ids=[next(iter(c)) for _, c in FEATURES])
+def test_each_gemma_feature_moves_the_logits(oracle_files, case, change, tmp_path):
+    f = oracle_files(case, "F32")
+    ids = ids_for(f.config.vocab_size, 16)
+    path = write_gguf(f.model, f.config, tmp_path / "changed.gguf", case, extra_kv=change)
+    got, want = load(path, target="numpy").logits(ids), hf_logits(f.model, ids)
+    assert np.abs(got - want).max() > 100 * ATOL, f"{case} {change}: {worst(got, want)}"
+
+
+def test_gemma3_final_soft_cap_when_the_file_has_one(oracle_files, tmp_path):
+    """A Gemma 3 file with final_logit_softcapping gives transformers' logits with that cap."""
+    import copy
+
+    f = oracle_files("gemma3", "F32")
+    capped = copy.deepcopy(f.model)
+    capped.config.final_logit_softcapping = 2.0  # read at every forward
+    path = write_gguf(capped, capped.config, tmp_path / "capped.gguf", "gemma3")
+    ids = ids_for(f.config.vocab_size, 16)
+    assert_logits_close(load(path, target="numpy").logits(ids), hf_logits(capped, ids), what="gemma3 capped")
+
+
+# llama.cpp's query scale for the 27B models, chosen by block count (46: Gemma 2 27B, 62: Gemma 3
+# 27B): 1/√(d_e/H) instead of 1/√d_h, which transformers writes as query_pre_attn_scalar = d_e/H.
+@pytest.mark.parametrize("case, blocks", [("gemma2", 46), ("gemma3", 62)])
+def test_gemma_27b_query_scale(case, blocks, tmp_path):
+    model, config = tiny_model(case, num_hidden_layers=blocks, query_pre_attn_scalar=64 // 4)  # d_e/H ≠ d_h
+    path = write_gguf(model, config, tmp_path / f"{case}-{blocks}.gguf", case)
+    ids = ids_for(config.vocab_size, 12)
+    want = hf_logits(model, ids)
+    for target in TARGETS:
+        assert_logits_close(
+            load(path, target=target).logits(ids), want, what=f"{case} {blocks} blocks {target}"
+        )
+
+
 # ── llama.cpp itself reads the oracle's files as transformers wrote them ─────────────────
 @pytest.mark.skipif(
     _llama_cpp_python() is None, reason="llama-cpp-python is not installed (a benchmark dependency)"
@@ -140,14 +191,16 @@ def test_llama_cpp_reads_the_oracle_file_as_the_model_it_came_from(oracle_files,
     transformers cannot read back. Bound, as a fraction of max |logit|: 2e-5 (float32 in another
     order, measured 5e-7), except where the MLP uses GELU: llama.cpp's CPU GELU reads an F16 table,
     so each activation carries up to 2^-11 relative error (measured: gpt2 2.4e-4, gemma 1.4e-4, and
-    gemma 1.2e-6 once transformers' GELU is rounded through F16 as well); 1e-3 there."""
+    gemma 1.2e-6 once transformers' GELU is rounded through F16 as well; gemma2 3.2e-4, gemma3
+    4.2e-4); 1e-3 there."""
     f = oracle_files(case, "F32")
     ids = ids_for(f.config.vocab_size, 12)
     out = tmp_path / "llama_cpp.npy"
     script = Path(__file__).resolve().parent / "peers" / "llama_cpp_logits.py"
     subprocess.run([_llama_cpp_python(), script, f.path, json.dumps(ids), out], check=True, timeout=300)
     got, want = np.load(out), hf_logits(f.model, ids)
-    act = getattr(f.config, "hidden_act", None) or getattr(f.config, "activation_function", "")
+    names = ("hidden_act", "hidden_activation", "activation_function")  # Gemma 2 and 3: hidden_activation
+    act = next((a for a in (getattr(f.config, n, None) for n in names) if a), "")
     bound = (1e-3 if "gelu" in act else 2e-5) * max(1.0, float(np.abs(want).max()))
     assert_logits_close(got, want, atol=bound, what=f"{case}: llama.cpp vs transformers")
 

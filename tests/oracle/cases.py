@@ -33,6 +33,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "smollm3": ("smollm3", {}),  # llama without RoPE in layer 4 (every 4th), 4 layers, θ = 1e5, tied
     "gemma": ("gemma", {}),  # embeddings · √d_e, norms stored + 1, MQA, head_dim 32 ≠ d_e/H, GeGLU
     "olmo2": ("olmo2", {}),  # norms after attention and MLP only, q/k RMSNorm over the whole width
+    "gemma2": ("gemma2", {}),  # soft-capped scores (1) and logits (2), post-norms, window 4 on layer 1
+    "gemma3": ("gemma3", {}),  # q/k norms, window 4 on layers 1–5, layer 6 global: θ = 1e6, linear ×4
 }
 
 

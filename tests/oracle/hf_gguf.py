@@ -55,7 +55,16 @@ and `integrations/ggml.py`, gguf-py 0.19):
   `key_length`, as OLMo 2's config.json has no head_dim; no `rope.dimension_count`, no
   `vocab_size`), tensors as named by gguf's map (`post_attention_norm`, `post_ffw_norm`,
   `attn_q_norm` of H·d_h and `attn_k_norm` of H_kv·d_h entries), Q/K unpermuted, untied `output`.
-- transformers' GGUF loader reads neither gemma (v1) nor olmo2 (`transformers_reads`), so these
+- Gemma 2 (`Gemma2Model`): Gemma's keys plus `attn_logit_softcapping`, `final_logit_softcapping` and
+  `attention.sliding_window`, always; `*norm.weight` + 1 (post_attention_norm, post_ffw_norm too).
+  Gemma 3 (`Gemma3Model` over TextModel): `rope.freq_base` from the full-attention RoPE parameters,
+  `rope.freq_base_swa` from the sliding ones, `rope.scaling.type`/`.factor` when the global layers'
+  RoPE is linear, the window unless every layer is global, `final_logit_softcapping` only when set,
+  `key_length` = head_dim; `*norm.weight` + 1 (q/k norms too).
+- transformers' GGUF loader reads neither gemma (v1) nor olmo2; gemma2 and gemma3 it loads but
+  drops what makes them Gemma 2/3 (the soft-caps and query_pre_attn_scalar revert to its defaults,
+  50, 30 and 256; the global layers' RoPE scaling is not read): `transformers_reads` is False for
+  all four, so these
   files are checked against llama.cpp where llama-cpp-python is installed
   (tests/test_models_oracle.py), and toycards against the in-memory model always.
 """
@@ -104,6 +113,7 @@ class ArchSpec:
     arch_kv: Callable[[Any], dict[str, tuple[Any, VT]]] | None = None  # the arch's own keys, from the config
     norm_shift: float = 0.0  # added to every `*norm.weight` by the converter (Gemma: RMSNorm scales by 1 + w)
     absent_keys: tuple[str, ...] = ()  # gguf.Keys templates the converter does not write for this arch
+    hf_reads_faithfully: bool = True  # False: transformers' loader takes the arch, drops keys it needs
 
 
 _GQA_SHAPE = dict(
@@ -136,6 +146,44 @@ def _granite_kv(config: Any) -> dict[str, tuple[Any, VT]]:
         K.LOGIT_SCALE: config.logits_scaling,
     }
     return {key: (float(v), VT.FLOAT32) for key, v in values.items() if v}
+
+
+def _gemma2_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """Gemma2Model.set_gguf_parameters: both soft-caps and the sliding window, always written.
+
+    >>> sorted(_gemma2_kv(transformers.Gemma2Config(sliding_window=4)).items())[2]
+    ('{arch}.final_logit_softcapping', (30.0, <GGUFValueType.FLOAT32: 6>))
+    """
+    K, Att = gguf.Keys.LLM, gguf.Keys.Attention
+    return {
+        K.ATTN_LOGIT_SOFTCAPPING: (float(config.attn_logit_softcapping), VT.FLOAT32),
+        K.FINAL_LOGIT_SOFTCAPPING: (float(config.final_logit_softcapping), VT.FLOAT32),
+        Att.SLIDING_WINDOW: (int(config.sliding_window), VT.UINT32),
+    }
+
+
+def _gemma3_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """Gemma3Model / TextModel.set_gguf_parameters: the global layers' RoPE (base, linear scaling)
+    from `rope_parameters["full_attention"]`, the local base as `rope.freq_base_swa`, the window
+    (unless every layer is global), the final soft-cap only when the config has one.
+
+    >>> kv = _gemma3_kv(transformers.Gemma3TextConfig(sliding_window=4))
+    >>> kv["{arch}.rope.freq_base"][0], kv["{arch}.rope.freq_base_swa"][0], "{arch}.rope.scaling.type" in kv
+    (1000000.0, 10000.0, False)
+    """
+    K, Att, Rope = gguf.Keys.LLM, gguf.Keys.Attention, gguf.Keys.Rope
+    full, local = config.rope_parameters["full_attention"], config.rope_parameters["sliding_attention"]
+    kv: dict[str, tuple[Any, VT]] = {
+        Rope.FREQ_BASE: (float(full["rope_theta"]), VT.FLOAT32),
+        Rope.FREQ_BASE_SWA: (float(local["rope_theta"]), VT.FLOAT32),
+        Att.SLIDING_WINDOW: (int(config.sliding_window), VT.UINT32),
+    }
+    if full.get("rope_type") == "linear":
+        kv[Rope.SCALING_TYPE] = ("linear", VT.STRING)
+        kv[Rope.SCALING_FACTOR] = (float(full["factor"]), VT.FLOAT32)
+    if config.final_logit_softcapping:
+        kv[K.FINAL_LOGIT_SOFTCAPPING] = (float(config.final_logit_softcapping), VT.FLOAT32)
+    return kv
 
 
 ARCHS: dict[str, ArchSpec] = {
@@ -269,6 +317,68 @@ ARCHS: dict[str, ArchSpec] = {
             gguf.Keys.Attention.KEY_LENGTH,
             gguf.Keys.Attention.VALUE_LENGTH,
         ),
+    ),
+    # conversion/gemma.py Gemma2Model: Gemma's keys plus both soft-caps and the sliding window;
+    # `*norm.weight` + 1; lm_head skipped. Window 4 (< the tests' sequences) and soft-caps that bite.
+    "gemma2": ArchSpec(
+        gguf.MODEL_ARCH.GEMMA2,
+        transformers.Gemma2Config,
+        dict(
+            _ROPE_GQA,
+            head_dim=32,  # ≠ d_e/H = 16, as Gemma 2's 256
+            query_pre_attn_scalar=32,  # = head_dim: llama.cpp scales by 1/√n_embd_head_k, not by this
+            rms_norm_eps=1e-6,
+            vocab_size=128,
+            tie_word_embeddings=True,
+            hidden_activation="gelu_pytorch_tanh",
+            sliding_window=4,  # layer 1 (and 3, …) sees the last 4 tokens only
+            attn_logit_softcapping=1.0,  # scores are O(1): 50 would leave them unchanged
+            final_logit_softcapping=2.0,  # logits are O(2)
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+        ),
+        permute_qk=False,
+        rms_norm=True,
+        vocab="spm",
+        tokenizer_pre="default",
+        norm_shift=1.0,
+        absent_keys=(gguf.Keys.LLM.VOCAB_SIZE, gguf.Keys.Rope.DIMENSION_COUNT, gguf.Keys.Rope.FREQ_BASE),
+        arch_kv=_gemma2_kv,
+        hf_reads_faithfully=False,  # its loader reads neither soft-cap nor query_pre_attn_scalar (256)
+    ),
+    # conversion/gemma.py Gemma3Model over TextModel: key/value length = head_dim, RoPE keys from
+    # rope_parameters, `*norm.weight` + 1 (q/k norms too); a tied checkpoint writes no output.weight.
+    # Six layers: the sixth is the first global one (llama.cpp's pattern 6).
+    "gemma3": ArchSpec(
+        gguf.MODEL_ARCH.GEMMA3,
+        transformers.Gemma3TextConfig,
+        dict(
+            _GQA_SHAPE,
+            num_hidden_layers=6,
+            head_dim=32,
+            query_pre_attn_scalar=32,
+            rms_norm_eps=1e-6,
+            vocab_size=128,
+            tie_word_embeddings=True,
+            hidden_activation="gelu_pytorch_tanh",
+            sliding_window=4,
+            rope_parameters={
+                "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            },
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+        ),
+        permute_qk=False,
+        rms_norm=True,
+        vocab="spm",
+        tokenizer_pre="default",
+        norm_shift=1.0,
+        absent_keys=(gguf.Keys.LLM.VOCAB_SIZE, gguf.Keys.Rope.DIMENSION_COUNT),
+        arch_kv=_gemma3_kv,
+        hf_reads_faithfully=False,  # its loader reads no RoPE scaling, and 256 for query_pre_attn_scalar
     ),
 }
 
@@ -560,14 +670,16 @@ def write_gguf(
 
 
 def transformers_reads(arch: str) -> bool:
-    """Whether transformers' GGUF loader can rebuild a model of `arch` from a file (gemma: no).
+    """Whether transformers' GGUF loader can rebuild the model of `arch` from a file (gemma: no;
+    gemma2 and gemma3 it loads, but without the keys that make them what they are).
 
-    >>> transformers_reads("llama"), transformers_reads("gemma"), transformers_reads("olmo2")
+    >>> transformers_reads("llama"), transformers_reads("gemma"), transformers_reads("gemma2")
     (True, False, False)
     """
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
-    return gguf.MODEL_ARCH_NAMES[ARCHS[arch].gguf_arch] in GGUF_SUPPORTED_ARCHITECTURES
+    spec = ARCHS[arch]
+    return gguf.MODEL_ARCH_NAMES[spec.gguf_arch] in GGUF_SUPPORTED_ARCHITECTURES and spec.hf_reads_faithfully
 
 
 def hf_logits(model: torch.nn.Module, ids: list[int]) -> np.ndarray:

@@ -59,6 +59,8 @@ ARCH_CARDS: dict[str, str] = {
     "smollm3": "smollm3",
     "gemma": "gemma",
     "olmo2": "olmo2",
+    "gemma2": "gemma2",
+    "gemma3": "gemma3",
 }
 
 
