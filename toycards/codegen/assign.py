@@ -75,7 +75,10 @@ class AssignEmitter:
                 m.kind = {0: "element", 1: "column"}.get(v.rank, "block")
             base = re.match(r"^[^_^]+", t.id).group(0)
             ident = self.scope.ns.name(base if base not in self.scope.vals else key)
-            out += [*pre, f"{ident} = {self.code_layout(v)}"]
+            code = self.code_layout(v)
+            if not v.fams & set(self.scope.maps):  # `c_i ← 1`: the same member n times, an axis of n
+                code = f"ops.copies({code}, {m.bound_code}, {AFTER[m.kind]})"
+            out += [*pre, f"{ident} = {code}"]
             win = v.windowed or (m.windowed and v.rank >= 1)
             self.scope.families[key] = Family(ident, v.rank, var, win, AFTER[m.kind])
             return

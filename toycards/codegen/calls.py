@@ -112,6 +112,9 @@ class CallEmitter:
                 codes.append(repr(option))  # an option of the callee's enumeration
                 continue
             v = self.expr(p)
+            declared = decls[name].type if name in decls else None
+            if v.py and isinstance(declared, ir.TensorType) and declared.field == "N" and not declared.dims:
+                v = v.with_(code=self.int_code(p))  # `ones(| d / 2)`: a size, in integer arithmetic
             fams |= v.fams
             if name not in pnames and not (v.py or v.mask):  # a hyperparameter given a run-time value
                 run_time_hypers(self.em).setdefault(callee.name, set()).add(name)

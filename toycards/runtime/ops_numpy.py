@@ -100,6 +100,18 @@ def sum_axis(x, axis):
     return np.sum(x, axis=axis)
 
 
+def copies(value, n, after):
+    """n copies of `value` along a new axis with `after` axes after it (a map's members that
+    do not depend on its variable, `for i ∈ [n]: c_i ← 1`)."""
+    v = (
+        np.asarray(value, dtype=np.float32)
+        if np.ndim(value) == 0 or np.asarray(value).dtype.kind != "f"
+        else np.asarray(value)
+    )
+    v = np.expand_dims(v, v.ndim - after)
+    return np.broadcast_to(v, v.shape[: v.ndim - after - 1] + (n,) + v.shape[v.ndim - after :])
+
+
 def logical_not(x):
     """¬x of a boolean array, or of a mask's 0/1 number (where `~1` would be −2, true)."""
     return np.logical_not(x)

@@ -73,6 +73,18 @@ def sum_axis(x, axis):
     return torch.sum(x, dim=axis)
 
 
+def copies(value, n, after):
+    """n copies of `value` along a new axis with `after` axes after it (a map's members that
+    do not depend on its variable, `for i ∈ [n]: c_i ← 1`)."""
+    v = (
+        value
+        if torch.is_tensor(value) and value.is_floating_point()
+        else torch.as_tensor(value, dtype=torch.float32)
+    )
+    v = v.unsqueeze(v.dim() - after)
+    return v.expand(*v.shape[: v.dim() - after - 1], n, *v.shape[v.dim() - after :])
+
+
 def logical_not(x):
     """¬x of a boolean array, or of a mask's 0/1 number (where `~1` would be −2, true)."""
     return torch.logical_not(x if torch.is_tensor(x) else torch.as_tensor(x))
