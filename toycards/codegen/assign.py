@@ -54,9 +54,7 @@ class AssignEmitter:
         out += self.take_pre()
         out.append(f"{ident} = {self.code_layout(v)}")
         self.scope.share(free_names(s.value) | {name})
-        self.scope.vals[name] = Val(
-            ident, v.rank, py=v.py, windowed=v.windowed, fams=v.fams, boolean=v.boolean, row=v.row
-        )
+        self.scope.vals[name] = Val(ident, v.rank, py=v.py, fams=v.fams, boolean=v.boolean, row=v.row)
 
     def assign_in_map(self, s: ir.Assign, out: list[str], maps: dict[str, MapVar]) -> None:
         t = s.target
@@ -79,8 +77,7 @@ class AssignEmitter:
             if not v.fams & set(self.scope.maps):  # `c_i ← 1`: the same member n times, an axis of n
                 code = f"ops.copies({code}, {m.bound_code}, {AFTER[m.kind]})"
             out += [*pre, f"{ident} = {code}"]
-            win = v.windowed or (m.windowed and v.rank >= 1)
-            self.scope.families[key] = Family(ident, v.rank, var, win, AFTER[m.kind])
+            self.scope.families[key] = Family(ident, v.rank, var, AFTER[m.kind])
             return
         if isinstance(t, ir.Index) and isinstance(t.base, ir.Name):
             name = t.base.id
@@ -93,8 +90,7 @@ class AssignEmitter:
                 base = re.match(r"^[^_^]+", name).group(0)
                 ident = self.scope.ns.name(base if base not in self.scope.vals else key)
                 out += [*pre, f"{ident} = {self.code_layout(v)}"]
-                win = v.windowed or any(maps[x].windowed for x in maps if x in v.fams)
-                self.scope.families[key] = Family(ident, 2, var, win, AFTER["block"])
+                self.scope.families[key] = Family(ident, 2, var, AFTER["block"])
                 return
             ident = self.scope.ns.name(name)
             if len(idx) == 2 and isinstance(idx[0], ir.Slice):
@@ -102,7 +98,6 @@ class AssignEmitter:
                 self.scope.vals[name] = Val(
                     ident,
                     2,
-                    windowed=v.windowed or any(maps[x].windowed for x in maps if x in v.fams),
                     fams=v.fams - set(maps),
                 )
                 return

@@ -77,9 +77,9 @@ class CallEmitter:
             return a.with_(code=f"{a.code}[..., {sl}]")
         heads = f"ops.split_rows({self.code_layout(a)}, {k})"
         if isinstance(block, ir.Name) and block.id == var:
-            return Val(heads, a.rank, fams=a.fams | {var}, windowed=a.windowed)
-        gathered = self._gather_member(Family(heads, a.rank, var, a.windowed, 2), expr_text(block))
-        return gathered.with_(fams=a.fams | {var}, windowed=a.windowed)
+            return Val(heads, a.rank, fams=a.fams | {var})
+        gathered = self._gather_member(Family(heads, a.rank, var, 2), expr_text(block))
+        return gathered.with_(fams=a.fams | {var})
 
     def call_algorithm(self, c: ir.Call, callee: ir.Algorithm) -> Val:
         if len(c.args) != len(callee.inputs) or len(c.params) != len(callee.params):
@@ -187,7 +187,7 @@ class CallEmitter:
         i indexes (an entry `x[i]`, a member `v_t`), summed over that axis; else (the terms are
         numbers, i picks a layer's parameters, or i's axis would meet a map's) a Python sum over
         i. A sum from lo ≠ 1 runs over i + lo − 1 for i = 1 … hi − lo + 1."""
-        s, var, body = self.scope, e.var, e.body
+        var, body = e.var, e.body
         n = self.int_code(e.hi)
         if int_literal(e.lo) != 1:
             lo = int_literal(e.lo)
@@ -201,8 +201,6 @@ class CallEmitter:
             total = self._array_sum(var, body, n)
         if total is None:
             total = self._loop_sum(var, body, n, numbers_only=False)
-        if total.windowed and isinstance(e.hi, ir.Name) and e.hi.id in s.windowed:
-            self.full_sequence_only(f"{expr_text(e)} sums over every token")
         return total
 
     def _picks_layers(self, body: ir.Expr, var: str) -> bool:
@@ -249,7 +247,7 @@ class CallEmitter:
         else:  # the terms' axis of i, before their own axes: dropped
             reduce = f"ops.sum_axis({{}}, {-1 - AFTER[m.kind]})"
             reduce += "[..., 0, :]" if m.kind == "block" and v.rank < 2 else ""
-        out = Val(reduce.format(v.code), v.rank, fams=v.fams - {var}, windowed=v.windowed)
+        out = Val(reduce.format(v.code), v.rank, fams=v.fams - {var})
         if exponent is None:
             return out
         # Σ exp(b) = e^m · Σ exp(b − m), m the largest term's b: a quotient exp(a) / Σ exp(b)
@@ -300,10 +298,10 @@ class CallEmitter:
             fam = self.scope.families[fk[0]]
             if e.axis == "cols" or fam.rank == 0:  # the members' axis is the new one: […, ℓ, d]
                 members = relayout(fam.ident, fam.after, fam.rank, fam.rank)
-                return Val(members, fam.rank + 1, windowed=fam.windowed)
+                return Val(members, fam.rank + 1)
             blocks = relayout(fam.ident, fam.after, 2, fam.rank)  # […, H, ℓ, d], or […, H, 1, d]
             merged = f"ops.merge_rows({blocks})" + ("[..., 0, :]" if fam.rank == 1 else "")
-            return Val(merged, fam.rank, windowed=fam.windowed)
+            return Val(merged, fam.rank)
         parts = [self.expr(x) for x in e.items]
         fams, rank = union_fams(*parts), max(p.rank for p in parts)
         if all(p.py for p in parts):  # numbers side by side or stacked: a vector

@@ -205,8 +205,7 @@ class Emitter:
             return Val(ident, 2, mask=True)
         if isinstance(t, ir.TensorType) and t.dims:
             self._bind_dims(scope, ident, t, "code", body)
-            win = len(t.dims) == 2 and isinstance(t.dims[1], ir.DimName) and t.dims[1].name in scope.windowed
-            return Val(ident, len(t.dims), windowed=win)
+            return Val(ident, len(t.dims))
         if isinstance(t, ir.EnumType | ir.StrType):
             return Val(ident, 0, py=True, enum=True)
         if (
@@ -249,7 +248,7 @@ class Emitter:
         seq = x_decl.type.dims[0]
         seq_name = seq.name if isinstance(seq, ir.DimName) else "ℓ"
         scope.windowed.add(seq_name)
-        scope.vals[x] = Val("x", 1, windowed=True)
+        scope.vals[x] = Val("x", 1)
         ns.given[x] = "x"
         ns.used.add("x")
         seq_ident = ns.name(seq_name)

@@ -78,7 +78,7 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
         if n in s.maps:
             m = s.maps[n]
             m.used_as_value = True
-            return Val(m.ident, 0, fams=frozenset({n}), windowed=m.windowed)
+            return Val(m.ident, 0, fams=frozenset({n}))
         if n in s.loops:
             return s.loops[n]
         if n in s.vals:
@@ -105,34 +105,24 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
             fam = s.families[key]
             if index in s.maps:  # the member of this iteration: the family's axis is the map's
                 code = self.laid_out(fam.ident, fam.after, s.maps[index], fam.rank, n)
-                return Val(code, fam.rank, fams=frozenset({index}), windowed=fam.windowed)
+                return Val(code, fam.rank, fams=frozenset({index}))
             if index == fam.var:
-                return Val(fam.ident, fam.rank, windowed=fam.windowed)
+                return Val(fam.ident, fam.rank)
             if not free_names(parse_expr(index)) & set(s.maps):
                 return self._fixed_member(fam, index, n)
-            return self._gather_member(fam, index).with_(windowed=fam.windowed)
+            return self._gather_member(fam, index)
         return None
 
     def _fixed_member(self, fam: Family, index: str, name: str) -> Val:
         """`e_1`, `Y^2`, `e_ℓ`, `v_l`: one member, picked by a number, a dimension or a loop index."""
         k = self.index_code(index)
         members = relayout(fam.ident, fam.after, fam.rank, fam.rank)  # […, n] + the member's axes
-        if fam.windowed and index not in self.scope.windowed:  # `e_ℓ` is the last token: new
-            self.full_sequence_only(f"{name} is one token's member")
         sl = f"{int(k) - 1}:{k}" if k.isdigit() else f"{paren(k)} - 1:{paren(k)}"
         if fam.rank == 0:
             return Val(f"{paren(members)}[..., {sl}]", 0)
         pick = str(int(k) - 1) if k.isdigit() else f"{paren(k)} - 1"
         after = ", :" * fam.rank  # the member's own axes
-        return Val(f"{paren(members)}[..., {pick}{after}]", fam.rank, windowed=fam.windowed)
-
-    def full_sequence_only(self, what: str) -> None:
-        """What needs tokens of earlier passes: the pass raises when the KV cache holds them,
-        rather than compute with the new tokens only."""
-        self.pre += [
-            "if runtime.positions(ctx, 1)[0] > 1:  # the tokens before this pass are in the KV cache",
-            f"    raise ValueError({f'{what}: run the whole sequence, without a cache'!r})",
-        ]
+        return Val(f"{paren(members)}[..., {pick}{after}]", fam.rank)
 
     def indexed_rank(self, e: object, var: str) -> int:
         """The largest rank of what `var` indexes in `e`: a family member (`k_t`: its rank), a
@@ -218,7 +208,6 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
             self.laid_out(picked, fam.after, m, fam.rank, f"{fam.ident}'s member {index}"),
             fam.rank,
             fams=frozenset({var}),
-            windowed=fam.rank == 1,
             gather=(fam.ident, index, axis, expr),
         )
 
@@ -333,7 +322,6 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
             py=a.py and b.py,
             layout=layout,
             fams=union_fams(a, b),
-            windowed=a.windowed or b.windowed,
         )
 
     def _align(self, a: Val, ac: str, b: Val, bc: str) -> tuple[str, str]:
@@ -372,24 +360,23 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
         if a.rank == 1 and a.row and b.rank == 1:
             ac, bc = self._align(a, a.code, b, b.code)
             return Val(f"ops.sum_last({paren(ac)} * {paren(bc)})", 0, fams=union_fams(a, b))
-        fams, win = union_fams(a, b), b.windowed
+        fams = union_fams(a, b)
         if b.rank == 1 and b.row and a.rank in (1, 2) and not a.row:  # (m×1)·(1×n): m×n
             left = f"{paren(a.code)}[..., None, :]" if a.rank == 1 else self.code_layout(a)
             code = f"ops.matmul({paren(b.code)}[..., :, None], {left})"
-            return Val(code, 2, fams=fams, windowed=a.windowed or b.windowed)
+            return Val(code, 2, fams=fams)
         if a.rank == 1 and a.row and b.rank == 2:  # (1×k)·(k×n): a row of n
             code = f"ops.matmul({self.code_layout(b)}, {paren(a.code)}[..., :, None])[..., 0]"
-            return Val(code, 1, fams=fams, windowed=win, row=True)
+            return Val(code, 1, fams=fams, row=True)
         if a.rank == 2 and a.layout == "card" and a.param:
             return Val(
                 f"ops.linear({self.code_layout(b) if b.rank == 2 else b.code}, {a.code})",
                 b.rank,
                 fams=fams,
-                windowed=win,
             )
         if a.rank == 2:  # a map variable only one side carries gets its axis on the other too
             lhs, rhs = self._align(a, self.code_layout(a), b, self.code_layout(b) if b.rank == 2 else b.code)
-            return Val(f"ops.matmul({rhs}, {lhs})", b.rank, fams=fams, windowed=win)
+            return Val(f"ops.matmul({rhs}, {lhs})", b.rank, fams=fams)
         raise ToycardsError(
             "a vector on the left of `·` must be transposed (`a^⊺ · b`) or broadcast (`b · 1^⊺`)"
         )

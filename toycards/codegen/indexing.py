@@ -54,7 +54,7 @@ class IndexEmitter:
             return base.with_(code=f"{paren(base.code)}[..., {lo}:{hi}]")
         if len(idx) == 1 and base.rank == 1:
             return self._element(base, base_name, idx[0])
-        if len(idx) == 2 and isinstance(idx[1], ir.Slice) and not base.windowed:
+        if len(idx) == 2 and isinstance(idx[1], ir.Slice):
             return self._block(e, base)  # `X[a:b, c:d]`, `X[i, :]`, `X[i, c:d]`
         if len(idx) == 2 and not any(isinstance(i, ir.Slice) for i in idx):
             col = self._column(base, base_name, idx[1], e)  # `X[i, t]`: entry i of column t
@@ -116,16 +116,12 @@ class IndexEmitter:
             if m.windowed and self.em.plan.cached:  # the checker's shapes say whether base is per token
                 every = id(e) not in self.em.plan.positional
             else:
-                every = self.dim(col) == m.bound_code if col is not None else base.windowed and m.windowed
+                every = col is not None and self.dim(col) == m.bound_code
             if every or base.fams & set(s.maps):  # t runs over all of the columns
-                return Val(
-                    self.code_layout(base), 1, fams=base.fams | {i.id}, windowed=base.windowed or m.windowed
-                )
+                return Val(self.code_layout(base), 1, fams=base.fams | {i.id})
             if m.windowed:  # token positions into a matrix that is not per token (`W_p[:, t]`)
                 index = f"runtime.positions(ctx, {m.bound_code}) - 1"
-                return Val(f"ops.take({self.code_layout(base)}, {index}, -2)", 1, fams={i.id}, windowed=True)
-            if base.windowed:
-                self.full_sequence_only(f"{base_name or 'X'}[:, {i.id}] for {i.id} ∈ [{m.bound_code}]")
+                return Val(f"ops.take({self.code_layout(base)}, {index}, -2)", 1, fams={i.id})
             cols = f"{paren(self.code_layout(base))}[..., :{m.bound_code}, :]"  # columns 1 … n
             return Val(cols, 1, fams=base.fams | {i.id})
         rows = base.code if base.layout == "code" else f"ops.mT({base.code})"
@@ -135,12 +131,9 @@ class IndexEmitter:
             if aff is not None and (aff[1], aff[2]) != (1, None):
                 ids = ids.with_(code=f"{ids.code}[..., {self.affine_slice(s.maps[aff[0]], aff[1], aff[2])}]")
             fams = frozenset(v for v in free_names(i.indices[0]) if v in s.maps)
-            return Val(f"ops.embed({rows}, {ids.code})", 1, fams=fams, windowed=ids.windowed)
+            return Val(f"ops.embed({rows}, {ids.code})", 1, fams=fams)
         ids = self.expr(i)
         if ids.py:  # a column number (1-based, as cards count), not a token id (0-based in code)
-            last = isinstance(i, ir.Name) and i.id in s.windowed  # `X[:, ℓ]`: the last token is new
-            if base.windowed and not last:
-                self.full_sequence_only(f"{base_name or 'X'}[:, {expr_text(i)}] is one token's column")
             k = ids.code
             pick = str(int(k) - 1) if k.isdigit() else f"{paren(k)} - 1"
             return Val(f"{paren(rows)}[..., {pick}, :]", 1)
@@ -152,7 +145,7 @@ class IndexEmitter:
                 "columns of a parameter",
             )
         picked = f"ops.embed({rows}, ops.index_of({ids.code}) - 1)"  # 1-based, like topk's
-        return Val(f"{picked}[..., 0, :]", 1, fams=ids.fams, windowed=ids.windowed)
+        return Val(f"{picked}[..., 0, :]", 1, fams=ids.fams)
 
     def _is_token_id(self, i: ir.Expr) -> bool:
         """`x[t]` with x a sequence of token ids (`x ∈ V^ℓ`): an index the code holds 0-based."""
@@ -168,7 +161,7 @@ class IndexEmitter:
         token_ids = base_name is not None and self._is_token_id(ir.Index(ir.Name(base_name), (i,)))
         if token_ids:  # held 0-based in code; as a number, a token is counted from 1 like the card
             entry = self._element(base.with_(code=f"({base.code} + 1)"), None, i)
-            return entry.with_(windowed=base.windowed)
+            return entry
         aff = affine(i, set(s.maps))
         if aff is None:
             if isinstance(i, ir.Num):

@@ -30,7 +30,6 @@ class Family:
     ident: str
     rank: int  # card rank of one member
     var: str  # the map variable that indexed it
-    windowed: bool  # its members are the (cached) sequence's new tokens
     after: int  # code axes after the member axis (AFTER of the variable's kind when stored)
 
 

@@ -32,7 +32,6 @@ class Val:
     ones_row: bool = False  # `1^⊺`
     mask: bool = False  # a mask passed as a function of (t_z, t_x)
     fams: frozenset[str] = frozenset()  # map variables whose axis this value carries
-    windowed: bool = False  # its columns are the (cached) sequence's new tokens
     boolean: bool = False
     enum: bool = False  # an enumeration option or string
     gather: tuple | None = (
