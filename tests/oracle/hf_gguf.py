@@ -126,6 +126,11 @@ _GQA_SHAPE = dict(
     rope_theta=10000.0,
 )
 _ROPE_GQA = dict(_GQA_SHAPE, rms_norm_eps=1e-5)
+# what every Gemma config here shares (SentencePiece ids 0/1/2 = pad/bos/eos, a tied 128-token
+# vocabulary), and how Gemma's converter writes every generation: unpermuted Q/K, norms + 1
+_GEMMA_SHAPE = dict(rms_norm_eps=1e-6, vocab_size=128, tie_word_embeddings=True)
+_GEMMA_TOKENS = dict(bos_token_id=1, eos_token_id=2, pad_token_id=0)
+_GEMMA_FILE = dict(permute_qk=False, rms_norm=True, vocab="spm", tokenizer_pre="default", norm_shift=1.0)
 _NO_HEAD_DIM = (
     gguf.Keys.Attention.KEY_LENGTH,
     gguf.Keys.Attention.VALUE_LENGTH,
@@ -286,19 +291,11 @@ ARCHS: dict[str, ArchSpec] = {
             _ROPE_GQA,
             num_key_value_heads=1,  # multi-query attention, as Gemma 2B
             head_dim=32,  # ≠ d_e/H = 16, as Gemma 7B's 256 ≠ 3072/16
-            rms_norm_eps=1e-6,
-            vocab_size=128,
-            tie_word_embeddings=True,
+            **_GEMMA_SHAPE,
             hidden_act="gelu_pytorch_tanh",
-            bos_token_id=1,
-            eos_token_id=2,
-            pad_token_id=0,
+            **_GEMMA_TOKENS,
         ),
-        permute_qk=False,
-        rms_norm=True,
-        vocab="spm",
-        tokenizer_pre="default",
-        norm_shift=1.0,
+        **_GEMMA_FILE,
         absent_keys=(gguf.Keys.LLM.VOCAB_SIZE, gguf.Keys.Rope.DIMENSION_COUNT, gguf.Keys.Rope.FREQ_BASE),
     ),
     # conversion/olmo.py Olmo2Model: TextModel's keys (rope.freq_base from rope_theta; no
@@ -327,22 +324,14 @@ ARCHS: dict[str, ArchSpec] = {
             _ROPE_GQA,
             head_dim=32,  # ≠ d_e/H = 16, as Gemma 2's 256
             query_pre_attn_scalar=32,  # = head_dim: llama.cpp scales by 1/√n_embd_head_k, not by this
-            rms_norm_eps=1e-6,
-            vocab_size=128,
-            tie_word_embeddings=True,
+            **_GEMMA_SHAPE,
             hidden_activation="gelu_pytorch_tanh",
             sliding_window=4,  # layer 1 (and 3, …) sees the last 4 tokens only
             attn_logit_softcapping=1.0,  # scores are O(1): 50 would leave them unchanged
             final_logit_softcapping=2.0,  # logits are O(2)
-            bos_token_id=1,
-            eos_token_id=2,
-            pad_token_id=0,
+            **_GEMMA_TOKENS,
         ),
-        permute_qk=False,
-        rms_norm=True,
-        vocab="spm",
-        tokenizer_pre="default",
-        norm_shift=1.0,
+        **_GEMMA_FILE,
         absent_keys=(gguf.Keys.LLM.VOCAB_SIZE, gguf.Keys.Rope.DIMENSION_COUNT, gguf.Keys.Rope.FREQ_BASE),
         arch_kv=_gemma2_kv,
         hf_reads_faithfully=False,  # its loader reads neither soft-cap nor query_pre_attn_scalar (256)
@@ -358,24 +347,16 @@ ARCHS: dict[str, ArchSpec] = {
             num_hidden_layers=6,
             head_dim=32,
             query_pre_attn_scalar=32,
-            rms_norm_eps=1e-6,
-            vocab_size=128,
-            tie_word_embeddings=True,
+            **_GEMMA_SHAPE,
             hidden_activation="gelu_pytorch_tanh",
             sliding_window=4,
             rope_parameters={
                 "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6},
                 "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
             },
-            bos_token_id=1,
-            eos_token_id=2,
-            pad_token_id=0,
+            **_GEMMA_TOKENS,
         ),
-        permute_qk=False,
-        rms_norm=True,
-        vocab="spm",
-        tokenizer_pre="default",
-        norm_shift=1.0,
+        **_GEMMA_FILE,
         absent_keys=(gguf.Keys.LLM.VOCAB_SIZE, gguf.Keys.Rope.DIMENSION_COUNT),
         arch_kv=_gemma3_kv,
         hf_reads_faithfully=False,  # its loader reads no RoPE scaling, and 256 for query_pre_attn_scalar
