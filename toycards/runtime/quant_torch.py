@@ -76,6 +76,8 @@ class QuantWeight:
         self.row_bytes = blocks.shape[1]
         self.device = self.blocks.device
         self.fast = kernels.available(self.ggml_type) and blocks.flags.c_contiguous
+        self._ptr = self.blocks.data_ptr()
+        self._matmul = kernels.matmul_checked if self.fast else None
 
     # ── what a tensor would say about itself ────────────────────────────────────────────
     def dim(self) -> int:
@@ -128,15 +130,17 @@ class QuantWeight:
         if not self.fast or x.requires_grad:
             return F.linear(x, self.dequantize().to(x.dtype))
         lead = x.shape[:-1]
-        x2 = x.reshape(-1, k).to(torch.float32).contiguous()  # (T, K)
+        x2 = x.reshape(-1, k)  # (T, K)
+        if x2.dtype != torch.float32 or not x2.is_contiguous():
+            x2 = x2.to(torch.float32).contiguous()
         t = x2.shape[0]
         if t <= FEW_TOKENS:
             y = torch.empty(t, n, dtype=torch.float32)  # (T, N)
-            kernels.matmul(self.ggml_type, self.blocks.data_ptr(), self.row_bytes, n, k, x2.data_ptr(), t,
-                           y.data_ptr())  # fmt: skip
+            self._matmul(self.ggml_type, self._ptr, self.row_bytes, n, k, x2.data_ptr(), t, y.data_ptr())
         else:
             y = self._tiled(x2)
-        return y.reshape(*lead, n).to(x.dtype)
+        y = y.view(*lead, n)
+        return y if x.dtype == torch.float32 else y.to(x.dtype)
 
     def _tiled(self, x2: torch.Tensor) -> torch.Tensor:
         """x2 [T, K] · Wᵀ a tile of rows at a time: dequantize the tile, then a float GEMM."""
