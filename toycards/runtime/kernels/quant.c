@@ -298,6 +298,68 @@ static inline __m256i nibbles(const uint8_t *qs) { /* low nibbles: elements 0…
 }
 
 /* one row's dot product with one token, for each type (TYPE is a compile-time constant) */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+/* two blocks per 512-bit step, two accumulators (the FMA latency, not its throughput, bounds one) */
+static inline __m512i pair512(__m256i a, __m256i b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+}
+
+static inline __m512 scales512(float s0, float s1) {
+    return _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(s0), _mm512_set1_ps(s1));
+}
+
+#define DOT_ROW(NAME, TYPE)                                                                            \
+    static float NAME(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx,          \
+                      const float *sx) {                                                               \
+        const int bs = TYPE == Q8_0 ? 34 : TYPE == Q4_0 ? 18 : 20;                                     \
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();                                 \
+        float extra0 = 0.0f, extra1 = 0.0f;                                                            \
+        int64_t b = 0;                                                                                 \
+        for (; b + 2 <= n_blocks; b += 2, w += 2 * bs, qx += 64) {                                     \
+            const __m512i y = _mm512_loadu_si512((const void *)qx);                                    \
+            __m512i p;                                                                                 \
+            const float d0 = f16(w), d1 = f16(w + bs);                                                 \
+            if (TYPE == Q8_0) {                                                                        \
+                const __m512i q = pair512(_mm256_loadu_si256((const __m256i *)(w + 2)),                \
+                                          _mm256_loadu_si256((const __m256i *)(w + bs + 2)));          \
+                const __mmask64 neg = _mm512_movepi8_mask(q);                                          \
+                const __m512i sy = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);           \
+                p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(q), sy);              \
+            } else {                                                                                   \
+                const int off = TYPE == Q4_0 ? 2 : 4;                                                  \
+                p = _mm512_dpbusd_epi32(_mm512_setzero_si512(),                                        \
+                                        pair512(nibbles(w + off), nibbles(w + bs + off)), y);          \
+                if (TYPE == Q4_0) {                                                                    \
+                    extra0 -= 8.0f * d0 * sx[b];                                                       \
+                    extra1 -= 8.0f * d1 * sx[b + 1];                                                   \
+                } else {                                                                               \
+                    extra0 += f16(w + 2) * sx[b];                                                      \
+                    extra1 += f16(w + bs + 2) * sx[b + 1];                                             \
+                }                                                                                      \
+            }                                                                                          \
+            const __m512 f = _mm512_cvtepi32_ps(p), s = scales512(d0 * dx[b], d1 * dx[b + 1]);         \
+            if (b & 2)                                                                                 \
+                acc1 = _mm512_fmadd_ps(f, s, acc1);                                                    \
+            else                                                                                       \
+                acc0 = _mm512_fmadd_ps(f, s, acc0);                                                    \
+        }                                                                                              \
+        float tail = 0.0f;                                                                             \
+        for (; b < n_blocks; b++, w += bs, qx += 32) { /* an odd last block: 256 bits */               \
+            const __m256i y = _mm256_loadu_si256((const __m256i *)qx);                                 \
+            const float d = f16(w);                                                                    \
+            __m256i p;                                                                                 \
+            if (TYPE == Q8_0) {                                                                        \
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 2));                        \
+                p = dot_u8s8(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));                          \
+            } else {                                                                                   \
+                p = dot_u8s8(nibbles(w + (TYPE == Q4_0 ? 2 : 4)), y);                                  \
+                extra0 += TYPE == Q4_0 ? -8.0f * d * sx[b] : f16(w + 2) * sx[b];                       \
+            }                                                                                          \
+            tail += hsum(_mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * dx[b])));            \
+        }                                                                                              \
+        return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + tail + (extra0 + extra1);            \
+    }
+#else
 #define DOT_ROW(NAME, TYPE)                                                                            \
     static float NAME(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx,          \
                       const float *sx) {                                                               \
@@ -328,6 +390,7 @@ static inline __m256i nibbles(const uint8_t *qs) { /* low nibbles: elements 0…
         }                                                                                              \
         return hsum(acc) + extra;                                                                      \
     }
+#endif
 DOT_ROW(dot_q8_0, Q8_0)
 DOT_ROW(dot_q4_0, Q4_0)
 DOT_ROW(dot_q4_1, Q4_1)
