@@ -88,13 +88,18 @@ def run_llama_cpp(path: str, ids: list[int], decode: int, threads: int) -> dict:
     return {"load_s": loaded, "prefill_s": prefill, "decode_s": decoding, "tokens": out}
 
 
-def _child(args: argparse.Namespace) -> None:
-    import resource
+def peak_rss_mb() -> float:
+    """This process's own peak RSS (VmHWM). Not getrusage's ru_maxrss: that survives exec, so a child
+    forked from a parent that held a big copy in memory would report the parent's peak."""
+    with open("/proc/self/status", encoding="ascii") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:")) / 1024
 
+
+def _child(args: argparse.Namespace) -> None:
     ids = json.loads(args.ids)
     runner = run_toycards if args.child == "toycards" else run_llama_cpp
     result = runner(args.file, ids, args.decode, args.threads)
-    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["peak_rss_mb"] = peak_rss_mb()
     print(json.dumps(result))
 
 

@@ -141,6 +141,28 @@ def test_other_uses_get_the_dequantized_tensor():
     assert np.array_equal(q.detach().numpy(), w) and q.requires_grad is False
 
 
+@pytest.mark.skipif(not quant_kernels.quantizes_x(Q.Q8_0), reason="no int8 kernels on this CPU")
+def test_avx2_kernels_without_avx512(tmp_path):
+    """The AVX2 version of the int8 kernels (what a CPU without AVX-512 runs) under the same tests."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "TOYCARDS_QUANT_MARCH": "x86-64-v3", "TOYCARDS_CACHE": str(tmp_path)}
+    here = Path(__file__).resolve()
+    names = " or ".join(t.name for t in TYPES if quant_kernels.quantizes_x(t))
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", str(here), "-k",
+         f"(test_linear_torch or test_embed) and ({names})"],
+        capture_output=True, text=True, env=env, cwd=here.parents[1],
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:]
+    n_types = len([t for t in TYPES if quant_kernels.quantizes_x(t)])
+    ran = done.stdout.split("[")[0].strip()  # one "." per test passed, "s" per test skipped
+    assert ran == "." * n_types * (len(TOKENS) + 1), done.stdout[-500:]
+
+
 # ── whole models ─────────────────────────────────────────────────────────────────────────
 MIXES = {  # tensor kind → type; "Q4_K_M" as llama.cpp's mix: Q6_K for attn_v, ffn_down and the output
     "Q8_0": {"": Q.Q8_0},

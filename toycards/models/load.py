@@ -4,8 +4,9 @@ Owns: choosing the card for a GGUF file (library.card_for_file: its embedded `to
 else a TOYCARDS_CARDS card, else the library card for `general.architecture`), binding it
 (binding.py), generating and executing the module source (codegen) or, for
 `target="reference"`, handing the card to the reference interpreter (reference.py), reading
-each bound tensor (dequantised to float32) or initialising it randomly from the card, and
-attaching the file's tokenizer.
+each bound tensor (a quantized, F16 or BF16 matrix kept in its GGUF blocks for the kernels behind
+`ops.linear`, an F32 tensor memory-mapped, anything else or everything under `dequantize=True`
+dequantised to float32) or initialising it randomly from the card, and attaching the file's tokenizer.
 Leaves out: the meaning of cards (checker/, lang/interpret/), code text (codegen/), file parsing (gguf/).
 """
 

@@ -29,7 +29,9 @@ from pathlib import Path
 from toycards import cache
 
 SOURCE = Path(__file__).with_name("kernels") / "quant.c"
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c11")
+# TOYCARDS_QUANT_MARCH: the -march to build for (default native; e.g. x86-64-v3 for the AVX2 kernels)
+FLAGS = ("-O3", f"-march={os.environ.get('TOYCARDS_QUANT_MARCH', 'native')}", "-fopenmp", "-fPIC", "-shared",
+         "-std=c11")  # fmt: skip
 # ggml type ids with a kernel (gguf.GGMLQuantizationType): F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K
 SUPPORTED = frozenset({1, 30, 8, 2, 3, 6, 7, 12, 13, 14})
 

@@ -248,10 +248,11 @@ int tc_gather_rows(int type, const uint8_t *W, int64_t row_bytes, int64_t K, con
 }
 
 
-/* ── version 3, for Q8_0, Q4_0 and Q4_1 on CPUs with AVX2: integer dot products, as llama.cpp does ──
+/* ── version 3, for Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 on CPUs with AVX2: integer dot products, as llama.cpp does ──
  * x is quantized per block of 32 to int8 first (qx = round(x / dx), dx = max|x| / 127, dx kept in
  * float32), so a block's dot product is one integer sum:
  *   Q8_0  Σ w·x ≈ dw·dx·Σ q·qx          Q4_0  dw·dx·(Σ q·qx − 8·Σ qx)     Q4_1  dw·dx·Σ q·qx + m·dx·Σ qx
+ *   Q5_0  dw·dx·(Σ q·qx − 16·Σ qx)      Q5_1  dw·dx·Σ q·qx + m·dx·Σ qx    (q: nibble + 16·fifth bit)
  * The tests hold this to dequantize(W) · dequantize(quantize(x)) within float32 rounding, and the
  * logits it gives to llama.cpp's own deviation from exact arithmetic (which quantizes x the same way).
  * Buffers: qx int8 [T, K], dx float32 [T, K/32], sx float32 [T, K/32] (dx · Σ qx of the block).
@@ -297,6 +298,36 @@ static inline __m256i nibbles(const uint8_t *qs) { /* low nibbles: elements 0…
     return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
 }
 
+static inline __m256i fifth_bits(const uint8_t *qh) { /* byte j: 16 when bit j of the uint32 qh is set */
+    uint32_t v;
+    memcpy(&v, qh, 4);
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+    const __m256i b = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)v), spread), bit);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(b, bit), _mm256_set1_epi8(0x10));
+}
+
+/* the block layout of each type whose x is quantized (TYPE a compile-time constant where used) */
+#define BLOCK_BYTES(TYPE) (TYPE == Q8_0 ? 34 : TYPE == Q4_0 ? 18 : TYPE == Q4_1 ? 20 : TYPE == Q5_0 ? 22 : 24)
+#define HAS_MIN(TYPE) (TYPE == Q4_1 || TYPE == Q5_1)
+#define BIAS(TYPE) (TYPE == Q4_0 ? 8.0f : TYPE == Q5_0 ? 16.0f : 0.0f)
+
+/* the unsigned quants of a Q4_* / Q5_* block, elements 0…31 */
+static inline __m256i unsigned_quants(int type, const uint8_t *w) {
+    switch (type) {
+    case Q4_0: return nibbles(w + 2);
+    case Q4_1: return nibbles(w + 4);
+    case Q5_0: return _mm256_or_si256(nibbles(w + 6), fifth_bits(w + 2));
+    default: return _mm256_or_si256(nibbles(w + 8), fifth_bits(w + 4)); /* Q5_1 */
+    }
+}
+
+/* what the block adds besides d·dx·Σ q·qx: −bias·d·dx·Σ qx, or m·dx·Σ qx */
+static inline float block_extra(int type, const uint8_t *w, float d, float s) {
+    return HAS_MIN(type) ? f16(w + 2) * s : -BIAS(type) * d * s;
+}
+
 /* one row's dot product with one token, for each type (TYPE is a compile-time constant) */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 /* two blocks per 512-bit step, two accumulators (the FMA latency, not its throughput, bounds one) */
@@ -311,7 +342,7 @@ static inline __m512 scales512(float s0, float s1) {
 #define DOT_ROW(NAME, TYPE)                                                                            \
     static float NAME(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx,          \
                       const float *sx) {                                                               \
-        const int bs = TYPE == Q8_0 ? 34 : TYPE == Q4_0 ? 18 : 20;                                     \
+        const int bs = BLOCK_BYTES(TYPE);                                                              \
         __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();                                 \
         float extra0 = 0.0f, extra1 = 0.0f;                                                            \
         int64_t b = 0;                                                                                 \
@@ -326,16 +357,10 @@ static inline __m512 scales512(float s0, float s1) {
                 const __m512i sy = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);           \
                 p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(q), sy);              \
             } else {                                                                                   \
-                const int off = TYPE == Q4_0 ? 2 : 4;                                                  \
                 p = _mm512_dpbusd_epi32(_mm512_setzero_si512(),                                        \
-                                        pair512(nibbles(w + off), nibbles(w + bs + off)), y);          \
-                if (TYPE == Q4_0) {                                                                    \
-                    extra0 -= 8.0f * d0 * sx[b];                                                       \
-                    extra1 -= 8.0f * d1 * sx[b + 1];                                                   \
-                } else {                                                                               \
-                    extra0 += f16(w + 2) * sx[b];                                                      \
-                    extra1 += f16(w + bs + 2) * sx[b + 1];                                             \
-                }                                                                                      \
+                                        pair512(unsigned_quants(TYPE, w), unsigned_quants(TYPE, w + bs)), y); \
+                extra0 += block_extra(TYPE, w, d0, sx[b]);                                             \
+                extra1 += block_extra(TYPE, w + bs, d1, sx[b + 1]);                                    \
             }                                                                                          \
             const __m512 f = _mm512_cvtepi32_ps(p), s = scales512(d0 * dx[b], d1 * dx[b + 1]);         \
             if (b & 2)                                                                                 \
@@ -352,8 +377,8 @@ static inline __m512 scales512(float s0, float s1) {
                 const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 2));                        \
                 p = dot_u8s8(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));                          \
             } else {                                                                                   \
-                p = dot_u8s8(nibbles(w + (TYPE == Q4_0 ? 2 : 4)), y);                                  \
-                extra0 += TYPE == Q4_0 ? -8.0f * d * sx[b] : f16(w + 2) * sx[b];                       \
+                p = dot_u8s8(unsigned_quants(TYPE, w), y);                                             \
+                extra0 += block_extra(TYPE, w, d, sx[b]);                                              \
             }                                                                                          \
             tail += hsum(_mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * dx[b])));            \
         }                                                                                              \
@@ -365,28 +390,18 @@ static inline __m512 scales512(float s0, float s1) {
                       const float *sx) {                                                               \
         __m256 acc = _mm256_setzero_ps();                                                              \
         float extra = 0.0f;                                                                            \
-        for (int64_t b = 0; b < n_blocks; b++, qx += 32) {                                             \
+        for (int64_t b = 0; b < n_blocks; b++, qx += 32, w += BLOCK_BYTES(TYPE)) {                     \
             const __m256i y = _mm256_loadu_si256((const __m256i *)qx);                                 \
+            const float d = f16(w);                                                                    \
             __m256i p;                                                                                 \
-            float scale;                                                                               \
             if (TYPE == Q8_0) {                                                                        \
                 const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 2));                        \
                 p = dot_u8s8(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));                          \
-                scale = f16(w) * dx[b];                                                                \
-                w += 34;                                                                               \
-            } else if (TYPE == Q4_0) {                                                                 \
-                p = dot_u8s8(nibbles(w + 2), y);                                                       \
-                const float d = f16(w);                                                                \
-                scale = d * dx[b];                                                                     \
-                extra -= 8.0f * d * sx[b];                                                             \
-                w += 18;                                                                               \
-            } else { /* Q4_1 */                                                                        \
-                p = dot_u8s8(nibbles(w + 4), y);                                                       \
-                scale = f16(w) * dx[b];                                                                \
-                extra += f16(w + 2) * sx[b];                                                           \
-                w += 20;                                                                               \
+            } else {                                                                                   \
+                p = dot_u8s8(unsigned_quants(TYPE, w), y);                                             \
+                extra += block_extra(TYPE, w, d, sx[b]);                                               \
             }                                                                                          \
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(scale), acc);                  \
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * dx[b]), acc);              \
         }                                                                                              \
         return hsum(acc) + extra;                                                                      \
     }
@@ -394,6 +409,8 @@ static inline __m512 scales512(float s0, float s1) {
 DOT_ROW(dot_q8_0, Q8_0)
 DOT_ROW(dot_q4_0, Q4_0)
 DOT_ROW(dot_q4_1, Q4_1)
+DOT_ROW(dot_q5_0, Q5_0)
+DOT_ROW(dot_q5_1, Q5_1)
 
 typedef float (*dot_fn)(const uint8_t *, int64_t, const int8_t *, const float *, const float *);
 
@@ -407,7 +424,11 @@ static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t
         return -2;
     }
     for (int64_t t = 0; t < T; t++) quantize_x(x + t * K, nb, qx + t * K, dx + t * nb, sx + t * nb);
-    const dot_fn dot = type == Q8_0 ? dot_q8_0 : type == Q4_0 ? dot_q4_0 : dot_q4_1;
+    const dot_fn dot = type == Q8_0   ? dot_q8_0
+                       : type == Q4_0 ? dot_q4_0
+                       : type == Q4_1 ? dot_q4_1
+                       : type == Q5_0 ? dot_q5_0
+                                      : dot_q5_1;
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++)
         for (int64_t t = 0; t < T; t++)
@@ -420,7 +441,9 @@ static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t
 #endif
 
 /* 1 when the product of `type` quantizes x to int8 (version 3), 0 when it is in float32 (version 2) */
-int tc_quantizes_x(int type) { return HAVE_INT8_DOT && (type == Q8_0 || type == Q4_0 || type == Q4_1); }
+int tc_quantizes_x(int type) {
+    return HAVE_INT8_DOT && (type == Q8_0 || type == Q4_0 || type == Q4_1 || type == Q5_0 || type == Q5_1);
+}
 
 /* y [T, N] = x [T, K] · Wᵀ, for few tokens (the caller uses a float GEMM on dequantized tiles for many) */
 int tc_matmul(int type, const uint8_t *W, int64_t row_bytes, int64_t N, int64_t K, const float *x, int64_t T,
