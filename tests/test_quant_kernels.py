@@ -139,6 +139,10 @@ def test_other_uses_get_the_dequantized_tensor():
     assert np.array_equal(torch.sum(q, dim=0).numpy(), torch.from_numpy(w).sum(0).numpy())
     assert np.array_equal(q.T.numpy(), w.T)
     assert np.array_equal(q.detach().numpy(), w) and q.requires_grad is False
+    n = quant_numpy.QuantWeight(blocks, Q.Q4_1, (4, 64))
+    assert np.array_equal(n * 2, w * 2) and np.array_equal(np.exp(n), np.exp(w))
+    assert np.array_equal(n[:, 3], w[:, 3]) and np.array_equal(n.sum(0), w.sum(0))
+    assert np.array_equal(np.swapaxes(n, 0, 1), w.T) and np.array_equal(n.T, w.T)
 
 
 @pytest.mark.skipif(not quant_kernels.quantizes_x(Q.Q8_0), reason="no int8 kernels on this CPU")

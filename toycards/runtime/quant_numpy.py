@@ -74,6 +74,15 @@ class QuantWeight:
     def __getitem__(self, index):
         return self.dequantize()[index]
 
+    def __getattr__(self, name: str):  # any other array attribute or method: the dequantized array's
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.dequantize(), name)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        inputs = tuple(x.dequantize() if isinstance(x, QuantWeight) else x for x in inputs)
+        return getattr(ufunc, method)(*inputs, **kwargs)
+
     def linear(self, x: np.ndarray) -> np.ndarray:
         """W · X in the codegen layout: x [..., K] → [..., N]."""
         n, k = self.shape
@@ -112,3 +121,30 @@ class QuantWeight:
             self.ggml_type, _ptr(self.blocks), self.row_bytes, k, _ptr(flat), flat.size, _ptr(out)
         )
         return out.reshape(*ids.shape, k)
+
+
+def _forward(op: str):
+    def method(self, *args):
+        return getattr(self.dequantize(), op)(
+            *(a.dequantize() if isinstance(a, QuantWeight) else a for a in args)
+        )
+
+    method.__name__ = op
+    return method
+
+
+for _op in (
+    "add",
+    "sub",
+    "mul",
+    "truediv",
+    "matmul",
+    "pow",
+    "neg",
+    "radd",
+    "rsub",
+    "rmul",
+    "rtruediv",
+    "rmatmul",
+):
+    setattr(QuantWeight, f"__{_op}__", _forward(f"__{_op}__"))
