@@ -74,9 +74,11 @@ def _build() -> ctypes.CDLL | None:
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(f".{os.getpid()}.tmp")
-        done = subprocess.run(
-            [cc, *FLAGS, str(SOURCE), "-o", str(tmp), "-lm"], capture_output=True, text=True
-        )
+        for flags in (FLAGS, tuple(f for f in FLAGS if f != "-fopenmp")):  # no OpenMP: one thread
+            cmd = [cc, *flags, str(SOURCE), "-o", str(tmp), "-lm"]
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode == 0:
+                break
         if done.returncode != 0:
             tmp.unlink(missing_ok=True)
             return None
