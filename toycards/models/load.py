@@ -4,8 +4,9 @@ Owns: choosing the card for a GGUF file (library.card_for_file: its embedded `to
 else a TOYCARDS_CARDS card, else the library card for `general.architecture`), binding it
 (binding.py), generating and executing the module source (codegen) or, for
 `target="reference"`, handing the card to the reference interpreter (reference.py), reading
-each bound tensor (dequantised to float32) or initialising it randomly from the card, and
-attaching the file's tokenizer.
+each bound tensor (a quantized, F16 or BF16 matrix kept in its GGUF blocks for the kernels behind
+`ops.linear`, an F32 tensor memory-mapped, anything else or everything under `dequantize=True`
+dequantised to float32) or initialising it randomly from the card, and attaching the file's tokenizer.
 Leaves out: the meaning of cards (checker/, lang/interpret/), code text (codegen/), file parsing (gguf/).
 """
 
@@ -108,7 +109,33 @@ def _random_weights(bound: Bound, seed: int) -> dict[str, np.ndarray]:
     return out
 
 
-def _file_weights(bound: Bound, f) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+def _kept(f, name: str, target: str):
+    """Tensor `name` as the target keeps it: a quantized (or F16/BF16) matrix in its blocks, an F32
+    tensor as a copy-on-write view of the file (torch) or a read-only one (numpy); None when the
+    tensor is dequantized to float32 instead (other types, other ranks, the reference target)."""
+    from toycards.runtime import quant_kernels
+
+    info = f.tensor_info(name)
+    if target == "torch" and info.type_name == "F32":
+        return f.raw(name, private=True)
+    if (
+        target not in ("torch", "numpy")
+        or len(info.shape) != 2
+        or info.ggml_type not in quant_kernels.SUPPORTED
+    ):
+        return None
+    blocks = f.raw(name, private=target == "torch")
+    blocks = blocks.view(np.uint8) if blocks.dtype != np.uint8 else blocks  # F16: its bytes
+    if target == "torch":
+        from toycards.runtime.quant_torch import QuantWeight
+    else:
+        from toycards.runtime.quant_numpy import QuantWeight
+    return QuantWeight(blocks, info.ggml_type, tuple(info.shape), name)
+
+
+def _file_weights(bound: Bound, f, keep: str | None = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The bound tensors by module name, and the tied ones (name → the name they share). `keep`: the
+    target whose kernels multiply by weights in their blocks (None: everything dequantized)."""
     weights: dict[str, np.ndarray] = {}
     shared: dict[str, str] = {}
     by_tensor: dict[str, str] = {}
@@ -121,7 +148,8 @@ def _file_weights(bound: Bound, f) -> tuple[dict[str, np.ndarray], dict[str, str
             shared[p.key] = by_tensor[p.tensor]
             weights[p.key] = weights[by_tensor[p.tensor]]
         else:
-            weights[p.key] = f.tensor(p.tensor)
+            kept = _kept(f, p.tensor, keep) if keep else None
+            weights[p.key] = kept if kept is not None else f.tensor(p.tensor)
             by_tensor[p.tensor] = p.key
     return weights, shared
 
@@ -136,8 +164,12 @@ def _check_vocabulary(model, path) -> None:
         )
 
 
-def load(source, weights=None, target: str = "numpy", seed: int = 0):
-    """A runnable model: `load("m.gguf")`, `load(card, weights="m.gguf")`, or `load(card)` (random weights)."""
+def load(source, weights=None, target: str = "numpy", seed: int = 0, dequantize: bool = False):
+    """A runnable model: `load("m.gguf")`, `load(card, weights="m.gguf")`, or `load(card)` (random weights).
+
+    Quantized matrices stay in their GGUF blocks (multiplied by kernels behind `ops.linear`) and
+    F32 tensors stay memory-mapped; `dequantize=True` makes float32 copies of every tensor
+    instead (training: quantized weights are not trainable)."""
     from toycards.gguf.reader import open_gguf
 
     if target not in TARGETS:
@@ -155,7 +187,7 @@ def load(source, weights=None, target: str = "numpy", seed: int = 0):
         _raise_problems(bound, card, path)
         cls = module_class(card, target) if target != "reference" else None
         if f is not None:
-            tensors, shared = _file_weights(bound, f)
+            tensors, shared = _file_weights(bound, f, None if dequantize else target)
         else:
             tensors, shared = _random_weights(bound, seed), {}
         if target == "reference":

@@ -185,7 +185,7 @@ def start_from_file(path: str) -> Start:
 
     if not Path(path).is_file():
         raise ToycardsError(f"{path}: no such file")
-    model = load(path, target="torch")
+    model = load(path, target="torch", dequantize=True)  # float32 copies: quantized weights do not train
     if model.tokenizer is None:
         raise ToycardsError(
             f"{path}: the file carries no vocabulary (tokenizer.ggml.*), so no text to train on"

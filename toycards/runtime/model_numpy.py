@@ -1,4 +1,5 @@
-"""Base class of generated NumPy modules: weights as float32 arrays keyed by GGUF tensor name.
+"""Base class of generated NumPy modules: weights keyed by GGUF tensor name, as float32 arrays (an F32
+tensor a read-only view of the file) or kept in their blocks (`QuantWeight`).
 
 Owns: construction from hyperparameters and a weight dict, `__call__`, the NumPy side of
 `ModelAPI`. Leaves out: the forward pass (generated), loading files (models/load.py).
@@ -10,12 +11,16 @@ import numpy as np
 
 from toycards.runtime.context import KVCache
 from toycards.runtime.model_base import ModelAPI
+from toycards.runtime.quant_numpy import QuantWeight
 
 
 class NumpyModel(ModelAPI):
     def __init__(self, hp: dict, weights: dict[str, np.ndarray]) -> None:
         self.hp = dict(hp)
-        self.w = {k: np.asarray(v, dtype=np.float32) for k, v in weights.items()}
+        self.w = {
+            k: v if isinstance(v, QuantWeight) else np.asarray(v, dtype=np.float32)
+            for k, v in weights.items()
+        }
 
     def forward(self, x, cache: KVCache | None = None):  # replaced by the generated class
         raise NotImplementedError

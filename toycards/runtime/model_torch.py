@@ -2,7 +2,8 @@
 
 Owns: registering each tensor as an `nn.Parameter` at its GGUF name (`blk.0.attn_q.weight`
 is `state_dict()["blk.0.attn_q.weight"]`, through nested module dicts), tied tensors shared
-as one parameter, `w` (the forward pass's view of those parameters by name), `__call__` with a
+as one parameter, weights kept in their GGUF blocks (`QuantWeight`, not parameters: they do not
+train), `w` (the forward pass's view of those parameters and weights by name), `__call__` with a
 KV cache, and the torch side of `ModelAPI`.
 Leaves out: the forward pass (generated), loading files (models/load.py). Imported lazily.
 
@@ -21,6 +22,7 @@ from torch import nn
 
 from toycards.runtime.context import KVCache
 from toycards.runtime.model_base import ModelAPI
+from toycards.runtime.quant_torch import QuantWeight
 
 
 def _register(root: nn.Module, name: str, param: nn.Parameter) -> nn.Module:
@@ -46,18 +48,35 @@ class Weights(Mapping):
     [0.0, 0.0]
     """
 
-    def __init__(self, holders: dict[str, nn.Module]) -> None:
+    def __init__(
+        self, holders: dict[str, nn.Module], quantized: dict[str, QuantWeight] | None = None
+    ) -> None:
         self._at = {name: (module, name.rpartition(".")[2]) for name, module in holders.items()}
+        self._quantized = dict(quantized or {})  # weights kept in their GGUF blocks: not parameters
 
-    def __getitem__(self, name: str) -> nn.Parameter:
+    def __getitem__(self, name: str) -> nn.Parameter | QuantWeight:
+        q = self._quantized.get(name)
+        if q is not None:
+            return q
         module, leaf = self._at[name]
         return module._parameters[leaf]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._at)
+        yield from self._at
+        yield from (n for n in self._quantized if n not in self._at)
 
     def __len__(self) -> int:
-        return len(self._at)
+        return len(self._at.keys() | self._quantized.keys())
+
+
+def _as_float_tensor(value) -> torch.Tensor:
+    """A float32 tensor of `value`; a writable float32 array (a copy-on-write view of the file) is
+    shared, not copied."""
+    if torch.is_tensor(value):
+        return value.float()
+    if isinstance(value, np.ndarray) and value.dtype == np.float32 and value.flags.writeable:
+        return torch.from_numpy(value)
+    return torch.as_tensor(np.array(value, dtype=np.float32))
 
 
 class TorchModel(nn.Module, ModelAPI):
@@ -67,19 +86,21 @@ class TorchModel(nn.Module, ModelAPI):
         self.hp = dict(hp)
         params: dict[str, nn.Parameter] = {}
         holders: dict[str, nn.Module] = {}
+        quantized: dict[str, QuantWeight] = {}
         for name, value in weights.items():
             if shared and name in shared:
                 continue
-            t = (
-                torch.as_tensor(np.array(value, dtype=np.float32))
-                if not torch.is_tensor(value)
-                else value.float()
-            )
-            params[name] = nn.Parameter(t)
+            if isinstance(value, QuantWeight):
+                quantized[name] = value
+                continue
+            params[name] = nn.Parameter(_as_float_tensor(value))
             holders[name] = _register(self, name, params[name])
         for name, other in (shared or {}).items():
-            holders[name] = _register(self, name, params[other])
-        self.w = Weights(holders)
+            if other in quantized:
+                quantized[name] = quantized[other]
+            else:
+                holders[name] = _register(self, name, params[other])
+        self.w = Weights(holders, quantized)
 
     def forward(self, x, cache: KVCache | None = None):  # replaced by the generated class
         raise NotImplementedError

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from toycards.runtime.quant_numpy import QuantWeight
+
 inf = np.inf
 exp, log, tanh, sin, cos, sqrt, abs_ = np.exp, np.log, np.tanh, np.sin, np.cos, np.sqrt, np.abs
 
@@ -71,7 +73,10 @@ def topk(v, k):
 
 
 def linear(x, W):
-    """W · X for a weight stored as [d_out, d_in] (or a stack [..., d_out, d_in]): x [..., d_in] → [..., d_out]."""
+    """W · X for a weight stored as [d_out, d_in] (or a stack [..., d_out, d_in]): x [..., d_in] → [..., d_out].
+    A weight kept in its GGUF blocks multiplies by its own kernel (runtime/quant_numpy.py)."""
+    if W.__class__ is QuantWeight:
+        return W.linear(x)
     return x @ (W.T if W.ndim == 2 else np.swapaxes(W, -1, -2))
 
 
@@ -146,6 +151,8 @@ def take(a, index, axis):
 
 def embed(W, ids):
     """Rows of W (stored [N, d]) picked by integer ids [...] → [..., d]."""
+    if W.__class__ is QuantWeight:
+        return W.embed(ids)
     return W[np.asarray(ids)]
 
 

@@ -13,6 +13,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from toycards.runtime.quant_torch import QuantWeight
+
 inf = math.inf
 fast = True  # use the single kernels below in place of a prelude algorithm's steps
 exp, log, tanh, sin, cos, sqrt, abs_, erf = (
@@ -36,7 +38,10 @@ def topk(v, k):
 
 
 def linear(x, W):
-    """W · X for a weight stored as [d_out, d_in] (or a stack [..., d_out, d_in]): x [..., d_in] → [..., d_out]."""
+    """W · X for a weight stored as [d_out, d_in] (or a stack [..., d_out, d_in]): x [..., d_in] → [..., d_out].
+    A weight kept in its GGUF blocks multiplies by its own kernel (runtime/quant_torch.py)."""
+    if W.__class__ is QuantWeight:
+        return W.linear(x)
     return F.linear(x, W) if W.dim() == 2 else x @ W.transpose(-1, -2)
 
 
@@ -134,6 +139,8 @@ def take(a, index, axis):
 
 
 def embed(W, ids):
+    if W.__class__ is QuantWeight:
+        return W.embed(ids)
     return F.embedding(torch.as_tensor(ids, dtype=torch.long, device=W.device), W)
 
 

@@ -1,0 +1,479 @@
+/* Matrix products with GGUF weights kept in their blocks (toycards/runtime/quant_kernels.py builds
+ * this file with the system C compiler and calls it through ctypes).
+ *
+ * Buffers, for every entry point:
+ *   W   uint8   [N, row_bytes]  the weight as the file stores it: N rows of K elements, each row
+ *                               K / block blocks of the type's bytes (ggml-common.h layouts below)
+ *   x   float32 [T, K]          activations, one row per token
+ *   y   float32 [T, N]          y[t][n] = Σ_k W[n][k] · x[t][k], W dequantized to float32 exactly
+ *                               as gguf.quants does it (products and sums in float32)
+ *   out float32 [n_blocks · block]  dequantized blocks
+ *
+ * Version 1 of the product (the reference) is gguf.quants.dequantize then a float matmul; this is
+ * version 2: each thread dequantizes one row into a float buffer on its stack (it stays in L1) and
+ * takes its dot product with every token, so the weight's bytes are read once per call. The
+ * tests (tests/test_quant_kernels.py) tie the two for every type here.
+ *
+ * Types (d, m, dmin float16; q unsigned unless said):
+ *   F16   x = h                      BF16  x = upper half of a float32
+ *   Q8_0  d q[32]:int8     x = d·q   Q4_0  d qs[16]   x = d·(q − 8)
+ *   Q4_1  d m qs[16]       x = d·q + m
+ *   Q5_0  d qh qs[16]      x = d·(q + 16·bit − 16)    Q5_1  d m qh qs[16]  x = d·(q + 16·bit) + m
+ *   Q4_K  d dmin sc[12] qs[128]   256 elements, 8 groups of 32 with 6-bit scales and mins
+ *   Q5_K  d dmin sc[12] qh[32] qs[128]
+ *   Q6_K  ql[128] qh[64] sc[16]:int8 d   16 groups of 16 with int8 scales
+ */
+#include <stdint.h>
+#if defined(__F16C__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+#include <stdlib.h>
+#include <string.h>
+
+enum { F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14,
+       BF16 = 30 };
+
+#ifdef __F16C__
+static inline float f16(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+#else
+static inline float f16(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1F, m = h & 0x3FF, bits;
+    if (e == 0x1F) {
+        bits = sign | 0x7F800000u | (m << 13);
+    } else if (e != 0) {
+        bits = sign | ((e + 112) << 23) | (m << 13);
+    } else if (m == 0) {
+        bits = sign;
+    } else { /* subnormal: normalise */
+        e = 113;
+        while (!(m & 0x400)) { m <<= 1; e--; }
+        bits = sign | (e << 23) | ((m & 0x3FF) << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+#endif
+
+#ifdef __F16C__
+static void row_f16(const uint8_t *b, float *y, int64_t k) {
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + 2 * i))));
+    for (; i < k; i++) y[i] = f16(b + 2 * i);
+}
+#else
+static void row_f16(const uint8_t *b, float *y, int64_t k) {
+    for (int64_t i = 0; i < k; i++) y[i] = f16(b + 2 * i);
+}
+#endif
+
+static void row_bf16(const uint8_t *b, float *y, int64_t k) {
+    const uint16_t *h = (const uint16_t *)b;
+    uint32_t *u = (uint32_t *)y;
+    for (int64_t i = 0; i < k; i++) u[i] = (uint32_t)h[i] << 16;
+}
+
+static void row_q8_0(const uint8_t *b, float *y, int64_t k) {
+    for (int64_t s = 0; s < k; s += 32, b += 34) {
+        const float d = f16(b);
+        const int8_t *q = (const int8_t *)(b + 2);
+        for (int j = 0; j < 32; j++) y[s + j] = (float)q[j] * d;
+    }
+}
+
+static void row_q4_0(const uint8_t *b, float *y, int64_t k) {
+    for (int64_t s = 0; s < k; s += 32, b += 18) {
+        const float d = f16(b);
+        const uint8_t *q = b + 2;
+        for (int j = 0; j < 16; j++) {
+            y[s + j] = (float)((int)(q[j] & 0x0F) - 8) * d;
+            y[s + j + 16] = (float)((int)(q[j] >> 4) - 8) * d;
+        }
+    }
+}
+
+static void row_q4_1(const uint8_t *b, float *y, int64_t k) {
+    for (int64_t s = 0; s < k; s += 32, b += 20) {
+        const float d = f16(b), m = f16(b + 2);
+        const uint8_t *q = b + 4;
+        for (int j = 0; j < 16; j++) {
+            y[s + j] = (float)(q[j] & 0x0F) * d + m;
+            y[s + j + 16] = (float)(q[j] >> 4) * d + m;
+        }
+    }
+}
+
+static void row_q5(const uint8_t *b, float *y, int64_t k, int with_min) {
+    const int size = with_min ? 24 : 22;
+    for (int64_t s = 0; s < k; s += 32, b += size) {
+        const float d = f16(b), m = with_min ? f16(b + 2) : 0.0f;
+        uint32_t qh;
+        memcpy(&qh, b + (with_min ? 4 : 2), 4);
+        const uint8_t *q = b + (with_min ? 8 : 6);
+        const int offset = with_min ? 0 : 16;
+        for (int j = 0; j < 16; j++) {
+            const int lo = (q[j] & 0x0F) | (((qh >> j) & 1) << 4);
+            const int hi = (q[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+            if (with_min) {
+                y[s + j] = (float)lo * d + m;
+                y[s + j + 16] = (float)hi * d + m;
+            } else {
+                y[s + j] = (float)(lo - offset) * d;
+                y[s + j + 16] = (float)(hi - offset) * d;
+            }
+        }
+    }
+}
+
+static void row_q5_0(const uint8_t *b, float *y, int64_t k) { row_q5(b, y, k, 0); }
+static void row_q5_1(const uint8_t *b, float *y, int64_t k) { row_q5(b, y, k, 1); }
+
+/* the 6-bit scale and min of group j (0…7) of a Q4_K / Q5_K block */
+static inline void scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+static void row_q4_k(const uint8_t *b, float *y, int64_t k) {
+    for (int64_t s = 0; s < k; s += 256, b += 144) {
+        const float d = f16(b), dmin = f16(b + 2);
+        const uint8_t *scales = b + 4, *q = b + 16;
+        float *out = y + s;
+        for (int j = 0; j < 8; j += 2, q += 32, out += 64) {
+            int sc1, m1, sc2, m2;
+            scale_min_k4(j, scales, &sc1, &m1);
+            scale_min_k4(j + 1, scales, &sc2, &m2);
+            const float d1 = d * (float)sc1, mm1 = dmin * (float)m1;
+            const float d2 = d * (float)sc2, mm2 = dmin * (float)m2;
+            for (int l = 0; l < 32; l++) {
+                out[l] = d1 * (float)(q[l] & 0xF) - mm1;
+                out[l + 32] = d2 * (float)(q[l] >> 4) - mm2;
+            }
+        }
+    }
+}
+
+static void row_q5_k(const uint8_t *b, float *y, int64_t k) {
+    for (int64_t s = 0; s < k; s += 256, b += 176) {
+        const float d = f16(b), dmin = f16(b + 2);
+        const uint8_t *scales = b + 4, *qh = b + 16, *q = b + 48;
+        float *out = y + s;
+        for (int j = 0; j < 8; j += 2, q += 32, out += 64) {
+            int sc1, m1, sc2, m2;
+            scale_min_k4(j, scales, &sc1, &m1);
+            scale_min_k4(j + 1, scales, &sc2, &m2);
+            const float d1 = d * (float)sc1, mm1 = dmin * (float)m1;
+            const float d2 = d * (float)sc2, mm2 = dmin * (float)m2;
+            const uint8_t u1 = (uint8_t)(1u << j), u2 = (uint8_t)(2u << j);
+            for (int l = 0; l < 32; l++) {
+                out[l] = d1 * (float)((q[l] & 0xF) + ((qh[l] & u1) ? 16 : 0)) - mm1;
+                out[l + 32] = d2 * (float)((q[l] >> 4) + ((qh[l] & u2) ? 16 : 0)) - mm2;
+            }
+        }
+    }
+}
+
+static void row_q6_k(const uint8_t *b, float *y, int64_t k) {
+    for (int64_t s = 0; s < k; s += 256, b += 210) {
+        const float d = f16(b + 208);
+        const uint8_t *ql = b, *qh = b + 128;
+        const int8_t *sc = (const int8_t *)(b + 192);
+        float *out = y + s;
+        for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8, out += 128) {
+            for (int l = 0; l < 32; l++) {
+                const int is = l / 16;
+                const int q1 = (int)((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                const int q2 = (int)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                const int q3 = (int)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                const int q4 = (int)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                out[l] = d * (float)sc[is] * (float)q1;
+                out[l + 32] = d * (float)sc[is + 2] * (float)q2;
+                out[l + 64] = d * (float)sc[is + 4] * (float)q3;
+                out[l + 96] = d * (float)sc[is + 6] * (float)q4;
+            }
+        }
+    }
+}
+
+typedef void (*row_fn)(const uint8_t *, float *, int64_t);
+
+static row_fn row_kernel(int type) {
+    switch (type) {
+    case F16: return row_f16;
+    case BF16: return row_bf16;
+    case Q8_0: return row_q8_0;
+    case Q4_0: return row_q4_0;
+    case Q4_1: return row_q4_1;
+    case Q5_0: return row_q5_0;
+    case Q5_1: return row_q5_1;
+    case Q4_K: return row_q4_k;
+    case Q5_K: return row_q5_k;
+    case Q6_K: return row_q6_k;
+    default: return 0;
+    }
+}
+
+/* 1 when `type` has a kernel here */
+int tc_supported(int type) { return row_kernel(type) != 0; }
+
+/* rows [r0, r1) of W (row_bytes each, K elements) dequantized to out [(r1 − r0), K] */
+int tc_dequant_rows(int type, const uint8_t *W, int64_t row_bytes, int64_t K, int64_t r0, int64_t r1,
+                    float *out) {
+    row_fn row = row_kernel(type);
+    if (!row) return -1;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = r0; r < r1; r++) row(W + r * row_bytes, out + (r - r0) * K, K);
+    return 0;
+}
+
+/* rows of W picked by ids [n_ids] (embedding lookups) dequantized to out [n_ids, K] */
+int tc_gather_rows(int type, const uint8_t *W, int64_t row_bytes, int64_t K, const int64_t *ids,
+                   int64_t n_ids, float *out) {
+    row_fn row = row_kernel(type);
+    if (!row) return -1;
+    for (int64_t i = 0; i < n_ids; i++) row(W + ids[i] * row_bytes, out + i * K, K);
+    return 0;
+}
+
+
+/* ── version 3, for Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 on CPUs with AVX2: integer dot products, as llama.cpp does ──
+ * x is quantized per block of 32 to int8 first (qx = round(x / dx), dx = max|x| / 127, dx kept in
+ * float32), so a block's dot product is one integer sum:
+ *   Q8_0  Σ w·x ≈ dw·dx·Σ q·qx          Q4_0  dw·dx·(Σ q·qx − 8·Σ qx)     Q4_1  dw·dx·Σ q·qx + m·dx·Σ qx
+ *   Q5_0  dw·dx·(Σ q·qx − 16·Σ qx)      Q5_1  dw·dx·Σ q·qx + m·dx·Σ qx    (q: nibble + 16·fifth bit)
+ * The tests hold this to dequantize(W) · dequantize(quantize(x)) within float32 rounding, and the
+ * logits it gives to llama.cpp's own deviation from exact arithmetic (which quantizes x the same way).
+ * Buffers: qx int8 [T, K], dx float32 [T, K/32], sx float32 [T, K/32] (dx · Σ qx of the block).
+ */
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#include <math.h>
+#define HAVE_INT8_DOT 1
+
+static void quantize_x(const float *x, int64_t n_blocks, int8_t *qx, float *dx, float *sx) {
+    for (int64_t b = 0; b < n_blocks; b++, x += 32, qx += 32) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < 32; j++) {
+            qx[j] = (int8_t)roundf(x[j] * id);
+            sum += qx[j];
+        }
+        dx[b] = d;
+        sx[b] = d * (float)sum;
+    }
+}
+
+/* Σ over 32 lanes of u[j]·s[j] (u unsigned bytes, s signed), as 8 int32 partial sums */
+static inline __m256i dot_u8s8(__m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
+static inline float hsum(__m256 v) {
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+static inline __m256i nibbles(const uint8_t *qs) { /* low nibbles: elements 0…15, high: 16…31 */
+    const __m128i t = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
+}
+
+static inline __m256i fifth_bits(const uint8_t *qh) { /* byte j: 16 when bit j of the uint32 qh is set */
+    uint32_t v;
+    memcpy(&v, qh, 4);
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+    const __m256i b = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)v), spread), bit);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(b, bit), _mm256_set1_epi8(0x10));
+}
+
+/* the block layout of each type whose x is quantized (TYPE a compile-time constant where used) */
+#define BLOCK_BYTES(TYPE) (TYPE == Q8_0 ? 34 : TYPE == Q4_0 ? 18 : TYPE == Q4_1 ? 20 : TYPE == Q5_0 ? 22 : 24)
+#define HAS_MIN(TYPE) (TYPE == Q4_1 || TYPE == Q5_1)
+#define BIAS(TYPE) (TYPE == Q4_0 ? 8.0f : TYPE == Q5_0 ? 16.0f : 0.0f)
+
+/* the unsigned quants of a Q4_* / Q5_* block, elements 0…31 */
+static inline __m256i unsigned_quants(int type, const uint8_t *w) {
+    switch (type) {
+    case Q4_0: return nibbles(w + 2);
+    case Q4_1: return nibbles(w + 4);
+    case Q5_0: return _mm256_or_si256(nibbles(w + 6), fifth_bits(w + 2));
+    default: return _mm256_or_si256(nibbles(w + 8), fifth_bits(w + 4)); /* Q5_1 */
+    }
+}
+
+/* what the block adds besides d·dx·Σ q·qx: −bias·d·dx·Σ qx, or m·dx·Σ qx */
+static inline float block_extra(int type, const uint8_t *w, float d, float s) {
+    return HAS_MIN(type) ? f16(w + 2) * s : -BIAS(type) * d * s;
+}
+
+/* one row's dot product with one token, for each type (TYPE is a compile-time constant) */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+/* two blocks per 512-bit step, two accumulators (the FMA latency, not its throughput, bounds one) */
+static inline __m512i pair512(__m256i a, __m256i b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+}
+
+static inline __m512 scales512(float s0, float s1) {
+    return _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(s0), _mm512_set1_ps(s1));
+}
+
+#define DOT_ROW(NAME, TYPE)                                                                            \
+    static float NAME(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx,          \
+                      const float *sx) {                                                               \
+        const int bs = BLOCK_BYTES(TYPE);                                                              \
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();                                 \
+        float extra0 = 0.0f, extra1 = 0.0f;                                                            \
+        int64_t b = 0;                                                                                 \
+        for (; b + 2 <= n_blocks; b += 2, w += 2 * bs, qx += 64) {                                     \
+            const __m512i y = _mm512_loadu_si512((const void *)qx);                                    \
+            __m512i p;                                                                                 \
+            const float d0 = f16(w), d1 = f16(w + bs);                                                 \
+            if (TYPE == Q8_0) {                                                                        \
+                const __m512i q = pair512(_mm256_loadu_si256((const __m256i *)(w + 2)),                \
+                                          _mm256_loadu_si256((const __m256i *)(w + bs + 2)));          \
+                const __mmask64 neg = _mm512_movepi8_mask(q);                                          \
+                const __m512i sy = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);           \
+                p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(q), sy);              \
+            } else {                                                                                   \
+                p = _mm512_dpbusd_epi32(_mm512_setzero_si512(),                                        \
+                                        pair512(unsigned_quants(TYPE, w), unsigned_quants(TYPE, w + bs)), y); \
+                extra0 += block_extra(TYPE, w, d0, sx[b]);                                             \
+                extra1 += block_extra(TYPE, w + bs, d1, sx[b + 1]);                                    \
+            }                                                                                          \
+            const __m512 f = _mm512_cvtepi32_ps(p), s = scales512(d0 * dx[b], d1 * dx[b + 1]);         \
+            if (b & 2)                                                                                 \
+                acc1 = _mm512_fmadd_ps(f, s, acc1);                                                    \
+            else                                                                                       \
+                acc0 = _mm512_fmadd_ps(f, s, acc0);                                                    \
+        }                                                                                              \
+        float tail = 0.0f;                                                                             \
+        for (; b < n_blocks; b++, w += bs, qx += 32) { /* an odd last block: 256 bits */               \
+            const __m256i y = _mm256_loadu_si256((const __m256i *)qx);                                 \
+            const float d = f16(w);                                                                    \
+            __m256i p;                                                                                 \
+            if (TYPE == Q8_0) {                                                                        \
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 2));                        \
+                p = dot_u8s8(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));                          \
+            } else {                                                                                   \
+                p = dot_u8s8(unsigned_quants(TYPE, w), y);                                             \
+                extra0 += block_extra(TYPE, w, d, sx[b]);                                              \
+            }                                                                                          \
+            tail += hsum(_mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * dx[b])));            \
+        }                                                                                              \
+        return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + tail + (extra0 + extra1);            \
+    }
+#else
+#define DOT_ROW(NAME, TYPE)                                                                            \
+    static float NAME(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx,          \
+                      const float *sx) {                                                               \
+        __m256 acc = _mm256_setzero_ps();                                                              \
+        float extra = 0.0f;                                                                            \
+        for (int64_t b = 0; b < n_blocks; b++, qx += 32, w += BLOCK_BYTES(TYPE)) {                     \
+            const __m256i y = _mm256_loadu_si256((const __m256i *)qx);                                 \
+            const float d = f16(w);                                                                    \
+            __m256i p;                                                                                 \
+            if (TYPE == Q8_0) {                                                                        \
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 2));                        \
+                p = dot_u8s8(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));                          \
+            } else {                                                                                   \
+                p = dot_u8s8(unsigned_quants(TYPE, w), y);                                             \
+                extra += block_extra(TYPE, w, d, sx[b]);                                               \
+            }                                                                                          \
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * dx[b]), acc);              \
+        }                                                                                              \
+        return hsum(acc) + extra;                                                                      \
+    }
+#endif
+DOT_ROW(dot_q8_0, Q8_0)
+DOT_ROW(dot_q4_0, Q4_0)
+DOT_ROW(dot_q4_1, Q4_1)
+DOT_ROW(dot_q5_0, Q5_0)
+DOT_ROW(dot_q5_1, Q5_1)
+
+typedef float (*dot_fn)(const uint8_t *, int64_t, const int8_t *, const float *, const float *);
+
+static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t N, int64_t K, const float *x,
+                          int64_t T, float *y) {
+    const int64_t nb = K / 32;
+    int8_t *qx = (int8_t *)malloc((size_t)(T * K));
+    float *dx = (float *)malloc(sizeof(float) * (size_t)(T * nb)), *sx = (float *)malloc(sizeof(float) * (size_t)(T * nb));
+    if (!qx || !dx || !sx) {
+        free(qx); free(dx); free(sx);
+        return -2;
+    }
+    for (int64_t t = 0; t < T; t++) quantize_x(x + t * K, nb, qx + t * K, dx + t * nb, sx + t * nb);
+    const dot_fn dot = type == Q8_0   ? dot_q8_0
+                       : type == Q4_0 ? dot_q4_0
+                       : type == Q4_1 ? dot_q4_1
+                       : type == Q5_0 ? dot_q5_0
+                                      : dot_q5_1;
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t t = 0; t < T; t++)
+            y[t * N + n] = dot(W + n * row_bytes, nb, qx + t * K, dx + t * nb, sx + t * nb);
+    free(qx); free(dx); free(sx);
+    return 0;
+}
+#else
+#define HAVE_INT8_DOT 0
+#endif
+
+/* 1 when the product of `type` quantizes x to int8 (version 3), 0 when it is in float32 (version 2) */
+int tc_quantizes_x(int type) {
+    return HAVE_INT8_DOT && (type == Q8_0 || type == Q4_0 || type == Q4_1 || type == Q5_0 || type == Q5_1);
+}
+
+/* y [T, N] = x [T, K] · Wᵀ, for few tokens (the caller uses a float GEMM on dequantized tiles for many) */
+int tc_matmul(int type, const uint8_t *W, int64_t row_bytes, int64_t N, int64_t K, const float *x, int64_t T,
+              float *y) {
+    row_fn row = row_kernel(type);
+    if (!row) return -1;
+#if HAVE_INT8_DOT
+    if (tc_quantizes_x(type)) return tc_matmul_int8(type, W, row_bytes, N, K, x, T, y);
+#endif
+    int failed = 0;
+#pragma omp parallel
+    {
+        float *buf = (float *)aligned_alloc(64, (size_t)((K + 15) / 16 * 64));  /* one row, in L1 */
+        if (!buf) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(static)
+        for (int64_t n = 0; n < N; n++) {
+            if (!buf) continue;
+            row(W + n * row_bytes, buf, K);
+            for (int64_t t = 0; t < T; t++) {
+                const float *xt = x + t * K;
+                float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+                for (int64_t i = 0; i < K; i++) acc += buf[i] * xt[i];
+                y[t * N + n] = acc;
+            }
+        }
+        free(buf);
+    }
+    return failed ? -2 : 0;
+}

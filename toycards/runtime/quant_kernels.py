@@ -1,0 +1,147 @@
+"""The C kernels for GGUF weights kept in their blocks: built once with the system compiler, called by ctypes.
+
+Owns: compiling kernels/quant.c (`cc -O3 -march=native -fopenmp -shared`) into the toycards cache
+(a file named after the source, the compiler and the machine, so an edit or another CPU builds
+afresh), loading it, and three calls on NumPy-addressable memory: `matmul` (few tokens),
+`dequant_rows` (a tile of rows, for a float GEMM on many tokens, or the whole matrix) and
+`gather_rows` (embedding lookups). Which ggml types have a kernel is `SUPPORTED`.
+Leaves out: torch and NumPy weights (quant_torch.py, quant_numpy.py), the reference
+(gguf.quants.dequantize, which the tests hold these kernels to).
+
+No compiler, or a build that fails: `available()` is False and the weights are dequantized per
+use with gguf.quants instead (correct, slower); `TOYCARDS_QUANT_KERNELS=off` forces that path.
+There is one OpenMP runtime in the process: the library asks for `libgomp.so.1`, which is the one
+torch ships when torch came first (so `torch.set_num_threads` also sets the kernels' threads), and
+the one torch then uses when the kernels came first.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from toycards import cache
+
+SOURCE = Path(__file__).with_name("kernels") / "quant.c"
+# TOYCARDS_QUANT_MARCH: the -march to build for (default native; e.g. x86-64-v3 for the AVX2 kernels)
+FLAGS = ("-O3", f"-march={os.environ.get('TOYCARDS_QUANT_MARCH', 'native')}", "-fopenmp", "-fPIC", "-shared",
+         "-std=c11")  # fmt: skip
+# ggml type ids with a kernel (gguf.GGMLQuantizationType): F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K
+SUPPORTED = frozenset({1, 30, 8, 2, 3, 6, 7, 12, 13, 14})
+
+_lib: ctypes.CDLL | None = None
+_tried = False
+_P, _I = ctypes.c_void_p, ctypes.c_int64
+
+
+def _compiler() -> str | None:
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def _target(cc: str) -> Path | None:
+    source = SOURCE.read_bytes()
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
+    machine = platform.machine() + platform.processor() + _cpu_flags()
+    key = hashlib.sha256(source + " ".join(FLAGS).encode() + version.encode() + machine.encode()).hexdigest()
+    where = cache.cache_file("quant-kernels", key[:24])
+    if where is None:  # cache off: a private folder for this process
+        where = Path(tempfile.mkdtemp(prefix="toycards-kernels-")) / "quant.pickle"
+    return where.with_suffix(".so")
+
+
+def _cpu_flags() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            return next((line for line in fh if line.startswith("flags")), "")
+    except OSError:
+        return ""
+
+
+def _build() -> ctypes.CDLL | None:
+    cc = _compiler()
+    if cc is None:
+        return None
+    target = _target(cc)
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(f".{os.getpid()}.tmp")
+        for flags in (FLAGS, tuple(f for f in FLAGS if f != "-fopenmp")):  # no OpenMP: one thread
+            cmd = [cc, *flags, str(SOURCE), "-o", str(tmp), "-lm"]
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode == 0:
+                break
+        if done.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            return None
+        os.replace(tmp, target)  # atomic: another process may be building the same file
+    lib = ctypes.CDLL(str(target))
+    lib.tc_matmul.argtypes = [ctypes.c_int, _P, _I, _I, _I, _P, _I, _P]
+    lib.tc_dequant_rows.argtypes = [ctypes.c_int, _P, _I, _I, _I, _I, _P]
+    lib.tc_gather_rows.argtypes = [ctypes.c_int, _P, _I, _I, _P, _I, _P]
+    lib.tc_quantizes_x.argtypes = [ctypes.c_int]
+    for fn in (lib.tc_matmul, lib.tc_dequant_rows, lib.tc_gather_rows, lib.tc_quantizes_x):
+        fn.restype = ctypes.c_int
+    return lib
+
+
+def library() -> ctypes.CDLL | None:
+    """The loaded kernels, built on first use; None when they cannot be (or are turned off)."""
+    global _lib, _tried
+    if not _tried:
+        _tried = True
+        if os.environ.get("TOYCARDS_QUANT_KERNELS", "").lower() != "off":
+            try:
+                _lib = _build()
+            except OSError:
+                _lib = None
+    return _lib
+
+
+def available(ggml_type: int) -> bool:
+    return ggml_type in SUPPORTED and library() is not None
+
+
+def quantizes_x(ggml_type: int) -> bool:
+    """Whether `matmul` quantizes x to int8 blocks of 32 for this type (as llama.cpp does), rather
+    than multiplying in float32."""
+    return available(ggml_type) and bool(library().tc_quantizes_x(ggml_type))
+
+
+def _check(code: int, what: str) -> None:
+    if code != 0:
+        raise RuntimeError(f"quant kernel {what} failed with code {code}")
+
+
+def matmul(
+    ggml_type: int, w_ptr: int, row_bytes: int, n: int, k: int, x_ptr: int, t: int, y_ptr: int
+) -> None:
+    """y [t, n] = x [t, k] · Wᵀ; every pointer addresses contiguous memory (x, y float32)."""
+    _check(library().tc_matmul(ggml_type, w_ptr, row_bytes, n, k, x_ptr, t, y_ptr), "matmul")
+
+
+def matmul_checked(*args: int) -> None:
+    """`matmul` with the library bound once: what a decoding step calls 200 times per token."""
+    code = _lib.tc_matmul(*args)
+    if code != 0:
+        _check(code, "matmul")
+
+
+def dequant_rows(ggml_type: int, w_ptr: int, row_bytes: int, k: int, r0: int, r1: int, out_ptr: int) -> None:
+    """Rows [r0, r1) of W as float32 into out [(r1 − r0), k]."""
+    _check(library().tc_dequant_rows(ggml_type, w_ptr, row_bytes, k, r0, r1, out_ptr), "dequant_rows")
+
+
+def gather_rows(
+    ggml_type: int, w_ptr: int, row_bytes: int, k: int, ids_ptr: int, n_ids: int, out_ptr: int
+) -> None:
+    """Rows ids [n_ids] (int64) of W as float32 into out [n_ids, k]."""
+    _check(library().tc_gather_rows(ggml_type, w_ptr, row_bytes, k, ids_ptr, n_ids, out_ptr), "gather_rows")

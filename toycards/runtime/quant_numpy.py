@@ -1,0 +1,150 @@
+"""A NumPy weight kept in its GGUF blocks: `QuantWeight`, which `ops_numpy.linear` and `embed` multiply by.
+
+Owns: the NumPy twin of quant_torch.QuantWeight (the file's bytes, uint8 [N, row_bytes],
+memory-mapped; products by the C kernels of quant_kernels.py, or gguf.quants without them; the
+dequantized array for any other use, through `__array__`), so that a quantized file costs about
+its own size in memory on the NumPy target too.
+Leaves out: torch (quant_torch.py), the kernels themselves.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from toycards.runtime import quant_kernels as kernels
+
+FEW_TOKENS = 8  # x rows up to which the row-at-a-time kernel beats dequantize-then-GEMM
+TILE_FLOATS = 1 << 20  # floats of one dequantized tile (4 MiB)
+
+
+def reference_dequantize(blocks: np.ndarray, ggml_type: int, shape: tuple[int, ...]) -> np.ndarray:
+    """gguf.quants.dequantize of the blocks, float32 of `shape`."""
+    from gguf import GGMLQuantizationType, quants
+
+    return np.asarray(quants.dequantize(blocks, GGMLQuantizationType(ggml_type)), dtype=np.float32).reshape(
+        shape
+    )
+
+
+def _ptr(a: np.ndarray) -> int:
+    return a.ctypes.data
+
+
+class QuantWeight:
+    """A weight W [N, K] as GGUF blocks (`blocks` uint8 [N, row_bytes]) of ggml type `ggml_type`.
+
+    >>> from gguf import GGMLQuantizationType, quants
+    >>> W = np.arange(64, dtype=np.float32).reshape(2, 32) / 8
+    >>> q = QuantWeight(quants.quantize(W, GGMLQuantizationType.Q4_0), GGMLQuantizationType.Q4_0, (2, 32))
+    >>> q.shape, q.linear(np.ones((3, 32), dtype=np.float32)).shape
+    ((2, 32), (3, 2))
+    """
+
+    ndim = 2
+    dtype = np.dtype(np.float32)
+    is_quantized_weight = True
+
+    def __init__(
+        self, blocks: np.ndarray, ggml_type: int, shape: tuple[int, ...], name: str = "weight"
+    ) -> None:
+        assert blocks.ndim == 2 and blocks.shape[0] == shape[0], (blocks.shape, shape)
+        self.blocks, self.ggml_type, self.shape, self.name = blocks, int(ggml_type), tuple(shape), name
+        self.row_bytes = blocks.shape[1]
+        self.fast = kernels.available(self.ggml_type) and blocks.flags.c_contiguous
+
+    def __repr__(self) -> str:
+        return f"QuantWeight({self.name}: type {self.ggml_type} {self.shape}, {self.blocks.nbytes} bytes)"
+
+    def dequantize(self) -> np.ndarray:
+        n, k = self.shape
+        if not self.fast:
+            return reference_dequantize(self.blocks, self.ggml_type, self.shape)
+        out = np.empty((n, k), dtype=np.float32)
+        kernels.dequant_rows(self.ggml_type, _ptr(self.blocks), self.row_bytes, k, 0, n, _ptr(out))
+        return out
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.dequantize()
+        return out if dtype is None else out.astype(dtype)
+
+    @property
+    def T(self) -> np.ndarray:
+        return self.dequantize().T
+
+    def __getitem__(self, index):
+        return self.dequantize()[index]
+
+    def __getattr__(self, name: str):  # any other array attribute or method: the dequantized array's
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.dequantize(), name)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        inputs = tuple(x.dequantize() if isinstance(x, QuantWeight) else x for x in inputs)
+        return getattr(ufunc, method)(*inputs, **kwargs)
+
+    def linear(self, x: np.ndarray) -> np.ndarray:
+        """W · X in the codegen layout: x [..., K] → [..., N]."""
+        n, k = self.shape
+        x = np.asarray(x)
+        if not self.fast:
+            return x @ self.dequantize().T
+        lead = x.shape[:-1]
+        x2 = np.ascontiguousarray(x.reshape(-1, k), dtype=np.float32)  # (T, K)
+        y = np.empty((x2.shape[0], n), dtype=np.float32)  # (T, N)
+        if x2.shape[0] <= FEW_TOKENS:
+            kernels.matmul(
+                self.ggml_type, _ptr(self.blocks), self.row_bytes, n, k, _ptr(x2), x2.shape[0], _ptr(y)
+            )
+        else:
+            rows = max(1, min(n, TILE_FLOATS // k))
+            tile = np.empty((rows, k), dtype=np.float32)  # (rows, K)
+            for r0 in range(0, n, rows):
+                r1 = min(n, r0 + rows)
+                kernels.dequant_rows(self.ggml_type, _ptr(self.blocks), self.row_bytes, k, r0, r1, _ptr(tile))
+                y[:, r0:r1] = x2 @ tile[: r1 - r0].T
+        return y.reshape(*lead, n).astype(np.result_type(x.dtype, np.float32), copy=False)
+
+    def embed(self, ids) -> np.ndarray:
+        """Rows of W by integer ids [...] → [..., K]."""
+        n, k = self.shape
+        ids = np.asarray(ids, dtype=np.int64)
+        flat = np.ascontiguousarray(ids.reshape(-1))
+        if flat.size and (flat.min() < 0 or flat.max() >= n):
+            raise IndexError(f"{self.name}: index out of range 0…{n - 1}")
+        if not self.fast:
+            return reference_dequantize(self.blocks[flat], self.ggml_type, (flat.size, k)).reshape(
+                *ids.shape, k
+            )
+        out = np.empty((flat.size, k), dtype=np.float32)
+        kernels.gather_rows(
+            self.ggml_type, _ptr(self.blocks), self.row_bytes, k, _ptr(flat), flat.size, _ptr(out)
+        )
+        return out.reshape(*ids.shape, k)
+
+
+def _forward(op: str):
+    def method(self, *args):
+        return getattr(self.dequantize(), op)(
+            *(a.dequantize() if isinstance(a, QuantWeight) else a for a in args)
+        )
+
+    method.__name__ = op
+    return method
+
+
+for _op in (
+    "add",
+    "sub",
+    "mul",
+    "truediv",
+    "matmul",
+    "pow",
+    "neg",
+    "radd",
+    "rsub",
+    "rmul",
+    "rtruediv",
+    "rmatmul",
+):
+    setattr(QuantWeight, f"__{_op}__", _forward(f"__{_op}__"))

@@ -1,0 +1,210 @@
+"""A torch weight kept in its GGUF blocks: `QuantWeight`, which `ops.linear` and `ops.embed` multiply by.
+
+Owns: holding a 2-D quantized (or F16 / BF16) tensor as the file's bytes (uint8 [N, row_bytes],
+memory-mapped, never copied), its products (`linear`: x [..., K] → [..., N]; `embed`: rows by id)
+and the fallback for every other use: any torch function or tensor method applied to a
+`QuantWeight` gets the dequantized float32 tensor (computed for that use, not kept), so a card
+that uses a weight in some other way still gets the right numbers, only slower.
+Leaves out: the kernels (quant_kernels.py) and the reference they are held to, gguf.quants
+(`reference_dequantize` here calls it; tests/test_quant_kernels.py ties the two).
+
+The product picks its kernel by the number of tokens: up to `FEW_TOKENS` rows of x, the C kernel
+reads each weight row once and takes its dot products with every token (decoding); more, and the
+weight is dequantized a tile of rows at a time (about 4 MiB of float32) into a buffer that a float
+GEMM multiplies by (prefill), so no full float copy of the matrix is ever made. Quantized weights
+are not trainable: training dequantizes at load (`toycards.load(..., dequantize=True)`).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from toycards.runtime import quant_kernels as kernels
+
+FEW_TOKENS = 8  # x rows up to which the row-at-a-time kernel beats dequantize-then-GEMM
+TILE_FLOATS = 1 << 20  # floats of one dequantized tile (4 MiB)
+
+
+def reference_dequantize(blocks: np.ndarray, ggml_type: int, shape: tuple[int, ...]) -> np.ndarray:
+    """Version 1: gguf.quants.dequantize of the blocks, float32 of `shape`."""
+    from gguf import GGMLQuantizationType, quants
+
+    return np.asarray(quants.dequantize(blocks, GGMLQuantizationType(ggml_type)), dtype=np.float32).reshape(
+        shape
+    )
+
+
+def _unwrap(value):
+    if isinstance(value, QuantWeight):
+        return value.dequantize()
+    if isinstance(value, list | tuple):
+        return type(value)(_unwrap(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _unwrap(v) for k, v in value.items()}
+    return value
+
+
+class QuantWeight:
+    """A weight W [N, K] as GGUF blocks: `blocks` uint8 [N, row_bytes] (the file's bytes), `ggml_type`.
+
+    >>> from gguf import GGMLQuantizationType, quants
+    >>> W = np.arange(64, dtype=np.float32).reshape(2, 32) / 8
+    >>> q = QuantWeight(quants.quantize(W, GGMLQuantizationType.Q8_0), GGMLQuantizationType.Q8_0, (2, 32))
+    >>> q.shape, q.dim(), q.linear(torch.ones(1, 32)).shape
+    (torch.Size([2, 32]), 2, torch.Size([1, 2]))
+    """
+
+    requires_grad = False
+    dtype = torch.float32
+    is_quantized_weight = True
+
+    def __init__(
+        self, blocks: np.ndarray, ggml_type: int, shape: tuple[int, ...], name: str = "weight"
+    ) -> None:
+        n, k = shape
+        assert blocks.shape[0] == n and blocks.ndim == 2, (blocks.shape, shape)
+        self.ggml_type, self.name = int(ggml_type), name
+        self.shape = torch.Size(shape)
+        self._np = blocks  # keeps the memory map alive
+        with warnings.catch_warnings():  # read-only file pages: nothing here writes to them
+            warnings.simplefilter("ignore", UserWarning)
+            self.blocks = torch.from_numpy(blocks)  # uint8 [N, row_bytes]
+        self.row_bytes = blocks.shape[1]
+        self.device = self.blocks.device
+        self.fast = kernels.available(self.ggml_type) and blocks.flags.c_contiguous
+        self._ptr = self.blocks.data_ptr()
+        self._matmul = kernels.matmul_checked if self.fast else None
+
+    # ── what a tensor would say about itself ────────────────────────────────────────────
+    def dim(self) -> int:
+        return 2
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    def size(self, axis: int | None = None):
+        return self.shape if axis is None else self.shape[axis]
+
+    def numel(self) -> int:
+        return self.shape[0] * self.shape[1]
+
+    @property
+    def nbytes(self) -> int:
+        return self.blocks.numel()
+
+    def __repr__(self) -> str:
+        from gguf import GGMLQuantizationType
+
+        kind = GGMLQuantizationType(self.ggml_type).name
+        return f"QuantWeight({self.name}: {kind} {tuple(self.shape)}, {self.nbytes} bytes)"
+
+    # ── values ─────────────────────────────────────────────────────────────────────────
+    def dequantize(self) -> torch.Tensor:
+        """W as a new float32 tensor [N, K]."""
+        n, k = self.shape
+        if not self.fast:
+            return torch.from_numpy(reference_dequantize(self._np, self.ggml_type, (n, k)))
+        out = torch.empty(n, k, dtype=torch.float32)
+        kernels.dequant_rows(self.ggml_type, self.blocks.data_ptr(), self.row_bytes, k, 0, n, out.data_ptr())
+        return out
+
+    def detach(self) -> torch.Tensor:  # toycards.save and friends read weights through detach()
+        return self.dequantize()
+
+    def float(self) -> torch.Tensor:
+        return self.dequantize()
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.dequantize().numpy()
+        return out if dtype is None else out.astype(dtype)
+
+    # ── products ───────────────────────────────────────────────────────────────────────
+    def linear(self, x: torch.Tensor) -> torch.Tensor:
+        """W · X in the codegen layout: x [..., K] → [..., N]."""
+        n, k = self.shape
+        if not self.fast or x.requires_grad:
+            return F.linear(x, self.dequantize().to(x.dtype))
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, k)  # (T, K)
+        if x2.dtype != torch.float32 or not x2.is_contiguous():
+            x2 = x2.to(torch.float32).contiguous()
+        t = x2.shape[0]
+        if t <= FEW_TOKENS:
+            y = torch.empty(t, n, dtype=torch.float32)  # (T, N)
+            self._matmul(self.ggml_type, self._ptr, self.row_bytes, n, k, x2.data_ptr(), t, y.data_ptr())
+        else:
+            y = self._tiled(x2)
+        y = y.view(*lead, n)
+        return y if x.dtype == torch.float32 else y.to(x.dtype)
+
+    def _tiled(self, x2: torch.Tensor) -> torch.Tensor:
+        """x2 [T, K] · Wᵀ a tile of rows at a time: dequantize the tile, then a float GEMM."""
+        n, k = self.shape
+        rows = max(1, min(n, TILE_FLOATS // k))
+        tile = torch.empty(rows, k, dtype=torch.float32)  # (rows, K)
+        y = torch.empty(x2.shape[0], n, dtype=torch.float32)  # (T, N)
+        for r0 in range(0, n, rows):
+            r1 = min(n, r0 + rows)
+            kernels.dequant_rows(
+                self.ggml_type, self.blocks.data_ptr(), self.row_bytes, k, r0, r1, tile.data_ptr()
+            )
+            y[:, r0:r1] = x2 @ tile[: r1 - r0].T
+        return y
+
+    def embed(self, ids) -> torch.Tensor:
+        """Rows of W by integer ids [...] → [..., K] (W stored [N_V, d_e])."""
+        n, k = self.shape
+        ids = torch.as_tensor(ids, dtype=torch.long)
+        flat = ids.reshape(-1).contiguous()
+        if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= n):
+            raise IndexError(f"{self.name}: index out of range 0…{n - 1}")
+        if not self.fast:
+            rows = reference_dequantize(self._np[flat.numpy()], self.ggml_type, (flat.numel(), k))
+            return torch.from_numpy(rows).reshape(*ids.shape, k)
+        out = torch.empty(flat.numel(), k, dtype=torch.float32)
+        kernels.gather_rows(self.ggml_type, self.blocks.data_ptr(), self.row_bytes, k, flat.data_ptr(), flat.numel(),
+                            out.data_ptr())  # fmt: skip
+        return out.reshape(*ids.shape, k)
+
+    # ── every other use: the dequantized tensor ────────────────────────────────────────
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return func(*_unwrap(args), **_unwrap(kwargs or {}))
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.dequantize(), name)
+
+    def __getitem__(self, index):
+        return self.dequantize()[index]
+
+
+def _forward(op: str):
+    def method(self, *args):
+        return getattr(self.dequantize(), op)(*_unwrap(args))
+
+    method.__name__ = op
+    return method
+
+
+for _op in (
+    "add",
+    "sub",
+    "mul",
+    "truediv",
+    "matmul",
+    "pow",
+    "neg",
+    "radd",
+    "rsub",
+    "rmul",
+    "rtruediv",
+    "rmatmul",
+):
+    setattr(QuantWeight, f"__{_op}__", _forward(f"__{_op}__"))
