@@ -33,6 +33,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "smollm3": ("smollm3", {}),  # llama without RoPE in layer 4 (every 4th), 4 layers, θ = 1e5, tied
     "gemma": ("gemma", {}),  # embeddings · √d_e, norms stored + 1, MQA, head_dim 32 ≠ d_e/H, GeGLU
     "olmo2": ("olmo2", {}),  # norms after attention and MLP only, q/k RMSNorm over the whole width
+    "olmoe": ("olmoe", {}),  # 8 experts of 32, top-2 not renormalised, q/k RMSNorm over the whole width
 }
 
 
