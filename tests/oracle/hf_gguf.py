@@ -312,6 +312,50 @@ ARCHS: dict[str, ArchSpec] = {
             gguf.Keys.Attention.VALUE_LENGTH,
         ),
     ),
+    # conversion: Qwen3MoeModel (a Qwen2MoeModel: expert_feed_forward_length from moe_intermediate_size);
+    # head_dim 128 as the tiny Qwen3 (transformers' loader takes the class default); llama.cpp
+    # renormalises the chosen weights, so the model does too (norm_topk_prob).
+    "qwen3moe": ArchSpec(
+        gguf.MODEL_ARCH.QWEN3MOE,
+        transformers.Qwen3MoeConfig,
+        dict(
+            _MOE_SHAPE, head_dim=128, rms_norm_eps=1e-6, rope_theta=1e6, num_experts=8,
+            moe_intermediate_size=32, norm_topk_prob=True,
+        ),
+        permute_qk=False,
+        rms_norm=True,
+        vocab="bpe",
+        tokenizer_pre="qwen2",
+        arch_kv=_moe_kv,
+    ),
+    # conversion: Qwen2MoeModel (expert and shared-expert widths; shared_expert_gate written as
+    # stored, [1, d_e]); q/k/v biases; llama.cpp does not renormalise the chosen weights.
+    "qwen2moe": ArchSpec(
+        gguf.MODEL_ARCH.QWEN2MOE,
+        transformers.Qwen2MoeConfig,
+        dict(
+            _MOE_SHAPE, rms_norm_eps=1e-6, rope_theta=1e6, num_experts=8, moe_intermediate_size=32,
+            shared_expert_intermediate_size=64, norm_topk_prob=False, tie_word_embeddings=True,
+        ),
+        permute_qk=False,
+        rms_norm=True,
+        vocab="bpe",
+        tokenizer_pre="qwen2",
+        arch_kv=_moe_kv,
+    ),
+    # Mixtral as llama.cpp converts it (LlamaModel: arch llama, Q/K permuted, experts stacked; the
+    # chosen weights renormalised); feed_forward_length is the experts' width.
+    "mixtral": ArchSpec(
+        gguf.MODEL_ARCH.LLAMA,
+        transformers.MixtralConfig,
+        dict(_MOE_SHAPE, intermediate_size=32, num_local_experts=8, bos_token_id=1, eos_token_id=2,
+             vocab_size=128),
+        permute_qk=True,
+        rms_norm=True,
+        vocab="spm",
+        tokenizer_pre="default",
+        arch_kv=_moe_kv,
+    ),
 }
 
 

@@ -60,6 +60,8 @@ ARCH_CARDS: dict[str, str] = {
     "gemma": "gemma",
     "olmo2": "olmo2",
     "olmoe": "olmoe",
+    "qwen3moe": "qwen3moe",
+    "qwen2moe": "qwen2moe",
 }
 
 
