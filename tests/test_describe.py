@@ -73,13 +73,29 @@ CONFIG_VALUES = {
         "ε": lambda c: c.rms_norm_eps, "d_h": lambda c: c.hidden_size // c.num_attention_heads,
         "N_V": lambda c: c.vocab_size, "θ_base": lambda c: c.rope_parameters["rope_theta"],
     },
+    "olmoe": {
+        "L": lambda c: c.num_hidden_layers, "H": lambda c: c.num_attention_heads,
+        "H_kv": lambda c: c.num_key_value_heads, "d_e": lambda c: c.hidden_size,
+        "d_ff": lambda c: c.intermediate_size, "E": lambda c: c.num_experts, "k": lambda c: c.num_experts_per_tok,
+        "ε": lambda c: c.rms_norm_eps, "N_V": lambda c: c.vocab_size,
+    },
+    "qwen2moe": {
+        "L": lambda c: c.num_hidden_layers, "H": lambda c: c.num_attention_heads,
+        "H_kv": lambda c: c.num_key_value_heads, "d_e": lambda c: c.hidden_size,
+        "d_ff": lambda c: c.intermediate_size, "E": lambda c: c.num_experts, "k": lambda c: c.num_experts_per_tok,
+        "d_x": lambda c: c.moe_intermediate_size, "d_s": lambda c: c.shared_expert_intermediate_size,
+        "ε": lambda c: c.rms_norm_eps, "N_V": lambda c: c.vocab_size,
+    },
 }  # fmt: skip
 LIBRARY_CASES = ["gpt2", "llama", "llama-tied", "gemma", "olmo2"]
+LIBRARY_CASES += ["olmoe", "qwen2moe", "mixtral"]  # mixtral: a llama file with experts (llama_moe.card)
 # every oracle case (tests/oracle/cases.py) whose architecture has a library card
 ROUND_TRIP_CASES = [case for case, arch in [("gpt2", "gpt2"), ("llama", "llama"), ("qwen2", "qwen2"),
                                             ("qwen3", "qwen3"), ("starcoder2", "starcoder2"),
                                             ("granite", "granite"), ("smollm3", "smollm3"),
-                                            ("gemma", "gemma"), ("olmo2", "olmo2")]
+                                            ("gemma", "gemma"), ("olmo2", "olmo2"),
+                                            ("olmoe", "olmoe"), ("qwen3moe", "qwen3moe"),
+                                            ("qwen2moe", "qwen2moe"), ("mixtral", "llama")]
                     if arch in ARCH_CARDS]  # fmt: skip
 
 
@@ -142,7 +158,8 @@ def test_header_agrees_with_gguf_reader(case, oracle_files):
     bos = int(reader.fields["tokenizer.ggml.bos_token_id"].contents())
     assert header.tokenizer["vocab_size"] == len(tokens.data)
     assert header.tokenizer["special"]["bos"] == {"id": bos, "text": tokens.contents()[bos]}
-    assert header.rope["type"] == {"gpt2": "none", "llama": "norm", "gemma": "neox", "olmo2": "neox"}[f.arch]
+    assert header.rope["type"] == {"gpt2": "none", "llama": "norm", "gemma": "neox", "olmo2": "neox", "olmoe": "neox",
+                              "qwen2moe": "neox"}[f.arch]
     assert header.chat_template is None
 
 

@@ -38,6 +38,7 @@ LENGTHS = (1, 7, 64)
 # llama: GQA 4/2 untied; llama-tied: GQA, tied output; granite, smollm3, gemma, olmo2: transformers
 # cannot read their files back: the in-memory model only (and llama.cpp, where installed)
 FAMILIES = ("gpt2", "llama", "llama-tied", "granite", "smollm3", "gemma", "olmo2")
+FAMILIES += ("olmoe", "qwen3moe", "qwen2moe", "mixtral")  # mixtures of experts (mixtral: arch llama)
 QUANTIZED = [(c, "F16") for c in ("gpt2", "llama", "llama-tied")] + [(c, "Q8_0") for c in FAMILIES]
 ATOL = 1e-4
 # (case, file type) of the quantized tests: F16 and Q8_0 for the first families, Q8_0 (blocks of 32
@@ -159,6 +160,7 @@ CARD_VALUES: dict[str, int | float] = {
     "L": 2, "H": 4, "H_kv": 2, "d_e": 32, "d_ff": 48, "d_mlp": 48, "ℓ_max": 64, "N_V": 50,
     "ε": 1e-5, "θ_base": 10000.0,
     "m_z": 2.0,  # granite's logit_scale, a required key
+    "E": 8, "k": 2, "d_x": 16, "d_s": 32,  # experts, experts per token, expert and shared-expert widths
 }  # fmt: skip
 
 

@@ -112,6 +112,8 @@ class CallEmitter:
                 codes.append(repr(option))  # an option of the callee's enumeration
                 continue
             v = self.expr(p)
+            if v.py and _natural(decls.get(name)):  # `ones(| d_h / 2)`: an ℕ in integer arithmetic
+                v = v.with_(code=self.int_code(p))
             fams |= v.fams
             if name not in pnames and not (v.py or v.mask):  # a hyperparameter given a run-time value
                 run_time_hypers(self.em).setdefault(callee.name, set()).add(name)
@@ -306,3 +308,8 @@ class CallEmitter:
         return Val(f"ops.cat_cols([{', '.join(columns)}])", 2, fams=fams)  # matrices side by side
 
     # ── assignments ────────────────────────────────────────────────────────────────────
+
+
+def _natural(d: ir.Decl | None) -> bool:
+    """Whether a callee's hyperparameter is declared a natural number (`n ∈ ℕ`)."""
+    return d is not None and isinstance(d.type, ir.TensorType) and d.type.field == "N" and not d.type.dims
