@@ -31,6 +31,7 @@ from gguf_factory import (
     typed,
     write_gguf,
 )
+from oracle.hf_gguf import ARCHS
 
 from toycards.errors import ToycardsError
 from toycards.inspect.describe import DescribedCard, _value_expr, describe
@@ -78,6 +79,12 @@ CONFIG_VALUES = {
         "H_kv": lambda c: c.num_key_value_heads, "d_e": lambda c: c.hidden_size,
         "d_ff": lambda c: c.intermediate_size, "E": lambda c: c.num_experts, "k": lambda c: c.num_experts_per_tok,
         "ε": lambda c: c.rms_norm_eps, "N_V": lambda c: c.vocab_size,
+    },
+    "mixtral": {  # a llama file with experts: llama_moe.card
+        "L": lambda c: c.num_hidden_layers, "H": lambda c: c.num_attention_heads,
+        "H_kv": lambda c: c.num_key_value_heads, "d_e": lambda c: c.hidden_size,
+        "d_ff": lambda c: c.intermediate_size, "E": lambda c: c.num_local_experts,
+        "k": lambda c: c.num_experts_per_tok, "ε": lambda c: c.rms_norm_eps, "N_V": lambda c: c.vocab_size,
     },
     "qwen2moe": {
         "L": lambda c: c.num_hidden_layers, "H": lambda c: c.num_attention_heads,
@@ -151,7 +158,7 @@ def test_header_agrees_with_gguf_reader(case, oracle_files):
     assert header.n_tensors == len(reader.tensors)
     assert header.file_size == Path(f.path).stat().st_size
     assert header.context_length == f.config.max_position_embeddings
-    assert header.architecture == f.arch
+    assert header.architecture == gguf.MODEL_ARCH_NAMES[ARCHS[f.arch].gguf_arch]  # mixtral: llama
     assert header.general["general.name"] == f"toycards oracle {f.arch}"
     assert header.general["general.file_type"] == "7 (Q8_0)"  # gguf.LlamaFileType.MOSTLY_Q8_0
     tokens = reader.fields["tokenizer.ggml.tokens"]
@@ -159,7 +166,7 @@ def test_header_agrees_with_gguf_reader(case, oracle_files):
     assert header.tokenizer["vocab_size"] == len(tokens.data)
     assert header.tokenizer["special"]["bos"] == {"id": bos, "text": tokens.contents()[bos]}
     assert header.rope["type"] == {"gpt2": "none", "llama": "norm", "gemma": "neox", "olmo2": "neox", "olmoe": "neox",
-                              "qwen2moe": "neox"}[f.arch]
+                              "qwen2moe": "neox"}[header.architecture]
     assert header.chat_template is None
 
 

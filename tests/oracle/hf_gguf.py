@@ -105,6 +105,7 @@ class ArchSpec:
     arch_kv: Callable[[Any], dict[str, tuple[Any, VT]]] | None = None  # the arch's own keys, from the config
     norm_shift: float = 0.0  # added to every `*norm.weight` by the converter (Gemma: RMSNorm scales by 1 + w)
     absent_keys: tuple[str, ...] = ()  # gguf.Keys templates the converter does not write for this arch
+    hf_reads: bool = True  # False: transformers' GGUF loader builds another model from the file
 
 
 _GQA_SHAPE = dict(
@@ -355,6 +356,7 @@ ARCHS: dict[str, ArchSpec] = {
         vocab="spm",
         tokenizer_pre="default",
         arch_kv=_moe_kv,
+        hf_reads=False,  # transformers reads a llama file as a dense LlamaForCausalLM: no experts
     ),
 }
 
@@ -690,7 +692,8 @@ def transformers_reads(arch: str) -> bool:
     """
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
-    return gguf.MODEL_ARCH_NAMES[ARCHS[arch].gguf_arch] in GGUF_SUPPORTED_ARCHITECTURES
+    spec = ARCHS[arch]
+    return spec.hf_reads and gguf.MODEL_ARCH_NAMES[spec.gguf_arch] in GGUF_SUPPORTED_ARCHITECTURES
 
 
 def hf_logits(model: torch.nn.Module, ids: list[int]) -> np.ndarray:
