@@ -35,7 +35,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "olmo2": ("olmo2", {}),  # norms after attention and MLP only, q/k RMSNorm over the whole width
     "olmoe": ("olmoe", {}),  # 8 experts of 32, top-2 not renormalised, q/k RMSNorm over the whole width
     "qwen3moe": ("qwen3moe", {}),  # qwen3 attention, 8 experts of 32, top-2 renormalised, untied
-    "qwen2moe": ("qwen2moe", {}),  # qwen2 attention, 8 experts of 32, top-2 + a gated shared expert, tied
+    "qwen2moe": ("qwen2moe", {}),  # qwen2 attention, 8 experts of 32, top-2 + a gated shared expert
     "mixtral": ("mixtral", {}),  # arch llama with experts: Q/K permuted, 8 experts of 32, top-2 renormalised
 }
 

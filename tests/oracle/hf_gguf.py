@@ -330,13 +330,14 @@ ARCHS: dict[str, ArchSpec] = {
         arch_kv=_moe_kv,
     ),
     # conversion: Qwen2MoeModel (expert and shared-expert widths; shared_expert_gate written as
-    # stored, [1, d_e]); q/k/v biases; llama.cpp does not renormalise the chosen weights.
+    # stored, [1, d_e]); q/k/v biases; llama.cpp does not renormalise the chosen weights and requires
+    # output.weight (untied).
     "qwen2moe": ArchSpec(
         gguf.MODEL_ARCH.QWEN2MOE,
         transformers.Qwen2MoeConfig,
         dict(
             _MOE_SHAPE, rms_norm_eps=1e-6, rope_theta=1e6, num_experts=8, moe_intermediate_size=32,
-            shared_expert_intermediate_size=64, norm_topk_prob=False, tie_word_embeddings=True,
+            shared_expert_intermediate_size=64, norm_topk_prob=False,
         ),
         permute_qk=False,
         rms_norm=True,
