@@ -165,8 +165,17 @@ def test_header_agrees_with_gguf_reader(case, oracle_files):
     bos = int(reader.fields["tokenizer.ggml.bos_token_id"].contents())
     assert header.tokenizer["vocab_size"] == len(tokens.data)
     assert header.tokenizer["special"]["bos"] == {"id": bos, "text": tokens.contents()[bos]}
-    assert header.rope["type"] == {"gpt2": "none", "llama": "norm", "gemma": "neox", "olmo2": "neox", "olmoe": "neox",
-                              "qwen2moe": "neox"}[header.architecture]
+    assert (
+        header.rope["type"]
+        == {
+            "gpt2": "none",
+            "llama": "norm",
+            "gemma": "neox",
+            "olmo2": "neox",
+            "olmoe": "neox",
+            "qwen2moe": "neox",
+        }[header.architecture]
+    )
     assert header.chat_template is None
 
 

@@ -279,6 +279,37 @@ def rope_halves(x, t, theta, rho):
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
 
 
+def moe(X, W_r, W_gate, W_up, W_down, k, norm):
+    """The prelude's MoE in one kernel, tokens grouped per expert: the router's softmax and top k
+    (ties to the lower expert, as `topk`), the chosen probabilities (divided by their sum when
+    `norm` is "renormalise"), then each expert that any token chose runs once on its tokens.
+
+    X [..., ℓ, d_e]; W_r [E, d_e]; W_gate, W_up [E, d_ff, d_e]; W_down [E, d_e, d_ff] → [..., ℓ, d_e].
+    The card's own steps run every expert on every token with a weight of 0 unless chosen; this
+    computes only the chosen ones (tests/test_kernels.py ties the two).
+    """
+    x = X.reshape(-1, X.shape[-1])  # (N, d_e): every token of the batch
+    P = torch.softmax(F.linear(x, W_r), dim=-1)  # (N, E) router probabilities
+    chosen = topk(P, k) - 1  # (N, k) experts, most probable first
+    G = P.gather(-1, chosen)  # (N, k) their probabilities
+    if norm == "renormalise":
+        G = G / G.sum(dim=-1, keepdim=True)
+    flat = chosen.reshape(-1)  # (N·k,) one entry per (token, choice)
+    order = torch.argsort(flat, stable=True)  # grouped by expert
+    tokens, weights = order // k, G.reshape(-1)[order]
+    counts = torch.bincount(flat, minlength=W_r.shape[0]).tolist()
+    Y = torch.zeros_like(x)
+    start = 0
+    for e, n in enumerate(counts):
+        if n:
+            rows = tokens[start : start + n]  # the tokens that chose expert e
+            xs = x[rows]  # (n, d_e)
+            h = F.silu(F.linear(xs, W_gate[e])) * F.linear(xs, W_up[e])  # (n, d_ff)
+            Y.index_add_(0, rows, F.linear(h, W_down[e]) * weights[start : start + n, None])
+            start += n
+    return Y.reshape(X.shape)
+
+
 def zeros_rows(like, n):
     """Zeros shaped like `like` but with n rows (axis −2), laid out row by row."""
     return like.new_zeros(tuple(like.shape[:-2]) + (n, like.shape[-1]))
