@@ -27,6 +27,7 @@ import pytest
 from oracle.hf_gguf import hf_logits, transformers_reads, write_gguf
 from test_save_peer import _llama_cpp_python
 
+from toycards.errors import ToycardsError
 from toycards.lang import ir
 from toycards.lang.printer import render_card
 from toycards.library import card_names, library_card
@@ -129,6 +130,24 @@ def test_oracle_catches_a_missing_qk_permutation(oracle_files, tmp_path):
     ids = ids_for(f.config.vocab_size, 64)
     got, want = load(path, target="numpy").logits(ids), hf_logits(f.model, ids)
     assert np.abs(got - want).max() > 0.1, worst(got, want)
+
+
+def test_expert_width_without_its_key_is_d_ff_over_k(oracle_files, tmp_path):
+    """llama-model.cpp: qwen3moe's n_ff_exp is n_ff / n_expert_used when expert_feed_forward_length
+    is absent. The tiny experts are 32 wide: a file without the key and feed_forward_length 64
+    (top-2) must still give transformers' logits; feed_forward_length 96 must not load."""
+    model, config = oracle_files.model("qwen3moe")
+    ids = ids_for(config.vocab_size, 7)
+    gone = {"qwen3moe.expert_feed_forward_length": None}
+    path = write_gguf(
+        model, config, tmp_path / "q.gguf", "qwen3moe", extra_kv={**gone, "qwen3moe.feed_forward_length": 64}
+    )
+    assert_logits_close(load(path, target="numpy").logits(ids), hf_logits(model, ids), what="d_x = d_ff / k")
+    wrong = write_gguf(
+        model, config, tmp_path / "w.gguf", "qwen3moe", extra_kv={**gone, "qwen3moe.feed_forward_length": 96}
+    )
+    with pytest.raises(ToycardsError, match="ffn_gate_exps"):
+        load(wrong, target="numpy")
 
 
 # ── llama.cpp itself reads the oracle's files as transformers wrote them ─────────────────
