@@ -222,17 +222,18 @@ def moe(X, W_r, W_gate, W_up, W_down, k, norm):
     order = np.argsort(flat, kind="stable")  # grouped by expert
     tokens, weights = order // k, G.reshape(-1)[order]
     counts = np.bincount(flat, minlength=W_r.shape[0])
-    Y = np.zeros_like(x)
+    grouped = np.empty((flat.shape[0], x.shape[-1]), dtype=x.dtype)  # (N·k, d_e), by expert
     start = 0
     for e, n in enumerate(counts.tolist()):
         if n:
-            rows = tokens[start : start + n]
-            xs = x[rows]  # (n, d_e)
+            xs = x[tokens[start : start + n]]  # (n, d_e)
             g = xs @ W_gate[e].T
             h = g / (1 + np.exp(-g)) * (xs @ W_up[e].T)  # (n, d_ff)
-            np.add.at(Y, rows, (h @ W_down[e].T) * weights[start : start + n, None])
+            grouped[start : start + n] = (h @ W_down[e].T) * weights[start : start + n, None]
             start += n
-    return Y.reshape(X.shape)
+    chosen_out = np.empty_like(grouped)
+    chosen_out[order] = grouped  # back to (token, choice) order
+    return chosen_out.reshape(*X.shape[:-1], k, X.shape[-1]).sum(axis=-2)
 
 
 def zeros_rows(like, n):
