@@ -21,6 +21,12 @@ weights (`gathered_moe` below), for one token (decoding) and for --prefill token
 
     .venv/bin/python bench/moe.py [--layers 2] [--prefill 16] [--decode 16] [--rounds 3] [--threads 2]
     .venv/bin/python bench/moe.py --layer
+
+Measured on a shared 2-core CPU (torch 2.13, transformers 5.24, float32), 2026-12-01:
+`--rounds 5 --prefill 8 --decode 16`: toycards 5.95 tok/s, transformers 4.04 tok/s, ×1.47, the
+same greedy tokens (toycards faster in each of the 5 rounds). `--layer`, one token: the card's
+steps 784 ms, grouped per expert 58 ms, gathered weights 414 ms; 16 tokens: 6.3 s, 1.9 s, 6.1 s.
+Grouping tokens per expert is what generated code calls.
 """
 
 from __future__ import annotations
