@@ -31,6 +31,7 @@ from gguf_factory import (
     typed,
     write_gguf,
 )
+from oracle.hf_gguf import ARCHS
 
 from toycards.errors import ToycardsError
 from toycards.inspect.describe import DescribedCard, _value_expr, describe
@@ -90,14 +91,36 @@ CONFIG_VALUES = {
         "θ_local": lambda c: c.rope_parameters["sliding_attention"]["rope_theta"],
         "s": lambda c: c.rope_parameters["full_attention"]["factor"], "c_f": lambda c: 0,  # no final soft-cap
     },
+    "olmoe": {
+        "L": lambda c: c.num_hidden_layers, "H": lambda c: c.num_attention_heads,
+        "H_kv": lambda c: c.num_key_value_heads, "d_e": lambda c: c.hidden_size,
+        "d_ff": lambda c: c.intermediate_size, "E": lambda c: c.num_experts, "k": lambda c: c.num_experts_per_tok,
+        "ε": lambda c: c.rms_norm_eps, "N_V": lambda c: c.vocab_size,
+    },
+    "mixtral": {  # a llama file with experts: llama_moe.card
+        "L": lambda c: c.num_hidden_layers, "H": lambda c: c.num_attention_heads,
+        "H_kv": lambda c: c.num_key_value_heads, "d_e": lambda c: c.hidden_size,
+        "d_ff": lambda c: c.intermediate_size, "E": lambda c: c.num_local_experts,
+        "k": lambda c: c.num_experts_per_tok, "ε": lambda c: c.rms_norm_eps, "N_V": lambda c: c.vocab_size,
+    },
+    "qwen2moe": {
+        "L": lambda c: c.num_hidden_layers, "H": lambda c: c.num_attention_heads,
+        "H_kv": lambda c: c.num_key_value_heads, "d_e": lambda c: c.hidden_size,
+        "d_ff": lambda c: c.intermediate_size, "E": lambda c: c.num_experts, "k": lambda c: c.num_experts_per_tok,
+        "d_x": lambda c: c.moe_intermediate_size, "d_s": lambda c: c.shared_expert_intermediate_size,
+        "ε": lambda c: c.rms_norm_eps, "N_V": lambda c: c.vocab_size,
+    },
 }  # fmt: skip
 LIBRARY_CASES = ["gpt2", "llama", "llama-tied", "gemma", "olmo2", "gemma2", "gemma3"]
+LIBRARY_CASES += ["olmoe", "qwen2moe", "mixtral"]  # mixtral: a llama file with experts (llama_moe.card)
 # every oracle case (tests/oracle/cases.py) whose architecture has a library card
 ROUND_TRIP_CASES = [case for case, arch in [("gpt2", "gpt2"), ("llama", "llama"), ("qwen2", "qwen2"),
                                             ("qwen3", "qwen3"), ("starcoder2", "starcoder2"),
                                             ("granite", "granite"), ("smollm3", "smollm3"),
                                             ("gemma", "gemma"), ("olmo2", "olmo2"),
-                                            ("gemma2", "gemma2"), ("gemma3", "gemma3")]
+                                            ("gemma2", "gemma2"), ("gemma3", "gemma3"),
+                                            ("olmoe", "olmoe"), ("qwen3moe", "qwen3moe"),
+                                            ("qwen2moe", "qwen2moe"), ("mixtral", "llama")]
                     if arch in ARCH_CARDS]  # fmt: skip
 
 
@@ -153,7 +176,7 @@ def test_header_agrees_with_gguf_reader(case, oracle_files):
     assert header.n_tensors == len(reader.tensors)
     assert header.file_size == Path(f.path).stat().st_size
     assert header.context_length == f.config.max_position_embeddings
-    assert header.architecture == f.arch
+    assert header.architecture == gguf.MODEL_ARCH_NAMES[ARCHS[f.arch].gguf_arch]  # mixtral: llama
     assert header.general["general.name"] == f"toycards oracle {f.arch}"
     assert header.general["general.file_type"] == "7 (Q8_0)"  # gguf.LlamaFileType.MOSTLY_Q8_0
     tokens = reader.fields["tokenizer.ggml.tokens"]
@@ -169,7 +192,9 @@ def test_header_agrees_with_gguf_reader(case, oracle_files):
             "olmo2": "neox",
             "gemma2": "neox",
             "gemma3": "neox",
-        }[f.arch]
+            "olmoe": "neox",
+            "qwen2moe": "neox",
+        }[header.architecture]
     )
     assert header.chat_template is None
 

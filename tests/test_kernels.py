@@ -146,3 +146,53 @@ def test_training_after_inference_in_one_process():
     loss = model(torch.tensor([[1, 2, 3]])).logsumexp(-1).sum()
     loss.backward()
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+# ── the mixture of experts: the card's dense steps and the grouped kernel, both targets ──────
+@pytest.fixture(scope="module")
+def moe_funcs():
+    """The generated `MoE` of each target (the qwen3moe card calls it)."""
+    out = {}
+    for target in ("torch", "numpy"):
+        namespace: dict = {}
+        exec(
+            compile(generate_source(library_card("qwen3moe"), target), f"<qwen3moe {target}>", "exec"),
+            namespace,
+        )
+        out[target] = namespace["MoE"]
+    return out
+
+
+def moe_inputs(E=8, d_e=16, d_ff=12, shape=(2, 7)):
+    """Router rows scaled so that tokens pick different experts (checked below)."""
+    return (
+        rand(*shape, d_e), rand(E, d_e, scale=2.0), rand(E, d_ff, d_e, scale=0.3),
+        rand(E, d_ff, d_e, scale=0.3), rand(E, d_e, d_ff, scale=0.3),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("norm", ["renormalise", "keep"])
+@pytest.mark.parametrize("k", [1, 3])
+def test_moe_kernel_equals_the_card_steps(moe_funcs, norm, k):
+    from toycards.runtime import ops_numpy
+
+    X, W_r, W_gate, W_up, W_down = moe_inputs()
+    chosen = ops_torch.topk((X @ W_r.T).softmax(-1), k)
+    assert len({tuple(c) for c in chosen.reshape(-1, k).tolist()}) > 4, "the router should spread tokens"
+    args = (X, W_r, W_gate, W_up, W_down, k, norm)
+    assert_close(*both(moe_funcs["torch"], *args), tol=1e-5)
+    try:
+        ops_numpy.fast = False
+        slow = moe_funcs["numpy"](*(a.numpy() if torch.is_tensor(a) else a for a in args))
+        ops_numpy.fast = True
+        fast = moe_funcs["numpy"](*(a.numpy() if torch.is_tensor(a) else a for a in args))
+    finally:
+        ops_numpy.fast = True
+    assert_close(torch.from_numpy(slow), torch.from_numpy(fast), tol=1e-5)
+
+
+def test_moe_kernel_breaks_ties_like_topk(moe_funcs):
+    """Two experts with the same router row tie on every token: the lower one is chosen, as `topk` does."""
+    X, W_r, W_gate, W_up, W_down = moe_inputs(E=4)
+    W_r[2] = W_r[1]
+    assert_close(*both(moe_funcs["torch"], X, W_r, W_gate, W_up, W_down, 1, "keep"), tol=1e-5)

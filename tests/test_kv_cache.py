@@ -20,6 +20,7 @@ TARGETS = ("numpy", "torch")
 # the whole width, norms after attention and MLP; gemma2: a window of 4 on alternate layers (the
 # cache holds more than the window), soft-capped scores; gemma3: q/k norms, 5 local layers to 1 global
 CASES = ("gpt2", "llama", "qwen3", "granite", "smollm3", "gemma", "olmo2", "gemma2", "gemma3")
+CASES += ("olmoe", "qwen2moe", "mixtral")  # experts chosen per token; qwen2moe: a gated shared expert
 ATOL = 1e-5  # same model, same weights: only the order of float32 sums changes
 
 

@@ -27,6 +27,7 @@ import pytest
 from oracle.hf_gguf import hf_logits, tiny_model, transformers_reads, write_gguf
 from test_save_peer import _llama_cpp_python
 
+from toycards.errors import ToycardsError
 from toycards.lang import ir
 from toycards.lang.printer import render_card
 from toycards.library import card_names, library_card
@@ -39,6 +40,7 @@ LENGTHS = (1, 7, 64)
 # cannot read their files back; gemma2, gemma3: it reads them without their soft-caps, query scale
 # and per-layer RoPE: the in-memory model only (and llama.cpp, where installed)
 FAMILIES = ("gpt2", "llama", "llama-tied", "granite", "smollm3", "gemma", "olmo2", "gemma2", "gemma3")
+FAMILIES += ("olmoe", "qwen3moe", "qwen2moe", "mixtral")  # mixtures of experts (mixtral: arch llama)
 QUANTIZED = [(c, "F16") for c in ("gpt2", "llama", "llama-tied")] + [(c, "Q8_0") for c in FAMILIES]
 ATOL = 1e-4
 # (case, file type) of the quantized tests: F16 and Q8_0 for the first families, Q8_0 (blocks of 32
@@ -181,6 +183,24 @@ def test_gemma_27b_query_scale(case, blocks, tmp_path):
         )
 
 
+def test_expert_width_without_its_key_is_d_ff_over_k(oracle_files, tmp_path):
+    """llama-model.cpp: qwen3moe's n_ff_exp is n_ff / n_expert_used when expert_feed_forward_length
+    is absent. The tiny experts are 32 wide: a file without the key and feed_forward_length 64
+    (top-2) must still give transformers' logits; feed_forward_length 96 must not load."""
+    model, config = oracle_files.model("qwen3moe")
+    ids = ids_for(config.vocab_size, 7)
+    gone = {"qwen3moe.expert_feed_forward_length": None}
+    path = write_gguf(
+        model, config, tmp_path / "q.gguf", "qwen3moe", extra_kv={**gone, "qwen3moe.feed_forward_length": 64}
+    )
+    assert_logits_close(load(path, target="numpy").logits(ids), hf_logits(model, ids), what="d_x = d_ff / k")
+    wrong = write_gguf(
+        model, config, tmp_path / "w.gguf", "qwen3moe", extra_kv={**gone, "qwen3moe.feed_forward_length": 96}
+    )
+    with pytest.raises(ToycardsError, match="ffn_gate_exps"):
+        load(wrong, target="numpy")
+
+
 # ── llama.cpp itself reads the oracle's files as transformers wrote them ─────────────────
 @pytest.mark.skipif(
     _llama_cpp_python() is None, reason="llama-cpp-python is not installed (a benchmark dependency)"
@@ -212,6 +232,7 @@ CARD_VALUES: dict[str, int | float] = {
     "L": 2, "H": 4, "H_kv": 2, "d_e": 32, "d_ff": 48, "d_mlp": 48, "ℓ_max": 64, "N_V": 50,
     "ε": 1e-5, "θ_base": 10000.0,
     "m_z": 2.0,  # granite's logit_scale, a required key
+    "E": 8, "k": 2, "d_x": 16, "d_s": 32,  # experts, experts per token, expert and shared-expert widths
 }  # fmt: skip
 
 

@@ -209,11 +209,26 @@ def test_unreadable_file_is_what_the_converter_writes(oracle_files, case):
         if hf_name == "lm_head.weight" and f.config.tie_word_embeddings:
             assert "output.weight" not in stored
             continue
-        name = name_map.get_name(hf_name, try_suffixes=(".weight", ".bias"))
-        assert re.sub(r"^blk\.\d+\.", "blk.{bid}.", name.rsplit(".", 1)[0]) in allowed, name
         w = w.detach().numpy()
-        want = w + np.float32(spec.norm_shift) if hf_name.endswith("norm.weight") else w
-        np.testing.assert_array_equal(stored.pop(name), want, err_msg=name)
+        for name, want in _converted(hf_name, w, name_map, spec.norm_shift):
+            assert re.sub(r"^blk\.\d+\.", "blk.{bid}.", name.rsplit(".", 1)[0]) in allowed, name
+            np.testing.assert_array_equal(stored.pop(name), want, err_msg=name)
     assert not stored, f"tensors from nowhere: {sorted(stored)}"
     for key in spec.absent_keys:
         assert key.format(arch=f.arch) not in reader.fields, key
+
+
+def _converted(hf_name: str, w: np.ndarray, name_map, norm_shift: float) -> list[tuple[str, np.ndarray]]:
+    """What the converter writes for one parameter: (GGUF name, values). transformers 5 fuses a
+    layer's experts into `experts.gate_up_proj` [E, 2·d_ff, d_e] (gate rows first); the converter
+    (Qwen2MoeModel.modify_tensors) splits it into `experts.gate_proj` and `experts.up_proj`, names
+    them and `experts.down_proj` with `.weight` through gguf's map, and keeps the stacked layout."""
+    if hf_name.endswith("mlp.experts.gate_up_proj"):
+        base, d_ff = hf_name.removesuffix(".gate_up_proj"), w.shape[1] // 2
+        parts = [(f"{base}.gate_proj.weight", w[:, :d_ff]), (f"{base}.up_proj.weight", w[:, d_ff:])]
+    elif hf_name.endswith("mlp.experts.down_proj"):
+        parts = [(f"{hf_name}.weight", w)]
+    else:
+        shift = np.float32(norm_shift) if hf_name.endswith("norm.weight") else np.float32(0)
+        parts = [(hf_name, w + shift if shift else w)]
+    return [(name_map.get_name(n, try_suffixes=(".weight", ".bias")), v) for n, v in parts]

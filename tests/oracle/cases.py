@@ -35,6 +35,10 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "olmo2": ("olmo2", {}),  # norms after attention and MLP only, q/k RMSNorm over the whole width
     "gemma2": ("gemma2", {}),  # soft-capped scores (1) and logits (2), post-norms, window 4 on layer 1
     "gemma3": ("gemma3", {}),  # q/k norms, window 4 on layers 1–5, layer 6 global: θ = 1e6, linear ×4
+    "olmoe": ("olmoe", {}),  # 8 experts of 32, top-2 not renormalised, q/k RMSNorm over the whole width
+    "qwen3moe": ("qwen3moe", {}),  # qwen3 attention, 8 experts of 32, top-2 renormalised, untied
+    "qwen2moe": ("qwen2moe", {}),  # qwen2 attention, 8 experts of 32, top-2 + a gated shared expert
+    "mixtral": ("mixtral", {}),  # arch llama with experts: Q/K permuted, 8 experts of 32, top-2 renormalised
 }
 
 

@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,7 +114,9 @@ class ArchSpec:
     arch_kv: Callable[[Any], dict[str, tuple[Any, VT]]] | None = None  # the arch's own keys, from the config
     norm_shift: float = 0.0  # added to every `*norm.weight` by the converter (Gemma: RMSNorm scales by 1 + w)
     absent_keys: tuple[str, ...] = ()  # gguf.Keys templates the converter does not write for this arch
-    hf_reads_faithfully: bool = True  # False: transformers' loader takes the arch, drops keys it needs
+    hf_reads: bool = (
+        True  # False: transformers' GGUF loader builds another model from the file, or drops keys it needs
+    )
 
 
 _GQA_SHAPE = dict(
@@ -189,6 +192,29 @@ def _gemma3_kv(config: Any) -> dict[str, tuple[Any, VT]]:
     if config.final_logit_softcapping:
         kv[K.FINAL_LOGIT_SOFTCAPPING] = (float(config.final_logit_softcapping), VT.FLOAT32)
     return kv
+
+
+def _moe_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """The expert keys of llama.cpp's converter (TextModel and Qwen2MoeModel.set_gguf_parameters):
+    expert_count, expert_used_count, and where the config has them the experts' own width
+    (`moe_intermediate_size`) and the shared expert's (`shared_expert_intermediate_size`).
+
+    >>> sorted(_moe_kv(transformers.OlmoeConfig(num_experts=8, num_experts_per_tok=2)).items())[:1]
+    [('{arch}.expert_count', (8, <GGUFValueType.UINT32: 4>))]
+    """
+    K = gguf.Keys.LLM
+    experts = getattr(config, "num_experts", None) or config.num_local_experts
+    kv = {K.EXPERT_COUNT: (experts, VT.UINT32), K.EXPERT_USED_COUNT: (config.num_experts_per_tok, VT.UINT32)}
+    if getattr(config, "moe_intermediate_size", None):
+        kv[K.EXPERT_FEED_FORWARD_LENGTH] = (config.moe_intermediate_size, VT.UINT32)
+    if getattr(config, "shared_expert_intermediate_size", None):
+        kv[K.EXPERT_SHARED_FEED_FORWARD_LENGTH] = (config.shared_expert_intermediate_size, VT.UINT32)
+    return kv
+
+
+_MOE_SHAPE = dict(  # 8 experts, 2 per token, each 32 wide (a multiple of 32: ffn_down_exps can be Q8_0)
+    _ROPE_GQA, num_experts_per_tok=2, vocab_size=288, tie_word_embeddings=False
+)
 
 
 ARCHS: dict[str, ArchSpec] = {
@@ -334,7 +360,7 @@ ARCHS: dict[str, ArchSpec] = {
         **_GEMMA_FILE,
         absent_keys=(gguf.Keys.LLM.VOCAB_SIZE, gguf.Keys.Rope.DIMENSION_COUNT, gguf.Keys.Rope.FREQ_BASE),
         arch_kv=_gemma2_kv,
-        hf_reads_faithfully=False,  # its loader reads neither soft-cap nor query_pre_attn_scalar (256)
+        hf_reads=False,  # its loader reads neither soft-cap nor query_pre_attn_scalar (256)
     ),
     # conversion/gemma.py Gemma3Model over TextModel: key/value length = head_dim, RoPE keys from
     # rope_parameters, `*norm.weight` + 1 (q/k norms too); a tied checkpoint writes no output.weight.
@@ -359,7 +385,87 @@ ARCHS: dict[str, ArchSpec] = {
         **_GEMMA_FILE,
         absent_keys=(gguf.Keys.LLM.VOCAB_SIZE, gguf.Keys.Rope.DIMENSION_COUNT),
         arch_kv=_gemma3_kv,
-        hf_reads_faithfully=False,  # its loader reads no RoPE scaling, and 256 for query_pre_attn_scalar
+        hf_reads=False,  # its loader reads no RoPE scaling, and 256 for query_pre_attn_scalar
+    ),
+    # conversion: OlmoeModel (TextModel's keys, experts stacked; feed_forward_length is the experts'
+    # width, which llama.cpp's olmoe reads as n_ff). llama.cpp requires attn_k_norm of n_embd: H_kv = H.
+    "olmoe": ArchSpec(
+        gguf.MODEL_ARCH.OLMOE,
+        transformers.OlmoeConfig,
+        dict(_MOE_SHAPE, num_key_value_heads=4, intermediate_size=32, num_experts=8, norm_topk_prob=False),
+        permute_qk=False,
+        rms_norm=True,
+        vocab="bpe",
+        tokenizer_pre="olmo",
+        arch_kv=_moe_kv,
+        absent_keys=(
+            gguf.Keys.LLM.VOCAB_SIZE,
+            gguf.Keys.Rope.DIMENSION_COUNT,
+            gguf.Keys.Attention.KEY_LENGTH,
+            gguf.Keys.Attention.VALUE_LENGTH,
+        ),
+    ),
+    # conversion: Qwen3MoeModel (a Qwen2MoeModel: expert_feed_forward_length from moe_intermediate_size);
+    # head_dim 128 as the tiny Qwen3 (transformers' loader takes the class default); llama.cpp
+    # renormalises the chosen weights, so the model does too (norm_topk_prob).
+    "qwen3moe": ArchSpec(
+        gguf.MODEL_ARCH.QWEN3MOE,
+        transformers.Qwen3MoeConfig,
+        dict(
+            _MOE_SHAPE,
+            head_dim=128,
+            rms_norm_eps=1e-6,
+            rope_theta=1e6,
+            num_experts=8,
+            moe_intermediate_size=32,
+            norm_topk_prob=True,
+        ),
+        permute_qk=False,
+        rms_norm=True,
+        vocab="bpe",
+        tokenizer_pre="qwen2",
+        arch_kv=_moe_kv,
+    ),
+    # conversion: Qwen2MoeModel (expert and shared-expert widths; shared_expert_gate written as
+    # stored, [1, d_e]); q/k/v biases; llama.cpp does not renormalise the chosen weights and requires
+    # output.weight (untied).
+    "qwen2moe": ArchSpec(
+        gguf.MODEL_ARCH.QWEN2MOE,
+        transformers.Qwen2MoeConfig,
+        dict(
+            _MOE_SHAPE,
+            rms_norm_eps=1e-6,
+            rope_theta=1e6,
+            num_experts=8,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=64,
+            norm_topk_prob=False,
+        ),
+        permute_qk=False,
+        rms_norm=True,
+        vocab="bpe",
+        tokenizer_pre="qwen2",
+        arch_kv=_moe_kv,
+    ),
+    # Mixtral as llama.cpp converts it (LlamaModel: arch llama, Q/K permuted, experts stacked; the
+    # chosen weights renormalised); feed_forward_length is the experts' width.
+    "mixtral": ArchSpec(
+        gguf.MODEL_ARCH.LLAMA,
+        transformers.MixtralConfig,
+        dict(
+            _MOE_SHAPE,
+            intermediate_size=32,
+            num_local_experts=8,
+            bos_token_id=1,
+            eos_token_id=2,
+            vocab_size=128,
+        ),
+        permute_qk=True,
+        rms_norm=True,
+        vocab="spm",
+        tokenizer_pre="default",
+        arch_kv=_moe_kv,
+        hf_reads=False,  # transformers reads a llama file as a dense LlamaForCausalLM: no experts
     ),
 }
 
@@ -446,6 +552,7 @@ class _Tensor:
     transpose: bool  # GPT-2 Conv1D
     qk_heads: int | None  # heads to permute over (llama Q: H, K: H_kv), else None
     shift: float = 0.0  # the converter's norm offset (Gemma: + 1), else 0
+    part: tuple[int, int] | None = None  # rows [a, b) of each expert (gate_up_proj's gate, up), else all
 
 
 def _tensor_plan(model: torch.nn.Module, config: Any, arch: str, permute: bool = True) -> list[_Tensor]:
@@ -458,9 +565,14 @@ def _tensor_plan(model: torch.nn.Module, config: Any, arch: str, permute: bool =
     conv1d = {f"{m}.weight" for m, mod in model.named_modules() if isinstance(mod, Conv1D)}
     heads = {"attn_q": config.num_attention_heads, "attn_k": getattr(config, "num_key_value_heads", None)}
     plan = []
-    for hf_name in model.state_dict():
+    state = model.state_dict()
+    for hf_name in state:
         if hf_name == "lm_head.weight" and config.tie_word_embeddings:
             continue  # a tied checkpoint has no lm_head, so llama.cpp writes no output.weight
+        experts = _expert_tensors(hf_name, state[hf_name].shape)
+        if experts is not None:
+            plan.extend(experts)
+            continue
         name = name_map.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         if name is None:
             raise ValueError(f"no GGUF name for {arch} parameter {hf_name!r}")
@@ -471,7 +583,33 @@ def _tensor_plan(model: torch.nn.Module, config: Any, arch: str, permute: bool =
     return plan
 
 
+_EXPERTS = re.compile(r"model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)")
+
+
+def _expert_tensors(hf_name: str, shape: tuple[int, ...]) -> list[_Tensor] | None:
+    """transformers 5 keeps a layer's experts as 3-D tensors, gate and up fused:
+    `experts.gate_up_proj` [E, 2·d_ff, d_e] (rows: gate; up) and `experts.down_proj` [E, d_e, d_ff].
+    llama.cpp's converter writes them as `ffn_gate_exps`, `ffn_up_exps` [E, d_ff, d_e] and
+    `ffn_down_exps` [E, d_e, d_ff] (NumPy order); None for any other parameter.
+
+    >>> [(t.name, t.part) for t in _expert_tensors("model.layers.1.mlp.experts.gate_up_proj", (8, 64, 32))]
+    [('blk.1.ffn_gate_exps.weight', (0, 32)), ('blk.1.ffn_up_exps.weight', (32, 64))]
+    """
+    m = _EXPERTS.fullmatch(hf_name)
+    if m is None:
+        return None
+    blk = f"blk.{m.group(1)}."
+    if m.group(2) == "down_proj":
+        return [_Tensor(hf_name, blk + "ffn_down_exps.weight", False, None)]
+    d_ff = shape[1] // 2
+    return [
+        _Tensor(hf_name, blk + "ffn_gate_exps.weight", False, None, part=(0, d_ff)),
+        _Tensor(hf_name, blk + "ffn_up_exps.weight", False, None, part=(d_ff, 2 * d_ff)),
+    ]
+
+
 def _to_gguf(t: _Tensor, w: np.ndarray) -> np.ndarray:
+    w = w[:, t.part[0] : t.part[1]] if t.part else w
     w = w.T if t.transpose else w
     w = w + np.float32(t.shift) if t.shift else w
     return permute_qk(w, t.qk_heads) if t.qk_heads else w
@@ -530,8 +668,13 @@ def quantized_copy(model: torch.nn.Module, config: Any, arch: str, ftype: str) -
         for t in _tensor_plan(model, config, arch):
             w = _to_gguf(t, params[t.hf_name].detach().numpy())
             data, qtype = _quantize(t.name, w, ftype)
-            restored = gguf.quants.dequantize(data, qtype).reshape(w.shape)
-            params[t.hf_name].copy_(torch.from_numpy(np.ascontiguousarray(_from_gguf(t, restored))))
+            restored = torch.from_numpy(
+                np.ascontiguousarray(_from_gguf(t, gguf.quants.dequantize(data, qtype).reshape(w.shape)))
+            )
+            if t.part:  # one block of rows of each expert
+                params[t.hf_name][:, t.part[0] : t.part[1]].copy_(restored)
+            else:
+                params[t.hf_name].copy_(restored)
     return twin
 
 
@@ -660,7 +803,7 @@ def transformers_reads(arch: str) -> bool:
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
     spec = ARCHS[arch]
-    return gguf.MODEL_ARCH_NAMES[spec.gguf_arch] in GGUF_SUPPORTED_ARCHITECTURES and spec.hf_reads_faithfully
+    return spec.hf_reads and gguf.MODEL_ARCH_NAMES[spec.gguf_arch] in GGUF_SUPPORTED_ARCHITECTURES
 
 
 def hf_logits(model: torch.nn.Module, ids: list[int]) -> np.ndarray:

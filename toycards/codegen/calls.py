@@ -112,9 +112,8 @@ class CallEmitter:
                 codes.append(repr(option))  # an option of the callee's enumeration
                 continue
             v = self.expr(p)
-            declared = decls[name].type if name in decls else None
-            if v.py and isinstance(declared, ir.TensorType) and declared.field == "N" and not declared.dims:
-                v = v.with_(code=self.int_code(p))  # `ones(| d / 2)`: a size, in integer arithmetic
+            if v.py and _natural(decls.get(name)):  # `ones(| d_h / 2)`: an ℕ in integer arithmetic
+                v = v.with_(code=self.int_code(p))
             fams |= v.fams
             if name not in pnames and not (v.py or v.mask):  # a hyperparameter given a run-time value
                 run_time_hypers(self.em).setdefault(callee.name, set()).add(name)
@@ -323,3 +322,8 @@ class CallEmitter:
 def is_exp(e: ir.Expr) -> bool:
     """`exp(b)`, the builtin."""
     return isinstance(e, ir.Call) and e.func == "exp" and len(e.args) == 1 and not e.params
+
+
+def _natural(d: ir.Decl | None) -> bool:
+    """Whether a callee's hyperparameter is declared a natural number (`n ∈ ℕ`)."""
+    return d is not None and isinstance(d.type, ir.TensorType) and d.type.field == "N" and not d.type.dims

@@ -32,8 +32,9 @@ FAST_KERNELS = {
     "torch": {
         "softmax": "softmax", "layer_norm": "layer_norm", "rms_norm": "rms_norm", "SiLU": "silu",
         "GELU": "gelu", "GELU_tanh": "gelu_tanh", "attention": "attention", "rope_pairs": "rope_pairs",
-        "rope_halves": "rope_halves",
+        "rope_halves": "rope_halves", "MoE": "moe",
     },
+    "numpy": {"MoE": "moe"},  # the card's steps run every expert on every token: this, only the chosen
 }  # fmt: skip
 
 

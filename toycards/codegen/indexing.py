@@ -28,6 +28,8 @@ class IndexEmitter:
                 f"{base.code}({', '.join(a.code for a in args)})", 0, fams=union_fams(*args), boolean=True
             )
         full = [isinstance(i, ir.Slice) and i.lo is None and i.hi is None for i in idx]
+        if len(idx) == 3:
+            return self._matrix_of_stack(e, base, idx, full)
         if len(idx) == 2 and full[0] and not isinstance(idx[1], ir.Slice):
             return self._column(base, base_name, idx[1], e)
         if len(idx) == 2 and all(isinstance(i, ir.Name) and i.id in self.scope.maps for i in idx):
@@ -70,6 +72,27 @@ class IndexEmitter:
             "index a matrix by a column (X[:, t]), rows of a column (X[a:b, t]), rows (X[a:b, :]) or "
             "one entry inside a map over both indices; a vector by one entry (v[i]) or a slice",
         )
+
+    def _matrix_of_stack(self, e: ir.Index, base: Val, idx: tuple, full: list[bool]) -> Val:
+        """`W[e, :, :]`: matrix e of a stored stack of matrices (a layer's experts, NumPy
+        `[E, m, n]`), picked by a number, a hyperparameter or a sequential loop's index. The
+        result is a stored matrix like any other parameter (card layout `(m, n)`)."""
+        if not (base.param and base.rank == 3 and base.layout == "card" and full[1] and full[2]):
+            self.refuse(
+                e,
+                f"the indexing {expr_text(e)} cannot be generated",
+                "pick one matrix of a stored stack of matrices: W[e, :, :]",
+            )
+        if isinstance(idx[0], ir.Slice) or free_names(idx[0]) & set(self.scope.maps):
+            self.refuse(
+                e,
+                f"the indexing {expr_text(e)} cannot be generated",
+                "pick the matrix by a number, a hyperparameter or a sequential loop's index "
+                "(for e = 1, …, E do), not by a parallel map's variable",
+            )
+        k = paren(self.int_code(idx[0]))
+        pick = str(int(k) - 1) if k.isdigit() else f"{k} - 1"
+        return base.with_(code=f"{base.code}[{pick}]", rank=2)
 
     def refuse(self, node: ir.Expr, message: str, hint: str = "") -> None:
         """Stop generating at `node`'s own span: the card line, caret under the sub-expression."""

@@ -10,7 +10,8 @@ diff, load, gen, run and eval alike:
     1. `given`, a card file the caller names (`--card FILE`);
     2. the card embedded in the file under `toycards.card`;
     3. `ARCH.card` in the first folder of TOYCARDS_CARDS that has one (ARCH: general.architecture);
-    4. the library card for ARCH;
+    4. the library card for ARCH: the first entry of `CARDS_BY_TENSOR[ARCH]` whose tensor the file
+       holds (a llama file with experts gets llama_moe.card), else `ARCH_CARDS[ARCH]`;
     5. none, with the reason.
 
 An embedded card comes before the user folders because it is the most specific: it was written
@@ -61,7 +62,27 @@ ARCH_CARDS: dict[str, str] = {
     "olmo2": "olmo2",
     "gemma2": "gemma2",
     "gemma3": "gemma3",
+    "olmoe": "olmoe",
+    "qwen3moe": "qwen3moe",
+    "qwen2moe": "qwen2moe",
 }
+
+
+# Architectures whose files come in variants that llama.cpp tells apart by the tensors present:
+# general.architecture → ((a tensor the variant has, its card), …), tried in order before ARCH_CARDS.
+CARDS_BY_TENSOR: dict[str, tuple[tuple[str, str], ...]] = {
+    "llama": (("blk.0.ffn_gate_exps.weight", "llama_moe"),),  # Mixtral converted as llama: experts
+}
+
+
+def library_card_name(arch: str, tensors: object = ()) -> str | None:
+    """The library card's stem for a file of `arch` holding `tensors` (names), or None.
+
+    >>> library_card_name("llama", {"blk.0.ffn_gate.weight"}), library_card_name("llama", {"blk.0.ffn_gate_exps.weight"})
+    ('llama', 'llama_moe')
+    """
+    variant = next((card for tensor, card in CARDS_BY_TENSOR.get(arch, ()) if tensor in tensors), None)
+    return variant or ARCH_CARDS.get(arch)
 
 
 def card_names() -> list[str]:
@@ -198,8 +219,9 @@ def card_for_file(f, given: str | os.PathLike | None = None) -> CardChoice:
     user = user_card_path(arch, user_card_dirs())
     if user is not None:
         return CardChoice(read_card_file(user), "user", path=str(user))
-    if arch in ARCH_CARDS:
-        return CardChoice(card_for_arch(arch), "library", path=library_card_file(ARCH_CARDS[arch]))
+    name = library_card_name(arch, f.tensors)
+    if name is not None:
+        return CardChoice(library_card(name), "library", path=library_card_file(name))
     member = next((m for m, name in ARCH_NAMES.items() if name == arch), None)
     known = f"gguf knows it as MODEL_ARCH.{member}" if member else "unknown to gguf too"
     return CardChoice(

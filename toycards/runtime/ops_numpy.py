@@ -12,6 +12,7 @@ import numpy as np
 
 from toycards.runtime.quant_numpy import QuantWeight
 
+fast = True  # use the single kernels below (moe) in place of a prelude algorithm's steps
 inf = np.inf
 exp, log, tanh, sin, cos, sqrt, abs_ = np.exp, np.log, np.tanh, np.sin, np.cos, np.sqrt, np.abs
 
@@ -236,6 +237,37 @@ def as_float(x):
 def concat_seq(past, new):
     """Append new columns (axis -2) to cached ones."""
     return new if past is None else np.concatenate([past, new], axis=-2)
+
+
+def moe(X, W_r, W_gate, W_up, W_down, k, norm):
+    """The prelude's MoE in one kernel, tokens grouped per expert (ops_torch.moe says how).
+
+    X [..., ℓ, d_e]; W_r [E, d_e]; W_gate, W_up [E, d_ff, d_e]; W_down [E, d_e, d_ff] → [..., ℓ, d_e].
+    """
+    x = X.reshape(-1, X.shape[-1])  # (N, d_e)
+    z = x @ W_r.T  # (N, E) router logits
+    P = np.exp(z - z.max(axis=-1, keepdims=True))
+    P = P / P.sum(axis=-1, keepdims=True)
+    chosen = topk(P, k) - 1  # (N, k)
+    G = np.take_along_axis(P, chosen, axis=-1)  # (N, k)
+    if norm == "renormalise":
+        G = G / G.sum(axis=-1, keepdims=True)
+    flat = chosen.reshape(-1)
+    order = np.argsort(flat, kind="stable")  # grouped by expert
+    tokens, weights = order // k, G.reshape(-1)[order]
+    counts = np.bincount(flat, minlength=W_r.shape[0])
+    grouped = np.empty((flat.shape[0], x.shape[-1]), dtype=x.dtype)  # (N·k, d_e), by expert
+    start = 0
+    for e, n in enumerate(counts.tolist()):
+        if n:
+            xs = x[tokens[start : start + n]]  # (n, d_e)
+            g = xs @ W_gate[e].T
+            h = g / (1 + np.exp(-g)) * (xs @ W_up[e].T)  # (n, d_ff)
+            grouped[start : start + n] = (h @ W_down[e].T) * weights[start : start + n, None]
+            start += n
+    chosen_out = np.empty_like(grouped)
+    chosen_out[order] = grouped  # back to (token, choice) order
+    return chosen_out.reshape(*X.shape[:-1], k, X.shape[-1]).sum(axis=-2)
 
 
 def zeros_rows(like, n):
