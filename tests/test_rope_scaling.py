@@ -334,3 +334,31 @@ def test_llama_cpp_runs_yarn_as_the_card_does(tiny, yarn_files, name, tmp_path):
     inv_freq, _ = yarn_reference(D_H, THETA, **YARN_ARGS)
     want = llama_reference(state, config, IDS, inv_freq, YARN_CASES[name])
     assert_logits_close(np.load(out), want, atol=2e-5 * max(1.0, float(np.abs(want).max())), what=name)
+
+
+@pytest.fixture(scope="module")
+def qwen2_yarn(tmp_path_factory):
+    """A tiny transformers Qwen2 configured with YaRN, written as llama.cpp's converter writes it."""
+    rope = {"rope_type": "yarn", "rope_theta": THETA, **YARN}
+    model, config = tiny_model("qwen2", seed=5, rope_theta=THETA, rope_parameters=rope)
+    R = gguf.Keys.Rope
+    keys = {R.SCALING_TYPE: "yarn", R.SCALING_FACTOR: (YARN["factor"], gguf.GGUFValueType.FLOAT32),
+            R.SCALING_ORIG_CTX_LEN: YARN["original_max_position_embeddings"]}  # fmt: skip
+    root = tmp_path_factory.mktemp("qwen2-yarn")
+    path = write_gguf(model, config, root / "qwen2-yarn.gguf", "qwen2",
+                      extra_kv={k.format(arch="qwen2"): v for k, v in keys.items()})  # fmt: skip
+    plain = write_gguf(model, config, root / "qwen2-plain.gguf", "qwen2")
+    return model, path, plain
+
+
+@pytest.mark.parametrize("target", ["reference", "numpy", "torch"])
+def test_qwen2_yarn_matches_transformers(qwen2_yarn, target):
+    from oracle.hf_gguf import hf_logits
+
+    model, path, plain = qwen2_yarn
+    want = hf_logits(model, IDS)
+    got = load(path, target=target).logits(IDS)
+    assert_logits_close(got, want, what=f"qwen2 yarn, {target}")
+    if target == "numpy":  # the file without its YaRN keys is far off: the keys are what is read
+        unscaled = load(plain, target=target).logits(IDS)
+        assert np.abs(unscaled - want).max() > 0.05, worst(unscaled, want)
