@@ -28,7 +28,7 @@ def GQAttention(Q, K, V, H, H_kv, layout, theta, rho, Mask, ctx=None):
     Grouped-query attention of projected queries, keys and values: RoPE on every head, then query head h attends with key/value head ⌈h·H_kv/H⌉
     """
     ell = Q.shape[-2]
-    d_h = (rho.shape[-1] * 2)
+    d_h = Q.shape[-1] // H
     # 1  for h ∈ [H], t ∈ [ℓ]: Q̂^h[:, t] ← rope(rows(Q, h, d_h)[:, t], t | layout, θ, ρ)  ∷ ℝ^{d_h}
     t = ops.as_float(ops.index_vector(runtime.positions(ctx, ell), 1))  # t ∈ [ell]
     Q_hat = rope(ops.split_rows(Q, d_h), t, layout, theta, rho, ctx=ctx)
@@ -155,40 +155,42 @@ def softmax(x, ctx=None):
 def rope_halves(x, t, theta, rho, ctx=None):
     """y ← rope_halves(x, t | θ, ρ)
 
-    Rotary position embedding of one head at position t, rotating entry i with entry i + d_h/2 (GGUF rope type NEOX)
+    Rotary position embedding of one head at position t, rotating entry i with entry i + d_r/2 (GGUF rope type NEOX); the first d_r entries rotate, the rest pass unchanged
     """
-    d_h = x.shape[-1]
-    # 1  for i ∈ [d_h/2] do
-    i = ops.as_float(ops.index_vector(ops.arange(1, (d_h // 2) + 1), 0))  # i ∈ [(d_h // 2)]
-    # 2  φ_i ← (t − 1) / ((θ)^(2 · (i − 1) / d_h) · ρ[i])  ∷ ℝ
-    phi = (t - 1) / ((theta ** ((2 * (i - 1)) / d_h)) * rho)
-    # 3  y[i] ← x[i] · cos(φ_i) − x[i + d_h / 2] · sin(φ_i)
-    y_part = (x[..., :(d_h // 2)] * ops.cos(phi)) - (x[..., (d_h // 2):(d_h // 2) + (d_h // 2)] * ops.sin(phi))
-    y = ops.zeros_for(y_part, d_h)
-    y[..., :(d_h // 2)] = y_part
-    # 4  y[i + d_h / 2] ← x[i] · sin(φ_i) + x[i + d_h / 2] · cos(φ_i)
-    y[..., (d_h // 2):(d_h // 2) + (d_h // 2)] = (x[..., :(d_h // 2)] * ops.sin(phi)) + (x[..., (d_h // 2):(d_h // 2) + (d_h // 2)] * ops.cos(phi))
-    # 6  return y
+    d_r = (rho.shape[-1] * 2)
+    # 1  y ← x
+    y = x
+    # 2  for i ∈ [d_r/2] do
+    i = ops.as_float(ops.index_vector(ops.arange(1, (d_r // 2) + 1), 0))  # i ∈ [(d_r // 2)]
+    # 3  φ_i ← (t − 1) / ((θ)^(2 · (i − 1) / d_r) · ρ[i])  ∷ ℝ
+    phi = (t - 1) / ((theta ** ((2 * (i - 1)) / d_r)) * rho)
+    # 4  y[i] ← x[i] · cos(φ_i) − x[i + d_r / 2] · sin(φ_i)
+    y = ops.copy(y)  # y gets its own entries (no aliasing)
+    y[..., :(d_r // 2)] = (x[..., :(d_r // 2)] * ops.cos(phi)) - (x[..., (d_r // 2):(d_r // 2) + (d_r // 2)] * ops.sin(phi))
+    # 5  y[i + d_r / 2] ← x[i] · sin(φ_i) + x[i + d_r / 2] · cos(φ_i)
+    y[..., (d_r // 2):(d_r // 2) + (d_r // 2)] = (x[..., :(d_r // 2)] * ops.sin(phi)) + (x[..., (d_r // 2):(d_r // 2) + (d_r // 2)] * ops.cos(phi))
+    # 7  return y
     return y
 
 
 def rope_pairs(x, t, theta, rho, ctx=None):
     """y ← rope_pairs(x, t | θ, ρ)
 
-    Rotary position embedding of one head at position t, rotating adjacent pairs (GGUF rope type NORM: llama)
+    Rotary position embedding of one head at position t, rotating adjacent pairs (GGUF rope type NORM: llama); the first d_r entries rotate, the rest pass unchanged
     """
-    d_h = x.shape[-1]
-    # 1  for i ∈ [d_h/2] do
-    i = ops.as_float(ops.index_vector(ops.arange(1, (d_h // 2) + 1), 0))  # i ∈ [(d_h // 2)]
-    # 2  φ_i ← (t − 1) / ((θ)^(2 · (i − 1) / d_h) · ρ[i])  ∷ ℝ
-    phi = (t - 1) / ((theta ** ((2 * (i - 1)) / d_h)) * rho)
-    # 3  y[2 · i − 1] ← x[2 · i − 1] · cos(φ_i) − x[2 · i] · sin(φ_i)
-    y_part = (x[..., :2 * (d_h // 2) - 1:2] * ops.cos(phi)) - (x[..., 1:2 * (d_h // 2):2] * ops.sin(phi))
-    y = ops.zeros_for(y_part, d_h)
-    y[..., :2 * (d_h // 2) - 1:2] = y_part
-    # 4  y[2 · i] ← x[2 · i − 1] · sin(φ_i) + x[2 · i] · cos(φ_i)
-    y[..., 1:2 * (d_h // 2):2] = (x[..., :2 * (d_h // 2) - 1:2] * ops.sin(phi)) + (x[..., 1:2 * (d_h // 2):2] * ops.cos(phi))
-    # 6  return y
+    d_r = (rho.shape[-1] * 2)
+    # 1  y ← x
+    y = x
+    # 2  for i ∈ [d_r/2] do
+    i = ops.as_float(ops.index_vector(ops.arange(1, (d_r // 2) + 1), 0))  # i ∈ [(d_r // 2)]
+    # 3  φ_i ← (t − 1) / ((θ)^(2 · (i − 1) / d_r) · ρ[i])  ∷ ℝ
+    phi = (t - 1) / ((theta ** ((2 * (i - 1)) / d_r)) * rho)
+    # 4  y[2 · i − 1] ← x[2 · i − 1] · cos(φ_i) − x[2 · i] · sin(φ_i)
+    y = ops.copy(y)  # y gets its own entries (no aliasing)
+    y[..., :2 * (d_r // 2) - 1:2] = (x[..., :2 * (d_r // 2) - 1:2] * ops.cos(phi)) - (x[..., 1:2 * (d_r // 2):2] * ops.sin(phi))
+    # 5  y[2 · i] ← x[2 · i − 1] · sin(φ_i) + x[2 · i] · cos(φ_i)
+    y[..., 1:2 * (d_r // 2):2] = (x[..., :2 * (d_r // 2) - 1:2] * ops.sin(phi)) + (x[..., 1:2 * (d_r // 2):2] * ops.cos(phi))
+    # 7  return y
     return y
 
 
