@@ -206,6 +206,7 @@ ORACLE_CASES = {
     "smollm3": ["smollm3"],
     "gemma": ["gemma"],
     "olmo2": ["olmo2"],
+    "phi3": ["phi3", "phi3-longrope", "phi3-partial"],
 }
 
 

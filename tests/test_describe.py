@@ -73,13 +73,24 @@ CONFIG_VALUES = {
         "ε": lambda c: c.rms_norm_eps, "d_h": lambda c: c.hidden_size // c.num_attention_heads,
         "N_V": lambda c: c.vocab_size, "θ_base": lambda c: c.rope_parameters["rope_theta"],
     },
+    "phi3": {
+        "L": lambda c: c.num_hidden_layers, "H": lambda c: c.num_attention_heads,
+        "H_kv": lambda c: c.num_key_value_heads, "d_e": lambda c: c.hidden_size,
+        "d_ff": lambda c: c.intermediate_size, "ℓ_max": lambda c: c.max_position_embeddings,
+        "ε": lambda c: c.rms_norm_eps, "d_h": lambda c: c.hidden_size // c.num_attention_heads,
+        "N_V": lambda c: c.vocab_size, "θ_base": lambda c: c.rope_parameters["rope_theta"],
+        "ℓ_orig": lambda c: c.rope_parameters["original_max_position_embeddings"],
+        "d_r": lambda c: int(c.rope_parameters.get("partial_rotary_factor", 1.0) * c.head_dim),
+    },
 }  # fmt: skip
 LIBRARY_CASES = ["gpt2", "llama", "llama-tied", "gemma", "olmo2"]
+LIBRARY_CASES += ["phi3", "phi3-partial"]
 # every oracle case (tests/oracle/cases.py) whose architecture has a library card
 ROUND_TRIP_CASES = [case for case, arch in [("gpt2", "gpt2"), ("llama", "llama"), ("qwen2", "qwen2"),
                                             ("qwen3", "qwen3"), ("starcoder2", "starcoder2"),
                                             ("granite", "granite"), ("smollm3", "smollm3"),
-                                            ("gemma", "gemma"), ("olmo2", "olmo2")]
+                                            ("gemma", "gemma"), ("olmo2", "olmo2"),
+                                            ("phi3", "phi3"), ("phi3-longrope", "phi3")]
                     if arch in ARCH_CARDS]  # fmt: skip
 
 
@@ -142,7 +153,8 @@ def test_header_agrees_with_gguf_reader(case, oracle_files):
     bos = int(reader.fields["tokenizer.ggml.bos_token_id"].contents())
     assert header.tokenizer["vocab_size"] == len(tokens.data)
     assert header.tokenizer["special"]["bos"] == {"id": bos, "text": tokens.contents()[bos]}
-    assert header.rope["type"] == {"gpt2": "none", "llama": "norm", "gemma": "neox", "olmo2": "neox"}[f.arch]
+    assert header.rope["type"] == {"gpt2": "none", "llama": "norm", "gemma": "neox", "olmo2": "neox",
+                               "phi3": "neox"}[f.arch]  # fmt: skip
     assert header.chat_template is None
 
 

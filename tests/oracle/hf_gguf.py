@@ -63,6 +63,7 @@ and `integrations/ggml.py`, gguf-py 0.19):
 from __future__ import annotations
 
 import copy
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -104,6 +105,8 @@ class ArchSpec:
     arch_kv: Callable[[Any], dict[str, tuple[Any, VT]]] | None = None  # the arch's own keys, from the config
     norm_shift: float = 0.0  # added to every `*norm.weight` by the converter (Gemma: RMSNorm scales by 1 + w)
     absent_keys: tuple[str, ...] = ()  # gguf.Keys templates the converter does not write for this arch
+    extra_tensors: Callable[[Any], dict[str, np.ndarray]] | None = None  # tensors made from the config
+    controls: tuple[str, ...] = ()  # control tokens at the end of an "spm" vocabulary
 
 
 _GQA_SHAPE = dict(
@@ -136,6 +139,41 @@ def _granite_kv(config: Any) -> dict[str, tuple[Any, VT]]:
         K.LOGIT_SCALE: config.logits_scaling,
     }
     return {key: (float(v), VT.FLOAT32) for key, v in values.items() if v}
+
+
+def _phi3_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """Phi3MiniModel.set_gguf_parameters: the original context always, the sliding window (0 when
+    the config has none), and for LongRoPE the attention factor √(1 + ln(scale) / ln(original)).
+
+    >>> sorted(_phi3_kv(transformers.Phi3Config(sliding_window=None)))  # doctest: +NORMALIZE_WHITESPACE
+    ['{arch}.attention.sliding_window', '{arch}.rope.dimension_count',
+     '{arch}.rope.scaling.original_context_length']
+    """
+    Att, Rope = gguf.Keys.Attention, gguf.Keys.Rope
+    original = config.rope_parameters.get("original_max_position_embeddings") or config.original_max_position_embeddings
+    rotary = config.rope_parameters.get("partial_rotary_factor", 1.0)  # Phi-4-mini: 0.75
+    kv = {
+        Rope.DIMENSION_COUNT: (int(rotary * config.hidden_size) // config.num_attention_heads, VT.UINT32),
+        Rope.SCALING_ORIG_CTX_LEN: (int(original), VT.UINT32),
+        Att.SLIDING_WINDOW: (int(config.sliding_window or 0), VT.UINT32),
+    }
+    if config.rope_parameters.get("long_factor"):
+        scale = config.max_position_embeddings / original
+        factor = math.sqrt(1 + math.log(scale) / math.log(original)) if scale > 1 else 1.0
+        kv[Rope.SCALING_ATTN_FACTOR] = (factor, VT.FLOAT32)
+    return kv
+
+
+def _phi3_tensors(config: Any) -> dict[str, np.ndarray]:
+    """Phi3MiniModel.generate_extra_tensors: LongRoPE's factors as two global F32 tensors."""
+    long, short = (config.rope_parameters.get(k) for k in ("long_factor", "short_factor"))
+    if not long:
+        return {}
+    names = gguf.TENSOR_NAMES
+    return {
+        names[gguf.MODEL_TENSOR.ROPE_FACTORS_LONG] + ".weight": np.asarray(long, np.float32),
+        names[gguf.MODEL_TENSOR.ROPE_FACTORS_SHORT] + ".weight": np.asarray(short, np.float32),
+    }
 
 
 ARCHS: dict[str, ArchSpec] = {
@@ -270,6 +308,23 @@ ARCHS: dict[str, ArchSpec] = {
             gguf.Keys.Attention.VALUE_LENGTH,
         ),
     ),
+    # conversion: Phi3MiniModel writes its own keys (no vocab_size, no key/value_length; the original
+    # context always, the sliding window, LongRoPE's attention factor) and LongRoPE's factor tensors;
+    # qkv_proj and gate_up_proj stay fused (attn_qkv, ffn_up), Q/K unpermuted (rope type NEOX).
+    "phi3": ArchSpec(
+        gguf.MODEL_ARCH.PHI3,
+        transformers.Phi3Config,
+        dict(_ROPE_GQA, vocab_size=128, sliding_window=None, pad_token_id=None, tie_word_embeddings=False,
+             bos_token_id=1, eos_token_id=2),  # fmt: skip
+        permute_qk=False,
+        rms_norm=True,
+        vocab="spm",
+        tokenizer_pre="default",
+        absent_keys=(gguf.Keys.LLM.VOCAB_SIZE, gguf.Keys.Attention.KEY_LENGTH, gguf.Keys.Attention.VALUE_LENGTH),
+        arch_kv=_phi3_kv,
+        extra_tensors=_phi3_tensors,
+        controls=("<|endoftext|>",),  # llama.cpp marks it by name in a model named phi3 (llama-vocab.cpp)
+    ),
 }
 
 
@@ -402,10 +457,11 @@ def gguf_tensors(
     (192, 64)
     """
     state = model.state_dict()
+    extra = ARCHS[arch].extra_tensors
     return {
         t.name: np.ascontiguousarray(_to_gguf(t, state[t.hf_name].detach().float().numpy()))
         for t in _tensor_plan(model, config, arch, permute)
-    }
+    } | (extra(config) if extra else {})
 
 
 def tensor_type(name: str, shape: tuple[int, ...], ftype: str) -> QT:
@@ -541,8 +597,11 @@ def write_gguf(
     spec = ARCHS[arch]
     path = Path(path)
     writer = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[spec.gguf_arch])
-    vocab = spm_vocab_kv if spec.vocab == "spm" else bpe_vocab_kv
-    kv = _hparams_kv(config, arch, ftype) | vocab(config, spec.tokenizer_pre)
+    if spec.vocab == "spm":
+        vocab_kv = spm_vocab_kv(config, spec.tokenizer_pre, spec.controls)
+    else:
+        vocab_kv = bpe_vocab_kv(config, spec.tokenizer_pre)
+    kv = _hparams_kv(config, arch, ftype) | vocab_kv
     kv |= {k: _typed(v) for k, v in (extra_kv or {}).items()}
     for key, typed in kv.items():
         if typed is None:

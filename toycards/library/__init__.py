@@ -59,6 +59,7 @@ ARCH_CARDS: dict[str, str] = {
     "smollm3": "smollm3",
     "gemma": "gemma",
     "olmo2": "olmo2",
+    "phi3": "phi3",
 }
 
 
