@@ -79,8 +79,9 @@ CONFIG_VALUES = {
         "d_ff": lambda c: c.intermediate_size, "ℓ_max": lambda c: c.max_position_embeddings,
         "ε": lambda c: c.rms_norm_eps, "d_h": lambda c: c.hidden_size // c.num_attention_heads,
         "N_V": lambda c: c.vocab_size, "θ_base": lambda c: c.rope_parameters["rope_theta"],
-        "ℓ_orig": lambda c: c.rope_parameters["original_max_position_embeddings"],
-        "d_r": lambda c: int(c.rope_parameters.get("partial_rotary_factor", 1.0) * c.head_dim),
+        "ℓ_orig": lambda c: c.original_max_position_embeddings,
+        "d_r": lambda c: int(c.rope_parameters.get("partial_rotary_factor", 1.0) * c.hidden_size)
+        // c.num_attention_heads,
     },
 }  # fmt: skip
 LIBRARY_CASES = ["gpt2", "llama", "llama-tied", "gemma", "olmo2"]

@@ -80,7 +80,7 @@ def test_partial_rope_by_hand(funcs, name):
     entries 5 and 6 pass unchanged (llama.cpp's n_rot < head size)."""
     x = torch.tensor([[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]], dtype=torch.float64)
     t, theta, rho = torch.tensor([[4.0]]), 100.0, torch.tensor([1.0, 2.0], dtype=torch.float64)
-    phi = 3.0 / (np.array([1.0, theta ** 0.5]) * np.array([1.0, 2.0]))  # (t − 1) / (θ^(2(i−1)/d_r) · ρ_i)
+    phi = 3.0 / (np.array([1.0, theta**0.5]) * np.array([1.0, 2.0]))  # (t − 1) / (θ^(2(i−1)/d_r) · ρ_i)
     c, s = np.cos(phi), np.sin(phi)
     if name == "rope_pairs":  # pairs (1, 2) and (3, 4)
         want = [1 * c[0] - 2 * s[0], 1 * s[0] + 2 * c[0], 3 * c[1] - 4 * s[1], 3 * s[1] + 4 * c[1], 5, 6]

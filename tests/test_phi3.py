@@ -50,8 +50,12 @@ def test_the_file_holds_what_the_converter_writes(oracle_files):
         reader = gguf.GGUFReader(f.path)
         tensors = {t.name: t for t in reader.tensors}
         params = f.config.rope_parameters
-        np.testing.assert_array_equal(tensors["rope_factors_long.weight"].data, np.float32(params["long_factor"]))
-        np.testing.assert_array_equal(tensors["rope_factors_short.weight"].data, np.float32(params["short_factor"]))
+        np.testing.assert_array_equal(
+            tensors["rope_factors_long.weight"].data, np.float32(params["long_factor"])
+        )
+        np.testing.assert_array_equal(
+            tensors["rope_factors_short.weight"].data, np.float32(params["short_factor"])
+        )
         fields = reader.fields
         assert int(fields["phi3.rope.dimension_count"].contents()) == d_r
         factor = float(fields["phi3.rope.scaling.attn_factor"].contents())

@@ -284,7 +284,10 @@ def yarn_files(tiny, tmp_path_factory):
     R, f32 = gguf.Keys.Rope, gguf.GGUFValueType.FLOAT32
     keys = {R.FREQ_BASE: (THETA, f32), R.SCALING_TYPE: "yarn", R.SCALING_FACTOR: (YARN["factor"], f32),
             R.SCALING_ORIG_CTX_LEN: YARN["original_max_position_embeddings"]}  # fmt: skip
-    factors = {R.SCALING_ATTN_FACTOR: (0.8, f32), R.SCALING_YARN_ATTN_FACTOR: (0.5, f32)}  # the second: unread
+    factors = {
+        R.SCALING_ATTN_FACTOR: (0.8, f32),
+        R.SCALING_YARN_ATTN_FACTOR: (0.5, f32),
+    }  # the second: unread
     files = {"yarn": keys, "yarn+attn_factor": keys | factors}
     return {  # with a vocabulary (write_gguf), so that llama.cpp loads them too
         name: write_gguf(model, config, root / f"{name}.gguf", "llama",
@@ -330,7 +333,9 @@ def test_llama_cpp_runs_yarn_as_the_card_does(tiny, yarn_files, name, tmp_path):
     _, config, state = tiny
     out = tmp_path / "llama_cpp.npy"
     script = Path(__file__).resolve().parent / "peers" / "llama_cpp_logits.py"
-    subprocess.run([_llama_cpp_python(), script, yarn_files[name], json.dumps(IDS), out], check=True, timeout=300)
+    subprocess.run(
+        [_llama_cpp_python(), script, yarn_files[name], json.dumps(IDS), out], check=True, timeout=300
+    )
     inv_freq, _ = yarn_reference(D_H, THETA, **YARN_ARGS)
     want = llama_reference(state, config, IDS, inv_freq, YARN_CASES[name])
     assert_logits_close(np.load(out), want, atol=2e-5 * max(1.0, float(np.abs(want).max())), what=name)

@@ -267,7 +267,16 @@ def test_diff_file_and_card_in_either_order(files):
         assert out.exit_code == 1, out.output  # the file's values against the card's blanks
         changes = json.loads(out.stdout)["changes"]
         assert {c["section"] for c in changes} == {"hyperparameter"}, changes
-        assert {c["name"] for c in changes} == set(HP) | {"d_h", "N_V", "scaling", "s", "ℓ_orig", "a_r", "β_fast", "β_slow"}
+        assert {c["name"] for c in changes} == set(HP) | {
+            "d_h",
+            "N_V",
+            "scaling",
+            "s",
+            "ℓ_orig",
+            "a_r",
+            "β_fast",
+            "β_slow",
+        }
     bound = files["root"] / "bound.card"
     bound.write_text(cli("describe", files["toy"], "--card", files["card"], "--format", "card").stdout)
     assert cli("diff", files["toy"], bound).exit_code == 0

@@ -146,16 +146,21 @@ def _phi3_kv(config: Any) -> dict[str, tuple[Any, VT]]:
     the config has none), and for LongRoPE the attention factor √(1 + ln(scale) / ln(original)).
 
     >>> sorted(_phi3_kv(transformers.Phi3Config(sliding_window=None)))  # doctest: +NORMALIZE_WHITESPACE
-    ['{arch}.attention.sliding_window', '{arch}.rope.dimension_count',
+    ['tokenizer.ggml.padding_token_id', '{arch}.attention.sliding_window', '{arch}.rope.dimension_count',
      '{arch}.rope.scaling.original_context_length']
     """
     Att, Rope = gguf.Keys.Attention, gguf.Keys.Rope
-    original = config.rope_parameters.get("original_max_position_embeddings") or config.original_max_position_embeddings
+    original = (
+        config.rope_parameters.get("original_max_position_embeddings")
+        or config.original_max_position_embeddings
+    )
     rotary = config.rope_parameters.get("partial_rotary_factor", 1.0)  # Phi-4-mini: 0.75
     kv = {
         Rope.DIMENSION_COUNT: (int(rotary * config.hidden_size) // config.num_attention_heads, VT.UINT32),
         Rope.SCALING_ORIG_CTX_LEN: (int(original), VT.UINT32),
         Att.SLIDING_WINDOW: (int(config.sliding_window or 0), VT.UINT32),
+        # the special vocabulary's padding id: Phi-3's <|endoftext|>, last here (ARCHS["phi3"].controls)
+        gguf.Keys.Tokenizer.PAD_ID: (config.vocab_size - 1, VT.UINT32),
     }
     if config.rope_parameters.get("long_factor"):
         scale = config.max_position_embeddings / original
@@ -314,13 +319,24 @@ ARCHS: dict[str, ArchSpec] = {
     "phi3": ArchSpec(
         gguf.MODEL_ARCH.PHI3,
         transformers.Phi3Config,
-        dict(_ROPE_GQA, vocab_size=128, sliding_window=None, pad_token_id=None, tie_word_embeddings=False,
-             bos_token_id=1, eos_token_id=2),  # fmt: skip
+        dict(
+            _ROPE_GQA,
+            vocab_size=128,
+            sliding_window=None,
+            pad_token_id=None,
+            tie_word_embeddings=False,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),  # fmt: skip
         permute_qk=False,
         rms_norm=True,
         vocab="spm",
         tokenizer_pre="default",
-        absent_keys=(gguf.Keys.LLM.VOCAB_SIZE, gguf.Keys.Attention.KEY_LENGTH, gguf.Keys.Attention.VALUE_LENGTH),
+        absent_keys=(
+            gguf.Keys.LLM.VOCAB_SIZE,
+            gguf.Keys.Attention.KEY_LENGTH,
+            gguf.Keys.Attention.VALUE_LENGTH,
+        ),
         arch_kv=_phi3_kv,
         extra_tensors=_phi3_tensors,
         controls=("<|endoftext|>",),  # llama.cpp marks it by name in a model named phi3 (llama-vocab.cpp)
