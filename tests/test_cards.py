@@ -207,6 +207,7 @@ ORACLE_CASES = {
     "gemma": ["gemma"],
     "olmo2": ["olmo2"],
     "phi3": ["phi3", "phi3-longrope", "phi3-partial"],
+    "phi2": ["phi2"],
 }
 
 

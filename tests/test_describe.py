@@ -83,15 +83,23 @@ CONFIG_VALUES = {
         "d_r": lambda c: int(c.rope_parameters.get("partial_rotary_factor", 1.0) * c.hidden_size)
         // c.num_attention_heads,
     },
+    "phi2": {
+        "L": lambda c: c.num_hidden_layers, "H": lambda c: c.num_attention_heads,
+        "H_kv": lambda c: c.num_key_value_heads, "d_e": lambda c: c.hidden_size,
+        "d_mlp": lambda c: c.intermediate_size, "ℓ_max": lambda c: c.max_position_embeddings,
+        "ε": lambda c: c.layer_norm_eps, "d_h": lambda c: c.hidden_size // c.num_attention_heads,
+        "N_V": lambda c: c.vocab_size, "θ_base": lambda c: c.rope_parameters["rope_theta"],  # the default: no key
+        "d_r": lambda c: int(c.rope_parameters["partial_rotary_factor"] * c.hidden_size) // c.num_attention_heads,
+    },
 }  # fmt: skip
 LIBRARY_CASES = ["gpt2", "llama", "llama-tied", "gemma", "olmo2"]
-LIBRARY_CASES += ["phi3", "phi3-partial"]
+LIBRARY_CASES += ["phi3", "phi3-partial", "phi2"]
 # every oracle case (tests/oracle/cases.py) whose architecture has a library card
 ROUND_TRIP_CASES = [case for case, arch in [("gpt2", "gpt2"), ("llama", "llama"), ("qwen2", "qwen2"),
                                             ("qwen3", "qwen3"), ("starcoder2", "starcoder2"),
                                             ("granite", "granite"), ("smollm3", "smollm3"),
                                             ("gemma", "gemma"), ("olmo2", "olmo2"),
-                                            ("phi3", "phi3"), ("phi3-longrope", "phi3")]
+                                            ("phi3", "phi3"), ("phi3-longrope", "phi3"), ("phi2", "phi2")]
                     if arch in ARCH_CARDS]  # fmt: skip
 
 
@@ -155,7 +163,7 @@ def test_header_agrees_with_gguf_reader(case, oracle_files):
     assert header.tokenizer["vocab_size"] == len(tokens.data)
     assert header.tokenizer["special"]["bos"] == {"id": bos, "text": tokens.contents()[bos]}
     assert header.rope["type"] == {"gpt2": "none", "llama": "norm", "gemma": "neox", "olmo2": "neox",
-                               "phi3": "neox"}[f.arch]  # fmt: skip
+                               "phi3": "neox", "phi2": "neox"}[f.arch]  # fmt: skip
     assert header.chat_template is None
 
 

@@ -38,6 +38,7 @@ MODEL_CARDS = sorted(set(ARCH_CARDS.values()))  # every library card that descri
 ORACLE_CASES = ("gpt2", "llama", "qwen2", "qwen3", "starcoder2")  # one per model card
 ORACLE_CASES += ("granite", "smollm3", "gemma", "olmo2")
 ORACLE_CASES += ("phi3",)  # LongRoPE and partial rotary: tests/test_phi3.py
+ORACLE_CASES += ("phi2",)
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 TARGETS = ("numpy", pytest.param("torch", marks=pytest.mark.skipif(not HAS_TORCH, reason="no torch")))
 T = 9  # tokens per sequence in the generated-vs-interpreter tests

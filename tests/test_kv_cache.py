@@ -19,9 +19,9 @@ TARGETS = ("numpy", "torch")
 # cached keys are not rotated; gemma: √d_e-scaled embeddings, one K/V head; olmo2: q/k norm over
 # the whole width, norms after attention and MLP
 CASES = ("gpt2", "llama", "qwen3", "granite", "smollm3", "gemma", "olmo2")
-CASES += (
-    "phi3-partial",
-)  # fused qkv and gate/up, LongRoPE's long factors on half of each head, its magnitude
+# phi3-partial: fused qkv and gate/up, LongRoPE's long factors on half of each head, its magnitude;
+# phi2: parallel attention and MLP from one LayerNorm, half of each head rotated
+CASES += ("phi3-partial", "phi2")
 ATOL = 1e-5  # same model, same weights: only the order of float32 sums changes
 
 

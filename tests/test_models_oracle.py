@@ -38,9 +38,9 @@ LENGTHS = (1, 7, 64)
 # llama: GQA 4/2 untied; llama-tied: GQA, tied output; granite, smollm3, gemma, olmo2: transformers
 # cannot read their files back: the in-memory model only (and llama.cpp, where installed)
 FAMILIES = ("gpt2", "llama", "llama-tied", "granite", "smollm3", "gemma", "olmo2")
-FAMILIES += (
-    "phi3",
-)  # fused attn_qkv and ffn_up; LongRoPE (switched by length in transformers): test_phi3.py
+# phi3: fused attn_qkv and ffn_up (LongRoPE, which transformers switches by length: test_phi3.py);
+# phi2: parallel attention and MLP, partial rotary, biases, an output bias
+FAMILIES += ("phi3", "phi2")
 QUANTIZED = [(c, "F16") for c in ("gpt2", "llama", "llama-tied")] + [(c, "Q8_0") for c in FAMILIES]
 ATOL = 1e-4
 # (case, file type) of the quantized tests: F16 and Q8_0 for the first families, Q8_0 (blocks of 32

@@ -59,6 +59,10 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         {**PHI3_LONGROPE},
     ),  # LongRoPE factors and attention factor, original context 32
     "phi3-partial": ("phi3", {**PHI3_PARTIAL}),  # LongRoPE on the first half of each head only (Phi-4-mini)
+    "phi2": (
+        "phi2",
+        {},
+    ),  # parallel attention and MLP, biases, RoPE on 8 of 16 entries, GELU(tanh), output bias
 }
 
 

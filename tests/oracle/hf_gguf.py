@@ -181,6 +181,21 @@ def _phi3_tensors(config: Any) -> dict[str, np.ndarray]:
     }
 
 
+def _phi2_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """Phi2Model.set_gguf_parameters: rope.dimension_count = int(partial_rotary_factor · d_e) // H.
+
+    >>> _phi2_kv(transformers.PhiConfig(hidden_size=64, num_attention_heads=4, partial_rotary_factor=0.5))
+    {'{arch}.rope.dimension_count': (8, <GGUFValueType.UINT32: 4>)}
+    """
+    rotary = config.rope_parameters.get("partial_rotary_factor", 1.0)
+    return {
+        gguf.Keys.Rope.DIMENSION_COUNT: (
+            int(rotary * config.hidden_size) // config.num_attention_heads,
+            VT.UINT32,
+        )
+    }
+
+
 ARCHS: dict[str, ArchSpec] = {
     "gpt2": ArchSpec(
         gguf.MODEL_ARCH.GPT2,
@@ -340,6 +355,33 @@ ARCHS: dict[str, ArchSpec] = {
         arch_kv=_phi3_kv,
         extra_tensors=_phi3_tensors,
         controls=("<|endoftext|>",),  # llama.cpp marks it by name in a model named phi3 (llama-vocab.cpp)
+    ),
+    # conversion: Phi2Model writes its own keys (feed_forward_length 4·d_e, head_count_kv = H, the
+    # LayerNorm ε, rope.dimension_count of the rotated entries; no freq_base, vocab_size or
+    # key/value_length); q/k/v stay separate, with biases, unpermuted (rope type NEOX).
+    "phi2": ArchSpec(
+        gguf.MODEL_ARCH.PHI2,
+        transformers.PhiConfig,
+        dict(
+            _GQA_SHAPE,
+            num_key_value_heads=4,
+            intermediate_size=256,
+            partial_rotary_factor=0.5,
+            layer_norm_eps=1e-5,
+            vocab_size=288,
+            tie_word_embeddings=False,
+        ),  # fmt: skip
+        permute_qk=False,
+        rms_norm=False,
+        vocab="bpe",
+        tokenizer_pre="phi-2",
+        absent_keys=(
+            gguf.Keys.LLM.VOCAB_SIZE,
+            gguf.Keys.Attention.KEY_LENGTH,
+            gguf.Keys.Attention.VALUE_LENGTH,
+            gguf.Keys.Rope.FREQ_BASE,
+        ),  # fmt: skip
+        arch_kv=_phi2_kv,
     ),
 }
 
@@ -540,7 +582,8 @@ def _hparams_kv(config: Any, arch: str, ftype: str) -> dict[str, tuple[Any, VT]]
     if spec.rms_norm:
         kv[Att.LAYERNORM_RMS_EPS] = (config.rms_norm_eps, VT.FLOAT32)
     else:  # GPT-2's layer_norm_epsilon, StarCoder2's norm_epsilon
-        eps = getattr(config, "layer_norm_epsilon", None) or config.norm_epsilon
+        eps = getattr(config, "layer_norm_epsilon", None) or getattr(config, "layer_norm_eps", None)
+        eps = eps or config.norm_epsilon  # Phi's layer_norm_eps
         kv[Att.LAYERNORM_EPS] = (eps, VT.FLOAT32)
     if spec.rope:
         d_h = head_dim(config)

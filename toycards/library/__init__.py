@@ -60,6 +60,7 @@ ARCH_CARDS: dict[str, str] = {
     "gemma": "gemma",
     "olmo2": "olmo2",
     "phi3": "phi3",
+    "phi2": "phi2",
 }
 
 
