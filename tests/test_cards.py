@@ -208,6 +208,7 @@ ORACLE_CASES = {
     "olmo2": ["olmo2"],
     "phi3": ["phi3", "phi3-longrope", "phi3-partial"],
     "phi2": ["phi2"],
+    "stablelm": ["stablelm", "stablelm-nobias"],
 }
 
 

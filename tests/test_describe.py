@@ -91,15 +91,24 @@ CONFIG_VALUES = {
         "N_V": lambda c: c.vocab_size, "θ_base": lambda c: c.rope_parameters["rope_theta"],  # the default: no key
         "d_r": lambda c: int(c.rope_parameters["partial_rotary_factor"] * c.hidden_size) // c.num_attention_heads,
     },
+    "stablelm": {
+        "L": lambda c: c.num_hidden_layers, "H": lambda c: c.num_attention_heads,
+        "H_kv": lambda c: c.num_key_value_heads, "d_e": lambda c: c.hidden_size,
+        "d_ff": lambda c: c.intermediate_size, "ℓ_max": lambda c: c.max_position_embeddings,
+        "ε": lambda c: c.layer_norm_eps, "d_h": lambda c: c.hidden_size // c.num_attention_heads,
+        "N_V": lambda c: c.vocab_size, "θ_base": lambda c: c.rope_parameters["rope_theta"],  # the default: no key
+        "d_r": lambda c: int(c.rope_parameters["partial_rotary_factor"] * (c.hidden_size // c.num_attention_heads)),
+    },
 }  # fmt: skip
 LIBRARY_CASES = ["gpt2", "llama", "llama-tied", "gemma", "olmo2"]
-LIBRARY_CASES += ["phi3", "phi3-partial", "phi2"]
+LIBRARY_CASES += ["phi3", "phi3-partial", "phi2", "stablelm", "stablelm-nobias"]
 # every oracle case (tests/oracle/cases.py) whose architecture has a library card
 ROUND_TRIP_CASES = [case for case, arch in [("gpt2", "gpt2"), ("llama", "llama"), ("qwen2", "qwen2"),
                                             ("qwen3", "qwen3"), ("starcoder2", "starcoder2"),
                                             ("granite", "granite"), ("smollm3", "smollm3"),
                                             ("gemma", "gemma"), ("olmo2", "olmo2"),
-                                            ("phi3", "phi3"), ("phi3-longrope", "phi3"), ("phi2", "phi2")]
+                                            ("phi3", "phi3"), ("phi3-longrope", "phi3"), ("phi2", "phi2"),
+                                            ("stablelm", "stablelm"), ("stablelm-nobias", "stablelm")]
                     if arch in ARCH_CARDS]  # fmt: skip
 
 
@@ -163,7 +172,7 @@ def test_header_agrees_with_gguf_reader(case, oracle_files):
     assert header.tokenizer["vocab_size"] == len(tokens.data)
     assert header.tokenizer["special"]["bos"] == {"id": bos, "text": tokens.contents()[bos]}
     assert header.rope["type"] == {"gpt2": "none", "llama": "norm", "gemma": "neox", "olmo2": "neox",
-                               "phi3": "neox", "phi2": "neox"}[f.arch]  # fmt: skip
+                               "phi3": "neox", "phi2": "neox", "stablelm": "neox"}[f.arch]  # fmt: skip
     assert header.chat_template is None
 
 
@@ -373,9 +382,9 @@ def expected_tensor_enums(arch: str) -> dict[str, str]:
 
 
 # general.architecture → the algorithm name by hand: words capitalised, separators dropped
-ALGORITHM_NAMES = {"qwen2": "Qwen2", "phi3": "Phi3", "gemma2": "Gemma2", "falcon": "Falcon", "mamba": "Mamba",
+ALGORITHM_NAMES = {"qwen2": "Qwen2", "gptneox": "Gptneox", "gemma2": "Gemma2", "falcon": "Falcon", "mamba": "Mamba",
                    "bert": "Bert", "starcoder2": "Starcoder2", "rwkv6": "Rwkv6", "t5encoder": "T5encoder"}  # fmt: skip
-WITHOUT_CARDS = [a for a in ["qwen2", "phi3", "gemma2", "falcon", "mamba", "bert", "starcoder2", "rwkv6",
+WITHOUT_CARDS = [a for a in ["qwen2", "gptneox", "gemma2", "falcon", "mamba", "bert", "starcoder2", "rwkv6",
                              "t5encoder"] if a not in ARCH_CARDS][:6]  # fmt: skip
 
 

@@ -39,6 +39,7 @@ ORACLE_CASES = ("gpt2", "llama", "qwen2", "qwen3", "starcoder2")  # one per mode
 ORACLE_CASES += ("granite", "smollm3", "gemma", "olmo2")
 ORACLE_CASES += ("phi3",)  # LongRoPE and partial rotary: tests/test_phi3.py
 ORACLE_CASES += ("phi2",)
+ORACLE_CASES += ("stablelm",)
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 TARGETS = ("numpy", pytest.param("torch", marks=pytest.mark.skipif(not HAS_TORCH, reason="no torch")))
 T = 9  # tokens per sequence in the generated-vs-interpreter tests

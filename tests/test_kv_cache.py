@@ -22,6 +22,7 @@ CASES = ("gpt2", "llama", "qwen3", "granite", "smollm3", "gemma", "olmo2")
 # phi3-partial: fused qkv and gate/up, LongRoPE's long factors on half of each head, its magnitude;
 # phi2: parallel attention and MLP from one LayerNorm, half of each head rotated
 CASES += ("phi3-partial", "phi2")
+CASES += ("stablelm",)  # q/k/v biases, a quarter of each head rotated
 ATOL = 1e-5  # same model, same weights: only the order of float32 sums changes
 
 

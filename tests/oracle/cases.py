@@ -54,15 +54,14 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "gemma": ("gemma", {}),  # embeddings · √d_e, norms stored + 1, MQA, head_dim 32 ≠ d_e/H, GeGLU
     "olmo2": ("olmo2", {}),  # norms after attention and MLP only, q/k RMSNorm over the whole width
     "phi3": ("phi3", {}),  # fused attn_qkv and gate/up ffn_up, NEOX rope, untied; original context 4096 > 128
-    "phi3-longrope": (
-        "phi3",
-        {**PHI3_LONGROPE},
-    ),  # LongRoPE factors and attention factor, original context 32
-    "phi3-partial": ("phi3", {**PHI3_PARTIAL}),  # LongRoPE on the first half of each head only (Phi-4-mini)
-    "phi2": (
-        "phi2",
-        {},
-    ),  # parallel attention and MLP, biases, RoPE on 8 of 16 entries, GELU(tanh), output bias
+    # LongRoPE factors and attention factor, original context 32; then the same on half of each head
+    "phi3-longrope": ("phi3", {**PHI3_LONGROPE}),
+    "phi3-partial": ("phi3", {**PHI3_PARTIAL}),  # (Phi-4-mini rotates 3/4 of each head)
+    # parallel attention and MLP, biases, RoPE on 8 of 16 entries, GELU(tanh), an output bias
+    "phi2": ("phi2", {}),
+    # LayerNorm, q/k/v biases (StableLM 2), GQA, RoPE on 4 of 16 entries, SwiGLU; and without biases
+    "stablelm": ("stablelm", {}),
+    "stablelm-nobias": ("stablelm", {"use_qkv_bias": False}),  # StableLM-3B-4E1T
 }
 
 

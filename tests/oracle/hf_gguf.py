@@ -196,6 +196,21 @@ def _phi2_kv(config: Any) -> dict[str, tuple[Any, VT]]:
     }
 
 
+def _stablelm_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """StableLMModel.set_gguf_parameters: rope.dimension_count = int(partial_rotary_factor · d_h), and
+    use_parallel_residual (true when the config does not say), which llama.cpp does not read.
+
+    >>> sorted(_stablelm_kv(transformers.StableLmConfig(hidden_size=64, num_attention_heads=4)).items())
+    [('{arch}.rope.dimension_count', (4, <GGUFValueType.UINT32: 4>)), ('{arch}.use_parallel_residual', (False, <GGUFValueType.BOOL: 7>))]
+    """
+    rotary = config.rope_parameters.get("partial_rotary_factor", 1.0)
+    d_h = config.hidden_size // config.num_attention_heads
+    return {
+        gguf.Keys.Rope.DIMENSION_COUNT: (int(rotary * d_h), VT.UINT32),
+        gguf.Keys.LLM.USE_PARALLEL_RESIDUAL: (bool(config.use_parallel_residual), VT.BOOL),
+    }
+
+
 ARCHS: dict[str, ArchSpec] = {
     "gpt2": ArchSpec(
         gguf.MODEL_ARCH.GPT2,
@@ -382,6 +397,32 @@ ARCHS: dict[str, ArchSpec] = {
             gguf.Keys.Rope.FREQ_BASE,
         ),  # fmt: skip
         arch_kv=_phi2_kv,
+    ),
+    # conversion: StableLMModel writes its own keys (rope.dimension_count of the rotated entries,
+    # use_parallel_residual, the LayerNorm ε; no freq_base, vocab_size or key/value_length).
+    "stablelm": ArchSpec(
+        gguf.MODEL_ARCH.STABLELM,
+        transformers.StableLmConfig,
+        dict(
+            _GQA_SHAPE,
+            partial_rotary_factor=0.25,
+            layer_norm_eps=1e-5,
+            use_qkv_bias=True,
+            use_parallel_residual=False,
+            vocab_size=288,
+            tie_word_embeddings=False,
+        ),  # fmt: skip
+        permute_qk=False,
+        rms_norm=False,
+        vocab="bpe",
+        tokenizer_pre="stablelm2",
+        absent_keys=(
+            gguf.Keys.LLM.VOCAB_SIZE,
+            gguf.Keys.Attention.KEY_LENGTH,
+            gguf.Keys.Attention.VALUE_LENGTH,
+            gguf.Keys.Rope.FREQ_BASE,
+        ),  # fmt: skip
+        arch_kv=_stablelm_kv,
     ),
 }
 

@@ -61,6 +61,7 @@ ARCH_CARDS: dict[str, str] = {
     "olmo2": "olmo2",
     "phi3": "phi3",
     "phi2": "phi2",
+    "stablelm": "stablelm",
 }
 
 
