@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from oracle.hf_gguf import gguf_tensors, tiny_model, write_gguf
+from oracle.hf_gguf import ARCHS, gguf_tensors, tiny_model, write_gguf
 from test_models_oracle import assert_logits_close, worst
 from test_save_peer import _llama_cpp_python
 
@@ -341,29 +341,54 @@ def test_llama_cpp_runs_yarn_as_the_card_does(tiny, yarn_files, name, tmp_path):
     assert_logits_close(np.load(out), want, atol=2e-5 * max(1.0, float(np.abs(want).max())), what=name)
 
 
+# Every card that reads rope.scaling.type, on a transformers model of its family configured with
+# YaRN: θ = THETA where the converter writes rope.freq_base, llama.cpp's default 10000 where it
+# writes none (gemma, phi2, stablelm); phi2 and stablelm rotate part of each head only, so YaRN's
+# ramp runs over d_r entries and its magnitude reaches those alone (transformers: the rotated slice).
+YARN_FAMILIES = {"qwen2": THETA, "starcoder2": THETA, "olmo2": THETA, "gemma": 10000.0, "phi2": 10000.0,
+                 "stablelm": 10000.0}  # fmt: skip
+
+
 @pytest.fixture(scope="module")
-def qwen2_yarn(tmp_path_factory):
-    """A tiny transformers Qwen2 configured with YaRN, written as llama.cpp's converter writes it."""
-    rope = {"rope_type": "yarn", "rope_theta": THETA, **YARN}
-    model, config = tiny_model("qwen2", seed=5, rope_theta=THETA, rope_parameters=rope)
-    R = gguf.Keys.Rope
-    keys = {R.SCALING_TYPE: "yarn", R.SCALING_FACTOR: (YARN["factor"], gguf.GGUFValueType.FLOAT32),
-            R.SCALING_ORIG_CTX_LEN: YARN["original_max_position_embeddings"]}  # fmt: skip
-    root = tmp_path_factory.mktemp("qwen2-yarn")
-    path = write_gguf(model, config, root / "qwen2-yarn.gguf", "qwen2",
-                      extra_kv={k.format(arch="qwen2"): v for k, v in keys.items()})  # fmt: skip
-    plain = write_gguf(model, config, root / "qwen2-plain.gguf", "qwen2")
-    return model, path, plain
+def yarn_family_files(tmp_path_factory):
+    """arch → (a tiny transformers model configured with YaRN, its file as llama.cpp's converter
+    writes it, the same file without the YaRN keys)."""
+    root, out = tmp_path_factory.mktemp("yarn-families"), {}
+    for arch, theta in YARN_FAMILIES.items():
+        rope = {"rope_type": "yarn", "rope_theta": theta, **YARN}
+        extra = (
+            {"partial_rotary_factor": ARCHS[arch].defaults["partial_rotary_factor"]}
+            if arch in ("phi2", "stablelm")
+            else {}
+        )
+        model, config = tiny_model(arch, seed=5, rope_theta=theta, rope_parameters=rope | extra)
+        R = gguf.Keys.Rope
+        keys = {R.SCALING_TYPE: "yarn", R.SCALING_FACTOR: (YARN["factor"], gguf.GGUFValueType.FLOAT32),
+                R.SCALING_ORIG_CTX_LEN: YARN["original_max_position_embeddings"]}  # fmt: skip
+        path = write_gguf(model, config, root / f"{arch}-yarn.gguf", arch,
+                          extra_kv={k.format(arch=arch): v for k, v in keys.items()})  # fmt: skip
+        plain = write_gguf(model, config, root / f"{arch}-plain.gguf", arch)
+        out[arch] = model, path, plain
+    return out
 
 
-@pytest.mark.parametrize("target", ["reference", "numpy", "torch"])
-def test_qwen2_yarn_matches_transformers(qwen2_yarn, target):
+@pytest.mark.parametrize("target", ["numpy", "torch"])
+@pytest.mark.parametrize("arch", list(YARN_FAMILIES))
+def test_every_family_runs_yarn_as_transformers_does(yarn_family_files, arch, target):
     from oracle.hf_gguf import hf_logits
 
-    model, path, plain = qwen2_yarn
-    want = hf_logits(model, IDS)
-    got = load(path, target=target).logits(IDS)
-    assert_logits_close(got, want, what=f"qwen2 yarn, {target}")
+    model, path, plain = yarn_family_files[arch]
+    ids = IDS[:48]  # past the original context of 32
+    want = hf_logits(model, ids)
+    assert_logits_close(load(path, target=target).logits(ids), want, what=f"{arch} yarn, {target}")
     if target == "numpy":  # the file without its YaRN keys is far off: the keys are what is read
-        unscaled = load(plain, target=target).logits(IDS)
+        unscaled = load(plain, target=target).logits(ids)
         assert np.abs(unscaled - want).max() > 0.05, worst(unscaled, want)
+
+
+def test_the_interpreter_runs_yarn_on_a_partial_rotary_card(yarn_family_files):
+    from oracle.hf_gguf import hf_logits
+
+    model, path, _ = yarn_family_files["stablelm"]
+    ids = IDS[:40]
+    assert_logits_close(load(path, target="reference").logits(ids), hf_logits(model, ids), what="stablelm")
