@@ -214,6 +214,9 @@ ORACLE_CASES = {
     "qwen3moe": ["qwen3moe"],
     "qwen2moe": ["qwen2moe"],
     "llama_moe": ["mixtral"],
+    "phi3": ["phi3", "phi3-longrope", "phi3-partial"],
+    "phi2": ["phi2"],
+    "stablelm": ["stablelm", "stablelm-nobias"],
 }
 
 

@@ -110,9 +110,36 @@ CONFIG_VALUES = {
         "d_x": lambda c: c.moe_intermediate_size, "d_s": lambda c: c.shared_expert_intermediate_size,
         "ε": lambda c: c.rms_norm_eps, "N_V": lambda c: c.vocab_size,
     },
+    "phi3": {
+        "L": lambda c: c.num_hidden_layers, "H": lambda c: c.num_attention_heads,
+        "H_kv": lambda c: c.num_key_value_heads, "d_e": lambda c: c.hidden_size,
+        "d_ff": lambda c: c.intermediate_size, "ℓ_max": lambda c: c.max_position_embeddings,
+        "ε": lambda c: c.rms_norm_eps, "d_h": lambda c: c.hidden_size // c.num_attention_heads,
+        "N_V": lambda c: c.vocab_size, "θ_base": lambda c: c.rope_parameters["rope_theta"],
+        "ℓ_orig": lambda c: c.original_max_position_embeddings,
+        "d_r": lambda c: int(c.rope_parameters.get("partial_rotary_factor", 1.0) * c.hidden_size)
+        // c.num_attention_heads,
+    },
+    "phi2": {
+        "L": lambda c: c.num_hidden_layers, "H": lambda c: c.num_attention_heads,
+        "H_kv": lambda c: c.num_key_value_heads, "d_e": lambda c: c.hidden_size,
+        "d_mlp": lambda c: c.intermediate_size, "ℓ_max": lambda c: c.max_position_embeddings,
+        "ε": lambda c: c.layer_norm_eps, "d_h": lambda c: c.hidden_size // c.num_attention_heads,
+        "N_V": lambda c: c.vocab_size, "θ_base": lambda c: c.rope_parameters["rope_theta"],  # the default: no key
+        "d_r": lambda c: int(c.rope_parameters["partial_rotary_factor"] * c.hidden_size) // c.num_attention_heads,
+    },
+    "stablelm": {
+        "L": lambda c: c.num_hidden_layers, "H": lambda c: c.num_attention_heads,
+        "H_kv": lambda c: c.num_key_value_heads, "d_e": lambda c: c.hidden_size,
+        "d_ff": lambda c: c.intermediate_size, "ℓ_max": lambda c: c.max_position_embeddings,
+        "ε": lambda c: c.layer_norm_eps, "d_h": lambda c: c.hidden_size // c.num_attention_heads,
+        "N_V": lambda c: c.vocab_size, "θ_base": lambda c: c.rope_parameters["rope_theta"],  # the default: no key
+        "d_r": lambda c: int(c.rope_parameters["partial_rotary_factor"] * (c.hidden_size // c.num_attention_heads)),
+    },
 }  # fmt: skip
 LIBRARY_CASES = ["gpt2", "llama", "llama-tied", "gemma", "olmo2", "gemma2", "gemma3"]
 LIBRARY_CASES += ["olmoe", "qwen2moe", "mixtral"]  # mixtral: a llama file with experts (llama_moe.card)
+LIBRARY_CASES += ["phi3", "phi3-partial", "phi2", "stablelm", "stablelm-nobias"]
 # every oracle case (tests/oracle/cases.py) whose architecture has a library card
 ROUND_TRIP_CASES = [case for case, arch in [("gpt2", "gpt2"), ("llama", "llama"), ("qwen2", "qwen2"),
                                             ("qwen3", "qwen3"), ("starcoder2", "starcoder2"),
@@ -120,7 +147,9 @@ ROUND_TRIP_CASES = [case for case, arch in [("gpt2", "gpt2"), ("llama", "llama")
                                             ("gemma", "gemma"), ("olmo2", "olmo2"),
                                             ("gemma2", "gemma2"), ("gemma3", "gemma3"),
                                             ("olmoe", "olmoe"), ("qwen3moe", "qwen3moe"),
-                                            ("qwen2moe", "qwen2moe"), ("mixtral", "llama")]
+                                            ("qwen2moe", "qwen2moe"), ("mixtral", "llama"),
+                                            ("phi3", "phi3"), ("phi3-longrope", "phi3"), ("phi2", "phi2"),
+                                            ("stablelm", "stablelm"), ("stablelm-nobias", "stablelm")]
                     if arch in ARCH_CARDS]  # fmt: skip
 
 
@@ -194,6 +223,9 @@ def test_header_agrees_with_gguf_reader(case, oracle_files):
             "gemma3": "neox",
             "olmoe": "neox",
             "qwen2moe": "neox",
+            "phi3": "neox",
+            "phi2": "neox",
+            "stablelm": "neox",
         }[header.architecture]
     )
     assert header.chat_template is None
@@ -405,9 +437,9 @@ def expected_tensor_enums(arch: str) -> dict[str, str]:
 
 
 # general.architecture → the algorithm name by hand: words capitalised, separators dropped
-ALGORITHM_NAMES = {"qwen2": "Qwen2", "phi3": "Phi3", "gemma2": "Gemma2", "falcon": "Falcon", "mamba": "Mamba",
+ALGORITHM_NAMES = {"qwen2": "Qwen2", "gptneox": "Gptneox", "gemma2": "Gemma2", "falcon": "Falcon", "mamba": "Mamba",
                    "bert": "Bert", "starcoder2": "Starcoder2", "rwkv6": "Rwkv6", "t5encoder": "T5encoder"}  # fmt: skip
-WITHOUT_CARDS = [a for a in ["qwen2", "phi3", "gemma2", "falcon", "mamba", "bert", "starcoder2", "rwkv6",
+WITHOUT_CARDS = [a for a in ["qwen2", "gptneox", "gemma2", "falcon", "mamba", "bert", "starcoder2", "rwkv6",
                              "t5encoder"] if a not in ARCH_CARDS][:6]  # fmt: skip
 
 

@@ -65,12 +65,29 @@ def test_norms(funcs):
     assert_close(*both(funcs["rms_norm"], e, gamma, 1e-6))
 
 
+@pytest.mark.parametrize("d_r", [16, 8])  # 8: partial rotary, the last 8 entries of each head pass
 @pytest.mark.parametrize("name", ["rope_pairs", "rope_halves"])
-def test_rope(funcs, name):
+def test_rope(funcs, name, d_r):
     x, t = rand(2, 3, 5, 16, scale=2.0), torch.arange(3, 8, dtype=torch.float32).reshape(-1, 1)
-    rho = torch.rand(8, generator=g) + 0.5
+    rho = torch.rand(d_r // 2, generator=g) + 0.5
     assert_close(*both(funcs[name], x, t, 500.0, rho))
     assert_close(*both(funcs[name], x, t + 11, 500.0, rho))  # other positions: not the cached angles
+
+
+@pytest.mark.parametrize("name", ["rope_pairs", "rope_halves"])
+def test_partial_rope_by_hand(funcs, name):
+    """d_r = 2·len(ρ) = 4 of 6 entries rotate, with the frequencies of a 4-entry head θ^(−2(i−1)/4);
+    entries 5 and 6 pass unchanged (llama.cpp's n_rot < head size)."""
+    x = torch.tensor([[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]], dtype=torch.float64)
+    t, theta, rho = torch.tensor([[4.0]]), 100.0, torch.tensor([1.0, 2.0], dtype=torch.float64)
+    phi = 3.0 / (np.array([1.0, theta**0.5]) * np.array([1.0, 2.0]))  # (t − 1) / (θ^(2(i−1)/d_r) · ρ_i)
+    c, s = np.cos(phi), np.sin(phi)
+    if name == "rope_pairs":  # pairs (1, 2) and (3, 4)
+        want = [1 * c[0] - 2 * s[0], 1 * s[0] + 2 * c[0], 3 * c[1] - 4 * s[1], 3 * s[1] + 4 * c[1], 5, 6]
+    else:  # pairs (1, 3) and (2, 4)
+        want = [1 * c[0] - 3 * s[0], 2 * c[1] - 4 * s[1], 1 * s[0] + 3 * c[0], 2 * s[1] + 4 * c[1], 5, 6]
+    for got in both(funcs[name], x, t, theta, rho):
+        np.testing.assert_allclose(np.asarray(got, dtype=np.float64)[0], want, rtol=1e-6)
 
 
 @pytest.mark.parametrize("causal", [True, False])

@@ -21,6 +21,10 @@ TARGETS = ("numpy", "torch")
 # cache holds more than the window), soft-capped scores; gemma3: q/k norms, 5 local layers to 1 global
 CASES = ("gpt2", "llama", "qwen3", "granite", "smollm3", "gemma", "olmo2", "gemma2", "gemma3")
 CASES += ("olmoe", "qwen2moe", "mixtral")  # experts chosen per token; qwen2moe: a gated shared expert
+# phi3-partial: fused qkv and gate/up, LongRoPE's long factors on half of each head, its magnitude;
+# phi2: parallel attention and MLP from one LayerNorm, half of each head rotated
+CASES += ("phi3-partial", "phi2")
+CASES += ("stablelm",)  # q/k/v biases, a quarter of each head rotated
 ATOL = 1e-5  # same model, same weights: only the order of float32 sums changes
 
 

@@ -41,6 +41,10 @@ LENGTHS = (1, 7, 64)
 # and per-layer RoPE: the in-memory model only (and llama.cpp, where installed)
 FAMILIES = ("gpt2", "llama", "llama-tied", "granite", "smollm3", "gemma", "olmo2", "gemma2", "gemma3")
 FAMILIES += ("olmoe", "qwen3moe", "qwen2moe", "mixtral")  # mixtures of experts (mixtral: arch llama)
+# phi3: fused attn_qkv and ffn_up (LongRoPE, which transformers switches by length: test_phi3.py);
+# phi2: parallel attention and MLP, partial rotary, biases, an output bias
+FAMILIES += ("phi3", "phi2")
+FAMILIES += ("stablelm",)  # LayerNorm, q/k/v biases, partial rotary (no biases: test_stablelm.py)
 QUANTIZED = [(c, "F16") for c in ("gpt2", "llama", "llama-tied")] + [(c, "Q8_0") for c in FAMILIES]
 ATOL = 1e-4
 # (case, file type) of the quantized tests: F16 and Q8_0 for the first families, Q8_0 (blocks of 32

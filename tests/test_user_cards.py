@@ -253,7 +253,8 @@ def test_gen_with_card_imports_and_runs(files, llama_logits, tmp_path):
     # weights straight from gguf's own reader, hyperparameters as written: no toycards binding
     weights = {t.name: np.asarray(t.data) for t in gguf.GGUFReader(files["toy"]).tensors}
     weights["rope.freqs"] = np.ones(HP["d_e"] // HP["H"] // 2, np.float32)  # the card's `or 1`
-    hp = HP | {"d_h": HP["d_e"] // HP["H"], "N_V": 1024, "scaling": "none", "s": 1.0}
+    hp = HP | {"d_h": HP["d_e"] // HP["H"], "N_V": 1024, "scaling": "none", "s": 1.0,
+               "ℓ_orig": HP["ℓ_max"], "a_r": 1.0, "β_fast": 32.0, "β_slow": 1.0}  # fmt: skip
     logits = module.Model(hp, weights).logits(IDS)
     worst = np.abs(logits - llama_logits).max()
     assert worst < 1e-5, f"max |Δ logit| {worst:.3g}"
@@ -266,7 +267,16 @@ def test_diff_file_and_card_in_either_order(files):
         assert out.exit_code == 1, out.output  # the file's values against the card's blanks
         changes = json.loads(out.stdout)["changes"]
         assert {c["section"] for c in changes} == {"hyperparameter"}, changes
-        assert {c["name"] for c in changes} == set(HP) | {"d_h", "N_V", "scaling", "s"}
+        assert {c["name"] for c in changes} == set(HP) | {
+            "d_h",
+            "N_V",
+            "scaling",
+            "s",
+            "ℓ_orig",
+            "a_r",
+            "β_fast",
+            "β_slow",
+        }
     bound = files["root"] / "bound.card"
     bound.write_text(cli("describe", files["toy"], "--card", files["card"], "--format", "card").stdout)
     assert cli("diff", files["toy"], bound).exit_code == 0

@@ -22,6 +22,26 @@ import torch
 
 from .hf_gguf import hf_from_gguf, hf_logits, quantized_copy, tiny_model, write_gguf
 
+# LongRoPE as in Phi-3-mini-128k, tiny: ℓ_max 128 over an original context of 32, θ = 100 so that every
+# one of the 8 frequencies of d_h = 16 turns within 64 positions; long and short factors far apart
+PHI3_LONGROPE = dict(
+    original_max_position_embeddings=32,
+    rope_parameters={
+        "rope_type": "longrope", "rope_theta": 100.0, "original_max_position_embeddings": 32,
+        "long_factor": [1.0, 1.25, 1.6, 2.0, 3.0, 4.0, 6.0, 8.0],
+        "short_factor": [1.0, 1.0, 1.05, 1.1, 1.2, 1.3, 1.4, 1.5],
+    },
+)  # fmt: skip
+
+# Phi-4-mini's partial rotary (it rotates 3/4 of each head), tiny: half of d_h = 16, so 4 LongRoPE factors
+PHI3_PARTIAL = dict(
+    original_max_position_embeddings=32,
+    rope_parameters={
+        "rope_type": "longrope", "rope_theta": 100.0, "original_max_position_embeddings": 32,
+        "partial_rotary_factor": 0.5, "long_factor": [1.0, 1.5, 3.0, 6.0], "short_factor": [1.0, 1.1, 1.2, 1.4],
+    },
+)  # fmt: skip
+
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "gpt2": ("gpt2", {}),  # LayerNorm, learned positions, fused attn_qkv, tied output, GELU(tanh)
     "llama": ("llama", {}),  # GQA 4/2, untied output.weight, rope θ = 1e4, ε = 1e-5
@@ -39,7 +59,22 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "qwen3moe": ("qwen3moe", {}),  # qwen3 attention, 8 experts of 32, top-2 renormalised, untied
     "qwen2moe": ("qwen2moe", {}),  # qwen2 attention, 8 experts of 32, top-2 + a gated shared expert
     "mixtral": ("mixtral", {}),  # arch llama with experts: Q/K permuted, 8 experts of 32, top-2 renormalised
+    "phi3": ("phi3", {}),  # fused attn_qkv and gate/up ffn_up, NEOX rope, untied; original context 4096 > 128
+    # LongRoPE factors and attention factor, original context 32; then the same on half of each head
+    "phi3-longrope": ("phi3", {**PHI3_LONGROPE}),
+    "phi3-partial": ("phi3", {**PHI3_PARTIAL}),  # (Phi-4-mini rotates 3/4 of each head)
+    # parallel attention and MLP, biases, RoPE on 8 of 16 entries, GELU(tanh), an output bias
+    "phi2": ("phi2", {}),
+    # LayerNorm, q/k/v biases (StableLM 2), GQA, RoPE on 4 of 16 entries, SwiGLU; and without biases
+    "stablelm": ("stablelm", {}),
+    "stablelm-nobias": ("stablelm", {"use_qkv_bias": False}),  # StableLM-3B-4E1T
 }
+
+
+# cases whose files transformers' GGUF loader reads, but not all of: it drops LongRoPE's factor
+# tensors, its attention factor and rope.dimension_count (partial rotary), so its model of these
+# files is not the one they came from (llama.cpp's is: tests/test_phi3.py)
+NOT_READ_BACK = frozenset({"phi3-longrope", "phi3-partial"})
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,7 @@ and `integrations/ggml.py`, gguf-py 0.19):
 from __future__ import annotations
 
 import copy
+import math
 import os
 import re
 from collections.abc import Callable
@@ -117,6 +118,8 @@ class ArchSpec:
     hf_reads: bool = (
         True  # False: transformers' GGUF loader builds another model from the file, or drops keys it needs
     )
+    extra_tensors: Callable[[Any], dict[str, np.ndarray]] | None = None  # tensors made from the config
+    controls: tuple[str, ...] = ()  # control tokens at the end of an "spm" vocabulary
 
 
 _GQA_SHAPE = dict(
@@ -215,6 +218,76 @@ def _moe_kv(config: Any) -> dict[str, tuple[Any, VT]]:
 _MOE_SHAPE = dict(  # 8 experts, 2 per token, each 32 wide (a multiple of 32: ffn_down_exps can be Q8_0)
     _ROPE_GQA, num_experts_per_tok=2, vocab_size=288, tie_word_embeddings=False
 )
+
+
+def _phi3_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """Phi3MiniModel.set_gguf_parameters: the original context always, the sliding window (0 when
+    the config has none), and for LongRoPE the attention factor √(1 + ln(scale) / ln(original)).
+
+    >>> sorted(_phi3_kv(transformers.Phi3Config(sliding_window=None)))  # doctest: +NORMALIZE_WHITESPACE
+    ['tokenizer.ggml.padding_token_id', '{arch}.attention.sliding_window', '{arch}.rope.dimension_count',
+     '{arch}.rope.scaling.original_context_length']
+    """
+    Att, Rope = gguf.Keys.Attention, gguf.Keys.Rope
+    original = (
+        config.rope_parameters.get("original_max_position_embeddings")
+        or config.original_max_position_embeddings
+    )
+    rotary = config.rope_parameters.get("partial_rotary_factor", 1.0)  # Phi-4-mini: 0.75
+    kv = {
+        Rope.DIMENSION_COUNT: (int(rotary * config.hidden_size) // config.num_attention_heads, VT.UINT32),
+        Rope.SCALING_ORIG_CTX_LEN: (int(original), VT.UINT32),
+        Att.SLIDING_WINDOW: (int(config.sliding_window or 0), VT.UINT32),
+        # the special vocabulary's padding id: Phi-3's <|endoftext|>, last here (ARCHS["phi3"].controls)
+        gguf.Keys.Tokenizer.PAD_ID: (config.vocab_size - 1, VT.UINT32),
+    }
+    if config.rope_parameters.get("long_factor"):
+        scale = config.max_position_embeddings / original
+        factor = math.sqrt(1 + math.log(scale) / math.log(original)) if scale > 1 else 1.0
+        kv[Rope.SCALING_ATTN_FACTOR] = (factor, VT.FLOAT32)
+    return kv
+
+
+def _phi3_tensors(config: Any) -> dict[str, np.ndarray]:
+    """Phi3MiniModel.generate_extra_tensors: LongRoPE's factors as two global F32 tensors."""
+    long, short = (config.rope_parameters.get(k) for k in ("long_factor", "short_factor"))
+    if not long:
+        return {}
+    names = gguf.TENSOR_NAMES
+    return {
+        names[gguf.MODEL_TENSOR.ROPE_FACTORS_LONG] + ".weight": np.asarray(long, np.float32),
+        names[gguf.MODEL_TENSOR.ROPE_FACTORS_SHORT] + ".weight": np.asarray(short, np.float32),
+    }
+
+
+def _phi2_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """Phi2Model.set_gguf_parameters: rope.dimension_count = int(partial_rotary_factor · d_e) // H.
+
+    >>> _phi2_kv(transformers.PhiConfig(hidden_size=64, num_attention_heads=4, partial_rotary_factor=0.5))
+    {'{arch}.rope.dimension_count': (8, <GGUFValueType.UINT32: 4>)}
+    """
+    rotary = config.rope_parameters.get("partial_rotary_factor", 1.0)
+    return {
+        gguf.Keys.Rope.DIMENSION_COUNT: (
+            int(rotary * config.hidden_size) // config.num_attention_heads,
+            VT.UINT32,
+        )
+    }
+
+
+def _stablelm_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """StableLMModel.set_gguf_parameters: rope.dimension_count = int(partial_rotary_factor · d_h), and
+    use_parallel_residual (true when the config does not say), which llama.cpp does not read.
+
+    >>> sorted(_stablelm_kv(transformers.StableLmConfig(hidden_size=64, num_attention_heads=4)).items())
+    [('{arch}.rope.dimension_count', (4, <GGUFValueType.UINT32: 4>)), ('{arch}.use_parallel_residual', (False, <GGUFValueType.BOOL: 7>))]
+    """
+    rotary = config.rope_parameters.get("partial_rotary_factor", 1.0)
+    d_h = config.hidden_size // config.num_attention_heads
+    return {
+        gguf.Keys.Rope.DIMENSION_COUNT: (int(rotary * d_h), VT.UINT32),
+        gguf.Keys.LLM.USE_PARALLEL_RESIDUAL: (bool(config.use_parallel_residual), VT.BOOL),
+    }
 
 
 ARCHS: dict[str, ArchSpec] = {
@@ -467,6 +540,87 @@ ARCHS: dict[str, ArchSpec] = {
         arch_kv=_moe_kv,
         hf_reads=False,  # transformers reads a llama file as a dense LlamaForCausalLM: no experts
     ),
+    # conversion: Phi3MiniModel writes its own keys (no vocab_size, no key/value_length; the original
+    # context always, the sliding window, LongRoPE's attention factor) and LongRoPE's factor tensors;
+    # qkv_proj and gate_up_proj stay fused (attn_qkv, ffn_up), Q/K unpermuted (rope type NEOX).
+    "phi3": ArchSpec(
+        gguf.MODEL_ARCH.PHI3,
+        transformers.Phi3Config,
+        dict(
+            _ROPE_GQA,
+            vocab_size=128,
+            sliding_window=None,
+            pad_token_id=None,
+            tie_word_embeddings=False,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),  # fmt: skip
+        permute_qk=False,
+        rms_norm=True,
+        vocab="spm",
+        tokenizer_pre="default",
+        absent_keys=(
+            gguf.Keys.LLM.VOCAB_SIZE,
+            gguf.Keys.Attention.KEY_LENGTH,
+            gguf.Keys.Attention.VALUE_LENGTH,
+        ),
+        arch_kv=_phi3_kv,
+        extra_tensors=_phi3_tensors,
+        controls=("<|endoftext|>",),  # llama.cpp marks it by name in a model named phi3 (llama-vocab.cpp)
+    ),
+    # conversion: Phi2Model writes its own keys (feed_forward_length 4·d_e, head_count_kv = H, the
+    # LayerNorm ε, rope.dimension_count of the rotated entries; no freq_base, vocab_size or
+    # key/value_length); q/k/v stay separate, with biases, unpermuted (rope type NEOX).
+    "phi2": ArchSpec(
+        gguf.MODEL_ARCH.PHI2,
+        transformers.PhiConfig,
+        dict(
+            _GQA_SHAPE,
+            num_key_value_heads=4,
+            intermediate_size=256,
+            partial_rotary_factor=0.5,
+            layer_norm_eps=1e-5,
+            vocab_size=288,
+            tie_word_embeddings=False,
+        ),  # fmt: skip
+        permute_qk=False,
+        rms_norm=False,
+        vocab="bpe",
+        tokenizer_pre="phi-2",
+        absent_keys=(
+            gguf.Keys.LLM.VOCAB_SIZE,
+            gguf.Keys.Attention.KEY_LENGTH,
+            gguf.Keys.Attention.VALUE_LENGTH,
+            gguf.Keys.Rope.FREQ_BASE,
+        ),  # fmt: skip
+        arch_kv=_phi2_kv,
+    ),
+    # conversion: StableLMModel writes its own keys (rope.dimension_count of the rotated entries,
+    # use_parallel_residual, the LayerNorm ε; no freq_base, vocab_size or key/value_length).
+    "stablelm": ArchSpec(
+        gguf.MODEL_ARCH.STABLELM,
+        transformers.StableLmConfig,
+        dict(
+            _GQA_SHAPE,
+            partial_rotary_factor=0.25,
+            layer_norm_eps=1e-5,
+            use_qkv_bias=True,
+            use_parallel_residual=False,
+            vocab_size=288,
+            tie_word_embeddings=False,
+        ),  # fmt: skip
+        permute_qk=False,
+        rms_norm=False,
+        vocab="bpe",
+        tokenizer_pre="stablelm2",
+        absent_keys=(
+            gguf.Keys.LLM.VOCAB_SIZE,
+            gguf.Keys.Attention.KEY_LENGTH,
+            gguf.Keys.Attention.VALUE_LENGTH,
+            gguf.Keys.Rope.FREQ_BASE,
+        ),  # fmt: skip
+        arch_kv=_stablelm_kv,
+    ),
 }
 
 
@@ -631,10 +785,11 @@ def gguf_tensors(
     (192, 64)
     """
     state = model.state_dict()
+    extra = ARCHS[arch].extra_tensors
     return {
         t.name: np.ascontiguousarray(_to_gguf(t, state[t.hf_name].detach().float().numpy()))
         for t in _tensor_plan(model, config, arch, permute)
-    }
+    } | (extra(config) if extra else {})
 
 
 def tensor_type(name: str, shape: tuple[int, ...], ftype: str) -> QT:
@@ -702,7 +857,8 @@ def _hparams_kv(config: Any, arch: str, ftype: str) -> dict[str, tuple[Any, VT]]
     if spec.rms_norm:
         kv[Att.LAYERNORM_RMS_EPS] = (config.rms_norm_eps, VT.FLOAT32)
     else:  # GPT-2's layer_norm_epsilon, StarCoder2's norm_epsilon
-        eps = getattr(config, "layer_norm_epsilon", None) or config.norm_epsilon
+        eps = getattr(config, "layer_norm_epsilon", None) or getattr(config, "layer_norm_eps", None)
+        eps = eps or config.norm_epsilon  # Phi's layer_norm_eps
         kv[Att.LAYERNORM_EPS] = (eps, VT.FLOAT32)
     if spec.rope:
         d_h = head_dim(config)
@@ -775,8 +931,11 @@ def write_gguf(
     spec = ARCHS[arch]
     path = Path(path)
     writer = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[spec.gguf_arch])
-    vocab = spm_vocab_kv if spec.vocab == "spm" else bpe_vocab_kv
-    kv = _hparams_kv(config, arch, ftype) | vocab(config, spec.tokenizer_pre)
+    if spec.vocab == "spm":
+        vocab_kv = spm_vocab_kv(config, spec.tokenizer_pre, spec.controls)
+    else:
+        vocab_kv = bpe_vocab_kv(config, spec.tokenizer_pre)
+    kv = _hparams_kv(config, arch, ftype) | vocab_kv
     kv |= {k: _typed(v) for k, v in (extra_kv or {}).items()}
     for key, typed in kv.items():
         if typed is None:

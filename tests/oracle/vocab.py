@@ -86,8 +86,9 @@ def bpe_vocab_kv(config: Any, pre: str) -> dict[str, tuple[Any, VT]]:
     }
 
 
-def spm_vocab_kv(config: Any, pre: str) -> dict[str, tuple[Any, VT]]:
-    """A SentencePiece vocabulary: `<unk> <s> </s>`, "▁", printable ASCII, pieces, `[PAD…]`.
+def spm_vocab_kv(config: Any, pre: str, controls: tuple[str, ...] = ()) -> dict[str, tuple[Any, VT]]:
+    """A SentencePiece vocabulary: `<unk> <s> </s>`, "▁", printable ASCII, pieces, `[PAD…]`, and
+    the control tokens `controls` as its last ids (Phi-3's `<|endoftext|>`, which llama.cpp looks up).
 
     Scores fall with the id (specials score 0), as in a trained SentencePiece model.
 
@@ -102,6 +103,8 @@ def spm_vocab_kv(config: Any, pre: str) -> dict[str, tuple[Any, VT]]:
     tokens = (specials + pieces)[:n_vocab]
     types = [TT.UNKNOWN, TT.CONTROL, TT.CONTROL][: len(tokens)] + [TT.NORMAL] * (len(tokens) - 3)
     _pad(tokens, types, n_vocab)
+    if controls:
+        tokens[-len(controls) :], types[-len(controls) :] = list(controls), [TT.CONTROL] * len(controls)
     scores = [0.0 if i < 3 else -float(i) for i in range(n_vocab)]
     return {
         TK.MODEL: ("llama", VT.STRING),

@@ -151,6 +151,8 @@ class Emitter:
                 d = decls[name]
                 scope.decl_types[name] = d.type
                 scope.vals[name] = self._input_val(scope, name, ident, d, body)
+                if scope.vals[name].rank and not scope.vals[name].mask:  # H·d_h once H is known
+                    pending.append((ident, d.type, "code"))
             elif name in self.algos or name == "θ":
                 raise ToycardsError(f"{algo.name}: header parameter {name} is not declared")
             else:

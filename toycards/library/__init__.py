@@ -65,6 +65,9 @@ ARCH_CARDS: dict[str, str] = {
     "olmoe": "olmoe",
     "qwen3moe": "qwen3moe",
     "qwen2moe": "qwen2moe",
+    "phi3": "phi3",
+    "phi2": "phi2",
+    "stablelm": "stablelm",
 }
 
 

@@ -269,7 +269,8 @@ _ROPE_ANGLES: dict = {}
 
 
 def _rope_angles(t, theta, rho, d_h):
-    """cos φ and sin φ of φ_i = (t − 1) / (θ^(2(i−1)/d_h) · ρ_i), kept for the other layers of a pass.
+    """cos φ and sin φ of φ_i = (t − 1) / (θ^(2(i−1)/d_h) · ρ_i), kept for the other layers of a pass
+    (d_h: the rotated entries, llama.cpp's n_rot).
 
     The cache key holds a copy of ρ's bytes: `numpy()` on ρ itself would mark its storage as not
     resizable, and FSDP frees a gathered parameter (ρ is one) by resizing its storage to 0."""
@@ -299,18 +300,24 @@ def _rope_angles(t, theta, rho, d_h):
 
 
 def rope_pairs(x, t, theta, rho):
-    """RoPE rotating entries (2i−1, 2i) of each head vector."""
-    cos, sin = _rope_angles(t, theta, rho, x.shape[-1])
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+    """RoPE rotating entries (2i−1, 2i) of the first d_r = 2·len(ρ) entries of each head vector;
+    the rest pass unchanged (partial rotary)."""
+    d_r = 2 * rho.shape[-1]
+    cos, sin = _rope_angles(t, theta, rho, d_r)
+    x1, x2 = x[..., 0:d_r:2], x[..., 1:d_r:2]
+    rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+    return rotated if d_r == x.shape[-1] else torch.cat((rotated, x[..., d_r:]), dim=-1)
 
 
 def rope_halves(x, t, theta, rho):
-    """RoPE rotating entry i with entry i + d_h/2 of each head vector."""
-    cos, sin = _rope_angles(t, theta, rho, x.shape[-1])
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+    """RoPE rotating entry i with entry i + d_r/2 of the first d_r = 2·len(ρ) entries of each head
+    vector; the rest pass unchanged (partial rotary)."""
+    half = rho.shape[-1]
+    cos, sin = _rope_angles(t, theta, rho, 2 * half)
+    x1, x2 = x[..., :half], x[..., half : 2 * half]
+    rotated = (x1 * cos - x2 * sin, x1 * sin + x2 * cos)
+    rest = () if 2 * half == x.shape[-1] else (x[..., 2 * half :],)
+    return torch.cat((*rotated, *rest), dim=-1)
 
 
 def moe(X, W_r, W_gate, W_up, W_down, k, norm):
