@@ -343,10 +343,11 @@ def test_llama_cpp_runs_yarn_as_the_card_does(tiny, yarn_files, name, tmp_path):
 
 # Every card that reads rope.scaling.type, on a transformers model of its family configured with
 # YaRN: θ = THETA where the converter writes rope.freq_base, llama.cpp's default 10000 where it
-# writes none (gemma, phi2, stablelm); phi2 and stablelm rotate part of each head only, so YaRN's
+# writes none (gemma, gemma2, phi2, stablelm); phi2 and stablelm rotate part of each head only, so YaRN's
 # ramp runs over d_r entries and its magnitude reaches those alone (transformers: the rotated slice).
 YARN_FAMILIES = {"qwen2": THETA, "starcoder2": THETA, "olmo2": THETA, "gemma": 10000.0, "phi2": 10000.0,
-                 "stablelm": 10000.0}  # fmt: skip
+                 "stablelm": 10000.0, "gemma2": 10000.0, "olmoe": THETA, "qwen2moe": THETA,
+                 "qwen3moe": THETA}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -392,3 +393,15 @@ def test_the_interpreter_runs_yarn_on_a_partial_rotary_card(yarn_family_files):
     model, path, _ = yarn_family_files["stablelm"]
     ids = IDS[:40]
     assert_logits_close(load(path, target="reference").logits(ids), hf_logits(model, ids), what="stablelm")
+
+
+def test_a_scaling_a_card_does_not_model_is_refused_not_run_unscaled(tmp_path):
+    """gemma3.card models linear scaling only: a YaRN Gemma 3 file stops at binding, naming the key."""
+    from toycards.errors import ToycardsError
+
+    model, config = tiny_model("gemma3")
+    path = write_gguf(
+        model, config, tmp_path / "g3.gguf", "gemma3", extra_kv={"gemma3.rope.scaling.type": "yarn"}
+    )
+    with pytest.raises(ToycardsError, match=r"scaling = 'yarn' is not one of \{none, linear\}"):
+        load(path, target="numpy")
