@@ -145,3 +145,34 @@ def gather_rows(
 ) -> None:
     """Rows ids [n_ids] (int64) of W as float32 into out [n_ids, k]."""
     _check(library().tc_gather_rows(ggml_type, w_ptr, row_bytes, k, ids_ptr, n_ids, out_ptr), "gather_rows")
+
+
+OPERATORS = (
+    "add",
+    "sub",
+    "mul",
+    "truediv",
+    "matmul",
+    "pow",
+    "neg",
+    "radd",
+    "rsub",
+    "rmul",
+    "rtruediv",
+    "rmatmul",
+)
+
+
+def forward_operators(cls: type, unwrap) -> None:
+    """Give a kept weight class every arithmetic operator, each on the dequantized array (any other
+    use than ops.linear / ops.embed is slower, never wrong); `unwrap` dequantizes the operands."""
+
+    def forward(op: str):
+        def method(self, *args):
+            return getattr(self.dequantize(), op)(*unwrap(args))
+
+        method.__name__ = op
+        return method
+
+    for name in OPERATORS:
+        setattr(cls, f"__{name}__", forward(f"__{name}__"))

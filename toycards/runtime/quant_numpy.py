@@ -123,28 +123,6 @@ class QuantWeight:
         return out.reshape(*ids.shape, k)
 
 
-def _forward(op: str):
-    def method(self, *args):
-        return getattr(self.dequantize(), op)(
-            *(a.dequantize() if isinstance(a, QuantWeight) else a for a in args)
-        )
-
-    method.__name__ = op
-    return method
-
-
-for _op in (
-    "add",
-    "sub",
-    "mul",
-    "truediv",
-    "matmul",
-    "pow",
-    "neg",
-    "radd",
-    "rsub",
-    "rmul",
-    "rtruediv",
-    "rmatmul",
-):
-    setattr(QuantWeight, f"__{_op}__", _forward(f"__{_op}__"))
+kernels.forward_operators(
+    QuantWeight, lambda args: tuple(a.dequantize() if isinstance(a, QuantWeight) else a for a in args)
+)

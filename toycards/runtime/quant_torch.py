@@ -185,26 +185,4 @@ class QuantWeight:
         return self.dequantize()[index]
 
 
-def _forward(op: str):
-    def method(self, *args):
-        return getattr(self.dequantize(), op)(*_unwrap(args))
-
-    method.__name__ = op
-    return method
-
-
-for _op in (
-    "add",
-    "sub",
-    "mul",
-    "truediv",
-    "matmul",
-    "pow",
-    "neg",
-    "radd",
-    "rsub",
-    "rmul",
-    "rtruediv",
-    "rmatmul",
-):
-    setattr(QuantWeight, f"__{_op}__", _forward(f"__{_op}__"))
+kernels.forward_operators(QuantWeight, _unwrap)
