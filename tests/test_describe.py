@@ -692,3 +692,38 @@ def test_number_literals_as_float32_metadata_reads_them():
     assert number_expr(np.bool_(True)) == ir.Num("1")
     assert _value_expr(np.float32(2.0), real, True) == ir.Num("2.0")
     assert _value_expr(float("inf"), real, True) is None and _value_expr(float("nan"), real, False) is None
+
+
+# ── a folder with one tiny file per library family: listed, and each described by its card ──
+def test_a_folder_of_every_family_lists_and_describes_each_with_its_library_card(oracle_files, tmp_path):
+    """`toycards list` finds one file per architecture of ARCH_CARDS (and a llama file with
+    experts); `describe` gives each its library card (never the declaration-only fallback), which
+    parses back and checks."""
+    import shutil
+
+    from oracle.cases import CASES
+
+    from toycards.checker import check
+
+    folder = tmp_path / "models"
+    folder.mkdir()
+    wanted: dict[str, str] = {}
+    for case, (arch, _) in CASES.items():
+        card = {"mixtral": "llama_moe"}.get(case, ARCH_CARDS.get(arch))
+        if card is not None and card not in wanted.values():
+            wanted[case] = card
+            shutil.copy(oracle_files(case).path, folder / f"{case}.gguf")
+    assert set(wanted.values()) >= set(ARCH_CARDS.values()), "an architecture without an oracle file"
+    out = cli("list", "--dir", str(folder), "--no-caches", "--json")
+    assert out.exit_code == 0, out.output
+    assert {e["name"] for e in json.loads(out.stdout)} == {f"{c}.gguf" for c in wanted}
+    for case, card in wanted.items():
+        path = folder / f"{case}.gguf"
+        described = describe(path)
+        assert described.origin == "library" and Path(described.card_path).stem == card, (
+            case,
+            described.origin,
+        )
+        text = cli("describe", str(path), "--format", "card")
+        assert text.exit_code == 0, f"{case}: {text.output}"
+        assert check(parse(text.stdout)) == [], case
