@@ -21,12 +21,9 @@ import warnings
 
 import numpy as np
 import pytest
-from test_interpreter import TARGETS, close_to_reference, decode, same_random_weights
+from test_interpreter import TARGETS, checked_models, close_to_reference, decode
 from test_models_oracle import ids_for
 
-from toycards.checker import check
-from toycards.lang.parse import parse
-from toycards.models.load import load
 from toycards.runtime.model_base import CacheRecomputes
 
 FRAME = """toycards 1
@@ -145,12 +142,7 @@ NOT_CAUSAL = {"a non-causal mask", "the number of tokens as a value"}  # a token
 
 
 def models(algorithms: str, body: str, target: str) -> dict[str, object]:
-    text = FRAME.format(algorithms=algorithms, steps=layers(body))
-    diags = check(parse(text))
-    assert diags == [], [d.message for d in diags]
-    made = {t: load(text, target=t) for t in ("reference", target)}
-    same_random_weights(made)
-    return made
+    return checked_models(FRAME.format(algorithms=algorithms, steps=layers(body)), target)
 
 
 def assert_exact(m: dict[str, object], target: str, what: str, causal: bool) -> None:

@@ -475,7 +475,13 @@ Parameters:
 def tiny_models(steps: str, target: str, algorithms: str = "") -> dict[str, object]:
     """The reference and `target` models of TINY with `steps` (and the card's own `algorithms`,
     which the steps may call), sharing random weights."""
-    text = TINY.format(steps=steps, algorithms=algorithms and "\n" + algorithms.strip() + "\n")
+    return checked_models(
+        TINY.format(steps=steps, algorithms=algorithms and "\n" + algorithms.strip() + "\n"), target
+    )
+
+
+def checked_models(text: str, target: str) -> dict[str, object]:
+    """The reference and `target` models of a card that checks clean, sharing random weights."""
     assert check(parse(text)) == [], [d.message for d in check(parse(text))]
     models = {t: load(text, target=t) for t in ("reference", target)}
     same_random_weights(models)
@@ -645,42 +651,21 @@ def test_generated_module_agrees_on(construct, target):
 
 
 # ── a vector of ones that no tensor provides ───────────────────────────────────────────────
-# The RoPE divisors of a card without rope_freqs (gemma, olmo2) come from the prelude's `ones`.
-ONES = """toycards 1
-
-Algorithm: P ← Net(x | θ)
-/* the token embeddings plus a vector of ones */
-Input: x ∈ V^ℓ
-Output: P ∈ (0,1)^{{N_V×ℓ}}
-Hyperparameters:
-  d ∈ ℕ = 8
-  N_V ∈ ℕ = 11
-  k ∈ ℕ ≔ d / 2
-Parameters:
-  E ∈ ℝ^{{d×N_V}}  from "token_embd.weight"^⊺
-  U ∈ ℝ^{{N_V×d}}  from "output.weight"
-1  ℓ ← length(x)
-2  for t ∈ [ℓ]: e_t ← E[:, x[t]]
-3  X ← [e_1, …, e_ℓ]
-{steps}
-   return P = softmax(U · (X + r · 1^⊺))
-"""
+# The RoPE divisors of a card without rope_freqs (gemma, olmo2) come from the prelude's `ones`;
+# each case defines r in TINY's frame, and the last step adds it to every column.
 ONES_CASES = {  # construct → steps defining r
-    "ones(| k)": "4  r ← [ones(| k); ones(| k)]",
-    "ones(| d / 2)": "4  r ← [ones(| d / 2); ones(| d / 2)]",
-    "stacked scalars": "4  for i ∈ [d]: c_i ← 1\n5  r ← [c_1; …; c_d]",
-    "entries in the entry algorithm": "4  for i ∈ [d]: r[i] ← 1",
-    "the same column per token": "4  for t ∈ [ℓ]: g_t ← ones(| d)\n5  X ← X + [g_1, …, g_ℓ]\n6  r ← ones(| d)",
+    "ones(| k)": "4  r ← [ones(| k); ones(| k)]\n5",
+    "ones(| d / 2)": "4  r ← [ones(| d / 2); ones(| d / 2)]\n5",
+    "stacked scalars": "4  for i ∈ [d]: c_i ← 1\n5  r ← [c_1; …; c_d]\n6",
+    "entries in the entry algorithm": "4  for i ∈ [d]: r[i] ← 1\n5",
+    "the same column per token": "4  for t ∈ [ℓ]: g_t ← ones(| d)\n5  X ← X + [g_1, …, g_ℓ]\n6  r ← ones(| d)\n7",
 }
 
 
 @pytest.mark.parametrize("target", ["numpy"] + (["torch"] if HAS_TORCH else []))
 @pytest.mark.parametrize("construct", ONES_CASES)
 def test_a_vector_of_ones(construct, target):
-    text = ONES.format(steps=ONES_CASES[construct])
-    assert check(parse(text)) == [], [d.message for d in check(parse(text))]
-    models = {t: load(text, target=t) for t in ("reference", target)}
-    same_random_weights(models)
+    models = tiny_models(ONES_CASES[construct] + "  X ← X + r · 1^⊺", target)
     ids = ids_for(11, 5)
     close_to_reference(
         models[target].logits(ids), models["reference"](np.asarray(ids)), f"{construct}, {target}"
@@ -714,10 +699,7 @@ Parameters:
 def test_a_matrix_of_a_stored_stack(target):
     """`S[e, :, :]` picked by a sequential loop's index and by a number, against the interpreter."""
     steps = "4  for e = 1, 2, …, m do\n5    X ← X + tanh(S[e, :, :] · X) / m\n6  end\n7  X ← S[2, :, :]^⊺ · X"
-    text = STACK.format(steps=steps)
-    assert check(parse(text)) == [], [d.message for d in check(parse(text))]
-    models = {t: load(text, target=t) for t in ("reference", target)}
-    same_random_weights(models)
+    models = checked_models(STACK.format(steps=steps), target)
     ids = ids_for(11, 6)
     want = models["reference"](np.asarray(ids))
     close_to_reference(models[target].logits(ids), want, f"a stored stack, {target}")

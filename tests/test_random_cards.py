@@ -31,11 +31,10 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 from random_cards import N_V, RandomCard, model_cards
-from test_interpreter import HAS_TORCH, decode, same_random_weights
+from test_interpreter import HAS_TORCH, checked_models, decode
 
 from toycards.checker import check
 from toycards.lang.parse import parse
-from toycards.models.load import load
 
 pytestmark = pytest.mark.filterwarnings("ignore::toycards.runtime.model_base.CacheRecomputes")
 
@@ -53,14 +52,6 @@ settings.register_profile(
     print_blob=False,
 )
 TARGETS = ("numpy", pytest.param("torch", marks=pytest.mark.skipif(not HAS_TORCH, reason="no torch")))
-
-
-# ── the models of a card ────────────────────────────────────────────────────────────────
-def models_of(text: str, target: str) -> dict[str, object]:
-    """The reference and `target` models of a card, sharing random weights."""
-    models = {"reference": load(text, target="reference"), target: load(text, target=target)}
-    same_random_weights(models)
-    return models
 
 
 def assert_close(got: np.ndarray, want: np.ndarray, what: str, card: RandomCard) -> None:
@@ -104,7 +95,7 @@ def check_card(
     assert diags == [], (
         f"the generator made a card that does not check: {[d.message for d in diags]}\n\n{card}"
     )
-    models = models_of(card.text, target)
+    models = checked_models(card.text, target)
     ref, m = models["reference"], models[target]
     want = ref(first[None])[0]
     alone = m._forward_numpy(first[None], None)[0]
