@@ -218,6 +218,10 @@ def _moe_kv(config: Any) -> dict[str, tuple[Any, VT]]:
 _MOE_SHAPE = dict(  # 8 experts, 2 per token, each 32 wide (a multiple of 32: ffn_down_exps can be Q8_0)
     _ROPE_GQA, num_experts_per_tok=2, vocab_size=288, tie_word_embeddings=False
 )
+# what the two Qwen MoE generations share: their config's ε, base and expert widths; the
+# converter's facts (Qwen2MoeModel for both: unpermuted Q/K, byte-level BPE, the expert keys)
+_QWEN_MOE_SHAPE = dict(_MOE_SHAPE, rms_norm_eps=1e-6, rope_theta=1e6, num_experts=8, moe_intermediate_size=32)
+_QWEN_MOE_FILE = dict(permute_qk=False, rms_norm=True, vocab="bpe", tokenizer_pre="qwen2", arch_kv=_moe_kv)
 
 
 def _phi3_kv(config: Any) -> dict[str, tuple[Any, VT]]:
@@ -485,19 +489,11 @@ ARCHS: dict[str, ArchSpec] = {
         gguf.MODEL_ARCH.QWEN3MOE,
         transformers.Qwen3MoeConfig,
         dict(
-            _MOE_SHAPE,
+            _QWEN_MOE_SHAPE,
             head_dim=128,
-            rms_norm_eps=1e-6,
-            rope_theta=1e6,
-            num_experts=8,
-            moe_intermediate_size=32,
             norm_topk_prob=True,
         ),
-        permute_qk=False,
-        rms_norm=True,
-        vocab="bpe",
-        tokenizer_pre="qwen2",
-        arch_kv=_moe_kv,
+        **_QWEN_MOE_FILE,
     ),
     # conversion: Qwen2MoeModel (expert and shared-expert widths; shared_expert_gate written as
     # stored, [1, d_e]); q/k/v biases; llama.cpp does not renormalise the chosen weights and requires
@@ -506,19 +502,11 @@ ARCHS: dict[str, ArchSpec] = {
         gguf.MODEL_ARCH.QWEN2MOE,
         transformers.Qwen2MoeConfig,
         dict(
-            _MOE_SHAPE,
-            rms_norm_eps=1e-6,
-            rope_theta=1e6,
-            num_experts=8,
-            moe_intermediate_size=32,
+            _QWEN_MOE_SHAPE,
             shared_expert_intermediate_size=64,
             norm_topk_prob=False,
         ),
-        permute_qk=False,
-        rms_norm=True,
-        vocab="bpe",
-        tokenizer_pre="qwen2",
-        arch_kv=_moe_kv,
+        **_QWEN_MOE_FILE,
     ),
     # Mixtral as llama.cpp converts it (LlamaModel: arch llama, Q/K permuted, experts stacked; the
     # chosen weights renormalised); feed_forward_length is the experts' width.
