@@ -93,12 +93,12 @@ PRELUDE_HEADERS = {
     "SiLU": ("", "y ← SiLU(x)"),
     "ReLU": ("", "y ← ReLU(x)"),
     "SwiGLU": ("", "Y ← SwiGLU(X | W_gate, W_up, W_down)"),
-    "attention": ("", "Ṽ ← attention(Q, K, V | Mask)"),
+    "attention": ("", "Ṽ ← attention(Q, K, V | Mask, c)"),
     "rope_pairs": ("", "y ← rope_pairs(x, t | θ, ρ)"),
     "rope_halves": ("", "y ← rope_halves(x, t | θ, ρ)"),
     "MHAttention_fused": ("", "Ṽ ← MHAttention_fused(X | W_qkv, b_qkv, W_o, b_o, H, Mask)"),
     "rope": ("", "y ← rope(x, t | layout, θ, ρ)"),
-    "GQAttention": ("", "Y ← GQAttention(Q, K, V | H, H_kv, layout, θ, ρ, Mask)"),
+    "GQAttention": ("", "Y ← GQAttention(Q, K, V | H, H_kv, layout, θ, ρ, Mask, c)"),
 }
 
 
@@ -142,6 +142,18 @@ def test_every_call_has_a_callee(name):
     for algo in load(name).algorithms:
         unknown = called_algorithms(algo.body) - known - BUILTINS
         assert not unknown, f"{name}.card, {algo.name}: calls {sorted(unknown)}, defined nowhere"
+
+
+def test_family_cards_fold_into_the_prelude():
+    """Issue 10's fold: a family card is its entry algorithm alone (attention variants are the
+    prelude's one grouped-query attention with parameters), and the prelude holds one attention
+    over projected heads besides the paper's Algorithms 1–7 and GPT-2's fused one."""
+    for name in MODEL_CARDS:
+        assert [a.name for a in load(name).algorithms] == [load(name).main.name], name
+    attentions = [
+        a.name for a in load("prelude").algorithms if "attention" in a.name.lower() and not a.number
+    ]
+    assert sorted(attentions) == ["GQAttention", "MHAttention_fused", "attention"], attentions
 
 
 # ── model cards: entry point, llama.cpp names ────────────────────────────────────────────

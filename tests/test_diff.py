@@ -80,13 +80,13 @@ def test_inserted_step_renumbers_without_noise():
 def test_gpt2_against_llama():
     found = changes(GPT2, LLAMA)
     steps = {(c.name, c.what) for c in found if c.section == "step" and c.kind == "changed"}
-    assert ("step 5 → 12", "layer_norm → rms_norm") in steps
+    assert ("step 5 → 7", "layer_norm → rms_norm") in steps
     removed = {c.old for c in found if c.section == "step" and c.kind == "removed"}
     added = {c.new for c in found if c.section == "step" and c.kind == "added"}
     assert any("MHAttention_fused" in s for s in removed) and any(
         "GQAttention(m · Q, m · K, V" in s for s in added
     )
-    assert ("step 8 → 19", "GELU_tanh → SwiGLU") in steps
+    assert ("step 8 → 14", "GELU_tanh → SwiGLU") in steps
     assert only(found, section="parameter", name="W_p").kind == "removed"
     assert only(found, section="parameter", name='W_q^l (in "blk.{l-1}.")').kind == "added"
     reshaped = only(found, section="parameter", name='W_o^l (in "blk.{l-1}.")')

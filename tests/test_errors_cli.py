@@ -73,6 +73,10 @@ CATALOGUE = {
     "return_wrong_name": ("returns P but the header's output is y", 5, 10, True),
     "reassign_shape": ("h was ℝ^{n×ℓ} and is now assigned ℝ^{d×ℓ}", 6, 3, True),
     "bad_prefix_template": ("template {l+} in group prefix 'blk.{l+}.' is not an affine expression of l", 6, 3, True),
+    "optional_not_last": ("optional hyperparameter c comes before a, which every call must pass", 1, 22, True),
+    "optional_default_not_number": ("an optional hyperparameter's default is a number (`default 0`)", 6, 18, True),
+    "optional_not_in_header": ("c has a default but the header does not take it", 6, 3, True),
+    "optional_call_too_few": ("f takes 1 to 2 parameters (a, c), got 0", 12, 15, True),
 }  # fmt: skip
 
 

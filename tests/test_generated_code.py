@@ -297,9 +297,18 @@ def imported_modules(tree: ast.Module) -> set[str]:
     return out
 
 
+def _constant_default(d: ast.expr) -> bool:
+    """None, or the number an optional hyperparameter defaults to (`c ∈ ℝ default 0`, `−∞`)."""
+    if isinstance(d, ast.UnaryOp) and isinstance(d.op, ast.USub):
+        d = d.operand
+    if isinstance(d, ast.Attribute):
+        return ast.unparse(d) in ("math.inf", "math.pi")
+    return isinstance(d, ast.Constant) and (d.value is None or type(d.value) in (int, float))
+
+
 def assert_definitions_only(tree: ast.Module) -> None:
     """Top level: docstring, imports, constant assignments, functions and one class; no decorators,
-    no default but None, nothing that runs code at import."""
+    no default but None or a number, nothing that runs code at import."""
     for node in tree.body:
         if isinstance(node, ast.Expr):
             assert isinstance(node.value, ast.Constant), ast.unparse(node)
@@ -319,7 +328,7 @@ def assert_definitions_only(tree: ast.Module) -> None:
                     else:
                         assert isinstance(item, ast.Expr | ast.FunctionDef), ast.unparse(item)
             defaults = node.args.defaults + node.args.kw_defaults if isinstance(node, ast.FunctionDef) else []
-            assert all(isinstance(d, ast.Constant) and d.value is None for d in defaults if d), node.name
+            assert all(_constant_default(d) for d in defaults if d), node.name
         else:
             assert isinstance(node, ast.Import | ast.ImportFrom), ast.unparse(node)
 

@@ -97,6 +97,18 @@ def test_attention(funcs, causal):
     assert_close(*both(funcs["attention"], Q, K, V, mask))
 
 
+@pytest.mark.parametrize("kv_index", [None, [0, 0, 1, 1, 2, 2], [0, 2, 1, 0, 1, 2]])
+def test_soft_capped_attention(funcs, kv_index):
+    """The cap c > 0 (Gemma 2's scores: c · tanh(s / c) before the mask), which SDPA cannot do."""
+    Q, K, V = rand(2, 6, 5, 16, scale=4.0), rand(2, 3 if kv_index else 6, 9, 16, scale=4.0), rand(2, 3, 9, 16)
+    V = V if kv_index else rand(2, 6, 9, 16)
+    mask = lambda t_z, t_x: t_z <= t_x + 4  # noqa: E731
+    slow, fast = both(lambda *a: funcs["attention"](*a, 2.5, kv_index=kv_index), Q, K, V, mask)
+    assert_close(slow, fast)
+    uncapped, _ = both(lambda *a: funcs["attention"](*a, kv_index=kv_index), Q, K, V, mask)
+    assert (slow - uncapped).abs().max() > 1e-2  # the scores reach past ±2.5, so the cap changes them
+
+
 @pytest.mark.parametrize("kv_index", [[0, 0, 1, 1, 2, 2], [0, 1, 2, 0, 1, 2]])
 def test_grouped_query_attention(funcs, kv_index):
     """Query head h reads key/value head kv_index[h]: grouped (SDPA's own grouping) or any other."""

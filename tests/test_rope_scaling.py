@@ -345,9 +345,19 @@ def test_llama_cpp_runs_yarn_as_the_card_does(tiny, yarn_files, name, tmp_path):
 # YaRN: θ = THETA where the converter writes rope.freq_base, llama.cpp's default 10000 where it
 # writes none (gemma, gemma2, phi2, stablelm); phi2 and stablelm rotate part of each head only, so YaRN's
 # ramp runs over d_r entries and its magnitude reaches those alone (transformers: the rotated slice).
-YARN_FAMILIES = {"qwen2": THETA, "starcoder2": THETA, "olmo2": THETA, "gemma": 10000.0, "phi2": 10000.0,
-                 "stablelm": 10000.0, "gemma2": 10000.0, "olmoe": THETA, "qwen2moe": THETA,
-                 "qwen3moe": THETA}  # fmt: skip
+YARN_FAMILIES = {
+    "qwen2": THETA,
+    "starcoder2": THETA,
+    "olmo2": THETA,
+    "gemma": 10000.0,
+    "phi2": 10000.0,
+    "stablelm": 10000.0,
+    "gemma2": 10000.0,
+    "olmoe": THETA,
+    "qwen2moe": THETA,
+    "qwen3moe": THETA,
+    "mixtral": THETA,
+}  # fmt: skip  (mixtral: a llama file with experts)
 
 
 @pytest.fixture(scope="module")
@@ -362,12 +372,15 @@ def yarn_family_files(tmp_path_factory):
             if arch in ("phi2", "stablelm")
             else {}
         )
-        model, config = tiny_model(arch, seed=5, rope_theta=theta, rope_parameters=rope | extra)
+        shape = ARCHS[arch].defaults  # MixtralConfig's head_dim is None, which its YaRN cannot read
+        size = {"head_dim": shape["hidden_size"] // shape["num_attention_heads"]} if arch == "mixtral" else {}
+        model, config = tiny_model(arch, seed=5, rope_theta=theta, rope_parameters=rope | extra, **size)
         R = gguf.Keys.Rope
         keys = {R.SCALING_TYPE: "yarn", R.SCALING_FACTOR: (YARN["factor"], gguf.GGUFValueType.FLOAT32),
                 R.SCALING_ORIG_CTX_LEN: YARN["original_max_position_embeddings"]}  # fmt: skip
+        name = gguf.MODEL_ARCH_NAMES[ARCHS[arch].gguf_arch]  # general.architecture
         path = write_gguf(model, config, root / f"{arch}-yarn.gguf", arch,
-                          extra_kv={k.format(arch=arch): v for k, v in keys.items()})  # fmt: skip
+                          extra_kv={k.format(arch=name): v for k, v in keys.items()})  # fmt: skip
         plain = write_gguf(model, config, root / f"{arch}-plain.gguf", arch)
         out[arch] = model, path, plain
     return out

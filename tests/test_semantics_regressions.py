@@ -406,3 +406,37 @@ def test_a_name_one_branch_of_a_map_if_defines_is_refused_at_the_if():
     text = IF_ELSE.replace("5      y[i] ← −v[i]", "5      z[i] ← −v[i]").replace("y[i] / 2", "z[i] / 2")
     with pytest.raises(ToycardsError, match="defined in one branch"):
         generated_function(text, "numpy")
+
+
+OPTIONAL = """
+Algorithm: y ← F(x | a, c)
+/* a · x, soft-capped to (−c, c) when c > 0 */
+Input: x ∈ ℝ^{n}
+Output: y ∈ ℝ^{n}
+Hyperparameters:
+  a ∈ ℝ
+  c ∈ ℝ  default 0  ▷ 0: no cap
+1  y ← a · x
+2  if c > 0 then y ← c · tanh(y / c)
+3  return y
+
+Algorithm: z ← G(x)
+Input: x ∈ ℝ^{n}
+Output: z ∈ ℝ^{n}
+1  return z = F(x | 2) + F(x | 2, 1)
+"""
+
+
+def test_an_optional_hyperparameter_left_out_takes_its_default():
+    """`F(x | 2)` passes c = 0 (no cap), `F(x | 2, 1)` caps at 1: z = 2x + tanh(2x)."""
+    from toycards.lang.interpret import run
+
+    x = [0.25, -1.0, 3.0]
+    want = [2 * a + np.tanh(2 * a) for a in x]
+    card = parse("toycards 1\n" + OPTIONAL)
+    assert check(card) == []
+    np.testing.assert_allclose(np.asarray(run(card, [x], algorithm="G"), dtype=np.float64), want, rtol=1e-12)
+    np.testing.assert_allclose(run(card, [x], {"a": 2.0}, algorithm="F"), [2 * a for a in x], rtol=1e-12)
+    for target, arr in targets():
+        g = generated_function(OPTIONAL, target, call="G(X[:, t])", name="G")
+        np.testing.assert_allclose(np.asarray(g(arr(x)), dtype=np.float64), want, rtol=1e-6, err_msg=target)

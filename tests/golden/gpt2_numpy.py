@@ -67,10 +67,10 @@ def layer_norm(e, gamma, beta, epsilon, ctx=None):
     return (((e - m) / ops.sqrt(v + epsilon)) * gamma) + beta
 
 
-def attention(Q, K, V, Mask, ctx=None, kv_index=None):
-    """Ṽ ← attention(Q, K, V | Mask)
+def attention(Q, K, V, Mask, c=0, ctx=None, kv_index=None):
+    """Ṽ ← attention(Q, K, V | Mask, c)
 
-    Scaled dot-product attention on one head: Algorithm 4 after its projections
+    Scaled dot-product attention on one head: Algorithm 4 after its projections, the scores optionally soft-capped
     """
     d_h = Q.shape[-1]
     ell_x = Q.shape[-2]
@@ -79,12 +79,15 @@ def attention(Q, K, V, Mask, ctx=None, kv_index=None):
         K, V = ops.take(K, kv_index, -3), ops.take(V, kv_index, -3)
     # 1  S ← K^⊺ · Q / √d_h  ∷ ℝ^{ℓ_z×ℓ_x}
     S = (ops.matmul(Q, ops.mT(K))) / math.sqrt(d_h)
-    # 2  for t_z ∈ [ℓ_z], t_x ∈ [ℓ_x] do
+    # 2  if c > 0 then S ← c · tanh(S / c)
+    if c > 0:
+        S = c * ops.tanh(S / c)
+    # 3  for t_z ∈ [ℓ_z], t_x ∈ [ℓ_x] do
     t_z = ops.as_float(ops.index_vector(ops.arange(1, ell_z + 1), 0))  # t_z ∈ [ell_z]
     t_x = ops.as_float(ops.index_vector(runtime.positions(ctx, ell_x), 1))  # t_x ∈ [ell_x]
-    # 3  if ¬Mask[t_z, t_x] then S[t_z, t_x] ← −∞
+    # 4  if ¬Mask[t_z, t_x] then S[t_z, t_x] ← −∞
     S = ops.where(Mask(t_z, t_x), S, -math.inf)
-    # 5  return Ṽ = V · softmax(S)
+    # 6  return Ṽ = V · softmax(S)
     return ops.matmul(softmax(S, ctx=ctx), V)
 
 

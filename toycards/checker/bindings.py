@@ -24,6 +24,8 @@ TEMPLATE = re.compile(r"\{([^{}]*)\}")
 def hyper_binding(ctx: Ctx, decl: ir.Decl) -> None:
     """`from "{arch}.key" or "k2" default v` on a hyperparameter."""
     b = decl.binding
+    if b is not None and b.kind == "default":
+        optional_default(ctx, decl, b.default)
     if b is None or b.kind != "from":
         return
     source_count(ctx, decl, b)
@@ -43,6 +45,26 @@ def hyper_binding(ctx: Ctx, decl: ir.Decl) -> None:
                 )
     if b.default is not None:
         default_names(ctx, decl, b.default)
+
+
+def optional_default(ctx: Ctx, decl: ir.Decl, default: ir.Expr) -> None:
+    """`c ∈ ℝ default 0`: an optional hyperparameter's default is one number (a call that leaves
+    the hyperparameter out passes it as written); the header check (declarations.py) sees that
+    only trailing hyperparameters of the header are optional."""
+    t = decl.type
+    if not (isinstance(t, ir.TensorType) and not t.dims and t.field in ("R", "N", "Z")):
+        ctx.error(
+            decl.span,
+            f"an optional hyperparameter is a number (ℝ, ℕ or ℤ), not {', '.join(decl.names)} ∈ …",
+            "give an enumeration or tensor hyperparameter its value at every call",
+        )
+    value = default.operand if isinstance(default, ir.UnOp) and default.op == "-" else default
+    if not isinstance(value, ir.Num | ir.Const):
+        ctx.error(
+            default.span,
+            "an optional hyperparameter's default is a number (`default 0`)",
+            "a call that leaves the hyperparameter out passes this value; compute others in the steps",
+        )
 
 
 def default_names(ctx: Ctx, decl: ir.Decl, default: ir.Expr) -> None:
@@ -92,6 +114,13 @@ def param_binding(ctx: Ctx, decl: ir.Decl, shape: Shape) -> None:
         return
     if b.kind == "derived":
         ctx.error(b.span, "a parameter cannot be derived with ≔", 'bind it to a tensor: from "name"')
+        return
+    if b.kind == "default":
+        ctx.error(
+            b.span,
+            "default on a parameter",
+            "defaults are for hyperparameters; a missing tensor can fall back with `or 1`",
+        )
         return
     source_count(ctx, decl, b)
     if b.default is not None:

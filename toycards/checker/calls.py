@@ -19,7 +19,7 @@ from toycards.checker.names import Entry, Symbol, did_you_mean
 from toycards.checker.shapes import NATURAL, Shape, ShapeError
 from toycards.errors import Span
 from toycards.lang import ir
-from toycards.lang.options import option_argument
+from toycards.lang.options import call_params, defaults, option_argument
 
 
 class CallChecker:
@@ -87,24 +87,25 @@ class CallChecker:
     # ── algorithms ──
     def algorithm(self, c: ir.Call, sig: Signature) -> Shape | None:
         args = [self.ex.infer(a) for a in c.args]
+        passed = call_params(sig.algo, c)  # what it writes, then the defaults it leaves out
         params = [
             self.mask(p, sig.params[i] if i < len(sig.params) else None)
             if isinstance(p, ir.MaskDef)
             else self.option(p, sig, i) or self.ex.infer(p)
-            for i, p in enumerate(c.params)
+            for i, p in enumerate(passed)
         ]
-        if not self.arity(c, sig):
+        if not self.arity(c, sig, passed):
             return None
-        self.fixed_hypers(c, sig)
+        self.fixed_hypers(c, sig, passed)
         u = _Unifier(self, c, sig)
-        for p, (name, _, _) in zip(c.params, sig.params):
+        for p, (name, _, _) in zip(passed, sig.params):
             if name in sig.naturals and not isinstance(p, ir.MaskDef):
                 d = self.ex.dim(p)
                 if d is not None:
                     u.bindings[name] = d
         for a, (name, declared), actual in zip(c.args, sig.inputs, args):
             u.add(a, name, declared, actual, mapped=True)
-        for p, (name, _, declared), actual in zip(c.params, sig.params, params):
+        for p, (name, _, declared), actual in zip(passed, sig.params, params):
             u.add(p, name, declared, actual, mapped=False)
         u.solve()
         self.ctx.info.dim_bindings[id(c)] = u.final_bindings()
@@ -122,12 +123,12 @@ class CallChecker:
         self.ctx.info.symbols[id(p)] = Symbol("option", p.id, None, sig.algo)
         return sig.params[i][2]
 
-    def fixed_hypers(self, c: ir.Call, sig: Signature) -> None:
+    def fixed_hypers(self, c: ir.Call, sig: Signature, passed: tuple[ir.Expr, ...]) -> None:
         """A hyperparameter that the callee branches or loops on (`if μ > 0 then`, `for l = 1, …,
         n`), or that is a dimension, is one number for the whole call: it may not be given a
         run-time value, which may differ from column to column or head to head."""
         fixed = _branching_hypers(sig.algo, self.ctx.resolve, set()) | sig.naturals
-        for p, (name, _, _) in zip(c.params, sig.params):
+        for p, (name, _, _) in zip(passed, sig.params):
             if name not in fixed or isinstance(p, ir.MaskDef):
                 continue
             for node in ir.walk(p):
@@ -149,19 +150,28 @@ class CallChecker:
                     )
                     break
 
-    def arity(self, c: ir.Call, sig: Signature) -> bool:
+    def arity(self, c: ir.Call, sig: Signature, passed: tuple[ir.Expr, ...]) -> bool:
         a = sig.algo
         header = (
             f"{a.output} ← {a.name}({', '.join(a.inputs)}{' | ' if a.params else ''}{', '.join(a.params)})"
         )
+        optional = defaults(a)
         ok = True
-        for what, got, want in (("input", c.args, sig.inputs), ("parameter", c.params, sig.params)):
+        for what, got, want in (("input", c.args, sig.inputs), ("parameter", passed, sig.params)):
             if len(got) != len(want):
                 names = ", ".join(n for n, *_ in want) or "none"
+                least = len(want) - sum(n in optional for n, *_ in want) if what == "parameter" else len(want)
+                count = f"{least} to {len(want)}" if least < len(want) else str(len(want))
                 self.ctx.error(
                     self.func_span(c),
-                    f"{c.func} takes {len(want)} {what}{'s' * (len(want) != 1)} ({names}), got {len(got)}",
-                    f"the header is {header}",
+                    f"{c.func} takes {count} {what}{'s' * (len(want) != 1)} ({names}), "
+                    f"got {len(c.args) if what == 'input' else len(c.params)}",
+                    f"the header is {header}"
+                    + (
+                        f"; {', '.join(n for n in a.params if n in optional)} may be left out"
+                        if optional and what == "parameter"
+                        else ""
+                    ),
                 )
                 ok = False
         return ok
@@ -216,7 +226,7 @@ def _branching_hypers(algo: ir.Algorithm, resolve, seen: set[str]) -> set[str]:
         target = resolve(call.func) if call.func not in seen else None
         if target is not None:
             inner = _branching_hypers(target[0], resolve, seen) | target[1].naturals
-            for p, (pname, _, _) in zip(call.params, target[1].params):
+            for p, (pname, _, _) in zip(call_params(target[0], call), target[1].params):
                 if pname in inner and not isinstance(p, ir.MaskDef):
                     out.update(names(p) & hypers)
     return out

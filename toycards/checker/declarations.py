@@ -22,6 +22,7 @@ from toycards.checker.shapes import NATURAL, DimEq, Shape, shape_from_type
 from toycards.errors import Span
 from toycards.lang import ir
 from toycards.lang.names import ascii_name
+from toycards.lang.options import defaults
 
 ALL_PARAMS = "θ"
 
@@ -247,8 +248,24 @@ class _Declarer:
         if a.params == (ALL_PARAMS,):
             sig.all_params = True
             return
-        for n in a.params:
+        optional = defaults(a)
+        for d in a.hyper_decls:
+            for n in (n for n in d.names if n in optional and n not in a.params):
+                self.ctx.error(
+                    name_span(self.ctx, d.span, n),
+                    f"{n} has a default but the header does not take it",
+                    f"a default is what a call passes when it leaves {n} out: list {n} last after `|`, "
+                    'or bind it (from "{arch}.…" default …)',
+                )
+        for k, n in enumerate(a.params):
             e = scope.declared.get(n)
+            if n in optional and any(m not in optional for m in a.params[k + 1 :]):
+                later = next(m for m in a.params[k + 1 :] if m not in optional)
+                self.ctx.error(
+                    name_span(self.ctx, args, n),
+                    f"optional hyperparameter {n} comes before {later}, which every call must pass",
+                    "put the optional hyperparameters (`default …`) last in the header",
+                )
             if e is not None and e.kind in ("param", "hyper"):
                 sig.params.append((n, e.kind, e.shape))
                 continue

@@ -28,6 +28,7 @@ from toycards.checker.context import AlgoInfo, CheckResult
 from toycards.checker.masks import after, causal_condition, is_mask, is_neg_inf, positive, unmasked_by
 from toycards.errors import Span
 from toycards.lang import ir
+from toycards.lang.options import call_params
 
 # Masked states of a value with a context axis: where its entries past the query position stand.
 OPEN, NEG, ZERO = "open", "−∞", "0"  # unknown; −∞ there (masked scores); 0 there (weights)
@@ -387,7 +388,7 @@ class _Frame:
                 states[name] = s
         causal = frozenset(
             n
-            for n, p in zip(callee.params, e.params)
+            for n, p in zip(callee.params, call_params(callee, e))
             if self.causal_mask(p) and is_mask(_decl_type(callee, n))
         )
         out_state = self.flow.algorithm(callee, frozenset(q_new), frozenset(c_new), causal, states)

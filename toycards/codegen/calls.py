@@ -17,7 +17,7 @@ from toycards.codegen.values import HEAD_PICKING, MapVar, Val
 from toycards.errors import ToycardsError
 from toycards.lang import ir
 from toycards.lang.builtins import BUILTINS
-from toycards.lang.options import option_argument
+from toycards.lang.options import call_params, option_argument
 
 if TYPE_CHECKING:
     pass
@@ -82,7 +82,8 @@ class CallEmitter:
         return gathered.with_(fams=a.fams | {var})
 
     def call_algorithm(self, c: ir.Call, callee: ir.Algorithm) -> Val:
-        if len(c.args) != len(callee.inputs) or len(c.params) != len(callee.params):
+        passed = call_params(callee, c)  # what it writes, then the defaults it leaves out
+        if len(c.args) != len(callee.inputs) or len(passed) != len(callee.params):
             raise ToycardsError(
                 f"{callee.name} takes {len(callee.inputs)} inputs and {len(callee.params)} parameters"
             )
@@ -103,15 +104,18 @@ class CallEmitter:
         if cached:
             kv_index = self._cached_keys_values(callee, cached, arg_vals, codes)
         given = list(enumerate(arg_vals))  # (position in codes, value) of the run-time arguments
-        for name, p in zip(callee.params, c.params, strict=True):
+        numbers_only = not callee.inputs  # every value passed is a Python number or an option
+        for name, p in zip(callee.params, c.params):  # those it leaves out: the function's defaults
             if isinstance(p, ir.MaskDef):
                 codes.append(self.mask_function(p))
+                numbers_only = False
                 continue
             option = option_argument(callee, name, p)
             if option is not None and not self.scope.defines(option):
                 codes.append(repr(option))  # an option of the callee's enumeration
                 continue
             v = self.expr(p)
+            numbers_only = numbers_only and v.py
             if v.py and _natural(decls.get(name)):  # `ones(| d_h / 2)`: an ℕ in integer arithmetic
                 v = v.with_(code=self.int_code(p))
             fams |= v.fams
@@ -124,8 +128,11 @@ class CallEmitter:
         self._shared_arguments_mapped(given, codes, set(cached), extra, fams)
         out = callee.output_decls[0].type if callee.output_decls else None
         rank = (len(out.dims) if isinstance(out, ir.TensorType) and out.field != "V" else 0) + extra
-        return Val(
-            f"{self.em.func_names[callee.name]}({', '.join(codes)}, ctx=ctx{kv_index})", rank, fams=fams
+        return Val(  # a number computed from numbers only (`rope_magnitude(| scaling, s, a_r)`) is one
+            f"{self.em.func_names[callee.name]}({', '.join(codes)}, ctx=ctx{kv_index})",
+            rank,
+            fams=fams,
+            py=numbers_only and rank == 0,
         )
 
     def _shared_arguments_mapped(

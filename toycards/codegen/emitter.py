@@ -25,6 +25,7 @@ from toycards.codegen.values import HEAD_PICKING, Val
 from toycards.errors import ToycardsError
 from toycards.lang import ir
 from toycards.lang.builtins import BUILTINS
+from toycards.lang.options import defaults
 from toycards.lang.printer import Renderer
 
 # Prelude algorithms with a single-kernel equivalent per target (ops_<target>.<kernel>).
@@ -138,9 +139,10 @@ class Emitter:
         pending: list[tuple[str, ir.Type, str]] = []
         decls = {n: d for d in (*algo.input_decls, *algo.hyper_decls) for n in d.names}
         pdecls = {n: (d, g) for d, g in algo.all_params() for n in d.names}
+        optional = defaults(algo)
         for name in (*algo.inputs, *algo.params):
             ident = ns.name(name)
-            args.append(ident)
+            args.append(f"{ident}={ex.expr(optional[name]).code}" if name in optional else ident)
             if name in pdecls:
                 d, _ = pdecls[name]
                 rank = len(d.type.dims) if isinstance(d.type, ir.TensorType) else 0

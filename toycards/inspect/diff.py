@@ -110,6 +110,8 @@ def _binding_text(b: ir.Binding | None) -> str:
         return ""
     if b.kind == "derived":
         return f"≔ {_R.expr(b.expr)}"
+    if b.kind == "default":
+        return f"default {_R.expr(b.default)}"
     alts = [
         " or ".join(s.const or f'"{s.tensor}"' + ("^⊺" if s.transpose else "") for s in group)
         for group in b.sources

@@ -336,7 +336,9 @@ class Binding:
     kind "from":    `from "{arch}.block_count" default 1e-5` for a hyperparameter (metadata keys),
                     `from "attn_norm.weight", "attn_norm.bias"` for parameters (tensor names, one
                     list of alternatives per declared name, `or` between alternatives);
-    kind "derived": `≔ d_e / H` (expr).
+    kind "derived": `≔ d_e / H` (expr);
+    kind "default": `default 0` (default) for an optional hyperparameter of a called algorithm,
+                    the value a call that leaves it out passes (lang/options.py `call_params`).
     """
 
     kind: str

@@ -243,6 +243,8 @@ def binding_text(r: Renderer, b: ir.Binding | None) -> str:
         return ""
     if b.kind == "derived":
         return f"{r.tok('≔')} {r.expr(b.expr)}"
+    if b.kind == "default":
+        return f"default {r.expr(b.default)}"
     alts = []
     for group in b.sources:
         alts.append(

@@ -164,6 +164,9 @@ class ToIR(Transformer):
     def bind_derived(self, meta, c):
         return ir.Binding("derived", expr=c[0], span=self.sp(meta))
 
+    def bind_default(self, meta, c):
+        return ir.Binding("default", default=c[0].expr, span=self.sp(meta))
+
     def default(self, meta, c):
         return _Default(c[0])
 

@@ -282,6 +282,8 @@ def _binding(b: ir.Binding | None) -> str:
         return ""
     if b.kind == "derived":
         return f" ${{}} \\coloneqq {_R.expr(b.expr)}$"
+    if b.kind == "default":
+        return f" \\quad{{\\small default ${_R.expr(b.default)}$}}"
     alts = [" or ".join(_source(s) for s in group) for group in b.sources]
     text = " \\quad{\\small from " + ", ".join(alts)
     if b.default is not None:

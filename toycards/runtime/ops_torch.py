@@ -248,15 +248,21 @@ def gelu_tanh(x):
     return F.gelu(x, approximate="tanh")
 
 
-def attention(Q, K, V, mask, t_z, t_x, kv_index=None):
+def attention(Q, K, V, mask, cap, t_z, t_x, kv_index=None):
     """Scaled dot-product attention with the card's mask evaluated at key positions t_z, query positions t_x.
 
     `kv_index[h]` is the key/value head that query head h reads (grouped-query attention); when
     the query heads read consecutive groups of equal size, SDPA does the grouping without copies.
+    `cap` > 0 soft-caps the scores (cap · tanh(s / cap)) before the mask, which SDPA cannot do.
     """
     t_z = torch.as_tensor(t_z, dtype=torch.float32).reshape(1, -1)
     t_x = torch.as_tensor(t_x, dtype=torch.float32).reshape(-1, 1)
     allowed = torch.as_tensor(mask(t_z, t_x)).bool().expand(t_x.shape[0], t_z.shape[1])
+    if cap > 0:
+        if kv_index is not None:
+            K, V = take(K, kv_index, -3), take(V, kv_index, -3)
+        S = cap * torch.tanh(torch.matmul(Q, K.mT) / (math.sqrt(Q.shape[-1]) * cap))
+        return torch.matmul(torch.softmax(S.masked_fill(~allowed, -math.inf), dim=-1), V)
     if kv_index is None:
         return F.scaled_dot_product_attention(Q, K, V, attn_mask=allowed)
     n_q, n_kv = len(kv_index), K.shape[-3]

@@ -41,7 +41,7 @@ from toycards.lang.interpret.values import (
     truth,
     whole,
 )  # fmt: skip
-from toycards.lang.options import option_argument
+from toycards.lang.options import call_params, option_argument
 
 _ARITH = {"+": "+", "-": "-", "⊙": "⊙"}
 
@@ -214,8 +214,9 @@ class Evaluator:
                 raise Fault(f"{c.func} takes no parameters after |")
             return call_builtin(BUILTINS[c.func], [self.eval(a, f) for a in c.args])
         args = [self.eval(a, f) for a in c.args]
-        params = [self.param(algo, name, p, f) for name, p in zip(algo.params, c.params)]
-        if len(args) != len(algo.inputs) or len(c.params) != len(algo.params):
+        passed = call_params(algo, c)  # what it writes, then the defaults it leaves out
+        params = [self.param(algo, name, p, f) for name, p in zip(algo.params, passed)]
+        if len(args) != len(algo.inputs) or len(passed) != len(algo.params):
             raise Fault(
                 f"{algo.name} takes {len(algo.inputs)} input(s) and {len(algo.params)} parameter(s), "
                 f"got {len(args)} and {len(params)}"

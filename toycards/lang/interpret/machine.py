@@ -33,6 +33,7 @@ from toycards.lang.interpret.values import (
     whole,
     write,
 )  # fmt: skip
+from toycards.lang.options import defaults
 
 ALL_PARAMS = "θ"
 
@@ -67,6 +68,9 @@ class Interpreter(Evaluator):
         if algo is None:
             raise Fault(f"the card has no algorithm {name}")
         if algo.params != (ALL_PARAMS,):  # called the way a card calls it, implicit map included
+            blank = Frame(algo, self.home)
+            optional = {n: self.eval(e, blank) for n, e in defaults(algo).items()}  # numbers
+            values = {**optional, **values}  # an optional hyperparameter left out takes its default
             missing = [n for n in algo.params if n not in values]
             if missing or len(inputs) != len(algo.inputs):
                 raise Fault(
