@@ -187,6 +187,25 @@ def test_pre_tokenizer_ids_like_hf_bpe(gpt2_with_pre, kind):
     assert (diff := _first_difference(pairs)) is None, f"{name} ({kind}): {diff}"
 
 
+# names that byte-level BPE files of the library's families carry and that share their rule with
+# another name (the test above runs each rule under its first name only)
+FAMILY_PRES = ["llama-bpe", "smollm", "qwen2", "refact", "olmo", "dbrx", "stablelm2", "phi-2"]
+
+
+@needs_vocab
+@pytest.mark.parametrize("name", FAMILY_PRES)
+def test_each_family_pre_name_gives_its_rules_ids(gpt2_with_pre, name):
+    """Under the name itself: llama.cpp's loader table (oracle/llama_pre.py) gives the regexes and
+    flags, Hugging Face tokenizers' BPE the ids."""
+    kind, flags = LOADER[name]
+    tok = gpt2_with_pre(name)
+    bpe = hf_bpe(_vocab("gpt-2"), "ignore_merges" in flags)
+    regexes = REGEXES[SAME_REGEXES.get(kind, kind)]
+    texts = [t for t in TEXTS if "<|endoftext|>" not in t]
+    pairs = [(t, tok.encode(t, add_bos=False), hf_ids(bpe, llama_cpp_split(t, regexes))) for t in texts]
+    assert (diff := _first_difference(pairs)) is None, f"{name} ({kind}): {diff}"
+
+
 # --- the table of names ---------------------------------------------------------------------
 
 

@@ -254,7 +254,7 @@ def test_gen_with_card_imports_and_runs(files, llama_logits, tmp_path):
     weights = {t.name: np.asarray(t.data) for t in gguf.GGUFReader(files["toy"]).tensors}
     weights["rope.freqs"] = np.ones(HP["d_e"] // HP["H"] // 2, np.float32)  # the card's `or 1`
     hp = HP | {"d_h": HP["d_e"] // HP["H"], "N_V": 1024, "scaling": "none", "s": 1.0,
-               "ℓ_orig": HP["ℓ_max"], "a_r": 1.0, "β_fast": 32.0, "β_slow": 1.0}  # fmt: skip
+               "ℓ_orig": HP["ℓ_max"], "a_r": 1.0}  # fmt: skip
     logits = module.Model(hp, weights).logits(IDS)
     worst = np.abs(logits - llama_logits).max()
     assert worst < 1e-5, f"max |Δ logit| {worst:.3g}"
@@ -274,8 +274,6 @@ def test_diff_file_and_card_in_either_order(files):
             "s",
             "ℓ_orig",
             "a_r",
-            "β_fast",
-            "β_slow",
         }
     bound = files["root"] / "bound.card"
     bound.write_text(cli("describe", files["toy"], "--card", files["card"], "--format", "card").stdout)

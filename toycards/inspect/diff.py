@@ -26,7 +26,7 @@ qwen2 → qwen3: 12 differences
 - Qwen2 → Qwen3 parameter b_v^l (in "blk.{l-1}."): b_v^l ∈ ℝ^{H_kv·d_h} from "attn_v.bias"
 + Qwen2 → Qwen3 parameter γ_q^l (in "blk.{l-1}."): γ_q^l ∈ ℝ^{d_h} from "attn_q_norm.weight"
 + Qwen2 → Qwen3 parameter γ_k^l (in "blk.{l-1}."): γ_k^l ∈ ℝ^{d_h} from "attn_k_norm.weight"
-~ Qwen2 → Qwen3 step 13: Q ← W_q^l · X̃ + b_q^l · 1^⊺ → Q ← W_q^l · X̃
+~ Qwen2 → Qwen3 step 8: Q ← W_q^l · X̃ + b_q^l · 1^⊺ → Q ← W_q^l · X̃
 """
 
 from __future__ import annotations

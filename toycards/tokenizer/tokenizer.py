@@ -54,9 +54,12 @@ class _ModelDefaults:
     add_space_prefix: bool
 
 
+# tokenizer.ggml.model names a tokenizer kind, not a model family: "llama" is SentencePiece, "gpt2"
+# byte-level BPE (llama.cpp's LLAMA_VOCAB_TYPE_SPM and _BPE)
+SPM, BYTE_BPE = "llama", "gpt2"
 MODELS = {
-    "llama": _ModelDefaults(bos=1, eos=2, unk=0, add_space_prefix=True),  # SentencePiece
-    "gpt2": _ModelDefaults(bos=11, eos=11, unk=None, add_space_prefix=False),  # byte-level BPE
+    SPM: _ModelDefaults(bos=1, eos=2, unk=0, add_space_prefix=True),
+    BYTE_BPE: _ModelDefaults(bos=11, eos=11, unk=None, add_space_prefix=False),
 }
 _SPM_PRE = PreTokenizer("default", clean_spaces=False, add_bos=True)  # SPM has no pre-tokenizer
 
@@ -136,7 +139,7 @@ class Tokenizer:
         self.eog_ids = end_of_generation(self.special, self.token_to_id, self.token_type)
         self._splitter = SpecialSplitter(tokens, self.token_type, self.token_to_id, model_name)
         self._pieces: dict[int, bytes] = {}
-        if model == "llama":
+        if model == SPM:
             self._spm = SentencePiece(
                 self.token_to_id, scores or [0.0] * len(tokens), self.special.get("unk")
             )
@@ -146,7 +149,7 @@ class Tokenizer:
             self._bpe = ByteBPE(self.token_to_id, parse_merges(merges), pre_tokenizer)
 
     def _pre_tokenizer(self, pre: str) -> PreTokenizer:
-        if self.model == "llama":
+        if self.model == SPM:
             return _SPM_PRE
         if pre not in PRE_TOKENIZERS:
             raise ToycardsError(f"unsupported tokenizer.ggml.pre {pre!r} for a byte-level BPE vocabulary")
@@ -244,7 +247,7 @@ class Tokenizer:
                 ids.append(fragment)
                 starts_fragment = True
                 continue
-            if self.model == "llama":
+            if self.model == SPM:
                 prefix = " " if self.add_space_prefix and starts_fragment else ""
                 ids += self._spm.encode((prefix + fragment).replace(" ", SPACE))
             else:
@@ -285,7 +288,7 @@ class Tokenizer:
         if kind == T.USER_DEFINED:
             return text.encode()
         if kind == T.NORMAL:
-            return text.replace(SPACE, " ").encode() if self.model == "llama" else token_bytes(text)
+            return text.replace(SPACE, " ").encode() if self.model == SPM else token_bytes(text)
         if kind == T.BYTE and (byte := parse_byte_token(text)) is not None:
             return bytes([byte])
         return b""  # unused and undefined types are suppressed, as in llama.cpp
