@@ -559,6 +559,27 @@ def scalar_call(c: Draft, at: Place) -> list[str]:
     return [f"X ← X + {c.weight(at)} · {f}({c.weight(at)} · X)  ▷ scalar algorithm, element-wise"]
 
 
+OPTIONAL_HELPER = """
+Algorithm: y ← capped(x | a, c)
+/* a · x, soft-capped to (−c, c) unless its optional hyperparameter c is left at 0 */
+Input: x ∈ ℝ
+Output: y ∈ ℝ
+Hyperparameters:
+  a ∈ ℝ
+  c ∈ ℝ  default 0
+1  y ← a · x
+2  if c > 0 then y ← c · tanh(y / c)
+3  return y
+"""
+
+
+def optional_call(c: Draft, at: Place) -> list[str]:
+    """An algorithm of the card with an optional hyperparameter, left out or passed."""
+    f = c.helper("capped", OPTIONAL_HELPER)
+    cap = c.pick({"optional_hyper_left_out": "", "optional_hyper_passed": ", 0.75"})
+    return [f"X ← X + {f}({c.weight(at)} · X | 1.5{cap})  ▷ optional hyperparameter"]
+
+
 def map_blocks(c: Draft, at: Place) -> list[str]:
     """Maps with a block body: several assignments, a guarded one, or if … else … end."""
     w = c.weight(at)
@@ -748,8 +769,9 @@ def prelude_attention(c: Draft, at: Place) -> list[str]:
     c.hyper("H_kv", f'H_kv ∈ ℕ = {h_kv}  from "{{arch}}.attention.head_count_kv"')
     layout = _rope(c).replace("rope_", "")  # pairs or halves
     wq, wk, wv, wo = c.weight(at), c.weight(at, "H_kv·k×d"), c.weight(at, "H_kv·k×d"), c.weight(at)
+    cap = c.pick({"prelude_GQAttention_no_cap": "", "prelude_GQAttention_soft_cap": ", 0.5"})  # optional c
     return [
-        f"X ← X + {wo} · GQAttention({wq} · X, {wk} · X, {wv} · X | H, H_kv, {layout}, θ, ρ, {mask(c)})"
+        f"X ← X + {wo} · GQAttention({wq} · X, {wk} · X, {wv} · X | H, H_kv, {layout}, θ, ρ, {mask(c)}{cap})"
         "  ▷ prelude attention"
     ]
 
@@ -821,6 +843,7 @@ CONSTRUCTS: dict[str, Construct] = {  # feature → construct; the first is the 
     "c_prelude_attention": prelude_attention,
     "c_vector_call": vector_call,
     "c_scalar_call": scalar_call,
+    "c_optional_call": optional_call,
     "c_helper_with_params": helper_with_params,
     "c_own_mha": own_mha,
     "c_copy_then_write": copy_then_write,
