@@ -149,7 +149,8 @@ ROUND_TRIP_CASES = [case for case, arch in [("gpt2", "gpt2"), ("llama", "llama")
                                             ("olmoe", "olmoe"), ("qwen3moe", "qwen3moe"),
                                             ("qwen2moe", "qwen2moe"), ("mixtral", "llama"),
                                             ("phi3", "phi3"), ("phi3-longrope", "phi3"), ("phi2", "phi2"),
-                                            ("stablelm", "stablelm"), ("stablelm-nobias", "stablelm")]
+                                            ("stablelm", "stablelm"), ("stablelm-nobias", "stablelm"),
+                                            ("phi2-fused", "phi2"), ("phi3-split", "phi3")]
                     if arch in ARCH_CARDS]  # fmt: skip
 
 

@@ -77,6 +77,7 @@ CATALOGUE = {
     "optional_default_not_number": ("an optional hyperparameter's default is a number (`default 0`)", 6, 18, True),
     "optional_not_in_header": ("c has a default but the header does not take it", 6, 3, True),
     "optional_call_too_few": ("f takes 1 to 2 parameters (a, c), got 0", 12, 15, True),
+    "rows_first_source": ("rows of 'attn_qkv.weight' as the first source: the first names the parameter's own tensor", 5, 21, True),
 }  # fmt: skip
 
 

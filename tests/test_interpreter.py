@@ -41,7 +41,7 @@ ORACLE_CASES += ("granite", "smollm3", "gemma", "olmo2", "gemma2", "gemma3")
 ORACLE_CASES += ("olmoe", "qwen3moe", "qwen2moe", "mixtral")
 CARD_OF_CASE = {"mixtral": "llama_moe"}  # a llama file with experts
 ORACLE_CASES += ("phi3",)  # LongRoPE and partial rotary: tests/test_phi3.py
-ORACLE_CASES += ("phi2", "stablelm")
+ORACLE_CASES += ("phi2", "stablelm", "phi2-fused", "phi3-split")
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 TARGETS = ("numpy", pytest.param("torch", marks=pytest.mark.skipif(not HAS_TORCH, reason="no torch")))
 T = 9  # tokens per sequence in the generated-vs-interpreter tests

@@ -68,6 +68,9 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # LayerNorm, q/k/v biases (StableLM 2), GQA, RoPE on 4 of 16 entries, SwiGLU; and without biases
     "stablelm": ("stablelm", {}),
     "stablelm-nobias": ("stablelm", {"use_qkv_bias": False}),  # StableLM-3B-4E1T
+    # llama.cpp reads phi2 and phi3 with one fused attn_qkv or with attn_q/k/v: the other layout
+    "phi2-fused": ("phi2-fused", {}),  # phi-2 files of older converters (TheBloke's, 2023)
+    "phi3-split": ("phi3-split", {}),
 }
 
 

@@ -76,7 +76,7 @@ import math
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +120,10 @@ class ArchSpec:
     )
     extra_tensors: Callable[[Any], dict[str, np.ndarray]] | None = None  # tensors made from the config
     controls: tuple[str, ...] = ()  # control tokens at the end of an "spm" vocabulary
+    # "": q/k/v as the converter writes them; "fused": one attn_qkv (rows q; k; v) as older
+    # converters wrote phi2; "split": attn_q/k/v where the converter writes attn_qkv (llama.cpp
+    # reads either for phi2 and phi3: wqkv when present, else wq, wk, wv)
+    qkv: str = ""
 
 
 _GQA_SHAPE = dict(
@@ -610,6 +614,8 @@ ARCHS: dict[str, ArchSpec] = {
         arch_kv=_stablelm_kv,
     ),
 }
+ARCHS["phi2-fused"] = replace(ARCHS["phi2"], qkv="fused", hf_reads=False)
+ARCHS["phi3-split"] = replace(ARCHS["phi3"], qkv="split", hf_reads=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -901,6 +907,29 @@ def _typed(value: Any) -> tuple[Any, VT] | None:
 # writing and reading back
 
 
+def _qkv_layout(tensors: dict[str, np.ndarray], mode: str, config: Any) -> dict[str, np.ndarray]:
+    """Each block's q/k/v tensors fused into attn_qkv (rows q; k; v) or split out of it, in place
+    of the first of them; `mode` "" leaves them as they are."""
+    if not mode:
+        return tensors
+    d_h = config.hidden_size // config.num_attention_heads
+    sizes = [config.num_attention_heads * d_h, *[config.num_key_value_heads * d_h] * 2]
+    out: dict[str, np.ndarray] = {}
+    for name, w in tensors.items():
+        block, _, leaf = name.partition(".attn_")
+        part, _, kind = leaf.partition(".")
+        if mode == "fused" and part in ("q", "k", "v"):
+            if part == "q":
+                rows = [tensors[f"{block}.attn_{p}.{kind}"] for p in ("q", "k", "v")]
+                out[f"{block}.attn_qkv.{kind}"] = np.concatenate(rows, axis=0)
+        elif mode == "split" and part == "qkv":
+            for p, piece in zip(("q", "k", "v"), np.split(w, np.cumsum(sizes)[:2], axis=0), strict=True):
+                out[f"{block}.attn_{p}.{kind}"] = np.ascontiguousarray(piece)
+        else:
+            out[name] = w
+    return out
+
+
 def write_gguf(
     model: torch.nn.Module,
     config: Any,
@@ -930,7 +959,7 @@ def write_gguf(
             writer.kv_data[0].pop(key, None)  # also removes general.architecture if asked
         else:
             writer.add_key_value(key, *typed)
-    for name, w in gguf_tensors(model, config, arch, permute).items():
+    for name, w in _qkv_layout(gguf_tensors(model, config, arch, permute), spec.qkv, config).items():
         data, qtype = _quantize(name, w, ftype)
         writer.add_tensor(name, data, raw_dtype=qtype)
     writer.write_header_to_file()

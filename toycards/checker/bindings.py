@@ -30,6 +30,12 @@ def hyper_binding(ctx: Ctx, decl: ir.Decl) -> None:
         return
     source_count(ctx, decl, b)
     for src in (s for alts in b.sources for s in alts):
+        if src.rows is not None:
+            ctx.error(
+                src.span,
+                f"rows of {src.tensor!r} on a hyperparameter: a metadata key has no rows",
+                "rows lo…hi of a fused tensor bind a parameter",
+            )
         if src.transpose:
             ctx.error(
                 src.span,
@@ -129,7 +135,22 @@ def param_binding(ctx: Ctx, decl: ir.Decl, shape: Shape) -> None:
             "default on a parameter",
             "defaults are for hyperparameters; a missing tensor can fall back with `or 1`",
         )
+    for alts in b.sources:
+        if alts and alts[0].rows is not None:
+            ctx.error(
+                alts[0].span,
+                f"rows of {alts[0].tensor!r} as the first source: the first names the parameter's own tensor",
+                'write the tensor of its own first, the fused one after: from "attn_q.weight" or '
+                '"attn_qkv.weight"[1:d_e]',
+            )
     for src in (s for alts in b.sources for s in alts):
+        if src.rows is not None and shape.rank not in (1, 2):
+            ctx.error(
+                src.span,
+                f"rows of {src.tensor!r} bound to {shape}: rows are taken from a vector or a matrix",
+                "rows lo…hi of a fused tensor give a vector's entries or a matrix's rows",
+                (shape,),
+            )
         if src.transpose and shape.rank != 2:
             ctx.error(
                 src.span,

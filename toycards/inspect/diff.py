@@ -40,7 +40,7 @@ from pathlib import Path
 
 from toycards.errors import ToycardsError
 from toycards.lang import ir
-from toycards.lang.printer import Renderer, render_card
+from toycards.lang.printer import Renderer, render_card, source_text
 
 _R = Renderer()
 _STEP = re.compile(r"^ *(\d+)  ( *)(.*)$")
@@ -112,10 +112,7 @@ def _binding_text(b: ir.Binding | None) -> str:
         return f"≔ {_R.expr(b.expr)}"
     if b.kind == "default":
         return f"default {_R.expr(b.default)}"
-    alts = [
-        " or ".join(s.const or f'"{s.tensor}"' + ("^⊺" if s.transpose else "") for s in group)
-        for group in b.sources
-    ]
+    alts = [" or ".join(source_text(_R, s) for s in group) for group in b.sources]
     default = f" default {_R.expr(b.default)}" if b.default is not None else ""
     return "from " + ", ".join(alts) + default
 

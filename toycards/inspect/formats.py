@@ -89,6 +89,7 @@ def to_json(card: DescribedCard) -> dict:
     params = [
         {"name": p.name, "layer": p.layer, "tensor": p.tensor, "constant": p.const, "shape": list(p.shape)}
         | ({"transposed": True} if p.transpose else {})
+        | ({"rows": [p.rows[0] + 1, p.rows[1]]} if p.rows else {})
         | ({"type": tensors[p.tensor]["type"]} if p.tensor in tensors else {})
         for p in (bound.params if bound else ())
     ]

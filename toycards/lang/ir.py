@@ -320,12 +320,14 @@ class Source:
     """Where a parameter's data comes from: a GGUF tensor name template, maybe transposed.
 
     `"token_embd.weight"^⊺` is `Source("token_embd.weight", transpose=True)`;
-    a constant fallback `or 1` is `Source("", const="1")`.
+    a constant fallback `or 1` is `Source("", const="1")`; rows lo…hi (from 1, both included) of a
+    fused tensor, `"attn_qkv.weight"[d_e + 1:2·d_e]`, is `Source("attn_qkv.weight", rows=(lo, hi))`.
     """
 
     tensor: str = ""
     transpose: bool = False
     const: str = ""
+    rows: tuple[Dim, Dim] | None = None
     span: Span = _span()
 
 

@@ -237,6 +237,15 @@ def decl_parts(r: Renderer, d: ir.Decl) -> tuple[str, str, str]:
     return lhs, binding_text(r, d.binding), _comment(r, d.comment)
 
 
+def source_text(r: Renderer, s: ir.Source) -> str:
+    """`"name"`, `"name"^⊺`, `"name"[lo:hi]` or a constant fallback."""
+    if s.const:
+        return s.const
+    if s.rows is not None:
+        return f'"{s.tensor}"[{r.dim(s.rows[0])}:{r.dim(s.rows[1])}]'
+    return f'"{s.tensor}"' + ("^" + r.tok("⊺") if s.transpose else "")
+
+
 def binding_text(r: Renderer, b: ir.Binding | None) -> str:
     """`from "a" or "b", "c" default 1e-5`, `≔ d_e / H`, or "" when unbound."""
     if b is None:
@@ -245,14 +254,7 @@ def binding_text(r: Renderer, b: ir.Binding | None) -> str:
         return f"{r.tok('≔')} {r.expr(b.expr)}"
     if b.kind == "default":
         return f"default {r.expr(b.default)}"
-    alts = []
-    for group in b.sources:
-        alts.append(
-            " or ".join(
-                f'"{s.tensor}"' + ("^" + r.tok("⊺") if s.transpose else "") if not s.const else s.const
-                for s in group
-            )
-        )
+    alts = [" or ".join(source_text(r, s) for s in group) for group in b.sources]
     text = "from " + ", ".join(alts)
     if b.default is not None:
         text += f" default {r.expr(b.default)}"

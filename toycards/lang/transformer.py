@@ -176,6 +176,9 @@ class ToIR(Transformer):
     def source_tensor(self, meta, c):
         return ir.Source(str(c[0])[1:-1], transpose=len(c) > 1, span=self.sp(meta))
 
+    def source_rows(self, meta, c):
+        return ir.Source(str(c[0])[1:-1], rows=(c[1], c[2]), span=self.sp(meta))
+
     def source_const(self, meta, c):
         return ir.Source("", const=c[0], span=self.sp(meta))
 

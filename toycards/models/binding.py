@@ -59,11 +59,17 @@ class BoundParam:
     const: str | None  # constant fill when no tensor is present
     shape: tuple[int, ...]  # card shape, concrete
     decl: ir.Decl = field(compare=False, repr=False)
+    rows: tuple[int, int] | None = None  # rows start…stop (0-based, stop excluded) of a fused tensor
 
     @property
     def stored_shape(self) -> tuple[int, ...]:
-        """NumPy shape of the tensor as GGUF stores it."""
+        """NumPy shape of the tensor (of its rows, for a part of a fused one) as GGUF stores it."""
         return tuple(reversed(self.shape)) if self.transpose else self.shape
+
+    def part(self, array):
+        """The parameter's rows of the tensor `array` as the file holds it (all of it, unless the
+        parameter is rows of a fused tensor); a view, never a copy."""
+        return array if self.rows is None else array[self.rows[0] : self.rows[1]]
 
 
 @dataclass
@@ -290,6 +296,8 @@ def bind_parameters(
                 p = _bind_one(decl, name, alts, group, layer, values, tensor_shapes, arch, problems)
                 if p is not None:
                     out.append(p)
+    if tensor_shapes is not None and not problems:  # a part that failed has said what is wrong
+        problems += _uncovered_rows(out, tensor_shapes)
     return out, problems
 
 
@@ -343,6 +351,8 @@ def _bind_one(decl, name, alts, group, layer, values, tensor_shapes, arch, probl
         if src.const:
             return BoundParam(name, layer, key, None, False, src.const, shape, decl)
         tensor = _tensor_name(src, group, arch, layer)
+        if src.rows is not None and tensor_shapes is not None and tensor in tensor_shapes:
+            return _bind_rows(decl, name, src, layer, key, tensor, shape, values, tensor_shapes, problems)
         if tensor_shapes is None or tensor in tensor_shapes:
             p = BoundParam(name, layer, key, tensor, src.transpose, None, shape, decl)
             if tensor_shapes is not None and tuple(tensor_shapes[tensor]) != p.stored_shape:
@@ -362,6 +372,54 @@ def _bind_one(decl, name, alts, group, layer, values, tensor_shapes, arch, probl
     names = " or ".join(repr(_tensor_name(s, group, arch, layer)) for s in tensors)
     problems.append(Diagnostic(decl.span, f"tensor {names} is missing from the file (card parameter {name})"))
     return None
+
+
+def _bind_rows(
+    decl, name, src, layer, key, tensor, shape, values, tensor_shapes, problems
+) -> BoundParam | None:
+    """`"attn_qkv.weight"[lo:hi]`: rows lo…hi of a fused tensor, which must hold them and whose
+    other axes must be the parameter's."""
+    try:
+        lo, hi = (eval_dim(d, values) for d in src.rows)
+    except EvalError as exc:
+        problems.append(Diagnostic(src.span, f"rows of {tensor!r} for {name}: {exc}"))
+        return None
+    stored = tuple(tensor_shapes[tensor])
+    part = (hi - lo + 1, *stored[1:])
+    if not 1 <= lo <= hi <= stored[0] or part != shape:
+        problems.append(
+            Diagnostic(
+                src.span,
+                f"rows {lo}…{hi} of tensor '{tensor}' [{'×'.join(map(str, stored))}] are not the card's "
+                f"{name} ∈ ℝ^{{{'×'.join(map(str, shape))}}}",
+                "the rows must lie inside the tensor and number the parameter's first axis",
+                shapes=("×".join(map(str, part)), "×".join(map(str, shape))),
+            )
+        )
+        return None
+    return BoundParam(name, layer, key, tensor, False, None, shape, decl, rows=(lo - 1, hi))
+
+
+def _uncovered_rows(params: list[BoundParam], shapes: dict[str, tuple[int, ...]]) -> list[Diagnostic]:
+    """A fused tensor the card takes in parts must be taken whole: rows no parameter reads would be
+    weights the file holds and the card silently drops."""
+    parts: dict[str, list[BoundParam]] = {}
+    for p in params:
+        if p.rows is not None:
+            parts.setdefault(p.tensor, []).append(p)
+    problems = []
+    for tensor, ps in parts.items():
+        covered = set().union(*(range(*p.rows) for p in ps))
+        missing = sorted(set(range(shapes[tensor][0])) - covered)
+        if missing:
+            problems.append(
+                Diagnostic(
+                    ps[0].decl.span,
+                    f"rows {missing[0] + 1}…{missing[-1] + 1} of tensor '{tensor}' are read by no parameter",
+                    "the parts of a fused tensor must cover all its rows",
+                )
+            )
+    return problems
 
 
 def bind(algo: ir.Algorithm, gguf, file: str = "") -> Bound:

@@ -21,7 +21,7 @@ import numpy as np
 
 from toycards.errors import ToycardsError
 from toycards.lang import ir
-from toycards.models.binding import Bound, bind, bind_values
+from toycards.models.binding import Bound, BoundParam, bind, bind_values
 
 TARGETS = ("numpy", "torch", "reference")  # reference: the interpreter running the card (slow, float64)
 
@@ -109,28 +109,30 @@ def _random_weights(bound: Bound, seed: int) -> dict[str, np.ndarray]:
     return out
 
 
-def _kept(f, name: str, target: str):
-    """Tensor `name` as the target keeps it: a quantized (or F16/BF16) matrix in its blocks, an F32
-    tensor as a copy-on-write view of the file (torch) or a read-only one (numpy); None when the
-    tensor is dequantized to float32 instead (other types, other ranks, the reference target)."""
+def _kept(f, p: BoundParam, target: str):
+    """Parameter p's tensor as the target keeps it: a quantized (or F16/BF16) matrix in its blocks,
+    an F32 tensor as a copy-on-write view of the file (torch) or a read-only one (numpy); None when
+    the tensor is dequantized to float32 instead (other types, other ranks, the reference target).
+    A part of a fused tensor is its rows' blocks (a row's blocks never cross into the next row)."""
     from toycards.runtime import quant_kernels
 
+    name = p.tensor
     info = f.tensor_info(name)
     if target == "torch" and info.type_name == "F32":
-        return f.raw(name, private=True)
+        return p.part(f.raw(name, private=True))
     if (
         target not in ("torch", "numpy")
         or len(info.shape) != 2
         or info.ggml_type not in quant_kernels.SUPPORTED
     ):
         return None
-    blocks = f.raw(name, private=target == "torch")
+    blocks = p.part(f.raw(name, private=target == "torch"))
     blocks = blocks.view(np.uint8) if blocks.dtype != np.uint8 else blocks  # F16: its bytes
     if target == "torch":
         from toycards.runtime.quant_torch import QuantWeight
     else:
         from toycards.runtime.quant_numpy import QuantWeight
-    return QuantWeight(blocks, info.ggml_type, tuple(info.shape), name)
+    return QuantWeight(blocks, info.ggml_type, (blocks.shape[0], info.shape[1]), name)
 
 
 def _file_weights(bound: Bound, f, keep: str | None = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
@@ -138,19 +140,19 @@ def _file_weights(bound: Bound, f, keep: str | None = None) -> tuple[dict[str, n
     target whose kernels multiply by weights in their blocks (None: everything dequantized)."""
     weights: dict[str, np.ndarray] = {}
     shared: dict[str, str] = {}
-    by_tensor: dict[str, str] = {}
+    by_tensor: dict[tuple[str, tuple[int, int] | None], str] = {}  # (tensor, rows) → module name
     for p in bound.params:
         if p.key in weights or p.key in shared:
             continue
         if p.tensor is None:
             weights[p.key] = np.full(p.stored_shape, float(p.const or 0), dtype=np.float32)
-        elif p.tensor in by_tensor:
-            shared[p.key] = by_tensor[p.tensor]
-            weights[p.key] = weights[by_tensor[p.tensor]]
+        elif (p.tensor, p.rows) in by_tensor:
+            shared[p.key] = by_tensor[p.tensor, p.rows]
+            weights[p.key] = weights[by_tensor[p.tensor, p.rows]]
         else:
-            kept = _kept(f, p.tensor, keep) if keep else None
-            weights[p.key] = kept if kept is not None else f.tensor(p.tensor)
-            by_tensor[p.tensor] = p.key
+            kept = _kept(f, p, keep) if keep else None
+            weights[p.key] = kept if kept is not None else p.part(f.tensor(p.tensor))
+            by_tensor[p.tensor, p.rows] = p.key
     return weights, shared
 
 

@@ -124,6 +124,9 @@ def model_tensors(model, bound: Bound, weights=None) -> dict[str, np.ndarray]:
         if p.tensor is None and p.const is None:
             continue
         value = _as_array(weights[p.key])
+        if p.rows is not None:  # a part of a fused tensor is saved under the card's own name for it
+            out[p.key] = value
+            continue
         if p.tensor is not None and p.tensor in out:  # a tied output: the tensor it came from
             if np.array_equal(value, out[p.tensor]):
                 continue

@@ -294,6 +294,8 @@ def _binding(b: ir.Binding | None) -> str:
 def _source(s: ir.Source) -> str:
     if s.const:
         return f"${_text(s.const)}$"
+    if s.rows is not None:
+        return f"\\texttt{{{_text(s.tensor)}}}$[{_R.dim(s.rows[0])}:{_R.dim(s.rows[1])}]$"
     return f"\\texttt{{{_text(s.tensor)}}}" + ("$^\\top$" if s.transpose else "")
 
 
