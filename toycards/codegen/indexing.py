@@ -140,13 +140,16 @@ class IndexEmitter:
                 every = id(e) not in self.em.plan.positional
             else:
                 every = col is not None and self.dim(col) == m.bound_code
-            if every or base.fams & set(s.maps):  # t runs over all of the columns
+            if base.fams & set(s.maps):  # already laid out along the map's axis
                 return Val(self.code_layout(base), 1, fams=base.fams | {i.id})
-            if m.windowed:  # token positions into a matrix that is not per token (`W_p[:, t]`)
+            if m.windowed and not every:  # token positions into a matrix that is not per token (`W_p[:, t]`)
                 index = f"runtime.positions(ctx, {m.bound_code}) - 1"
                 return Val(f"ops.take({self.code_layout(base)}, {index}, -2)", 1, fams={i.id})
-            cols = f"{paren(self.code_layout(base))}[..., :{m.bound_code}, :]"  # columns 1 … n
-            return Val(cols, 1, fams=base.fams | {i.id})
+            cols = self.code_layout(base)  # i runs over all of the columns, or columns 1 … n
+            cols = cols if every else f"{paren(cols)}[..., :{m.bound_code}, :]"
+            # the columns' axis comes before the entries': where i's own axis is further out (a head
+            # of `for h ∈ [H], t ∈ [ℓ]`, `Γ[:, h]`), a size-1 axis goes between them
+            return Val(self.laid_out(cols, 1, m, 1, expr_text(e)), 1, fams=base.fams | {i.id})
         rows = base.code if base.layout == "code" else f"ops.mT({base.code})"
         if self._is_token_id(i):  # token ids are 0-based in code: they pick rows as they are
             ids = self.expr(i.base)
