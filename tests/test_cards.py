@@ -229,6 +229,7 @@ ORACLE_CASES = {
     "phi3": ["phi3", "phi3-longrope", "phi3-partial"],
     "phi2": ["phi2"],
     "stablelm": ["stablelm", "stablelm-nobias"],
+    "stablelm_parallel": ["stablelm2-12b"],
 }
 
 

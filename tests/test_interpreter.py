@@ -42,6 +42,8 @@ ORACLE_CASES += ("olmoe", "qwen3moe", "qwen2moe", "mixtral")
 CARD_OF_CASE = {"mixtral": "llama_moe"}  # a llama file with experts
 ORACLE_CASES += ("phi3",)  # LongRoPE and partial rotary: tests/test_phi3.py
 ORACLE_CASES += ("phi2", "stablelm")
+ORACLE_CASES += ("stablelm2-12b",)  # per-head q/k LayerNorms, parallel attention and MLP
+CARD_OF_CASE["stablelm2-12b"] = "stablelm_parallel"  # a stablelm file with attn_q_norm
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 TARGETS = ("numpy", pytest.param("torch", marks=pytest.mark.skipif(not HAS_TORCH, reason="no torch")))
 T = 9  # tokens per sequence in the generated-vs-interpreter tests

@@ -68,6 +68,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # LayerNorm, q/k/v biases (StableLM 2), GQA, RoPE on 4 of 16 entries, SwiGLU; and without biases
     "stablelm": ("stablelm", {}),
     "stablelm-nobias": ("stablelm", {"use_qkv_bias": False}),  # StableLM-3B-4E1T
+    # StableLM 2 12B: per-head q/k LayerNorms, attention and MLP in parallel from one LayerNorm, no biases
+    "stablelm2-12b": ("stablelm2-12b", {}),
 }
 
 
