@@ -31,7 +31,7 @@ class IndexEmitter:
         if len(idx) == 3:
             return self._matrix_of_stack(e, base, idx, full)
         if len(idx) == 2 and full[0] and not isinstance(idx[1], ir.Slice):
-            return self._column(base, base_name, idx[1], e)
+            return self._per_block(self._column(base, base_name, idx[1], e), base, idx[1], e)
         if len(idx) == 2 and all(isinstance(i, ir.Name) and i.id in self.scope.maps for i in idx):
             return base.with_(
                 code=self.code_layout(base), rank=0, layout="code", fams=base.fams | {i.id for i in idx}
@@ -49,6 +49,7 @@ class IndexEmitter:
             return base.with_(code=f"{base.code}[..., {lo}:{hi}]")
         if len(idx) == 2 and isinstance(idx[0], ir.Slice) and not isinstance(idx[1], ir.Slice):
             col = self._column(base, base_name, idx[1], e)  # `X[a:b, t]`: rows a … b of column t
+            col = self._per_block(col, base, idx[1], e)
             lo, hi = self._slice_bounds(idx[0])
             return col.with_(code=f"{paren(col.code)}[..., {lo}:{hi}]")
         if len(idx) == 1 and base.rank == 1 and isinstance(idx[0], ir.Slice):  # `x[a:b]`
@@ -140,16 +141,13 @@ class IndexEmitter:
                 every = id(e) not in self.em.plan.positional
             else:
                 every = col is not None and self.dim(col) == m.bound_code
-            if base.fams & set(s.maps):  # already laid out along the map's axis
+            if every or base.fams & set(s.maps):  # t runs over all of the columns
                 return Val(self.code_layout(base), 1, fams=base.fams | {i.id})
-            if m.windowed and not every:  # token positions into a matrix that is not per token (`W_p[:, t]`)
+            if m.windowed:  # token positions into a matrix that is not per token (`W_p[:, t]`)
                 index = f"runtime.positions(ctx, {m.bound_code}) - 1"
                 return Val(f"ops.take({self.code_layout(base)}, {index}, -2)", 1, fams={i.id})
-            cols = self.code_layout(base)  # i runs over all of the columns, or columns 1 … n
-            cols = cols if every else f"{paren(cols)}[..., :{m.bound_code}, :]"
-            # the columns' axis comes before the entries': where i's own axis is further out (a head
-            # of `for h ∈ [H], t ∈ [ℓ]`, `Γ[:, h]`), a size-1 axis goes between them
-            return Val(self.laid_out(cols, 1, m, 1, expr_text(e)), 1, fams=base.fams | {i.id})
+            cols = f"{paren(self.code_layout(base))}[..., :{m.bound_code}, :]"  # columns 1 … n
+            return Val(cols, 1, fams=base.fams | {i.id})
         rows = base.code if base.layout == "code" else f"ops.mT({base.code})"
         if self._is_token_id(i):  # token ids are 0-based in code: they pick rows as they are
             ids = self.expr(i.base)
@@ -172,6 +170,16 @@ class IndexEmitter:
             )
         picked = f"ops.embed({rows}, ops.index_of({ids.code}) - 1)"  # 1-based, like topk's
         return Val(f"{picked}[..., 0, :]", 1, fams=ids.fams)
+
+    def _per_block(self, col: Val, base: Val, i: ir.Expr, e: ir.Index) -> Val:
+        """A column that `_column` picked by a map variable sits on the tokens' axis (−2), with the
+        entries after it. A "block" variable's axis is further out (the heads of `for h ∈ [H],
+        t ∈ [ℓ]`: `Γ[:, h]` is head h's own vector), so a size-1 axis goes in between; without it the
+        heads' columns broadcast against the tokens."""
+        m = self.scope.maps.get(i.id) if isinstance(i, ir.Name) else None
+        if m is None or m.kind != "block" or base.fams & set(self.scope.maps):
+            return col
+        return col.with_(code=self.laid_out(col.code, 1, m, 1, expr_text(e)))
 
     def _is_token_id(self, i: ir.Expr) -> bool:
         """`x[t]` with x a sequence of token ids (`x ∈ V^ℓ`): an index the code holds 0-based."""
