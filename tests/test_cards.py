@@ -229,6 +229,7 @@ ORACLE_CASES = {
     "phi3": ["phi3", "phi3-longrope", "phi3-partial", "phi3-split"],
     "phi2": ["phi2", "phi2-fused"],
     "stablelm": ["stablelm", "stablelm-nobias"],
+    "stablelm_parallel": ["stablelm2-12b"],
 }
 
 

@@ -137,9 +137,11 @@ CONFIG_VALUES = {
         "d_r": lambda c: int(c.rope_parameters["partial_rotary_factor"] * (c.hidden_size // c.num_attention_heads)),
     },
 }  # fmt: skip
+CONFIG_VALUES["stablelm2-12b"] = CONFIG_VALUES["stablelm"]  # stablelm_parallel.card: the same hyperparameters
 LIBRARY_CASES = ["gpt2", "llama", "llama-tied", "gemma", "olmo2", "gemma2", "gemma3"]
 LIBRARY_CASES += ["olmoe", "qwen2moe", "mixtral"]  # mixtral: a llama file with experts (llama_moe.card)
 LIBRARY_CASES += ["phi3", "phi3-partial", "phi2", "stablelm", "stablelm-nobias"]
+LIBRARY_CASES += ["stablelm2-12b"]  # a stablelm file with per-head q/k norms: stablelm_parallel.card
 # every oracle case (tests/oracle/cases.py) whose architecture has a library card
 ROUND_TRIP_CASES = [case for case, arch in [("gpt2", "gpt2"), ("llama", "llama"), ("qwen2", "qwen2"),
                                             ("qwen3", "qwen3"), ("starcoder2", "starcoder2"),
@@ -150,7 +152,8 @@ ROUND_TRIP_CASES = [case for case, arch in [("gpt2", "gpt2"), ("llama", "llama")
                                             ("qwen2moe", "qwen2moe"), ("mixtral", "llama"),
                                             ("phi3", "phi3"), ("phi3-longrope", "phi3"), ("phi2", "phi2"),
                                             ("stablelm", "stablelm"), ("stablelm-nobias", "stablelm"),
-                                            ("phi2-fused", "phi2"), ("phi3-split", "phi3")]
+                                            ("phi2-fused", "phi2"), ("phi3-split", "phi3"),
+                                            ("stablelm2-12b", "stablelm")]
                     if arch in ARCH_CARDS]  # fmt: skip
 
 
@@ -710,7 +713,7 @@ def test_a_folder_of_every_family_lists_and_describes_each_with_its_library_card
     folder.mkdir()
     wanted: dict[str, str] = {}
     for case, (arch, _) in CASES.items():
-        card = {"mixtral": "llama_moe"}.get(case, ARCH_CARDS.get(arch))
+        card = {"mixtral": "llama_moe", "stablelm2-12b": "stablelm_parallel"}.get(case, ARCH_CARDS.get(arch))
         if card is not None and card not in wanted.values():
             wanted[case] = card
             shutil.copy(oracle_files(case).path, folder / f"{case}.gguf")

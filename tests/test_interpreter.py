@@ -42,6 +42,9 @@ ORACLE_CASES += ("olmoe", "qwen3moe", "qwen2moe", "mixtral")
 CARD_OF_CASE = {"mixtral": "llama_moe"}  # a llama file with experts
 ORACLE_CASES += ("phi3",)  # LongRoPE and partial rotary: tests/test_phi3.py
 ORACLE_CASES += ("phi2", "stablelm", "phi2-fused", "phi3-split")
+CARD_OF_CASE |= {"phi2-fused": "phi2", "phi3-split": "phi3"}  # the other q/k/v layout of a file
+ORACLE_CASES += ("stablelm2-12b",)  # per-head q/k LayerNorms, parallel attention and MLP
+CARD_OF_CASE["stablelm2-12b"] = "stablelm_parallel"  # a stablelm file with attn_q_norm
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 TARGETS = ("numpy", pytest.param("torch", marks=pytest.mark.skipif(not HAS_TORCH, reason="no torch")))
 T = 9  # tokens per sequence in the generated-vs-interpreter tests
@@ -714,3 +717,50 @@ def test_a_matrix_of_a_stored_stack_picked_per_token_is_refused_where_it_stands(
     with pytest.raises(ToycardsError, match=r"cannot generate code: the indexing S\[t, :, :\]") as info:
         generate_source(parse(text), "numpy")
     assert "sequential loop" in str(info.value)
+
+
+# ── a parameter's column per head: one scale (and offset) per head, as stablelm_parallel's q/k norms ──
+HEAD_COLUMNS = """toycards 1
+
+Algorithm: P ← Net(x | θ)
+/* each head of every column normalised with its own column of Γ and B (stored one row per head) */
+Input: x ∈ V^ℓ
+Output: P ∈ (0,1)^{{N_V×ℓ}}
+Hyperparameters:
+  d ∈ ℕ = 8  from "{{arch}}.width"
+  H ∈ ℕ = 2  from "{{arch}}.head_count"
+  k ∈ ℕ ≔ d / H
+  N_V ∈ ℕ = 11
+Parameters:
+  E ∈ ℝ^{{d×N_V}}  from "token_embd.weight"^⊺
+  Γ, B ∈ ℝ^{{k×H}}  from "head_norm.weight"^⊺, "head_norm.bias"^⊺
+  U ∈ ℝ^{{N_V×d}}  from "output.weight"
+1  ℓ ← length(x)
+2  for t ∈ [ℓ]: e_t ← E[:, x[t]]
+3  X ← [e_1, …, e_ℓ]
+{steps}
+   return P = softmax(U · X)
+"""
+HEAD_COLUMN_STEPS = {
+    "scale": "4  for h ∈ [H], t ∈ [ℓ]: Y^h[:, t] ← Γ[:, h] ⊙ rows(X, h, k)[:, t] + B[:, h]\n",
+    "layer_norm": "4  for h ∈ [H], t ∈ [ℓ]: Y^h[:, t] ← layer_norm(rows(X, h, k)[:, t] | Γ[:, h], B[:, h], 1e-5)\n",
+    "rms_norm": "4  for h ∈ [H], t ∈ [ℓ]: Y^h[:, t] ← rms_norm(rows(X[:, t], h, k) | Γ[:, h], 1e-5)\n",
+}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("construct", sorted(HEAD_COLUMN_STEPS))
+def test_a_parameter_column_picked_by_the_head_of_a_map(construct, target):
+    """`Γ[:, h]` in `for h ∈ [H], t ∈ [ℓ]` is head h's own vector, laid out along the heads' axis;
+    it once went in as the whole matrix, which broadcast against the tokens' axis (silently, when
+    ℓ = H). Two tokens (= H), seven, a batch and cached decoding, against the interpreter."""
+    steps = HEAD_COLUMN_STEPS[construct] + "5  X ← X + [Y^1; …; Y^H]"
+    models = checked_models(HEAD_COLUMNS.format(steps=steps), target)
+    for n in (2, 7):
+        ids = np.asarray(ids_for(11, n))
+        want = models["reference"](ids)
+        close_to_reference(models[target].logits(list(ids)), want, f"{construct}, {n} tokens, {target}")
+        close_to_reference(decode(models[target], ids, 1), want, f"{construct}, {n} tokens, {target}, cached")
+    batch = np.stack([ids, ids[::-1]])
+    got = models[target]._forward_numpy(batch, None).reshape(2, *want.shape)
+    close_to_reference(got[1], models["reference"](ids[::-1]), f"{construct}, {target}, a batch of two")

@@ -65,6 +65,18 @@ def test_norms(funcs):
     assert_close(*both(funcs["rms_norm"], e, gamma, 1e-6))
 
 
+def test_norms_with_one_scale_per_head(funcs):
+    """γ and β with a row per head (`[H, 1, d]`: a card's `Γ[:, h]` in `for h ∈ [H], t ∈ [ℓ]`,
+    stablelm_parallel's q/k norms) broadcast over the tokens of each head, kernel and steps alike."""
+    e, gamma, beta = rand(2, 4, 7, 16, scale=3.0), rand(4, 1, 16) + 1, rand(4, 1, 16)
+    assert_close(*both(funcs["layer_norm"], e, gamma, beta, 1e-5))
+    assert_close(*both(funcs["rms_norm"], e, gamma, 1e-6))
+    mean, var = e.mean(-1, keepdim=True), e.var(-1, unbiased=False, keepdim=True)
+    assert_close(
+        (e - mean) / torch.sqrt(var + 1e-5) * gamma + beta, funcs["layer_norm"](e, gamma, beta, 1e-5)
+    )
+
+
 @pytest.mark.parametrize("d_r", [16, 8])  # 8: partial rotary, the last 8 entries of each head pass
 @pytest.mark.parametrize("name", ["rope_pairs", "rope_halves"])
 def test_rope(funcs, name, d_r):

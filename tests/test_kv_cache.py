@@ -25,6 +25,7 @@ CASES += ("olmoe", "qwen2moe", "mixtral")  # experts chosen per token; qwen2moe:
 # phi2: parallel attention and MLP from one LayerNorm, half of each head rotated
 CASES += ("phi3-partial", "phi2")
 CASES += ("stablelm",)  # q/k/v biases, a quarter of each head rotated
+CASES += ("stablelm2-12b",)  # per-head q/k LayerNorms on the cached keys, parallel attention and MLP
 ATOL = 1e-5  # same model, same weights: only the order of float32 sums changes
 
 

@@ -46,6 +46,7 @@ FAMILIES += ("olmoe", "qwen3moe", "qwen2moe", "mixtral")  # mixtures of experts 
 FAMILIES += ("phi3", "phi2")
 FAMILIES += ("stablelm",)  # LayerNorm, q/k/v biases, partial rotary (no biases: test_stablelm.py)
 FAMILIES += ("phi2-fused", "phi3-split")  # the other q/k/v layout llama.cpp reads: parts of attn_qkv, or not
+FAMILIES += ("stablelm2-12b",)  # StableLM 2 12B: per-head q/k LayerNorms, parallel block (stablelm_parallel)
 QUANTIZED = [(c, "F16") for c in ("gpt2", "llama", "llama-tied")] + [(c, "Q8_0") for c in FAMILIES]
 ATOL = 1e-4
 # (case, file type) of the quantized tests: F16 and Q8_0 for the first families, Q8_0 (blocks of 32

@@ -613,6 +613,36 @@ ARCHS: dict[str, ArchSpec] = {
         ),  # fmt: skip
         arch_kv=_stablelm_kv,
     ),
+    # StableLM 2 12B as StableLMModel converts it: the stablelm keys (use_parallel_residual true), per-head
+    # q/k LayerNorms stacked into attn_q_norm [H, d_h] and attn_k_norm [H_kv, d_h] (_stack_qk_norm), no
+    # ffn_norm (the parallel block has no post_attention_layernorm), no q/k/v biases. transformers'
+    # loader sets use_parallel_residual from the tensors but never qk_layernorm: it cannot read it back.
+    "stablelm2-12b": ArchSpec(
+        gguf.MODEL_ARCH.STABLELM,
+        transformers.StableLmConfig,
+        dict(
+            _GQA_SHAPE,
+            partial_rotary_factor=0.25,
+            layer_norm_eps=1e-5,
+            use_qkv_bias=False,
+            qk_layernorm=True,
+            use_parallel_residual=True,
+            vocab_size=288,
+            tie_word_embeddings=False,
+        ),  # fmt: skip
+        permute_qk=False,
+        rms_norm=False,
+        vocab="bpe",
+        tokenizer_pre="stablelm2",
+        absent_keys=(
+            gguf.Keys.LLM.VOCAB_SIZE,
+            gguf.Keys.Attention.KEY_LENGTH,
+            gguf.Keys.Attention.VALUE_LENGTH,
+            gguf.Keys.Rope.FREQ_BASE,
+        ),  # fmt: skip
+        arch_kv=_stablelm_kv,
+        hf_reads=False,
+    ),
 }
 ARCHS["phi2-fused"] = replace(ARCHS["phi2"], qkv="fused", hf_reads=False)
 ARCHS["phi3-split"] = replace(ARCHS["phi3"], qkv="split", hf_reads=False)
@@ -701,6 +731,7 @@ class _Tensor:
     qk_heads: int | None  # heads to permute over (llama Q: H, K: H_kv), else None
     shift: float = 0.0  # the converter's norm offset (Gemma: + 1), else 0
     part: tuple[int, int] | None = None  # rows [a, b) of each expert (gate_up_proj's gate, up), else all
+    stack: tuple[str, ...] = ()  # parameters stacked as rows, in order (StableLM's per-head norms), else none
 
 
 def _tensor_plan(model: torch.nn.Module, config: Any, arch: str, permute: bool = True) -> list[_Tensor]:
@@ -721,6 +752,11 @@ def _tensor_plan(model: torch.nn.Module, config: Any, arch: str, permute: bool =
         if experts is not None:
             plan.extend(experts)
             continue
+        head = _PER_HEAD.fullmatch(hf_name)
+        if head is not None:  # one stacked tensor, written where head 0's norm comes
+            if head.group(2) == "0":
+                plan.append(_stacked_heads(head.group(1), state, name_map))
+            continue
         name = name_map.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         if name is None:
             raise ValueError(f"no GGUF name for {arch} parameter {hf_name!r}")
@@ -729,6 +765,31 @@ def _tensor_plan(model: torch.nn.Module, config: Any, arch: str, permute: bool =
         shift = spec.norm_shift if hf_name.endswith("norm.weight") else 0.0
         plan.append(_Tensor(hf_name, name, hf_name in conv1d, qk, shift))
     return plan
+
+
+_PER_HEAD = re.compile(r"(model\.layers\.\d+\.self_attn\.[qk]_layernorm)\.norms\.(\d+)\.weight")
+
+
+def _stacked_heads(module: str, state: dict, name_map: Any) -> _Tensor:
+    """StableLMModel._stack_qk_norm: transformers keeps one LayerNorm per head
+    (`self_attn.q_layernorm.norms.{h}.weight`, d_h each); the converter stacks them in head order into
+    `self_attn.q_layernorm.weight` [n_head, d_h], which gguf's map names `attn_q_norm`.
+
+    >>> import collections
+    >>> state = collections.OrderedDict((f"model.layers.1.self_attn.k_layernorm.norms.{h}.weight", None) for h in (1, 0))
+    >>> t = _stacked_heads("model.layers.1.self_attn.k_layernorm", state, gguf.get_tensor_name_map(gguf.MODEL_ARCH.STABLELM, 2))
+    >>> t.name, t.stack
+    ('blk.1.attn_k_norm.weight', ('model.layers.1.self_attn.k_layernorm.norms.0.weight', 'model.layers.1.self_attn.k_layernorm.norms.1.weight'))
+    """
+    heads = sorted(
+        (int(m.group(2)), n)
+        for n in state
+        if (m := _PER_HEAD.fullmatch(n)) is not None and m.group(1) == module
+    )
+    name = name_map.get_name(f"{module}.weight", try_suffixes=(".weight",))
+    if name is None:
+        raise ValueError(f"no GGUF name for the stacked {module!r}")
+    return _Tensor(heads[0][1], name, False, None, stack=tuple(n for _, n in heads))
 
 
 _EXPERTS = re.compile(r"model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)")
@@ -781,9 +842,16 @@ def gguf_tensors(
     state = model.state_dict()
     extra = ARCHS[arch].extra_tensors
     return {
-        t.name: np.ascontiguousarray(_to_gguf(t, state[t.hf_name].detach().float().numpy()))
+        t.name: np.ascontiguousarray(_to_gguf(t, _hf_value(t, state)))
         for t in _tensor_plan(model, config, arch, permute)
     } | (extra(config) if extra else {})
+
+
+def _hf_value(t: _Tensor, params: dict) -> np.ndarray:
+    """The HF parameter(s) behind `t` as one float32 array (a stack: its parameters as rows)."""
+    names = t.stack or (t.hf_name,)
+    values = [params[n].detach().float().numpy() for n in names]
+    return np.stack(values) if t.stack else values[0]
 
 
 def tensor_type(name: str, shape: tuple[int, ...], ftype: str) -> QT:
@@ -815,13 +883,16 @@ def quantized_copy(model: torch.nn.Module, config: Any, arch: str, ftype: str) -
     params = dict(twin.named_parameters(remove_duplicate=False))
     with torch.no_grad():
         for t in _tensor_plan(model, config, arch):
-            w = _to_gguf(t, params[t.hf_name].detach().numpy())
+            w = _to_gguf(t, _hf_value(t, params))
             data, qtype = _quantize(t.name, w, ftype)
             restored = torch.from_numpy(
                 np.ascontiguousarray(_from_gguf(t, gguf.quants.dequantize(data, qtype).reshape(w.shape)))
             )
             if t.part:  # one block of rows of each expert
                 params[t.hf_name][:, t.part[0] : t.part[1]].copy_(restored)
+            elif t.stack:  # row h back to head h's parameter
+                for row, n in zip(restored, t.stack, strict=True):
+                    params[n].copy_(row)
             else:
                 params[t.hf_name].copy_(restored)
     return twin

@@ -31,7 +31,7 @@ class IndexEmitter:
         if len(idx) == 3:
             return self._matrix_of_stack(e, base, idx, full)
         if len(idx) == 2 and full[0] and not isinstance(idx[1], ir.Slice):
-            return self._column(base, base_name, idx[1], e)
+            return self._per_block(self._column(base, base_name, idx[1], e), base, idx[1], e)
         if len(idx) == 2 and all(isinstance(i, ir.Name) and i.id in self.scope.maps for i in idx):
             return base.with_(
                 code=self.code_layout(base), rank=0, layout="code", fams=base.fams | {i.id for i in idx}
@@ -49,6 +49,7 @@ class IndexEmitter:
             return base.with_(code=f"{base.code}[..., {lo}:{hi}]")
         if len(idx) == 2 and isinstance(idx[0], ir.Slice) and not isinstance(idx[1], ir.Slice):
             col = self._column(base, base_name, idx[1], e)  # `X[a:b, t]`: rows a … b of column t
+            col = self._per_block(col, base, idx[1], e)
             lo, hi = self._slice_bounds(idx[0])
             return col.with_(code=f"{paren(col.code)}[..., {lo}:{hi}]")
         if len(idx) == 1 and base.rank == 1 and isinstance(idx[0], ir.Slice):  # `x[a:b]`
@@ -169,6 +170,16 @@ class IndexEmitter:
             )
         picked = f"ops.embed({rows}, ops.index_of({ids.code}) - 1)"  # 1-based, like topk's
         return Val(f"{picked}[..., 0, :]", 1, fams=ids.fams)
+
+    def _per_block(self, col: Val, base: Val, i: ir.Expr, e: ir.Index) -> Val:
+        """A column that `_column` picked by a map variable sits on the tokens' axis (−2), with the
+        entries after it. A "block" variable's axis is further out (the heads of `for h ∈ [H],
+        t ∈ [ℓ]`: `Γ[:, h]` is head h's own vector), so a size-1 axis goes in between; without it the
+        heads' columns broadcast against the tokens."""
+        m = self.scope.maps.get(i.id) if isinstance(i, ir.Name) else None
+        if m is None or m.kind != "block" or base.fams & set(self.scope.maps):
+            return col
+        return col.with_(code=self.laid_out(col.code, 1, m, 1, expr_text(e)))
 
     def _is_token_id(self, i: ir.Expr) -> bool:
         """`x[t]` with x a sequence of token ids (`x ∈ V^ℓ`): an index the code holds 0-based."""

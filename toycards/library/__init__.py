@@ -10,8 +10,10 @@ diff, load, gen, run and eval alike:
     1. `given`, a card file the caller names (`--card FILE`);
     2. the card embedded in the file under `toycards.card`;
     3. `ARCH.card` in the first folder of TOYCARDS_CARDS that has one (ARCH: general.architecture);
-    4. the library card for ARCH: the first entry of `CARDS_BY_TENSOR[ARCH]` whose tensor the file
-       holds (a llama file with experts gets llama_moe.card), else `ARCH_CARDS[ARCH]`;
+    4. the library card for ARCH: none, with the reason, when the file holds every tensor of an
+       entry of `CARDS_REFUSED_BY_TENSORS[ARCH]` (a layout no card models); else the first entry of
+       `CARDS_BY_TENSOR[ARCH]` whose tensor the file holds (a llama file with experts gets
+       llama_moe.card), else `ARCH_CARDS[ARCH]`;
     5. none, with the reason.
 
 An embedded card comes before the user folders because it is the most specific: it was written
@@ -75,6 +77,21 @@ ARCH_CARDS: dict[str, str] = {
 # general.architecture → ((a tensor the variant has, its card), …), tried in order before ARCH_CARDS.
 CARDS_BY_TENSOR: dict[str, tuple[tuple[str, str], ...]] = {
     "llama": (("blk.0.ffn_gate_exps.weight", "llama_moe"),),  # Mixtral converted as llama: experts
+    "stablelm": (("blk.0.attn_q_norm.weight", "stablelm_parallel"),),  # StableLM 2 12B: per-head q/k norms
+}
+
+# Variants no library card models, told apart the same way: general.architecture → ((tensors the
+# file holds, every one of them; why no card fits), …), tried before CARDS_BY_TENSOR. Such a file
+# gets no library card and that reason (one line), rather than a card that would pass over one of
+# its tensors and run it wrong.
+CARDS_REFUSED_BY_TENSORS: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {
+    "stablelm": (
+        (
+            ("blk.0.attn_q_norm.weight", "blk.0.ffn_norm.weight"),
+            "per-head q/k norms (attn_q_norm) in a sequential block (ffn_norm): stablelm_parallel.card "
+            "models q/k norms only with the parallel block (no ffn_norm), stablelm.card neither",
+        ),
+    ),
 }
 
 
@@ -86,6 +103,18 @@ def library_card_name(arch: str, tensors: object = ()) -> str | None:
     """
     variant = next((card for tensor, card in CARDS_BY_TENSOR.get(arch, ()) if tensor in tensors), None)
     return variant or ARCH_CARDS.get(arch)
+
+
+def refused_variant(arch: str, tensors: object = ()) -> str | None:
+    """Why no library card runs a file of `arch` holding `tensors` (CARDS_REFUSED_BY_TENSORS), or None.
+
+    >>> refused_variant("stablelm", {"blk.0.attn_q_norm.weight"}) is None
+    True
+    >>> refused_variant("stablelm", {"blk.0.attn_q_norm.weight", "blk.0.ffn_norm.weight"})[:40]
+    'per-head q/k norms (attn_q_norm) in a se'
+    """
+    refused = CARDS_REFUSED_BY_TENSORS.get(arch, ())
+    return next((why for needed, why in refused if all(t in tensors for t in needed)), None)
 
 
 def card_names() -> list[str]:
@@ -222,6 +251,9 @@ def card_for_file(f, given: str | os.PathLike | None = None) -> CardChoice:
     user = user_card_path(arch, user_card_dirs())
     if user is not None:
         return CardChoice(read_card_file(user), "user", path=str(user))
+    refused = refused_variant(arch, f.tensors)
+    if refused is not None:
+        return CardChoice(None, reason=f"no library card for this {safe_text(arch)} file: {refused}")
     name = library_card_name(arch, f.tensors)
     if name is not None:
         return CardChoice(library_card(name), "library", path=library_card_file(name))

@@ -229,11 +229,18 @@ def softmax(x):
 
 
 def layer_norm(e, gamma, beta, epsilon):
-    return F.layer_norm(e, (e.shape[-1],), gamma, beta, epsilon)
+    """LayerNorm over the last axis; γ and β of more axes (one row per head, `[H, 1, d]`, from a
+    card's `Γ[:, h]` in a map over heads) broadcast after normalising, which F.layer_norm cannot."""
+    d = (e.shape[-1],)
+    if gamma.dim() <= 1 and beta.dim() <= 1:
+        return F.layer_norm(e, d, gamma, beta, epsilon)
+    return F.layer_norm(e, d, None, None, epsilon) * gamma + beta
 
 
 def rms_norm(e, gamma, epsilon):
-    return F.rms_norm(e, (e.shape[-1],), gamma, epsilon)
+    """RMSNorm over the last axis; γ of more axes broadcasts, as in layer_norm."""
+    d = (e.shape[-1],)
+    return F.rms_norm(e, d, gamma, epsilon) if gamma.dim() <= 1 else F.rms_norm(e, d, None, epsilon) * gamma
 
 
 def silu(x):
