@@ -219,7 +219,7 @@ ORACLE_CASES = {
     "granite": ["granite"],
     "smollm3": ["smollm3"],
     "gemma": ["gemma"],
-    "olmo2": ["olmo2"],
+    "olmo2": ["olmo2", "olmo3"],
     "gemma2": ["gemma2"],
     "gemma3": ["gemma3"],
     "olmoe": ["olmoe"],

@@ -152,7 +152,7 @@ ROUND_TRIP_CASES = [case for case, arch in [("gpt2", "gpt2"), ("llama", "llama")
                                             ("qwen2moe", "qwen2moe"), ("mixtral", "llama"),
                                             ("phi3", "phi3"), ("phi3-longrope", "phi3"), ("phi2", "phi2"),
                                             ("stablelm", "stablelm"), ("stablelm-nobias", "stablelm"),
-                                            ("phi2-fused", "phi2"), ("phi3-split", "phi3"),
+                                            ("phi2-fused", "phi2"), ("phi3-split", "phi3"), ("olmo3", "olmo2"),
                                             ("stablelm2-12b", "stablelm")]
                     if arch in ARCH_CARDS]  # fmt: skip
 

@@ -26,6 +26,7 @@ CASES += ("olmoe", "qwen2moe", "mixtral")  # experts chosen per token; qwen2moe:
 CASES += ("phi3-partial", "phi2")
 CASES += ("stablelm",)  # q/k/v biases, a quarter of each head rotated
 CASES += ("stablelm2-12b",)  # per-head q/k LayerNorms on the cached keys, parallel attention and MLP
+CASES += ("olmo3",)  # a window of 4 on 3 blocks of 4, over the cache
 ATOL = 1e-5  # same model, same weights: only the order of float32 sums changes
 
 

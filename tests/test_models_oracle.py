@@ -45,6 +45,7 @@ FAMILIES += ("olmoe", "qwen3moe", "qwen2moe", "mixtral")  # mixtures of experts 
 # phi2: parallel attention and MLP, partial rotary, biases, an output bias
 FAMILIES += ("phi3", "phi2")
 FAMILIES += ("stablelm",)  # LayerNorm, q/k/v biases, partial rotary (no biases: test_stablelm.py)
+FAMILIES += ("olmo3",)  # olmo2.card on an OLMo 3 file: sliding window on 3 blocks of 4
 FAMILIES += ("phi2-fused", "phi3-split")  # the other q/k/v layout llama.cpp reads: parts of attn_qkv, or not
 FAMILIES += ("stablelm2-12b",)  # StableLM 2 12B: per-head q/k LayerNorms, parallel block (stablelm_parallel)
 QUANTIZED = [(c, "F16") for c in ("gpt2", "llama", "llama-tied")] + [(c, "Q8_0") for c in FAMILIES]

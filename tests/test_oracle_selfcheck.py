@@ -206,20 +206,65 @@ def test_unreadable_file_is_what_the_converter_writes(oracle_files, case):
     allowed = {gguf.TENSOR_NAMES[t] for t in gguf.MODEL_TENSORS[spec.gguf_arch]}
     name_map = gguf.get_tensor_name_map(spec.gguf_arch, f.config.num_hidden_layers)
     state = f.model.state_dict()
+    expected: dict[str, np.ndarray] = {}
     for hf_name, w in state.items():
         if hf_name == "lm_head.weight" and f.config.tie_word_embeddings:
             assert "output.weight" not in stored
             continue
-        w = w.detach().numpy()
-        for name, want in _converted(hf_name, w, name_map, spec.norm_shift):
-            assert re.sub(r"^blk\.\d+\.", "blk.{bid}.", name.rsplit(".", 1)[0]) in allowed, name
-            np.testing.assert_array_equal(stored.pop(name), want, err_msg=name)
+        if ".norms." in hf_name:  # StableLM's per-head q/k LayerNorms: stacked below
+            continue
+        expected.update(_converted(hf_name, w.detach().numpy(), name_map, spec.norm_shift))
+    expected |= _stacked_head_norms(state, name_map)
+    expected = _qkv_as_written(expected, spec.qkv, f.config)
+    for name, want in expected.items():
+        assert re.sub(r"^blk\.\d+\.", "blk.{bid}.", name.rsplit(".", 1)[0]) in allowed, name
+        np.testing.assert_array_equal(stored.pop(name), want, err_msg=name)
     for name, want in (spec.extra_tensors(f.config) if spec.extra_tensors else {}).items():  # LongRoPE's
         assert name.rsplit(".", 1)[0] in allowed, name
         np.testing.assert_array_equal(stored.pop(name), want, err_msg=name)
     assert not stored, f"tensors from nowhere: {sorted(stored)}"
+    arch = gguf.MODEL_ARCH_NAMES[spec.gguf_arch]  # general.architecture (olmo3's files are olmo2)
     for key in spec.absent_keys:
-        assert key.format(arch=f.arch) not in reader.fields, key
+        assert key.format(arch=arch) not in reader.fields, key
+
+
+def _stacked_head_norms(state: dict, name_map) -> dict[str, np.ndarray]:
+    """StableLM 2 12B: `self_attn.{q,k}_layernorm.norms.{h}.weight` (one LayerNorm per head) become
+    one `attn_{q,k}_norm.weight` [heads, d_h], head 0 first (StableLMModel._stack_qk_norm)."""
+    heads: dict[str, dict[int, np.ndarray]] = {}
+    for hf_name, w in state.items():
+        m = re.fullmatch(r"(.*_layernorm)\.norms\.(\d+)\.weight", hf_name)
+        if m:
+            heads.setdefault(m.group(1), {})[int(m.group(2))] = w.detach().numpy()
+    return {
+        name_map.get_name(f"{module}.weight", try_suffixes=(".weight",)): np.stack(
+            [rows[h] for h in sorted(rows)]
+        )
+        for module, rows in heads.items()
+    }
+
+
+def _qkv_as_written(tensors: dict[str, np.ndarray], layout: str, config) -> dict[str, np.ndarray]:
+    """The oracle's other q/k/v layout of a file: "fused" puts a block's attn_q, attn_k, attn_v rows
+    into one attn_qkv (q first), "split" takes attn_qkv apart at H·d_h and (H + H_kv)·d_h."""
+    if not layout:
+        return tensors
+    d_h = config.hidden_size // config.num_attention_heads
+    q, kv = config.num_attention_heads * d_h, config.num_key_value_heads * d_h
+    out = {}
+    for name, w in tensors.items():
+        m = re.fullmatch(r"(blk\.\d+)\.attn_(q|k|v|qkv)\.(weight|bias)", name)
+        if m is None:
+            out[name] = w
+        elif layout == "fused" and m.group(2) == "q":
+            parts = [tensors[f"{m.group(1)}.attn_{x}.{m.group(3)}"] for x in "qkv"]
+            out[f"{m.group(1)}.attn_qkv.{m.group(3)}"] = np.concatenate(parts)
+        elif layout == "split" and m.group(2) == "qkv":
+            for x, part in zip("qkv", (w[:q], w[q : q + kv], w[q + kv :]), strict=True):
+                out[f"{m.group(1)}.attn_{x}.{m.group(3)}"] = part
+        elif m.group(2) == "qkv" or layout != "fused":
+            out[name] = w
+    return out
 
 
 def _converted(hf_name: str, w: np.ndarray, name_map, norm_shift: float) -> list[tuple[str, np.ndarray]]:

@@ -418,3 +418,25 @@ def test_a_scaling_a_card_does_not_model_is_refused_not_run_unscaled(tmp_path):
     )
     with pytest.raises(ToycardsError, match=r"scaling = 'yarn' is not one of \{none, linear\}"):
         load(path, target="numpy")
+
+
+def test_olmo3_scales_rope_on_its_global_blocks_only(tmp_path):
+    """OLMo 3's YaRN reaches the blocks without a window only: transformers configures RoPE per layer
+    type, and llama.cpp keeps freq_scale_swa = 1 on the sliding blocks (measured with llama.cpp: it
+    agrees with transformers to 3e-6 this way, and is 0.9 off transformers with YaRN on every block)."""
+    from oracle.hf_gguf import hf_logits
+
+    full = {"rope_type": "yarn", "rope_theta": 5e5, **YARN}
+    rope = {"sliding_attention": {"rope_type": "default", "rope_theta": 5e5}, "full_attention": full}
+    model, config = tiny_model("olmo3", seed=4, rope_parameters=rope)
+    R = gguf.Keys.Rope
+    keys = {R.SCALING_TYPE: "yarn", R.SCALING_FACTOR: (YARN["factor"], gguf.GGUFValueType.FLOAT32),
+            R.SCALING_ORIG_CTX_LEN: YARN["original_max_position_embeddings"]}  # fmt: skip
+    path = write_gguf(model, config, tmp_path / "olmo3-yarn.gguf", "olmo3",
+                      extra_kv={k.format(arch="olmo2"): v for k, v in keys.items()})  # fmt: skip
+    ids = IDS[:48]  # past the original context of 32, and past the window of 4
+    want = hf_logits(model, ids)
+    for target in ("numpy", "torch"):
+        assert_logits_close(load(path, target=target).logits(ids), want, what=f"olmo3 yarn, {target}")
+    everywhere, _ = tiny_model("olmo3", seed=4, rope_parameters=dict.fromkeys(rope, full))
+    assert np.abs(hf_logits(everywhere, ids) - want).max() > 0.05  # the case tells the two apart

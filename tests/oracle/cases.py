@@ -71,6 +71,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # llama.cpp reads phi2 and phi3 with one fused attn_qkv or with attn_q/k/v: the other layout
     "phi2-fused": ("phi2-fused", {}),  # phi-2 files of older converters (TheBloke's, 2023)
     "phi3-split": ("phi3-split", {}),
+    # OLMo 3 (an olmo2 file with a sliding window): 3 blocks of 4 see the last 4 tokens
+    "olmo3": ("olmo3", {}),
     # StableLM 2 12B: per-head q/k LayerNorms, attention and MLP in parallel from one LayerNorm, no biases
     "stablelm2-12b": ("stablelm2-12b", {}),
 }

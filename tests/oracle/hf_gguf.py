@@ -228,6 +228,26 @@ _QWEN_MOE_SHAPE = dict(_MOE_SHAPE, rms_norm_eps=1e-6, rope_theta=1e6, num_expert
 _QWEN_MOE_FILE = dict(permute_qk=False, rms_norm=True, vocab="bpe", tokenizer_pre="qwen2", arch_kv=_moe_kv)
 
 
+# Olmo3Config keeps a RoPE dict per layer type, and a lone rope_theta reaches the global layers only
+# (the sliding ones take its default 5e5): both given, one base, as OLMo 3's own configs have
+_OLMO3_ROPE = {
+    t: {"rope_type": "default", "rope_theta": 5e5} for t in ("full_attention", "sliding_attention")
+}
+
+
+def _olmo3_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """Olmo2Model on an OLMo 3 config: the sliding window, and rope.freq_base from the global
+    layers' RoPE (the only base the converter writes; llama.cpp's sliding layers take it too).
+
+    >>> sorted(_olmo3_kv(transformers.Olmo3Config(sliding_window=4, rope_parameters=_OLMO3_ROPE)).values())
+    [(4, <GGUFValueType.UINT32: 4>), (500000.0, <GGUFValueType.FLOAT32: 6>)]
+    """
+    return {
+        gguf.Keys.Attention.SLIDING_WINDOW: (int(config.sliding_window), VT.UINT32),
+        gguf.Keys.Rope.FREQ_BASE: (float(config.rope_parameters["full_attention"]["rope_theta"]), VT.FLOAT32),
+    }
+
+
 def _phi3_kv(config: Any) -> dict[str, tuple[Any, VT]]:
     """Phi3MiniModel.set_gguf_parameters: the original context always, the sliding window (0 when
     the config has none), and for LongRoPE the attention factor √(1 + ln(scale) / ln(original)).
@@ -421,6 +441,34 @@ ARCHS: dict[str, ArchSpec] = {
             gguf.Keys.Attention.KEY_LENGTH,
             gguf.Keys.Attention.VALUE_LENGTH,
         ),
+    ),
+    # OLMo 3 as llama.cpp converts it (Olmo2Model, arch olmo2): OLMo 2's tensors plus the sliding
+    # window, which llama.cpp gives to 3 blocks of every 4 (set_swa_pattern(4), as Olmo3Config's
+    # layer_types); 4 blocks, so that one is global, and a window of 4 that the tests' sequences pass
+    "olmo3": ArchSpec(
+        gguf.MODEL_ARCH.OLMO2,
+        transformers.Olmo3Config,
+        dict(
+            _ROPE_GQA,
+            num_hidden_layers=4,
+            sliding_window=4,
+            vocab_size=288,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rope_parameters=_OLMO3_ROPE,
+        ),  # fmt: skip
+        permute_qk=False,
+        rms_norm=True,
+        vocab="bpe",
+        tokenizer_pre="dbrx",
+        absent_keys=(
+            gguf.Keys.LLM.VOCAB_SIZE,
+            gguf.Keys.Rope.DIMENSION_COUNT,
+            gguf.Keys.Attention.KEY_LENGTH,
+            gguf.Keys.Attention.VALUE_LENGTH,
+        ),
+        arch_kv=_olmo3_kv,
+        hf_reads=False,  # transformers' GGUF loader reads an olmo2 file as OLMo 2: no window
     ),
     # conversion/gemma.py Gemma2Model: Gemma's keys plus both soft-caps and the sliding window;
     # `*norm.weight` + 1; lm_head skipped. Window 4 (< the tests' sequences) and soft-caps that bite.
