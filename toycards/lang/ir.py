@@ -321,7 +321,7 @@ class Source:
 
     `"token_embd.weight"^⊺` is `Source("token_embd.weight", transpose=True)`;
     a constant fallback `or 1` is `Source("", const="1")`; rows lo…hi (from 1, both included) of a
-    fused tensor, `"attn_qkv.weight"[d_e + 1:2·d_e]`, is `Source("attn_qkv.weight", rows=(lo, hi))`.
+    fused tensor, `"attn_qkv.weight"[d_e+1:2·d_e]`, is `Source("attn_qkv.weight", rows=(lo, hi))`.
     """
 
     tensor: str = ""
