@@ -24,12 +24,11 @@ import argparse
 import copy
 import inspect
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _setup import prepare
 
 
 def _parse_args() -> argparse.Namespace:
@@ -44,11 +43,7 @@ def _parse_args() -> argparse.Namespace:
 
 
 ARGS = _parse_args() if __name__ == "__main__" else None
-if ARGS is not None:  # BLAS reads these once, when numpy and torch are first imported
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = str(ARGS.threads)
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+prepare(ARGS.threads if ARGS is not None else None)  # before numpy and torch are imported
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

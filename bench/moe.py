@@ -41,7 +41,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _setup import prepare
+
 OLMOE_1B_7B = dict(  # allenai/OLMoE-1B-7B-0924's widths; num_hidden_layers from --layers
     hidden_size=2048,
     intermediate_size=1024,  # each expert's width
@@ -72,11 +73,7 @@ def _parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 ARGS = _parse_args() if __name__ == "__main__" else None
-if ARGS is not None:  # BLAS reads these once, when numpy and torch are first imported
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = str(ARGS.threads)
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+prepare(ARGS.threads if ARGS is not None else None)  # before numpy and torch are imported
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
