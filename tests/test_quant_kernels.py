@@ -35,6 +35,8 @@ def small_blocks(qtype: Q, shape: tuple[int, int], rng: np.random.Generator) -> 
     """Blocks of `qtype` for a weight of `shape` with values of order 0.1: quantized from a normal
     draw where gguf.quants can, else random bytes with small scales (the K-quants)."""
     w = rng.normal(0.0, 0.1, size=shape).astype(np.float32)
+    if qtype == Q.F32:
+        return w
     if qtype == Q.F16:
         return w.astype("<f2").view(np.uint8)
     if qtype not in K_QUANTS:
@@ -165,6 +167,68 @@ def test_avx2_kernels_without_avx512(tmp_path):
     n_types = len([t for t in TYPES if quant_kernels.quantizes_x(t)])
     ran = done.stdout.split("[")[0].strip()  # one "." per test passed, "s" per test skipped
     assert ran == "." * n_types * (len(TOKENS) + 1), done.stdout[-500:]
+    floats = subprocess.run(  # the AVX2 in-place float products (F32, F16, BF16)
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", str(here), "-k",
+         "test_float_weights_in_place"],
+        capture_output=True, text=True, env=env, cwd=here.parents[1],
+    )  # fmt: skip
+    assert floats.returncode == 0, floats.stdout[-3000:]
+    assert floats.stdout.split("[")[0].strip() == "." * 27, floats.stdout[-500:]
+
+
+# ── float weights read in place (F32 parameters, F16 and BF16 blocks) ────────────────────
+FLOAT_SHAPES = ((37, 160), (37, 75), (5, 16))  # K a multiple of the vector width, K with a tail, N < 4 rows
+
+
+def float_blocks(qtype: Q, shape: tuple[int, int], rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A float weight of `shape` as the file stores it (float32, or the bytes of F16 / BF16) and its
+    exact float32 values."""
+    w = rng.normal(0.0, 0.1, size=shape).astype(np.float32)
+    if qtype == Q.F32:
+        return w, w
+    if qtype == Q.F16:
+        stored = w.astype("<f2")
+        return stored.view(np.uint8), stored.astype(np.float32)
+    bits = (w.view(np.uint32) >> 16).astype("<u2")  # BF16: the upper half (truncated)
+    return bits.view(np.uint8), (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+@pytest.mark.skipif(not quant_kernels.float_direct(Q.F32), reason="no AVX2/AVX-512 float kernels")
+@pytest.mark.parametrize("qtype", [Q.F32, Q.F16, Q.BF16], ids=lambda t: t.name)
+@pytest.mark.parametrize("shape", FLOAT_SHAPES, ids=str)
+@pytest.mark.parametrize("n_tokens", (1, 3, quant_kernels.FEW_FLOAT_TOKENS))
+def test_float_weights_in_place(qtype, shape, n_tokens):
+    """The in-place float product (no dequantized row, no float32 copy) equals a float64 product of
+    the stored values to float32 rounding, for row counts off the 4-row block and K off the vector."""
+    rng = np.random.default_rng(n_tokens * 100 + shape[1])
+    stored, w = float_blocks(qtype, shape, rng)
+    x = rng.normal(size=(2, n_tokens, shape[1])).astype(np.float32)[:1]  # [1, T, K]
+    if qtype == Q.F32:
+        y = quant_torch.float_linear(torch.from_numpy(x), torch.from_numpy(stored))
+    else:
+        y = quant_torch.QuantWeight(stored, qtype, shape).linear(torch.from_numpy(x))
+    assert y is not None and y.shape == (1, n_tokens, shape[0])
+    check_product(y.numpy()[0], x[0], w, Q.F32, n_tokens)
+
+
+def test_float_linear_leaves_other_cases_to_torch():
+    """float_linear takes only few-token, autograd-free, contiguous float32 CPU products: the rest
+    go through F.linear in ops.linear, with the same values."""
+    from toycards.runtime import ops_torch
+
+    rng = np.random.default_rng(3)
+    w = torch.from_numpy(rng.normal(size=(7, 40)).astype(np.float32))
+    many = torch.from_numpy(rng.normal(size=(quant_kernels.FEW_FLOAT_TOKENS + 1, 40)).astype(np.float32))
+    assert quant_torch.float_linear(many, w) is None
+    assert quant_torch.float_linear(many[:2].double(), w.double()) is None
+    assert quant_torch.float_linear(many[:2].T.contiguous().T, w) is None  # x not contiguous
+    p = torch.nn.Parameter(w.clone())
+    assert quant_torch.float_linear(many[:2], p) is None  # autograd on: torch's product, which has a backward
+    y = ops_torch.linear(many[:2], p)
+    assert y.requires_grad and torch.allclose(y, many[:2] @ w.T, atol=1e-6)
+    with torch.no_grad():
+        fast = quant_torch.float_linear(many[:2], p)
+    assert fast is not None and torch.allclose(fast, many[:2] @ w.T, atol=1e-6)
 
 
 # ── whole models ─────────────────────────────────────────────────────────────────────────
@@ -173,6 +237,7 @@ MIXES = {  # tensor kind → type; "Q4_K_M" as llama.cpp's mix: Q6_K for attn_v,
     "Q4_0": {"": Q.Q4_0},
     "Q4_1": {"": Q.Q4_1, "token_embd": Q.Q8_0},
     "F16": {"": Q.F16},
+    "F32": {"": Q.F32},
     "Q4_K_M": {"": Q.Q4_K, "attn_v": Q.Q6_K, "ffn_down": Q.Q6_K, "output.": Q.Q6_K},
 }
 
@@ -215,7 +280,10 @@ def test_model_logits_match_the_dequantized_path(tmp_path, mix):
     ids = [int(i) for i in np.random.default_rng(1).integers(0, 300, size=12)]
     kept = toycards.load(path, target="torch")
     floats = toycards.load(path, target="torch", dequantize=True)
-    assert any(isinstance(kept.w[n], quant_torch.QuantWeight) for n in kept.w)
+    if mix == "F32":  # parameters memory-mapped from the file, multiplied in place by float_linear
+        assert not any(isinstance(kept.w[n], quant_torch.QuantWeight) for n in kept.w)
+    else:
+        assert any(isinstance(kept.w[n], quant_torch.QuantWeight) for n in kept.w)
     assert not any(isinstance(floats.w[n], quant_torch.QuantWeight) for n in floats.w)
     want = floats.logits(ids)  # (12, N_V)
     scale = np.abs(want).max()

@@ -13,7 +13,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from toycards.runtime.quant_torch import QuantWeight
+from toycards.runtime.quant_torch import QuantWeight, float_linear
 
 inf = math.inf
 fast = True  # use the single kernels below in place of a prelude algorithm's steps
@@ -42,7 +42,10 @@ def linear(x, W):
     A weight kept in its GGUF blocks multiplies by its own kernel (runtime/quant_torch.py)."""
     if W.__class__ is QuantWeight:
         return W.linear(x)
-    return F.linear(x, W) if W.dim() == 2 else x @ W.transpose(-1, -2)
+    if W.dim() != 2:
+        return x @ W.transpose(-1, -2)
+    y = float_linear(x, W)  # few tokens of a float32 weight: the C kernel reading it in place
+    return F.linear(x, W) if y is None else y
 
 
 def maximum(a, b):

@@ -11,7 +11,8 @@
  *
  * Version 1 of the product (the reference) is gguf.quants.dequantize then a float matmul; this is
  * version 2: each thread dequantizes one row into a float buffer on its stack (it stays in L1) and
- * takes its dot product with every token, so the weight's bytes are read once per call. The
+ * takes its dot product with every token, so the weight's bytes are read once per call (version 2f
+ * below reads F32, F16 and BF16 elements in place instead; version 3 quantizes x to int8). The
  * tests (tests/test_quant_kernels.py) tie the two for every type here.
  *
  * Types (d, m, dmin float16; q unsigned unless said):
@@ -262,6 +263,27 @@ int tc_gather_rows(int type, const uint8_t *W, int64_t row_bytes, int64_t K, con
 #include <math.h>
 #define HAVE_INT8_DOT 1
 
+/* the calling thread's buffers for quantized x, grown as needed and kept (no malloc per product) */
+static _Thread_local int8_t *scratch_q;
+static _Thread_local float *scratch_f;
+static _Thread_local int64_t scratch_q_cap, scratch_f_cap;
+
+static int scratch_x(int64_t n_q, int64_t n_blocks, int8_t **qx, float **dx, float **sx) {
+    if (n_q > scratch_q_cap) {
+        free(scratch_q);
+        scratch_q = (int8_t *)malloc((size_t)n_q);
+        scratch_q_cap = scratch_q ? n_q : 0;
+    }
+    if (2 * n_blocks > scratch_f_cap) {
+        free(scratch_f);
+        scratch_f = (float *)malloc(sizeof(float) * (size_t)(2 * n_blocks));
+        scratch_f_cap = scratch_f ? 2 * n_blocks : 0;
+    }
+    if (!scratch_q || !scratch_f) return 0;
+    *qx = scratch_q, *dx = scratch_f, *sx = scratch_f + n_blocks;
+    return 1;
+}
+
 static void quantize_x(const float *x, int64_t n_blocks, int8_t *qx, float *dx, float *sx) {
     for (int64_t b = 0; b < n_blocks; b++, x += 32, qx += 32) {
         float amax = 0.0f;
@@ -417,12 +439,9 @@ typedef float (*dot_fn)(const uint8_t *, int64_t, const int8_t *, const float *,
 static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t N, int64_t K, const float *x,
                           int64_t T, float *y) {
     const int64_t nb = K / 32;
-    int8_t *qx = (int8_t *)malloc((size_t)(T * K));
-    float *dx = (float *)malloc(sizeof(float) * (size_t)(T * nb)), *sx = (float *)malloc(sizeof(float) * (size_t)(T * nb));
-    if (!qx || !dx || !sx) {
-        free(qx); free(dx); free(sx);
-        return -2;
-    }
+    int8_t *qx;
+    float *dx, *sx;
+    if (!scratch_x(T * K, T * nb, &qx, &dx, &sx)) return -2;
     for (int64_t t = 0; t < T; t++) quantize_x(x + t * K, nb, qx + t * K, dx + t * nb, sx + t * nb);
     const dot_fn dot = type == Q8_0   ? dot_q8_0
                        : type == Q4_0 ? dot_q4_0
@@ -433,12 +452,149 @@ static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t
     for (int64_t n = 0; n < N; n++)
         for (int64_t t = 0; t < T; t++)
             y[t * N + n] = dot(W + n * row_bytes, nb, qx + t * K, dx + t * nb, sx + t * nb);
-    free(qx); free(dx); free(sx);
     return 0;
 }
 #else
 #define HAVE_INT8_DOT 0
 #endif
+
+
+/* ── version 2f, for F32, F16 and BF16: the weight's own elements read in place ──────────────────
+ * No dequantized row: each thread takes a contiguous range of rows and multiplies the stored
+ * elements (F16 and BF16 widened in registers) by x with float32 FMAs, several independent sums at
+ * once (four rows for one token; one row against every token for up to MAX_FLOAT_TOKENS). The
+ * caller uses a float GEMM for more tokens. Sums are in float32, in an order of our own: the tests
+ * hold them to a float64 product within float32 rounding.
+ */
+enum { F32 = 0, MAX_FLOAT_TOKENS = 8 };
+
+static inline float float_at(int type, const uint8_t *w, int64_t i) {
+    if (type == F32) {
+        float f;
+        memcpy(&f, w + 4 * i, 4);
+        return f;
+    }
+    if (type == F16) return f16(w + 2 * i);
+    uint32_t u = (uint32_t)((const uint16_t *)w)[i] << 16; /* BF16 */
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+#if defined(__AVX512F__)
+#define HAVE_FLOAT_DOT 1
+typedef __m512 vf;
+#define VL 16
+static inline vf vload_w(int type, const uint8_t *w, int64_t i) {
+    if (type == F32) return _mm512_loadu_ps((const float *)w + i);
+    const __m256i h = _mm256_loadu_si256((const __m256i *)(w + 2 * i));
+    if (type == F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+#define VLOAD _mm512_loadu_ps
+#define VFMA _mm512_fmadd_ps
+#define VZERO _mm512_setzero_ps
+#define VSUM _mm512_reduce_add_ps
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define HAVE_FLOAT_DOT 1
+typedef __m256 vf;
+#define VL 8
+static inline vf vload_w(int type, const uint8_t *w, int64_t i) {
+    if (type == F32) return _mm256_loadu_ps((const float *)w + i);
+    const __m128i h = _mm_loadu_si128((const __m128i *)(w + 2 * i));
+    if (type == F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+static inline float vsum8(__m256 v) {
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+#define VLOAD _mm256_loadu_ps
+#define VFMA _mm256_fmadd_ps
+#define VZERO _mm256_setzero_ps
+#define VSUM vsum8
+#else
+#define HAVE_FLOAT_DOT 0
+#endif
+
+#if HAVE_FLOAT_DOT
+/* y [T, N] = x [T, K] · Wᵀ for a float type; `type` is a constant where this is inlined */
+static inline __attribute__((always_inline)) void float_product(int type, const uint8_t *W, int64_t row_bytes,
+                                                                int64_t N, int64_t K, const float *x,
+                                                                int64_t T, float *y) {
+    const int64_t kv = K / VL * VL;
+    if (T == 1) {
+#pragma omp parallel for schedule(static)
+        for (int64_t n0 = 0; n0 < N; n0 += 4) {
+            const int64_t r = N - n0 < 4 ? N - n0 : 4;
+            const uint8_t *w0 = W + n0 * row_bytes;
+            if (r == 4) {
+                const uint8_t *w1 = w0 + row_bytes, *w2 = w1 + row_bytes, *w3 = w2 + row_bytes;
+                vf a0 = VZERO(), a1 = VZERO(), a2 = VZERO(), a3 = VZERO();
+                for (int64_t i = 0; i < kv; i += VL) {
+                    const vf xv = VLOAD(x + i);
+                    a0 = VFMA(vload_w(type, w0, i), xv, a0);
+                    a1 = VFMA(vload_w(type, w1, i), xv, a1);
+                    a2 = VFMA(vload_w(type, w2, i), xv, a2);
+                    a3 = VFMA(vload_w(type, w3, i), xv, a3);
+                }
+                float s0 = VSUM(a0), s1 = VSUM(a1), s2 = VSUM(a2), s3 = VSUM(a3);
+                for (int64_t i = kv; i < K; i++) {
+                    s0 += float_at(type, w0, i) * x[i];
+                    s1 += float_at(type, w1, i) * x[i];
+                    s2 += float_at(type, w2, i) * x[i];
+                    s3 += float_at(type, w3, i) * x[i];
+                }
+                y[n0] = s0, y[n0 + 1] = s1, y[n0 + 2] = s2, y[n0 + 3] = s3;
+            } else {
+                for (int64_t j = 0; j < r; j++, w0 += row_bytes) {
+                    vf a = VZERO();
+                    for (int64_t i = 0; i < kv; i += VL) a = VFMA(vload_w(type, w0, i), VLOAD(x + i), a);
+                    float s = VSUM(a);
+                    for (int64_t i = kv; i < K; i++) s += float_at(type, w0, i) * x[i];
+                    y[n0 + j] = s;
+                }
+            }
+        }
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const uint8_t *w = W + n * row_bytes;
+        vf acc[MAX_FLOAT_TOKENS];
+        for (int64_t t = 0; t < T; t++) acc[t] = VZERO();
+        for (int64_t i = 0; i < kv; i += VL) {
+            const vf wv = vload_w(type, w, i);
+            for (int64_t t = 0; t < T; t++) acc[t] = VFMA(wv, VLOAD(x + t * K + i), acc[t]);
+        }
+        for (int64_t t = 0; t < T; t++) {
+            float s = VSUM(acc[t]);
+            for (int64_t i = kv; i < K; i++) s += float_at(type, w, i) * x[t * K + i];
+            y[t * N + n] = s;
+        }
+    }
+}
+
+static void float_product_f32(const uint8_t *W, int64_t rb, int64_t N, int64_t K, const float *x, int64_t T,
+                              float *y) {
+    float_product(F32, W, rb, N, K, x, T, y);
+}
+static void float_product_f16(const uint8_t *W, int64_t rb, int64_t N, int64_t K, const float *x, int64_t T,
+                              float *y) {
+    float_product(F16, W, rb, N, K, x, T, y);
+}
+static void float_product_bf16(const uint8_t *W, int64_t rb, int64_t N, int64_t K, const float *x, int64_t T,
+                               float *y) {
+    float_product(BF16, W, rb, N, K, x, T, y);
+}
+#endif
+
+/* 1 when `type` (F32, F16, BF16) has the in-place float product for up to MAX_FLOAT_TOKENS tokens */
+int tc_float_direct(int type) {
+    return HAVE_FLOAT_DOT && (type == F32 || type == F16 || type == BF16);
+}
 
 /* 1 when the product of `type` quantizes x to int8 (version 3), 0 when it is in float32 (version 2) */
 int tc_quantizes_x(int type) {
@@ -448,6 +604,14 @@ int tc_quantizes_x(int type) {
 /* y [T, N] = x [T, K] · Wᵀ, for few tokens (the caller uses a float GEMM on dequantized tiles for many) */
 int tc_matmul(int type, const uint8_t *W, int64_t row_bytes, int64_t N, int64_t K, const float *x, int64_t T,
               float *y) {
+#if HAVE_FLOAT_DOT
+    if (tc_float_direct(type) && T <= MAX_FLOAT_TOKENS) {
+        if (type == F32) float_product_f32(W, row_bytes, N, K, x, T, y);
+        else if (type == F16) float_product_f16(W, row_bytes, N, K, x, T, y);
+        else float_product_bf16(W, row_bytes, N, K, x, T, y);
+        return 0;
+    }
+#endif
     row_fn row = row_kernel(type);
     if (!row) return -1;
 #if HAVE_INT8_DOT
@@ -476,4 +640,15 @@ int tc_matmul(int type, const uint8_t *W, int64_t row_bytes, int64_t N, int64_t 
         free(buf);
     }
     return failed ? -2 : 0;
+}
+
+/* A weight's fixed arguments, built once (quant_kernels.Plan): a decoding step passes four
+ * arguments per product instead of eight, which is most of what ctypes costs per call. */
+typedef struct {
+    int64_t type, row_bytes, n, k;
+    const uint8_t *w;
+} tc_weight;
+
+int tc_linear(const tc_weight *p, const float *x, int64_t T, float *y) {
+    return tc_matmul((int)p->type, p->w, p->row_bytes, p->n, p->k, x, T, y);
 }
