@@ -296,7 +296,10 @@ def test_model_logits_match_the_dequantized_path(tmp_path, mix):
     # float32 kernels: rounding. int8 activations (as llama.cpp's): 3–5% of the logits' range on
     # these random weights (measured); a wrong layout or scale moves them by their whole range.
     # How close int8 comes to llama.cpp's own deviation is test_real_file_deviation_within_llama_cpps.
-    assert err <= (0.1 if int8 else 3e-5), err  # float32: decoding sums in another order than the full pass
+    # float32: decoding sums in another order than the full pass (its C attention, RoPE and RMSNorm
+    # for few tokens, glue_torch, against torch's for 12): measured up to 3.3e-5 on Q4_K_M's random
+    # weights, 1.1e-5 with torch's glue; each glue kernel is held to the card's steps in test_kernels.py
+    assert err <= (0.1 if int8 else 1e-4), err
     numpy_full = toycards.load(path, target="numpy").logits(ids)
     assert np.abs(numpy_full - want).max() <= 3e-5 * scale  # float32 rounding, NumPy's order of sums
 

@@ -13,6 +13,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from toycards.runtime import glue_torch
 from toycards.runtime.quant_torch import QuantWeight, float_linear
 
 inf = math.inf
@@ -236,7 +237,8 @@ def layer_norm(e, gamma, beta, epsilon):
 
 
 def rms_norm(e, gamma, epsilon):
-    return F.rms_norm(e, (e.shape[-1],), gamma, epsilon)
+    y = glue_torch.rms_norm(e, gamma, epsilon)  # few tokens: the C version
+    return F.rms_norm(e, (e.shape[-1],), gamma, epsilon) if y is None else y
 
 
 def silu(x):
@@ -260,6 +262,9 @@ def attention(Q, K, V, mask, t_z, t_x, kv_index=None):
     t_z = torch.as_tensor(t_z, dtype=torch.float32).reshape(1, -1)
     t_x = torch.as_tensor(t_x, dtype=torch.float32).reshape(-1, 1)
     allowed = torch.as_tensor(mask(t_z, t_x)).bool().expand(t_x.shape[0], t_z.shape[1])
+    y = glue_torch.attention(Q, K, V, allowed, kv_index)  # few queries: the C version
+    if y is not None:
+        return y
     if kv_index is None:
         return F.scaled_dot_product_attention(Q, K, V, attn_mask=allowed)
     n_q, n_kv = len(kv_index), K.shape[-3]
@@ -275,19 +280,20 @@ def _rope_angles(t, theta, rho, d_h):
     """cos φ and sin φ of φ_i = (t − 1) / (θ^(2(i−1)/d_h) · ρ_i), kept for the other layers of a pass
     (d_h: the rotated entries, llama.cpp's n_rot).
 
-    The cache key holds a copy of ρ's bytes: `numpy()` on ρ itself would mark its storage as not
+    The cache key holds ρ's values (`tolist()`): `numpy()` on ρ itself would mark its storage as not
     resizable, and FSDP frees a gathered parameter (ρ is one) by resizing its storage to 0."""
     t = torch.as_tensor(t)
     if torch.is_grad_enabled():  # training: no sharing of angles between passes
         i = torch.arange(1, d_h // 2 + 1, dtype=torch.float32, device=rho.device)
         phi = (t.to(torch.float32) - 1) / ((theta ** ((2 * (i - 1)) / d_h)) * rho)
         return torch.cos(phi), torch.sin(phi)
+    flat = t.reshape(-1)
     key = (
         tuple(t.shape),
-        float(t.reshape(-1)[0]),
-        float(t.reshape(-1)[-1]),
+        # every position when few (a decoding step; indexing costs more than tolist), else the ends
+        tuple(flat.tolist()) if flat.numel() <= 16 else (flat[0].item(), flat[-1].item()),
         float(theta),
-        rho.detach().to("cpu", copy=True).numpy().tobytes(),  # a copy: numpy() pins ρ's own storage
+        tuple(rho.detach().reshape(-1).tolist()),  # values, not a view: numpy() would pin ρ's own storage
         d_h,
         t.device,
     )
@@ -307,6 +313,9 @@ def rope_pairs(x, t, theta, rho):
     the rest pass unchanged (partial rotary)."""
     d_r = 2 * rho.shape[-1]
     cos, sin = _rope_angles(t, theta, rho, d_r)
+    y = glue_torch.rope(x, cos, sin, pairs=True)  # few tokens: the C version
+    if y is not None:
+        return y
     x1, x2 = x[..., 0:d_r:2], x[..., 1:d_r:2]
     rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
     return rotated if d_r == x.shape[-1] else torch.cat((rotated, x[..., d_r:]), dim=-1)
@@ -317,6 +326,9 @@ def rope_halves(x, t, theta, rho):
     vector; the rest pass unchanged (partial rotary)."""
     half = rho.shape[-1]
     cos, sin = _rope_angles(t, theta, rho, 2 * half)
+    y = glue_torch.rope(x, cos, sin, pairs=False)  # few tokens: the C version
+    if y is not None:
+        return y
     x1, x2 = x[..., :half], x[..., half : 2 * half]
     rotated = (x1 * cos - x2 * sin, x1 * sin + x2 * cos)
     rest = () if 2 * half == x.shape[-1] else (x[..., 2 * half :],)

@@ -28,8 +28,13 @@
 #if defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* a product reading fewer bytes of weight than this runs on the calling thread: waking the other
+ * threads costs more than it saves (a few µs, far more when another process holds a core) */
+#define PARALLEL_BYTES (32 * 1024)
 
 enum { F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14,
        BF16 = 30 };
@@ -448,7 +453,7 @@ static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t
                        : type == Q4_1 ? dot_q4_1
                        : type == Q5_0 ? dot_q5_0
                                       : dot_q5_1;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * row_bytes >= PARALLEL_BYTES)
     for (int64_t n = 0; n < N; n++)
         for (int64_t t = 0; t < T; t++)
             y[t * N + n] = dot(W + n * row_bytes, nb, qx + t * K, dx + t * nb, sx + t * nb);
@@ -526,7 +531,7 @@ static inline __attribute__((always_inline)) void float_product(int type, const 
                                                                 int64_t T, float *y) {
     const int64_t kv = K / VL * VL;
     if (T == 1) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * row_bytes >= PARALLEL_BYTES)
         for (int64_t n0 = 0; n0 < N; n0 += 4) {
             const int64_t r = N - n0 < 4 ? N - n0 : 4;
             const uint8_t *w0 = W + n0 * row_bytes;
@@ -560,7 +565,7 @@ static inline __attribute__((always_inline)) void float_product(int type, const 
         }
         return;
     }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * row_bytes >= PARALLEL_BYTES)
     for (int64_t n = 0; n < N; n++) {
         const uint8_t *w = W + n * row_bytes;
         vf acc[MAX_FLOAT_TOKENS];
@@ -618,7 +623,7 @@ int tc_matmul(int type, const uint8_t *W, int64_t row_bytes, int64_t N, int64_t 
     if (tc_quantizes_x(type)) return tc_matmul_int8(type, W, row_bytes, N, K, x, T, y);
 #endif
     int failed = 0;
-#pragma omp parallel
+#pragma omp parallel if (N * row_bytes >= PARALLEL_BYTES)
     {
         float *buf = (float *)aligned_alloc(64, (size_t)((K + 15) / 16 * 64));  /* one row, in L1 */
         if (!buf) {
@@ -651,4 +656,111 @@ typedef struct {
 
 int tc_linear(const tc_weight *p, const float *x, int64_t T, float *y) {
     return tc_matmul((int)p->type, p->w, p->row_bytes, p->n, p->k, x, T, y);
+}
+
+/* ── the per-token glue of a decoding step, for few rows (ops_torch calls these in place of torch's
+ * composite operators, which cost 10–30 µs each on one token; tests/test_kernels.py ties each to
+ * the card steps it replaces) ─────────────────────────────────────────────────────────────────── */
+
+/* y [R, d] = x / √(Σ x² / d + ε) · γ, row by row */
+int tc_rms_norm(const float *x, const float *g, int64_t R, int64_t d, double eps, float *y) {
+    for (int64_t r = 0; r < R; r++, x += d, y += d) {
+        float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+        for (int64_t i = 0; i < d; i++) ss += x[i] * x[i];
+        const float s = sqrtf(ss / (float)d + (float)eps);
+#pragma omp simd
+        for (int64_t i = 0; i < d; i++) y[i] = x[i] / s * g[i];
+    }
+    return 0;
+}
+
+/* RoPE of x [R, T, d] (R rows of T positions of a head vector of d entries) with cos, sin [T, half]:
+ * pairs (2i, 2i + 1) when `pairs`, else (i, i + half); entries from 2·half on pass unchanged */
+int tc_rope(const float *x, const float *c, const float *s, int64_t R, int64_t T, int64_t d, int64_t half,
+            int pairs, float *y) {
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t t = 0; t < T; t++, x += d, y += d) {
+            const float *ct = c + t * half, *st = s + t * half;
+            if (pairs) {
+                for (int64_t i = 0; i < half; i++) {
+                    const float a = x[2 * i], b = x[2 * i + 1];
+                    y[2 * i] = a * ct[i] - b * st[i];
+                    y[2 * i + 1] = a * st[i] + b * ct[i];
+                }
+            } else {
+#pragma omp simd
+                for (int64_t i = 0; i < half; i++) {
+                    const float a = x[i], b = x[i + half];
+                    y[i] = a * ct[i] - b * st[i];
+                    y[i + half] = a * st[i] + b * ct[i];
+                }
+            }
+            for (int64_t i = 2 * half; i < d; i++) y[i] = x[i];
+        }
+    return 0;
+}
+
+static _Thread_local float *scratch_s;
+static _Thread_local int64_t scratch_s_cap;
+
+/* Attention of few queries. Q [B, H, Tq, d] contiguous; K, V [B, Hkv, S, d] with rows contiguous and
+ * strides (in floats) kb, kh for K's batch and head axes, vb, vh for V's; kv [H] the key/value head
+ * of each query head; allowed [Tq, S] bytes (1: the query may read that key). Scores are
+ * Q·Kᵀ · scale, a softmax over the allowed keys (NaN when none is allowed, as the card's −∞ mask
+ * makes it), then the weighted sum of V. out [B, H, Tq, d]. */
+int tc_attention(const float *Q, const float *K, const float *V, int64_t B, int64_t H, int64_t Tq, int64_t S,
+                 int64_t d, int64_t kb, int64_t kh, int64_t vb, int64_t vh, const int64_t *kv,
+                 const uint8_t *allowed, double scale, float *out) {
+    if (S > scratch_s_cap) {
+        free(scratch_s);
+        scratch_s = (float *)malloc(sizeof(float) * (size_t)S);
+        scratch_s_cap = scratch_s ? S : 0;
+    }
+    if (!scratch_s) return -2;
+    float *p = scratch_s;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            const float *Kh = K + b * kb + kv[h] * kh, *Vh = V + b * vb + kv[h] * vh;
+            for (int64_t t = 0; t < Tq; t++) {
+                const float *q = Q + ((b * H + h) * Tq + t) * d;
+                float *o = out + ((b * H + h) * Tq + t) * d;
+                const uint8_t *ok = allowed + t * S;
+                float m = -INFINITY;
+                for (int64_t j = 0; j < S; j++) { /* the scores: independent dot products */
+                    const float *k = Kh + j * d;
+                    float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+                    for (int64_t i = 0; i < d; i++) acc += q[i] * k[i];
+                    p[j] = ok[j] ? acc * (float)scale : -INFINITY;
+                    m = p[j] > m ? p[j] : m;
+                }
+                for (int64_t i = 0; i < d; i++) o[i] = 0.0f;
+                if (m == -INFINITY) { /* nothing allowed, or every score −∞: the card's softmax is NaN */
+                    for (int64_t i = 0; i < d; i++) o[i] = NAN;
+                    continue;
+                }
+                float l = 0.0f;
+                for (int64_t j = 0; j < S; j++) {
+                    p[j] = ok[j] ? expf(p[j] - m) : 0.0f;
+                    l += p[j];
+                }
+                int64_t j = 0;
+                for (; j + 4 <= S; j += 4) { /* four rows of V per pass over o */
+                    const float *v0 = Vh + j * d, *v1 = v0 + d, *v2 = v1 + d, *v3 = v2 + d;
+                    const float e0 = p[j], e1 = p[j + 1], e2 = p[j + 2], e3 = p[j + 3];
+#pragma omp simd
+                    for (int64_t i = 0; i < d; i++) o[i] += (e0 * v0[i] + e1 * v1[i]) + (e2 * v2[i] + e3 * v3[i]);
+                }
+                for (; j < S; j++) {
+                    const float *v = Vh + j * d;
+                    const float e = p[j];
+#pragma omp simd
+                    for (int64_t i = 0; i < d; i++) o[i] += e * v[i];
+                }
+                const float inv = 1.0f / l;
+                for (int64_t i = 0; i < d; i++) o[i] *= inv;
+            }
+        }
+    return 0;
 }
