@@ -125,14 +125,15 @@ def test_grouped_query_attention(funcs, kv_index):
     assert_close(ungrouped, slow)
 
 
+@pytest.mark.parametrize("d", [16, 24])  # 16: the AVX-512 path (rows of whole vectors); 24: the plain one
 @pytest.mark.parametrize("kv_index", [None, [0, 0, 1, 1, 2, 2], [2, 0, 1, 0, 1, 2]])
-def test_attention_on_cache_views(funcs, kv_index):
+def test_attention_on_cache_views(funcs, kv_index, d):
     """One query against keys and values that are the first rows of a larger cache buffer (a
     strided view, as KVCache.append returns them): the C version for few queries."""
     from toycards.runtime import glue_torch, quant_kernels
 
     H = 3 if kv_index is None else 6
-    Q, buf = rand(2, H, 1, 16), rand(2, 2, 3, 32, 16)
+    Q, buf = rand(2, H, 1, d), rand(2, 2, 3, 32, d)
     K, V = buf[0, :, :, :11], buf[1, :, :, :11]
     mask = lambda t_z, t_x: t_z <= t_x + 5  # noqa: E731 - keys 1…6 of 11
     call = (lambda *a: funcs["attention"](*a, kv_index=kv_index)) if kv_index else funcs["attention"]

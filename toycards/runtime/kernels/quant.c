@@ -726,6 +726,38 @@ int tc_attention(const float *Q, const float *K, const float *V, int64_t B, int6
                 const float *q = Q + ((b * H + h) * Tq + t) * d;
                 float *o = out + ((b * H + h) * Tq + t) * d;
                 const uint8_t *ok = allowed + t * S;
+#if defined(__AVX512F__)
+                if (d % 16 == 0 && d <= 256) { /* q and the output row held in registers */
+                    const int64_t nv = d / 16;
+                    __m512 qv[16], ov[16];
+                    for (int64_t v = 0; v < nv; v++) qv[v] = _mm512_loadu_ps(q + 16 * v), ov[v] = _mm512_setzero_ps();
+                    float m = -INFINITY;
+                    for (int64_t j = 0; j < S; j++) {
+                        const float *k = Kh + j * d;
+                        __m512 a = _mm512_mul_ps(qv[0], _mm512_loadu_ps(k));
+                        for (int64_t v = 1; v < nv; v++) a = _mm512_fmadd_ps(qv[v], _mm512_loadu_ps(k + 16 * v), a);
+                        p[j] = ok[j] ? _mm512_reduce_add_ps(a) * (float)scale : -INFINITY;
+                        m = p[j] > m ? p[j] : m;
+                    }
+                    if (m == -INFINITY) {
+                        for (int64_t i = 0; i < d; i++) o[i] = NAN;
+                        continue;
+                    }
+                    float l = 0.0f;
+                    for (int64_t j = 0; j < S; j++) {
+                        p[j] = ok[j] ? expf(p[j] - m) : 0.0f;
+                        l += p[j];
+                    }
+                    for (int64_t j = 0; j < S; j++) {
+                        const float *vr = Vh + j * d;
+                        const __m512 e = _mm512_set1_ps(p[j]);
+                        for (int64_t v = 0; v < nv; v++) ov[v] = _mm512_fmadd_ps(e, _mm512_loadu_ps(vr + 16 * v), ov[v]);
+                    }
+                    const __m512 inv = _mm512_set1_ps(1.0f / l);
+                    for (int64_t v = 0; v < nv; v++) _mm512_storeu_ps(o + 16 * v, _mm512_mul_ps(ov[v], inv));
+                    continue;
+                }
+#endif
                 float m = -INFINITY;
                 for (int64_t j = 0; j < S; j++) { /* the scores: independent dot products */
                     const float *k = Kh + j * d;
