@@ -254,7 +254,7 @@ int tc_gather_rows(int type, const uint8_t *W, int64_t row_bytes, int64_t K, con
 }
 
 
-/* ── version 3, for Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 on CPUs with AVX2: integer dot products, as llama.cpp does ──
+/* ── version 3, for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the K-quants on CPUs with AVX2: integer dot products, as llama.cpp does ──
  * x is quantized per block of 32 to int8 first (qx = round(x / dx), dx = max|x| / 127, dx kept in
  * float32), so a block's dot product is one integer sum:
  *   Q8_0  Σ w·x ≈ dw·dx·Σ q·qx          Q4_0  dw·dx·(Σ q·qx − 8·Σ qx)     Q4_1  dw·dx·Σ q·qx + m·dx·Σ qx
@@ -441,6 +441,85 @@ DOT_ROW(dot_q5_1, Q5_1)
 
 typedef float (*dot_fn)(const uint8_t *, int64_t, const int8_t *, const float *, const float *);
 
+/* The K-quants against x in int8 blocks of 32 (finer than llama.cpp's q8_K blocks of 256, so no
+ * less exact): a Q4_K / Q5_K sub-block of 32 is one x block,
+ *   Σ w·x ≈ d·sc_j·dx·Σ q·qx − dmin·m_j·dx·Σ qx
+ * and a Q6_K chunk of 32 (two groups of 16 with their own int8 scales) is one x block,
+ *   Σ w·x ≈ d·dx·(sc_a·Σ_{first 16} (q − 32)·qx + sc_b·Σ_{last 16} (q − 32)·qx). */
+static inline __m256i low_nibbles32(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0F)); }
+static inline __m256i high_nibbles32(__m256i v) {
+    return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
+}
+
+static float dot_q45_k(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx,
+                       int five) {
+    __m256 acc = _mm256_setzero_ps();
+    float extra = 0.0f;
+    const int bs = five ? 176 : 144;
+    for (int64_t b = 0; b < n_blocks; b += 8, w += bs) { /* 8 x blocks: one weight block of 256 */
+        const float d = f16(w), dmin = f16(w + 2);
+        const uint8_t *scales = w + 4, *qh = w + 16, *qs = w + (five ? 48 : 16);
+        const __m256i hbits = five ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+        for (int j = 0; j < 8; j += 2, qs += 32) {
+            int sc1, m1, sc2, m2;
+            scale_min_k4(j, scales, &sc1, &m1);
+            scale_min_k4(j + 1, scales, &sc2, &m2);
+            const __m256i v = _mm256_loadu_si256((const __m256i *)qs);
+            __m256i lo = low_nibbles32(v), hi = high_nibbles32(v);
+            if (five) {
+                const __m256i u1 = _mm256_set1_epi8((char)(1u << j)), u2 = _mm256_set1_epi8((char)(2u << j));
+                const __m256i sixteen = _mm256_set1_epi8(0x10);
+                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, u1), u1), sixteen));
+                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, u2), u2), sixteen));
+            }
+            const int64_t x1 = b + j, x2 = b + j + 1;
+            const __m256i p1 = dot_u8s8(lo, _mm256_loadu_si256((const __m256i *)(qx + 32 * x1)));
+            const __m256i p2 = dot_u8s8(hi, _mm256_loadu_si256((const __m256i *)(qx + 32 * x2)));
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(d * (float)sc1 * dx[x1]), acc);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p2), _mm256_set1_ps(d * (float)sc2 * dx[x2]), acc);
+            extra -= dmin * ((float)m1 * sx[x1] + (float)m2 * sx[x2]);
+        }
+    }
+    return hsum(acc) + extra;
+}
+
+static float dot_q4_k(const uint8_t *w, int64_t nb, const int8_t *qx, const float *dx, const float *sx) {
+    return dot_q45_k(w, nb, qx, dx, sx, 0);
+}
+static float dot_q5_k(const uint8_t *w, int64_t nb, const int8_t *qx, const float *dx, const float *sx) {
+    return dot_q45_k(w, nb, qx, dx, sx, 1);
+}
+
+static float dot_q6_k(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx) {
+    (void)sx;
+    __m256 acc = _mm256_setzero_ps();
+    const __m256i three = _mm256_set1_epi8(3), m32 = _mm256_set1_epi8(32);
+    for (int64_t b = 0; b < n_blocks; b += 8, w += 210) {
+        const float d = f16(w + 208);
+        const uint8_t *ql = w, *qh = w + 128;
+        const int8_t *sc = (const int8_t *)(w + 192);
+        for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8) {
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            const __m256i h = _mm256_loadu_si256((const __m256i *)qh);
+            __m256i q[4];
+            q[0] = _mm256_or_si256(low_nibbles32(l0), _mm256_slli_epi16(_mm256_and_si256(h, three), 4));
+            q[1] = _mm256_or_si256(low_nibbles32(l1), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), three), 4));
+            q[2] = _mm256_or_si256(high_nibbles32(l0), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), three), 4));
+            q[3] = _mm256_or_si256(high_nibbles32(l1), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), three), 4));
+            for (int k = 0; k < 4; k++) {
+                const int64_t xb = b + 4 * n + k;
+                const __m256i s = _mm256_sub_epi8(q[k], m32); /* −32 … 31 */
+                const __m256i y = _mm256_loadu_si256((const __m256i *)(qx + 32 * xb));
+                const __m256i p = dot_u8s8(_mm256_sign_epi8(s, s), _mm256_sign_epi8(y, s));
+                const float f = d * dx[xb];
+                const __m256 scale = _mm256_setr_m128(_mm_set1_ps(f * (float)sc[2 * k]), _mm_set1_ps(f * (float)sc[2 * k + 1]));
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc);
+            }
+        }
+    }
+    return hsum(acc);
+}
+
 static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t N, int64_t K, const float *x,
                           int64_t T, float *y) {
     const int64_t nb = K / 32;
@@ -452,7 +531,10 @@ static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t
                        : type == Q4_0 ? dot_q4_0
                        : type == Q4_1 ? dot_q4_1
                        : type == Q5_0 ? dot_q5_0
-                                      : dot_q5_1;
+                       : type == Q5_1 ? dot_q5_1
+                       : type == Q4_K ? dot_q4_k
+                       : type == Q5_K ? dot_q5_k
+                                      : dot_q6_k;
 #pragma omp parallel for schedule(static) if (N * row_bytes >= PARALLEL_BYTES)
     for (int64_t n = 0; n < N; n++)
         for (int64_t t = 0; t < T; t++)
@@ -603,7 +685,8 @@ int tc_float_direct(int type) {
 
 /* 1 when the product of `type` quantizes x to int8 (version 3), 0 when it is in float32 (version 2) */
 int tc_quantizes_x(int type) {
-    return HAVE_INT8_DOT && (type == Q8_0 || type == Q4_0 || type == Q4_1 || type == Q5_0 || type == Q5_1);
+    return HAVE_INT8_DOT && (type == Q8_0 || type == Q4_0 || type == Q4_1 || type == Q5_0 || type == Q5_1 ||
+                             type == Q4_K || type == Q5_K || type == Q6_K);
 }
 
 /* y [T, N] = x [T, K] · Wᵀ, for few tokens (the caller uses a float GEMM on dequantized tiles for many) */
