@@ -2,10 +2,10 @@
 
 llm.c's discipline: version 1 is `gguf.quants.dequantize` followed by a matmul in float64 (the
 exact value of the product the file defines), version 2 the C kernel that multiplies in float32
-(F16, BF16, Q5_*, K-quants, and every type for more than FEW_TOKENS tokens), version 3 the C
-kernel that quantizes x to int8 blocks of 32 first, as llama.cpp does (Q8_0, Q4_*, Q5_* and the
-K-quants Q4_K, Q5_K, Q6_K for few tokens). Version 2 must equal version 1 to float32 rounding; version 3 must equal version 1
-applied to the int8-rounded x to float32 rounding, and version 1 on the exact x to within the
+(F32, F16 and BF16 read in place, and every type for more than FEW_TOKENS tokens), version 3 the
+C kernel that quantizes x to int8 blocks of 32 first, as llama.cpp does (Q8_0, Q4_*, Q5_* and the
+K-quants for few tokens). Version 2 must equal version 1 to float32 rounding; version 3 must equal
+version 1 applied to the int8-rounded x to float32 rounding, and version 1 on the exact x to within the
 rounding bound Σ_k |w_k| · dx_k / 2 (each x_k moves by at most half its block's step dx_k).
 Shapes are odd on purpose: 37 rows (no tile divides it), one token, a few, FEW_TOKENS, one more,
 and many. Then whole models: a quantized file on the torch target gives the logits of the same
