@@ -46,6 +46,7 @@ def run_toycards(path: str, ids: list[int], decode: int, threads: int) -> dict:
     start = time.perf_counter()
     model = toycards.load(path, target="torch")
     loaded = time.perf_counter() - start
+    load_rss = peak_rss_mb()  # the peak so far: import torch, load, nothing run yet
     cache = model.new_cache()
     with torch.inference_mode():
         t0 = time.perf_counter()
@@ -57,7 +58,13 @@ def run_toycards(path: str, ids: list[int], decode: int, threads: int) -> dict:
             logits = model(torch.tensor([[out[-1]]]), cache)[0, -1]
             out.append(int(torch.argmax(logits)))
         decoding = time.perf_counter() - t0
-    return {"load_s": loaded, "prefill_s": prefill, "decode_s": decoding, "tokens": out}
+    return {
+        "load_s": loaded,
+        "load_rss_mb": load_rss,
+        "prefill_s": prefill,
+        "decode_s": decoding,
+        "tokens": out,
+    }
 
 
 def run_llama_cpp(path: str, ids: list[int], decode: int, threads: int) -> dict:
@@ -70,6 +77,7 @@ def run_llama_cpp(path: str, ids: list[int], decode: int, threads: int) -> dict:
         n_threads_batch=threads, logits_all=False, verbose=False,
     )  # fmt: skip
     loaded = time.perf_counter() - start
+    load_rss = peak_rss_mb()
     n_vocab = llm.n_vocab()
 
     def last_logits():
@@ -85,7 +93,13 @@ def run_llama_cpp(path: str, ids: list[int], decode: int, threads: int) -> dict:
         llm.eval([out[-1]])
         out.append(int(np.argmax(last_logits())))
     decoding = time.perf_counter() - t0
-    return {"load_s": loaded, "prefill_s": prefill, "decode_s": decoding, "tokens": out}
+    return {
+        "load_s": loaded,
+        "load_rss_mb": load_rss,
+        "prefill_s": prefill,
+        "decode_s": decoding,
+        "tokens": out,
+    }
 
 
 def peak_rss_mb() -> float:
@@ -185,14 +199,17 @@ def compare(path: Path, ids: list[int], args: argparse.Namespace) -> None:
             "decode": statistics.median((args.decode - 1) / r["decode_s"] for r in rs),
             "prefill": statistics.median(len(ids) / r["prefill_s"] for r in rs),
             "rss": statistics.median(r["peak_rss_mb"] for r in rs),
+            "load_s": statistics.median(r["load_s"] for r in rs),
+            "load_rss": statistics.median(r["load_rss_mb"] for r in rs),
         }
     a, b = med["toycards"], med["llama.cpp"]
     same = sum(x == y for x, y in zip(runs["toycards"][0]["tokens"], runs["llama.cpp"][0]["tokens"]))
     size = path.stat().st_size / 2**20
-    print(f"{path.name} ({size:.0f} MiB)")
+    print(f"{path.name} ({size:.0f} MiB)  load average {os.getloadavg()[0]:.2f}")
     for name, m in med.items():
         print(
             f"  {name:<10} decode {m['decode']:7.1f} tok/s   prefill {m['prefill']:7.1f} tok/s   peak RSS {m['rss']:6.0f} MB"
+            f"   (load {m['load_s']:.2f} s, peak RSS after load {m['load_rss']:.0f} MB)"
         )
     print(
         f"  toycards / llama.cpp: decode ×{a['decode'] / b['decode']:.2f}   prefill ×{a['prefill'] / b['prefill']:.2f}"
