@@ -177,7 +177,7 @@ def test_avx2_kernels_without_avx512(tmp_path):
 
 
 # ── float weights read in place (F32 parameters, F16 and BF16 blocks) ────────────────────
-FLOAT_SHAPES = ((37, 160), (37, 75), (5, 16))  # K a multiple of the vector width, K with a tail, N < 4 rows
+FLOAT_SHAPES = ((37, 160), (37, 75), (5, 16))  # K a multiple of 4 vectors, K with a tail, one vector
 
 
 def float_blocks(qtype: Q, shape: tuple[int, int], rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -199,7 +199,7 @@ def float_blocks(qtype: Q, shape: tuple[int, int], rng: np.random.Generator) -> 
 @pytest.mark.parametrize("n_tokens", (1, 3, quant_kernels.FEW_FLOAT_TOKENS))
 def test_float_weights_in_place(qtype, shape, n_tokens):
     """The in-place float product (no dequantized row, no float32 copy) equals a float64 product of
-    the stored values to float32 rounding, for row counts off the 4-row block and K off the vector."""
+    the stored values to float32 rounding, for odd row counts and K off the vector width."""
     rng = np.random.default_rng(n_tokens * 100 + shape[1])
     stored, w = float_blocks(qtype, shape, rng)
     x = rng.normal(size=(2, n_tokens, shape[1])).astype(np.float32)[:1]  # [1, T, K]
