@@ -109,6 +109,15 @@ def test_linear_numpy(weight, n_tokens):
     check_product(y.reshape(-1, w.shape[0]), x.reshape(-1, w.shape[1]), w, qtype, 2 * n_tokens)
 
 
+def test_nan_in_x_stays_nan(weight):
+    """A NaN activation gives NaN products, also where x is rounded to int8 (no silent finite value)."""
+    qtype, blocks, w = weight
+    x = np.ones((2, w.shape[1]), dtype=np.float32)
+    x[1, 7] = np.nan
+    y = quant_torch.QuantWeight(blocks, qtype, w.shape).linear(torch.from_numpy(x)).numpy()
+    assert np.isfinite(y[0]).all() and np.isnan(y[1]).all()
+
+
 def test_embed_picks_exact_rows(weight):
     qtype, blocks, w = weight
     ids = np.array([[0, 36, 5], [5, 5, 1]])

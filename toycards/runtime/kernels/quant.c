@@ -289,18 +289,45 @@ static int scratch_x(int64_t n_q, int64_t n_blocks, int8_t **qx, float **dx, flo
     return 1;
 }
 
+/* x [n_blocks · 32] → qx = round(x / dx) (halves away from zero), dx = max|x| / 127 per block, and
+ * sx = dx · Σ qx; a block holding NaN gets dx = sx = NaN, so that the products stay NaN */
 static void quantize_x(const float *x, int64_t n_blocks, int8_t *qx, float *dx, float *sx) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
     for (int64_t b = 0; b < n_blocks; b++, x += 32, qx += 32) {
-        float amax = 0.0f;
-        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
-        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        int sum = 0;
-        for (int j = 0; j < 32; j++) {
-            qx[j] = (int8_t)roundf(x[j] * id);
-            sum += qx[j];
+        __m256 v[4], amax = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(x + 8 * k);
+            amax = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), amax);
+            nan = _mm256_or_ps(nan, _mm256_cmp_ps(v[k], v[k], _CMP_UNORD_Q));
         }
+        __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_max_ss(m, _mm_movehdup_ps(m));
+        const float d = _mm_cvtss_f32(m) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        if (_mm256_movemask_ps(nan)) {
+            memset(qx, 0, 32);
+            dx[b] = sx[b] = NAN;
+            continue;
+        }
+        const __m256 ids = _mm256_set1_ps(id);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++) {
+            const __m256 t = _mm256_mul_ps(v[k], ids);
+            const __m256 r = _mm256_round_ps(_mm256_add_ps(t, _mm256_or_ps(_mm256_and_ps(t, sign), half)),
+                                             _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            q[k] = _mm256_cvttps_epi32(r);
+        }
+        const __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+        /* int32 → int8 in order: packs interleave the 128-bit lanes, the permute puts them back */
+        const __m256i a = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xD8); /* 16 × int16 */
+        const __m256i c = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[2], q[3]), 0xD8);
+        const __m256i bytes = _mm256_permute4x64_epi64(_mm256_packs_epi16(a, c), 0xD8);
+        _mm256_storeu_si256((__m256i *)qx, bytes);
         dx[b] = d;
-        sx[b] = d * (float)sum;
+        sx[b] = d * (float)_mm_cvtsi128_si32(s4);
     }
 }
 
