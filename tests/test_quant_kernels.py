@@ -118,6 +118,15 @@ def test_nan_in_x_stays_nan(weight):
     assert np.isfinite(y[0]).all() and np.isnan(y[1]).all()
 
 
+def test_wrong_width_is_an_error_not_a_read_past_x(weight):
+    """x whose last axis is not K: the product refuses (no kernel reading past the end of x)."""
+    qtype, blocks, w = weight
+    q = quant_torch.QuantWeight(blocks, qtype, w.shape)
+    for x in (torch.ones(1, w.shape[1] // 2), torch.ones(2, w.shape[1] // 2)):  # the second: K entries in all
+        with pytest.raises(RuntimeError, match="entries per row"):
+            q.linear(x)
+
+
 def test_embed_picks_exact_rows(weight):
     qtype, blocks, w = weight
     ids = np.array([[0, 36, 5], [5, 5, 1]])
@@ -231,6 +240,9 @@ def test_float_linear_leaves_other_cases_to_torch():
     assert quant_torch.float_linear(many, w) is None
     assert quant_torch.float_linear(many[:2].double(), w.double()) is None
     assert quant_torch.float_linear(many[:2].T.contiguous().T, w) is None  # x not contiguous
+    assert quant_torch.float_linear(many[:2, :20].contiguous(), w) is None  # x too narrow: torch's error
+    with pytest.raises(RuntimeError):
+        ops_torch.linear(many[:2, :20].contiguous(), w)
     p = torch.nn.Parameter(w.clone())
     assert quant_torch.float_linear(many[:2], p) is None  # autograd on: torch's product, which has a backward
     y = ops_torch.linear(many[:2], p)

@@ -64,7 +64,7 @@ def float_linear(x: torch.Tensor, W: torch.Tensor) -> torch.Tensor | None:
         return None
     n, k = W.shape
     t = x.numel() // k if k else 0
-    if t == 0 or t > FEW_TOKENS:
+    if t == 0 or t > FEW_TOKENS or x.shape[-1] != k:
         return None
     y = torch.empty(x.shape[:-1] + (n,), dtype=torch.float32)
     kernels.matmul_checked(_F32, W.data_ptr(), 4 * k, n, k, x.data_ptr(), t, y.data_ptr())
@@ -168,7 +168,14 @@ class QuantWeight:
     def linear(self, x: torch.Tensor) -> torch.Tensor:
         """W · X in the codegen layout: x [..., K] → [..., N]."""
         n, k = self.shape
-        if self.fast and x.dtype is torch.float32 and not x.requires_grad and x.is_cpu and x.is_contiguous():
+        if (
+            self.fast
+            and x.dtype is torch.float32
+            and not x.requires_grad
+            and x.is_cpu
+            and x.is_contiguous()
+            and x.shape[-1] == k
+        ):
             t = x.numel() // k
             if t <= FEW_TOKENS:  # decoding: one C call, no reshapes (torch.empty: x.new_empty costs 3× more)
                 y = torch.empty(x.shape[:-1] + (n,), dtype=torch.float32)
@@ -176,6 +183,8 @@ class QuantWeight:
                 if code != 0:
                     raise RuntimeError(f"quant kernel linear failed with code {code}")
                 return y
+        if x.shape[-1] != k:
+            raise RuntimeError(f"{self.name}: x has {x.shape[-1]} entries per row, the weight {k} columns")
         if not self.fast or x.requires_grad:
             return F.linear(x, self.dequantize().to(x.dtype))
         lead = x.shape[:-1]
