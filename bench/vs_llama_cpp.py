@@ -8,7 +8,9 @@ F32), or at a llama.cpp mix such as Q4_K_M with llama.cpp's own quantizer, in a 
 Each implementation runs in its own process (llama.cpp's OpenMP threads and torch's spin
 against each other in one process), with the same thread count, the same prompt ids, prefill
 then --decode greedy tokens; the runs alternate A B A B for --rounds rounds and the medians are
-printed: decode tok/s, prefill tok/s, peak RSS, the ratios, and whether the greedy tokens agree.
+printed: decode tok/s, prefill tok/s, peak RSS, the ratios, and whether the greedy tokens agree,
+then the same ratios per CPU-second of each process (on one thread, what a machine loaded by other
+work changes least), the load average, the load time and the peak RSS after load.
 llama.cpp comes from llama-cpp-python in the interpreter --llama-python (a benchmark
 dependency, never a test or CI one; see the README's benchmark notes for its build flags); its
 logits are read with llama_get_logits_ith(ctx, -1).
@@ -46,18 +48,27 @@ def run_toycards(path: str, ids: list[int], decode: int, threads: int) -> dict:
     start = time.perf_counter()
     model = toycards.load(path, target="torch")
     loaded = time.perf_counter() - start
+    load_rss = peak_rss_mb()  # the peak so far: import torch, load, nothing run yet
     cache = model.new_cache()
     with torch.inference_mode():
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         logits = model(torch.tensor([ids]), cache)[0, -1]
-        prefill = time.perf_counter() - t0
+        prefill, prefill_cpu = time.perf_counter() - t0, time.process_time() - c0
         out = [int(torch.argmax(logits))]
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(decode - 1):
             logits = model(torch.tensor([[out[-1]]]), cache)[0, -1]
             out.append(int(torch.argmax(logits)))
-        decoding = time.perf_counter() - t0
-    return {"load_s": loaded, "prefill_s": prefill, "decode_s": decoding, "tokens": out}
+        decoding, decoding_cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {
+        "prefill_cpu_s": prefill_cpu,
+        "decode_cpu_s": decoding_cpu,
+        "load_s": loaded,
+        "load_rss_mb": load_rss,
+        "prefill_s": prefill,
+        "decode_s": decoding,
+        "tokens": out,
+    }
 
 
 def run_llama_cpp(path: str, ids: list[int], decode: int, threads: int) -> dict:
@@ -70,22 +81,31 @@ def run_llama_cpp(path: str, ids: list[int], decode: int, threads: int) -> dict:
         n_threads_batch=threads, logits_all=False, verbose=False,
     )  # fmt: skip
     loaded = time.perf_counter() - start
+    load_rss = peak_rss_mb()
     n_vocab = llm.n_vocab()
 
     def last_logits():
         ptr = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
         return np.ctypeslib.as_array(ptr, shape=(n_vocab,))
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     llm.eval(ids)
-    prefill = time.perf_counter() - t0
+    prefill, prefill_cpu = time.perf_counter() - t0, time.process_time() - c0
     out = [int(np.argmax(last_logits()))]
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(decode - 1):
         llm.eval([out[-1]])
         out.append(int(np.argmax(last_logits())))
-    decoding = time.perf_counter() - t0
-    return {"load_s": loaded, "prefill_s": prefill, "decode_s": decoding, "tokens": out}
+    decoding, decoding_cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {
+        "prefill_cpu_s": prefill_cpu,
+        "decode_cpu_s": decoding_cpu,
+        "load_s": loaded,
+        "load_rss_mb": load_rss,
+        "prefill_s": prefill,
+        "decode_s": decoding,
+        "tokens": out,
+    }
 
 
 def peak_rss_mb() -> float:
@@ -185,18 +205,30 @@ def compare(path: Path, ids: list[int], args: argparse.Namespace) -> None:
             "decode": statistics.median((args.decode - 1) / r["decode_s"] for r in rs),
             "prefill": statistics.median(len(ids) / r["prefill_s"] for r in rs),
             "rss": statistics.median(r["peak_rss_mb"] for r in rs),
+            "decode_cpu": statistics.median((args.decode - 1) / r["decode_cpu_s"] for r in rs),
+            "prefill_cpu": statistics.median(len(ids) / r["prefill_cpu_s"] for r in rs),
+            "load_s": statistics.median(r["load_s"] for r in rs),
+            "load_rss": statistics.median(r["load_rss_mb"] for r in rs),
         }
     a, b = med["toycards"], med["llama.cpp"]
     same = sum(x == y for x, y in zip(runs["toycards"][0]["tokens"], runs["llama.cpp"][0]["tokens"]))
     size = path.stat().st_size / 2**20
-    print(f"{path.name} ({size:.0f} MiB)")
+    print(f"{path.name} ({size:.0f} MiB)  load average {os.getloadavg()[0]:.2f}")
     for name, m in med.items():
         print(
             f"  {name:<10} decode {m['decode']:7.1f} tok/s   prefill {m['prefill']:7.1f} tok/s   peak RSS {m['rss']:6.0f} MB"
+            f"   (load {m['load_s']:.2f} s, peak RSS after load {m['load_rss']:.0f} MB)"
         )
     print(
         f"  toycards / llama.cpp: decode ×{a['decode'] / b['decode']:.2f}   prefill ×{a['prefill'] / b['prefill']:.2f}"
         f"   peak RSS ×{a['rss'] / b['rss']:.2f}   greedy tokens equal {same}/{args.decode}"
+    )
+    # tokens per CPU-second: what a loaded machine changes least, on one thread (with more, CPU time
+    # also counts the threads spinning at barriers)
+    print(
+        f"  per CPU-second: decode ×{a['decode_cpu'] / b['decode_cpu']:.2f}"
+        f" ({a['decode_cpu']:.1f} / {b['decode_cpu']:.1f})   prefill ×{a['prefill_cpu'] / b['prefill_cpu']:.2f}"
+        f" ({a['prefill_cpu']:.1f} / {b['prefill_cpu']:.1f})"
     )
 
 

@@ -77,6 +77,17 @@ def test_norms_with_one_scale_per_head(funcs):
     )
 
 
+@pytest.mark.parametrize("shape", [(1, 1, 64), (2, 3, 33), (5,)], ids=str)
+def test_rms_norm_on_few_rows(funcs, shape):
+    """Few tokens (a decoding step): the C version (glue_torch), odd widths included."""
+    from toycards.runtime import glue_torch, quant_kernels
+
+    e, gamma = rand(*shape, scale=3.0), rand(shape[-1]) + 1
+    assert_close(*both(funcs["rms_norm"], e, gamma, 1e-6))
+    if quant_kernels.library() is not None:
+        assert glue_torch.rms_norm(e, gamma, 1e-6) is not None  # the C version ran
+
+
 @pytest.mark.parametrize("d_r", [16, 8])  # 8: partial rotary, the last 8 entries of each head pass
 @pytest.mark.parametrize("name", ["rope_pairs", "rope_halves"])
 def test_rope(funcs, name, d_r):
@@ -84,6 +95,11 @@ def test_rope(funcs, name, d_r):
     rho = torch.rand(d_r // 2, generator=g) + 0.5
     assert_close(*both(funcs[name], x, t, 500.0, rho))
     assert_close(*both(funcs[name], x, t + 11, 500.0, rho))  # other positions: not the cached angles
+    from toycards.runtime import glue_torch, quant_kernels
+
+    if quant_kernels.library() is not None:  # 5 positions: few enough for the C version
+        cos, sin = ops_torch._rope_angles(t, 500.0, rho, d_r)
+        assert glue_torch.rope(x, cos, sin, pairs=name == "rope_pairs") is not None
 
 
 @pytest.mark.parametrize("name", ["rope_pairs", "rope_halves"])
@@ -131,6 +147,24 @@ def test_grouped_query_attention(funcs, kv_index):
     idx = torch.tensor(kv_index)
     ungrouped, _ = both(funcs["attention"], Q, K[:, idx], V[:, idx], mask)
     assert_close(ungrouped, slow)
+
+
+@pytest.mark.parametrize("d", [16, 24])  # 16: the AVX-512 path (rows of whole vectors); 24: the plain one
+@pytest.mark.parametrize("kv_index", [None, [0, 0, 1, 1, 2, 2], [2, 0, 1, 0, 1, 2]])
+def test_attention_on_cache_views(funcs, kv_index, d):
+    """One query against keys and values that are the first rows of a larger cache buffer (a
+    strided view, as KVCache.append returns them): the C version for few queries."""
+    from toycards.runtime import glue_torch, quant_kernels
+
+    H = 3 if kv_index is None else 6
+    Q, buf = rand(2, H, 1, d), rand(2, 2, 3, 32, d)
+    K, V = buf[0, :, :, :11], buf[1, :, :, :11]
+    mask = lambda t_z, t_x: t_z <= t_x + 5  # noqa: E731 - keys 1…6 of 11
+    call = (lambda *a: funcs["attention"](*a, kv_index=kv_index)) if kv_index else funcs["attention"]
+    assert_close(*both(call, Q, K, V, mask))
+    if quant_kernels.library() is not None:
+        allowed = torch.ones(1, 11, dtype=torch.bool)
+        assert glue_torch.attention(Q, K, V, allowed, kv_index) is not None  # the C version ran
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])

@@ -13,7 +13,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from toycards.runtime.quant_torch import QuantWeight
+from toycards.runtime import glue_torch
+from toycards.runtime.quant_torch import QuantWeight, float_linear
 
 inf = math.inf
 fast = True  # use the single kernels below in place of a prelude algorithm's steps
@@ -42,7 +43,10 @@ def linear(x, W):
     A weight kept in its GGUF blocks multiplies by its own kernel (runtime/quant_torch.py)."""
     if W.__class__ is QuantWeight:
         return W.linear(x)
-    return F.linear(x, W) if W.dim() == 2 else x @ W.transpose(-1, -2)
+    if W.dim() != 2:
+        return x @ W.transpose(-1, -2)
+    y = float_linear(x, W)  # few tokens of a float32 weight: the C kernel reading it in place
+    return F.linear(x, W) if y is None else y
 
 
 def maximum(a, b):
@@ -239,6 +243,9 @@ def layer_norm(e, gamma, beta, epsilon):
 
 def rms_norm(e, gamma, epsilon):
     """RMSNorm over the last axis; γ of more axes broadcasts, as in layer_norm."""
+    y = glue_torch.rms_norm(e, gamma, epsilon)  # few tokens and one row of γ: the C version
+    if y is not None:
+        return y
     d = (e.shape[-1],)
     return F.rms_norm(e, d, gamma, epsilon) if gamma.dim() <= 1 else F.rms_norm(e, d, None, epsilon) * gamma
 
@@ -265,11 +272,14 @@ def attention(Q, K, V, mask, cap, t_z, t_x, kv_index=None):
     t_z = torch.as_tensor(t_z, dtype=torch.float32).reshape(1, -1)
     t_x = torch.as_tensor(t_x, dtype=torch.float32).reshape(-1, 1)
     allowed = torch.as_tensor(mask(t_z, t_x)).bool().expand(t_x.shape[0], t_z.shape[1])
-    if cap > 0:
+    if cap > 0:  # soft-capped scores: neither SDPA nor the C version caps them
         if kv_index is not None:
             K, V = take(K, kv_index, -3), take(V, kv_index, -3)
         S = cap * torch.tanh(torch.matmul(Q, K.mT) / (math.sqrt(Q.shape[-1]) * cap))
         return torch.matmul(torch.softmax(S.masked_fill(~allowed, -math.inf), dim=-1), V)
+    y = glue_torch.attention(Q, K, V, allowed, kv_index)  # few queries: the C version
+    if y is not None:
+        return y
     if kv_index is None:
         return F.scaled_dot_product_attention(Q, K, V, attn_mask=allowed)
     n_q, n_kv = len(kv_index), K.shape[-3]
@@ -285,19 +295,20 @@ def _rope_angles(t, theta, rho, d_h):
     """cos φ and sin φ of φ_i = (t − 1) / (θ^(2(i−1)/d_h) · ρ_i), kept for the other layers of a pass
     (d_h: the rotated entries, llama.cpp's n_rot).
 
-    The cache key holds a copy of ρ's bytes: `numpy()` on ρ itself would mark its storage as not
+    The cache key holds ρ's values (`tolist()`): `numpy()` on ρ itself would mark its storage as not
     resizable, and FSDP frees a gathered parameter (ρ is one) by resizing its storage to 0."""
     t = torch.as_tensor(t)
     if torch.is_grad_enabled():  # training: no sharing of angles between passes
         i = torch.arange(1, d_h // 2 + 1, dtype=torch.float32, device=rho.device)
         phi = (t.to(torch.float32) - 1) / ((theta ** ((2 * (i - 1)) / d_h)) * rho)
         return torch.cos(phi), torch.sin(phi)
+    flat = t.reshape(-1)
     key = (
         tuple(t.shape),
-        float(t.reshape(-1)[0]),
-        float(t.reshape(-1)[-1]),
+        # every position when few (a decoding step; indexing costs more than tolist), else the ends
+        tuple(flat.tolist()) if flat.numel() <= 16 else (flat[0].item(), flat[-1].item()),
         float(theta),
-        rho.detach().to("cpu", copy=True).numpy().tobytes(),  # a copy: numpy() pins ρ's own storage
+        tuple(rho.detach().reshape(-1).tolist()),  # values, not a view: numpy() would pin ρ's own storage
         d_h,
         t.device,
     )
@@ -317,6 +328,9 @@ def rope_pairs(x, t, theta, rho):
     the rest pass unchanged (partial rotary)."""
     d_r = 2 * rho.shape[-1]
     cos, sin = _rope_angles(t, theta, rho, d_r)
+    y = glue_torch.rope(x, cos, sin, pairs=True)  # few tokens: the C version
+    if y is not None:
+        return y
     x1, x2 = x[..., 0:d_r:2], x[..., 1:d_r:2]
     rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
     return rotated if d_r == x.shape[-1] else torch.cat((rotated, x[..., d_r:]), dim=-1)
@@ -327,6 +341,9 @@ def rope_halves(x, t, theta, rho):
     vector; the rest pass unchanged (partial rotary)."""
     half = rho.shape[-1]
     cos, sin = _rope_angles(t, theta, rho, 2 * half)
+    y = glue_torch.rope(x, cos, sin, pairs=False)  # few tokens: the C version
+    if y is not None:
+        return y
     x1, x2 = x[..., :half], x[..., half : 2 * half]
     rotated = (x1 * cos - x2 * sin, x1 * sin + x2 * cos)
     rest = () if 2 * half == x.shape[-1] else (x[..., 2 * half :],)

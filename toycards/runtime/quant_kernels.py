@@ -88,7 +88,15 @@ def _build() -> ctypes.CDLL | None:
     lib.tc_dequant_rows.argtypes = [ctypes.c_int, _P, _I, _I, _I, _I, _P]
     lib.tc_gather_rows.argtypes = [ctypes.c_int, _P, _I, _I, _P, _I, _P]
     lib.tc_quantizes_x.argtypes = [ctypes.c_int]
-    for fn in (lib.tc_matmul, lib.tc_dequant_rows, lib.tc_gather_rows, lib.tc_quantizes_x):
+    lib.tc_float_direct.argtypes = [ctypes.c_int]
+    for fn in (
+        lib.tc_matmul,
+        lib.tc_dequant_rows,
+        lib.tc_gather_rows,
+        lib.tc_quantizes_x,
+        lib.tc_float_direct,
+        lib.tc_linear,
+    ):
         fn.restype = ctypes.c_int
     return lib
 
@@ -114,6 +122,36 @@ def quantizes_x(ggml_type: int) -> bool:
     """Whether `matmul` quantizes x to int8 blocks of 32 for this type (as llama.cpp does), rather
     than multiplying in float32."""
     return available(ggml_type) and bool(library().tc_quantizes_x(ggml_type))
+
+
+def float_direct(ggml_type: int) -> bool:
+    """Whether `matmul` multiplies this float type (F32 0, F16 1, BF16 30) by its stored elements in
+    place for up to FEW_FLOAT_TOKENS tokens (no dequantized row)."""
+    lib = library()
+    return lib is not None and bool(lib.tc_float_direct(ggml_type))
+
+
+FEW_FLOAT_TOKENS = 8  # the C side's MAX_FLOAT_TOKENS
+
+
+class Plan(ctypes.Structure):
+    """One weight's fixed arguments (tc_weight in quant.c): built once, passed by address to
+    `linear`, so that a product costs a four-argument ctypes call."""
+
+    _fields_ = [("type", _I), ("row_bytes", _I), ("n", _I), ("k", _I), ("w", _P)]
+
+
+def plan(ggml_type: int, w_ptr: int, row_bytes: int, n: int, k: int) -> Plan:
+    """The Plan of W [n, k] (`row_bytes` per row at `w_ptr`); keep the weight's memory alive with it."""
+    return Plan(ggml_type, row_bytes, n, k, w_ptr)
+
+
+def linear_fn():
+    """`tc_linear(byref(plan), c_void_p(x_ptr), c_int64(t), c_void_p(y_ptr)) -> code` (0: done), or None
+    without kernels. It has no argtypes: arguments come as ctypes objects, which costs ~1.4 µs a call
+    against ~2.2 µs for argtypes converting Python ints."""
+    lib = library()
+    return None if lib is None else lib.tc_linear
 
 
 def _check(code: int, what: str) -> None:

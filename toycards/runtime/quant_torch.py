@@ -11,12 +11,16 @@ Leaves out: the kernels (quant_kernels.py) and the reference they are held to, g
 The product picks its kernel by the number of tokens: up to `FEW_TOKENS` rows of x, the C kernel
 reads each weight row once and takes its dot products with every token (decoding); more, and the
 weight is dequantized a tile of rows at a time (about 4 MiB of float32) into a buffer that a float
-GEMM multiplies by (prefill), so no full float copy of the matrix is ever made. Quantized weights
+GEMM multiplies by (prefill), so no full float copy of the matrix is ever made. F16 and BF16 rows are
+not dequantized for few tokens either: the kernel widens their elements in registers, and
+`float_linear` does the same for a float32 parameter (an F32 file's matrices, memory-mapped), which
+torch's own GEMV reads at about half the speed. Quantized weights
 are not trainable: training dequantizes at load (`toycards.load(..., dequantize=True)`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import warnings
 
 import numpy as np
@@ -36,6 +40,39 @@ def reference_dequantize(blocks: np.ndarray, ggml_type: int, shape: tuple[int, .
     return np.asarray(quants.dequantize(blocks, GGMLQuantizationType(ggml_type)), dtype=np.float32).reshape(
         shape
     )
+
+
+_F32 = 0  # ggml's type id of float32
+_ptr, _int = ctypes.c_void_p, ctypes.c_int64
+
+
+def float_linear(x: torch.Tensor, W: torch.Tensor) -> torch.Tensor | None:
+    """x [..., K] · Wᵀ for a float32 weight W [N, K] (a parameter, memory-mapped from the file) by
+    the C kernel that reads W in place, when that applies: up to FEW_TOKENS rows of x, no autograd,
+    plain contiguous CPU float32 tensors. None otherwise (the caller uses torch's own product)."""
+    global _float_direct
+    if _float_direct is None:  # built on first use, not on import
+        _float_direct = kernels.float_direct(_F32)
+    if (
+        not _float_direct
+        or W.__class__ not in _PLAIN
+        or x.dtype is not torch.float32
+        or W.dtype is not torch.float32
+        or not (x.is_cpu and W.is_cpu and x.is_contiguous() and W.is_contiguous())
+        or (torch.is_grad_enabled() and (x.requires_grad or W.requires_grad))
+    ):
+        return None
+    n, k = W.shape
+    t = x.numel() // k if k else 0
+    if t == 0 or t > FEW_TOKENS or x.shape[-1] != k:
+        return None
+    y = torch.empty(x.shape[:-1] + (n,), dtype=torch.float32)
+    kernels.matmul_checked(_F32, W.data_ptr(), 4 * k, n, k, x.data_ptr(), t, y.data_ptr())
+    return y
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_float_direct: bool | None = None
 
 
 def _unwrap(value):
@@ -78,6 +115,10 @@ class QuantWeight:
         self.fast = kernels.available(self.ggml_type) and blocks.flags.c_contiguous
         self._ptr = self.blocks.data_ptr()
         self._matmul = kernels.matmul_checked if self.fast else None
+        # the few-token product: the weight's arguments bound once (a four-argument C call)
+        self._plan = kernels.plan(self.ggml_type, self._ptr, self.row_bytes, n, k) if self.fast else None
+        self._plan_ref = ctypes.byref(self._plan) if self.fast else None
+        self._linear = kernels.linear_fn() if self.fast else None
 
     # ── what a tensor would say about itself ────────────────────────────────────────────
     def dim(self) -> int:
@@ -127,6 +168,23 @@ class QuantWeight:
     def linear(self, x: torch.Tensor) -> torch.Tensor:
         """W · X in the codegen layout: x [..., K] → [..., N]."""
         n, k = self.shape
+        if (
+            self.fast
+            and x.dtype is torch.float32
+            and not x.requires_grad
+            and x.is_cpu
+            and x.is_contiguous()
+            and x.shape[-1] == k
+        ):
+            t = x.numel() // k
+            if t <= FEW_TOKENS:  # decoding: one C call, no reshapes (torch.empty: x.new_empty costs 3× more)
+                y = torch.empty(x.shape[:-1] + (n,), dtype=torch.float32)
+                code = self._linear(self._plan_ref, _ptr(x.data_ptr()), _int(t), _ptr(y.data_ptr()))
+                if code != 0:
+                    raise RuntimeError(f"quant kernel linear failed with code {code}")
+                return y
+        if x.shape[-1] != k:
+            raise RuntimeError(f"{self.name}: x has {x.shape[-1]} entries per row, the weight {k} columns")
         if not self.fast or x.requires_grad:
             return F.linear(x, self.dequantize().to(x.dtype))
         lead = x.shape[:-1]

@@ -11,7 +11,8 @@
  *
  * Version 1 of the product (the reference) is gguf.quants.dequantize then a float matmul; this is
  * version 2: each thread dequantizes one row into a float buffer on its stack (it stays in L1) and
- * takes its dot product with every token, so the weight's bytes are read once per call. The
+ * takes its dot product with every token, so the weight's bytes are read once per call (version 2f
+ * below reads F32, F16 and BF16 elements in place instead; version 3 quantizes x to int8). The
  * tests (tests/test_quant_kernels.py) tie the two for every type here.
  *
  * Types (d, m, dmin float16; q unsigned unless said):
@@ -27,8 +28,13 @@
 #if defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* a product reading fewer bytes of weight than this runs on the calling thread: waking the other
+ * threads costs more than it saves (a few µs, far more when another process holds a core) */
+#define PARALLEL_BYTES (32 * 1024)
 
 enum { F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14,
        BF16 = 30 };
@@ -248,7 +254,7 @@ int tc_gather_rows(int type, const uint8_t *W, int64_t row_bytes, int64_t K, con
 }
 
 
-/* ── version 3, for Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 on CPUs with AVX2: integer dot products, as llama.cpp does ──
+/* ── version 3, for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the K-quants on CPUs with AVX2: integer dot products, as llama.cpp does ──
  * x is quantized per block of 32 to int8 first (qx = round(x / dx), dx = max|x| / 127, dx kept in
  * float32), so a block's dot product is one integer sum:
  *   Q8_0  Σ w·x ≈ dw·dx·Σ q·qx          Q4_0  dw·dx·(Σ q·qx − 8·Σ qx)     Q4_1  dw·dx·Σ q·qx + m·dx·Σ qx
@@ -262,18 +268,66 @@ int tc_gather_rows(int type, const uint8_t *W, int64_t row_bytes, int64_t K, con
 #include <math.h>
 #define HAVE_INT8_DOT 1
 
+/* the calling thread's buffers for quantized x, grown as needed and kept (no malloc per product) */
+static _Thread_local int8_t *scratch_q;
+static _Thread_local float *scratch_f;
+static _Thread_local int64_t scratch_q_cap, scratch_f_cap;
+
+static int scratch_x(int64_t n_q, int64_t n_blocks, int8_t **qx, float **dx, float **sx) {
+    if (n_q > scratch_q_cap) {
+        free(scratch_q);
+        scratch_q = (int8_t *)malloc((size_t)n_q);
+        scratch_q_cap = scratch_q ? n_q : 0;
+    }
+    if (2 * n_blocks > scratch_f_cap) {
+        free(scratch_f);
+        scratch_f = (float *)malloc(sizeof(float) * (size_t)(2 * n_blocks));
+        scratch_f_cap = scratch_f ? 2 * n_blocks : 0;
+    }
+    if (!scratch_q || !scratch_f) return 0;
+    *qx = scratch_q, *dx = scratch_f, *sx = scratch_f + n_blocks;
+    return 1;
+}
+
+/* x [n_blocks · 32] → qx = round(x / dx) (halves away from zero), dx = max|x| / 127 per block, and
+ * sx = dx · Σ qx; a block holding NaN gets dx = sx = NaN, so that the products stay NaN */
 static void quantize_x(const float *x, int64_t n_blocks, int8_t *qx, float *dx, float *sx) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
     for (int64_t b = 0; b < n_blocks; b++, x += 32, qx += 32) {
-        float amax = 0.0f;
-        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
-        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        int sum = 0;
-        for (int j = 0; j < 32; j++) {
-            qx[j] = (int8_t)roundf(x[j] * id);
-            sum += qx[j];
+        __m256 v[4], amax = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(x + 8 * k);
+            amax = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), amax);
+            nan = _mm256_or_ps(nan, _mm256_cmp_ps(v[k], v[k], _CMP_UNORD_Q));
         }
+        __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_max_ss(m, _mm_movehdup_ps(m));
+        const float d = _mm_cvtss_f32(m) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        if (_mm256_movemask_ps(nan)) {
+            memset(qx, 0, 32);
+            dx[b] = sx[b] = NAN;
+            continue;
+        }
+        const __m256 ids = _mm256_set1_ps(id);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++) {
+            const __m256 t = _mm256_mul_ps(v[k], ids);
+            const __m256 r = _mm256_round_ps(_mm256_add_ps(t, _mm256_or_ps(_mm256_and_ps(t, sign), half)),
+                                             _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            q[k] = _mm256_cvttps_epi32(r);
+        }
+        const __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+        /* int32 → int8 in order: packs interleave the 128-bit lanes, the permute puts them back */
+        const __m256i a = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xD8); /* 16 × int16 */
+        const __m256i c = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[2], q[3]), 0xD8);
+        const __m256i bytes = _mm256_permute4x64_epi64(_mm256_packs_epi16(a, c), 0xD8);
+        _mm256_storeu_si256((__m256i *)qx, bytes);
         dx[b] = d;
-        sx[b] = d * (float)sum;
+        sx[b] = d * (float)_mm_cvtsi128_si32(s4);
     }
 }
 
@@ -414,47 +468,257 @@ DOT_ROW(dot_q5_1, Q5_1)
 
 typedef float (*dot_fn)(const uint8_t *, int64_t, const int8_t *, const float *, const float *);
 
+/* The K-quants against x in int8 blocks of 32 (finer than llama.cpp's q8_K blocks of 256, so no
+ * less exact): a Q4_K / Q5_K sub-block of 32 is one x block,
+ *   Σ w·x ≈ d·sc_j·dx·Σ q·qx − dmin·m_j·dx·Σ qx
+ * and a Q6_K chunk of 32 (two groups of 16 with their own int8 scales) is one x block,
+ *   Σ w·x ≈ d·dx·(sc_a·Σ_{first 16} (q − 32)·qx + sc_b·Σ_{last 16} (q − 32)·qx). */
+static inline __m256i low_nibbles32(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0F)); }
+static inline __m256i high_nibbles32(__m256i v) {
+    return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
+}
+
+static float dot_q45_k(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx,
+                       int five) {
+    __m256 acc = _mm256_setzero_ps();
+    float extra = 0.0f;
+    const int bs = five ? 176 : 144;
+    for (int64_t b = 0; b < n_blocks; b += 8, w += bs) { /* 8 x blocks: one weight block of 256 */
+        const float d = f16(w), dmin = f16(w + 2);
+        const uint8_t *scales = w + 4, *qh = w + 16, *qs = w + (five ? 48 : 16);
+        const __m256i hbits = five ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+        for (int j = 0; j < 8; j += 2, qs += 32) {
+            int sc1, m1, sc2, m2;
+            scale_min_k4(j, scales, &sc1, &m1);
+            scale_min_k4(j + 1, scales, &sc2, &m2);
+            const __m256i v = _mm256_loadu_si256((const __m256i *)qs);
+            __m256i lo = low_nibbles32(v), hi = high_nibbles32(v);
+            if (five) {
+                const __m256i u1 = _mm256_set1_epi8((char)(1u << j)), u2 = _mm256_set1_epi8((char)(2u << j));
+                const __m256i sixteen = _mm256_set1_epi8(0x10);
+                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, u1), u1), sixteen));
+                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, u2), u2), sixteen));
+            }
+            const int64_t x1 = b + j, x2 = b + j + 1;
+            const __m256i p1 = dot_u8s8(lo, _mm256_loadu_si256((const __m256i *)(qx + 32 * x1)));
+            const __m256i p2 = dot_u8s8(hi, _mm256_loadu_si256((const __m256i *)(qx + 32 * x2)));
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(d * (float)sc1 * dx[x1]), acc);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p2), _mm256_set1_ps(d * (float)sc2 * dx[x2]), acc);
+            extra -= dmin * ((float)m1 * sx[x1] + (float)m2 * sx[x2]);
+        }
+    }
+    return hsum(acc) + extra;
+}
+
+static float dot_q4_k(const uint8_t *w, int64_t nb, const int8_t *qx, const float *dx, const float *sx) {
+    return dot_q45_k(w, nb, qx, dx, sx, 0);
+}
+static float dot_q5_k(const uint8_t *w, int64_t nb, const int8_t *qx, const float *dx, const float *sx) {
+    return dot_q45_k(w, nb, qx, dx, sx, 1);
+}
+
+static float dot_q6_k(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx) {
+    (void)sx;
+    __m256 acc = _mm256_setzero_ps();
+    const __m256i three = _mm256_set1_epi8(3), m32 = _mm256_set1_epi8(32);
+    for (int64_t b = 0; b < n_blocks; b += 8, w += 210) {
+        const float d = f16(w + 208);
+        const uint8_t *ql = w, *qh = w + 128;
+        const int8_t *sc = (const int8_t *)(w + 192);
+        for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8) {
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            const __m256i h = _mm256_loadu_si256((const __m256i *)qh);
+            __m256i q[4];
+            q[0] = _mm256_or_si256(low_nibbles32(l0), _mm256_slli_epi16(_mm256_and_si256(h, three), 4));
+            q[1] = _mm256_or_si256(low_nibbles32(l1), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), three), 4));
+            q[2] = _mm256_or_si256(high_nibbles32(l0), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), three), 4));
+            q[3] = _mm256_or_si256(high_nibbles32(l1), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), three), 4));
+            for (int k = 0; k < 4; k++) {
+                const int64_t xb = b + 4 * n + k;
+                const __m256i s = _mm256_sub_epi8(q[k], m32); /* −32 … 31 */
+                const __m256i y = _mm256_loadu_si256((const __m256i *)(qx + 32 * xb));
+                const __m256i p = dot_u8s8(_mm256_sign_epi8(s, s), _mm256_sign_epi8(y, s));
+                const float f = d * dx[xb];
+                const __m256 scale = _mm256_setr_m128(_mm_set1_ps(f * (float)sc[2 * k]), _mm_set1_ps(f * (float)sc[2 * k + 1]));
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc);
+            }
+        }
+    }
+    return hsum(acc);
+}
+
 static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t N, int64_t K, const float *x,
                           int64_t T, float *y) {
     const int64_t nb = K / 32;
-    int8_t *qx = (int8_t *)malloc((size_t)(T * K));
-    float *dx = (float *)malloc(sizeof(float) * (size_t)(T * nb)), *sx = (float *)malloc(sizeof(float) * (size_t)(T * nb));
-    if (!qx || !dx || !sx) {
-        free(qx); free(dx); free(sx);
-        return -2;
-    }
+    int8_t *qx;
+    float *dx, *sx;
+    if (!scratch_x(T * K, T * nb, &qx, &dx, &sx)) return -2;
     for (int64_t t = 0; t < T; t++) quantize_x(x + t * K, nb, qx + t * K, dx + t * nb, sx + t * nb);
     const dot_fn dot = type == Q8_0   ? dot_q8_0
                        : type == Q4_0 ? dot_q4_0
                        : type == Q4_1 ? dot_q4_1
                        : type == Q5_0 ? dot_q5_0
-                                      : dot_q5_1;
-#pragma omp parallel for schedule(static)
+                       : type == Q5_1 ? dot_q5_1
+                       : type == Q4_K ? dot_q4_k
+                       : type == Q5_K ? dot_q5_k
+                                      : dot_q6_k;
+#pragma omp parallel for schedule(static) if (N * row_bytes >= PARALLEL_BYTES)
     for (int64_t n = 0; n < N; n++)
         for (int64_t t = 0; t < T; t++)
             y[t * N + n] = dot(W + n * row_bytes, nb, qx + t * K, dx + t * nb, sx + t * nb);
-    free(qx); free(dx); free(sx);
     return 0;
 }
 #else
 #define HAVE_INT8_DOT 0
 #endif
 
+
+/* ── version 2f, for F32, F16 and BF16: the weight's own elements read in place ──────────────────
+ * No dequantized row: each thread takes a contiguous range of rows and multiplies the stored
+ * elements (F16 and BF16 widened in registers) by x with float32 FMAs, several independent sums at
+ * once (four per row for one token; one row against every token for up to MAX_FLOAT_TOKENS). The
+ * caller uses a float GEMM for more tokens. Sums are in float32, in an order of our own: the tests
+ * hold them to a float64 product within float32 rounding.
+ */
+enum { F32 = 0, MAX_FLOAT_TOKENS = 8 };
+
+static inline float float_at(int type, const uint8_t *w, int64_t i) {
+    if (type == F32) {
+        float f;
+        memcpy(&f, w + 4 * i, 4);
+        return f;
+    }
+    if (type == F16) return f16(w + 2 * i);
+    uint32_t u = (uint32_t)((const uint16_t *)w)[i] << 16; /* BF16 */
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+#if defined(__AVX512F__)
+#define HAVE_FLOAT_DOT 1
+typedef __m512 vf;
+#define VL 16
+static inline vf vload_w(int type, const uint8_t *w, int64_t i) {
+    if (type == F32) return _mm512_loadu_ps((const float *)w + i);
+    const __m256i h = _mm256_loadu_si256((const __m256i *)(w + 2 * i));
+    if (type == F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+#define VLOAD _mm512_loadu_ps
+#define VFMA _mm512_fmadd_ps
+#define VZERO _mm512_setzero_ps
+#define VSUM _mm512_reduce_add_ps
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define HAVE_FLOAT_DOT 1
+typedef __m256 vf;
+#define VL 8
+static inline vf vload_w(int type, const uint8_t *w, int64_t i) {
+    if (type == F32) return _mm256_loadu_ps((const float *)w + i);
+    const __m128i h = _mm_loadu_si128((const __m128i *)(w + 2 * i));
+    if (type == F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+static inline float vsum8(__m256 v) {
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+#define VLOAD _mm256_loadu_ps
+#define VFMA _mm256_fmadd_ps
+#define VZERO _mm256_setzero_ps
+#define VSUM vsum8
+#else
+#define HAVE_FLOAT_DOT 0
+#endif
+
+#if HAVE_FLOAT_DOT
+/* y [T, N] = x [T, K] · Wᵀ for a float type; `type` is a constant where this is inlined */
+static inline __attribute__((always_inline)) void float_product(int type, const uint8_t *W, int64_t row_bytes,
+                                                                int64_t N, int64_t K, const float *x,
+                                                                int64_t T, float *y) {
+    const int64_t kv = K / VL * VL;
+    if (T == 1) { /* one row at a time, read in order (one stream: ~1.6× the bandwidth of four rows
+                   * interleaved on one core), four sums in flight */
+#pragma omp parallel for schedule(static) if (N * row_bytes >= PARALLEL_BYTES)
+        for (int64_t n = 0; n < N; n++) {
+            const uint8_t *w = W + n * row_bytes;
+            vf a0 = VZERO(), a1 = VZERO(), a2 = VZERO(), a3 = VZERO();
+            int64_t i = 0;
+            for (; i + 4 * VL <= kv; i += 4 * VL) {
+                a0 = VFMA(vload_w(type, w, i), VLOAD(x + i), a0);
+                a1 = VFMA(vload_w(type, w, i + VL), VLOAD(x + i + VL), a1);
+                a2 = VFMA(vload_w(type, w, i + 2 * VL), VLOAD(x + i + 2 * VL), a2);
+                a3 = VFMA(vload_w(type, w, i + 3 * VL), VLOAD(x + i + 3 * VL), a3);
+            }
+            for (; i < kv; i += VL) a0 = VFMA(vload_w(type, w, i), VLOAD(x + i), a0);
+            float s = VSUM(a0) + VSUM(a1) + (VSUM(a2) + VSUM(a3));
+            for (; i < K; i++) s += float_at(type, w, i) * x[i];
+            y[n] = s;
+        }
+        return;
+    }
+#pragma omp parallel for schedule(static) if (N * row_bytes >= PARALLEL_BYTES)
+    for (int64_t n = 0; n < N; n++) {
+        const uint8_t *w = W + n * row_bytes;
+        vf acc[MAX_FLOAT_TOKENS];
+        for (int64_t t = 0; t < T; t++) acc[t] = VZERO();
+        for (int64_t i = 0; i < kv; i += VL) {
+            const vf wv = vload_w(type, w, i);
+            for (int64_t t = 0; t < T; t++) acc[t] = VFMA(wv, VLOAD(x + t * K + i), acc[t]);
+        }
+        for (int64_t t = 0; t < T; t++) {
+            float s = VSUM(acc[t]);
+            for (int64_t i = kv; i < K; i++) s += float_at(type, w, i) * x[t * K + i];
+            y[t * N + n] = s;
+        }
+    }
+}
+
+static void float_product_f32(const uint8_t *W, int64_t rb, int64_t N, int64_t K, const float *x, int64_t T,
+                              float *y) {
+    float_product(F32, W, rb, N, K, x, T, y);
+}
+static void float_product_f16(const uint8_t *W, int64_t rb, int64_t N, int64_t K, const float *x, int64_t T,
+                              float *y) {
+    float_product(F16, W, rb, N, K, x, T, y);
+}
+static void float_product_bf16(const uint8_t *W, int64_t rb, int64_t N, int64_t K, const float *x, int64_t T,
+                               float *y) {
+    float_product(BF16, W, rb, N, K, x, T, y);
+}
+#endif
+
+/* 1 when `type` (F32, F16, BF16) has the in-place float product for up to MAX_FLOAT_TOKENS tokens */
+int tc_float_direct(int type) {
+    return HAVE_FLOAT_DOT && (type == F32 || type == F16 || type == BF16);
+}
+
 /* 1 when the product of `type` quantizes x to int8 (version 3), 0 when it is in float32 (version 2) */
 int tc_quantizes_x(int type) {
-    return HAVE_INT8_DOT && (type == Q8_0 || type == Q4_0 || type == Q4_1 || type == Q5_0 || type == Q5_1);
+    return HAVE_INT8_DOT && (type == Q8_0 || type == Q4_0 || type == Q4_1 || type == Q5_0 || type == Q5_1 ||
+                             type == Q4_K || type == Q5_K || type == Q6_K);
 }
 
 /* y [T, N] = x [T, K] · Wᵀ, for few tokens (the caller uses a float GEMM on dequantized tiles for many) */
 int tc_matmul(int type, const uint8_t *W, int64_t row_bytes, int64_t N, int64_t K, const float *x, int64_t T,
               float *y) {
+#if HAVE_FLOAT_DOT
+    if (tc_float_direct(type) && T <= MAX_FLOAT_TOKENS) {
+        if (type == F32) float_product_f32(W, row_bytes, N, K, x, T, y);
+        else if (type == F16) float_product_f16(W, row_bytes, N, K, x, T, y);
+        else float_product_bf16(W, row_bytes, N, K, x, T, y);
+        return 0;
+    }
+#endif
     row_fn row = row_kernel(type);
     if (!row) return -1;
 #if HAVE_INT8_DOT
     if (tc_quantizes_x(type)) return tc_matmul_int8(type, W, row_bytes, N, K, x, T, y);
 #endif
     int failed = 0;
-#pragma omp parallel
+#pragma omp parallel if (N * row_bytes >= PARALLEL_BYTES)
     {
         float *buf = (float *)aligned_alloc(64, (size_t)((K + 15) / 16 * 64));  /* one row, in L1 */
         if (!buf) {
@@ -476,4 +740,154 @@ int tc_matmul(int type, const uint8_t *W, int64_t row_bytes, int64_t N, int64_t 
         free(buf);
     }
     return failed ? -2 : 0;
+}
+
+/* A weight's fixed arguments, built once (quant_kernels.Plan): a decoding step passes four
+ * arguments per product instead of eight, which is most of what ctypes costs per call. */
+typedef struct {
+    int64_t type, row_bytes, n, k;
+    const uint8_t *w;
+} tc_weight;
+
+int tc_linear(const tc_weight *p, const float *x, int64_t T, float *y) {
+    return tc_matmul((int)p->type, p->w, p->row_bytes, p->n, p->k, x, T, y);
+}
+
+/* ── the per-token glue of a decoding step, for few rows (ops_torch calls these in place of torch's
+ * composite operators, which cost 10–30 µs each on one token; tests/test_kernels.py ties each to
+ * the card steps it replaces) ─────────────────────────────────────────────────────────────────── */
+
+/* y [R, d] = x / √(Σ x² / d + ε) · γ, row by row */
+int tc_rms_norm(const float *x, const float *g, int64_t R, int64_t d, double eps, float *y) {
+    for (int64_t r = 0; r < R; r++, x += d, y += d) {
+        float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+        for (int64_t i = 0; i < d; i++) ss += x[i] * x[i];
+        const float s = sqrtf(ss / (float)d + (float)eps);
+#pragma omp simd
+        for (int64_t i = 0; i < d; i++) y[i] = x[i] / s * g[i];
+    }
+    return 0;
+}
+
+/* RoPE of x [R, T, d] (R rows of T positions of a head vector of d entries) with cos, sin [T, half]:
+ * pairs (2i, 2i + 1) when `pairs`, else (i, i + half); entries from 2·half on pass unchanged */
+int tc_rope(const float *x, const float *c, const float *s, int64_t R, int64_t T, int64_t d, int64_t half,
+            int pairs, float *y) {
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t t = 0; t < T; t++, x += d, y += d) {
+            const float *ct = c + t * half, *st = s + t * half;
+            if (pairs) {
+                for (int64_t i = 0; i < half; i++) {
+                    const float a = x[2 * i], b = x[2 * i + 1];
+                    y[2 * i] = a * ct[i] - b * st[i];
+                    y[2 * i + 1] = a * st[i] + b * ct[i];
+                }
+            } else {
+#pragma omp simd
+                for (int64_t i = 0; i < half; i++) {
+                    const float a = x[i], b = x[i + half];
+                    y[i] = a * ct[i] - b * st[i];
+                    y[i + half] = a * st[i] + b * ct[i];
+                }
+            }
+            for (int64_t i = 2 * half; i < d; i++) y[i] = x[i];
+        }
+    return 0;
+}
+
+static _Thread_local float *scratch_s;
+static _Thread_local int64_t scratch_s_cap;
+
+/* Attention of few queries. Q [B, H, Tq, d] contiguous; K, V [B, Hkv, S, d] with rows contiguous and
+ * strides (in floats) kb, kh for K's batch and head axes, vb, vh for V's; kv [H] the key/value head
+ * of each query head; allowed [Tq, S] bytes (1: the query may read that key). Scores are
+ * Q·Kᵀ · scale, a softmax over the allowed keys (NaN when none is allowed, as the card's −∞ mask
+ * makes it), then the weighted sum of V. out [B, H, Tq, d]. */
+int tc_attention(const float *Q, const float *K, const float *V, int64_t B, int64_t H, int64_t Tq, int64_t S,
+                 int64_t d, int64_t kb, int64_t kh, int64_t vb, int64_t vh, const int64_t *kv,
+                 const uint8_t *allowed, double scale, float *out) {
+    if (S > scratch_s_cap) {
+        free(scratch_s);
+        scratch_s = (float *)malloc(sizeof(float) * (size_t)S);
+        scratch_s_cap = scratch_s ? S : 0;
+    }
+    if (!scratch_s) return -2;
+    float *p = scratch_s;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            const float *Kh = K + b * kb + kv[h] * kh, *Vh = V + b * vb + kv[h] * vh;
+            for (int64_t t = 0; t < Tq; t++) {
+                const float *q = Q + ((b * H + h) * Tq + t) * d;
+                float *o = out + ((b * H + h) * Tq + t) * d;
+                const uint8_t *ok = allowed + t * S;
+#if defined(__AVX512F__)
+                if (d % 16 == 0 && d <= 256) { /* q and the output row held in registers */
+                    const int64_t nv = d / 16;
+                    __m512 qv[16], ov[16];
+                    for (int64_t v = 0; v < nv; v++) qv[v] = _mm512_loadu_ps(q + 16 * v), ov[v] = _mm512_setzero_ps();
+                    float m = -INFINITY;
+                    for (int64_t j = 0; j < S; j++) {
+                        const float *k = Kh + j * d;
+                        __m512 a = _mm512_mul_ps(qv[0], _mm512_loadu_ps(k));
+                        for (int64_t v = 1; v < nv; v++) a = _mm512_fmadd_ps(qv[v], _mm512_loadu_ps(k + 16 * v), a);
+                        p[j] = ok[j] ? _mm512_reduce_add_ps(a) * (float)scale : -INFINITY;
+                        m = p[j] > m ? p[j] : m;
+                    }
+                    if (m == -INFINITY) {
+                        for (int64_t i = 0; i < d; i++) o[i] = NAN;
+                        continue;
+                    }
+                    float l = 0.0f;
+                    for (int64_t j = 0; j < S; j++) {
+                        p[j] = ok[j] ? expf(p[j] - m) : 0.0f;
+                        l += p[j];
+                    }
+                    for (int64_t j = 0; j < S; j++) {
+                        const float *vr = Vh + j * d;
+                        const __m512 e = _mm512_set1_ps(p[j]);
+                        for (int64_t v = 0; v < nv; v++) ov[v] = _mm512_fmadd_ps(e, _mm512_loadu_ps(vr + 16 * v), ov[v]);
+                    }
+                    const __m512 inv = _mm512_set1_ps(1.0f / l);
+                    for (int64_t v = 0; v < nv; v++) _mm512_storeu_ps(o + 16 * v, _mm512_mul_ps(ov[v], inv));
+                    continue;
+                }
+#endif
+                float m = -INFINITY;
+                for (int64_t j = 0; j < S; j++) { /* the scores: independent dot products */
+                    const float *k = Kh + j * d;
+                    float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+                    for (int64_t i = 0; i < d; i++) acc += q[i] * k[i];
+                    p[j] = ok[j] ? acc * (float)scale : -INFINITY;
+                    m = p[j] > m ? p[j] : m;
+                }
+                for (int64_t i = 0; i < d; i++) o[i] = 0.0f;
+                if (m == -INFINITY) { /* nothing allowed, or every score −∞: the card's softmax is NaN */
+                    for (int64_t i = 0; i < d; i++) o[i] = NAN;
+                    continue;
+                }
+                float l = 0.0f;
+                for (int64_t j = 0; j < S; j++) {
+                    p[j] = ok[j] ? expf(p[j] - m) : 0.0f;
+                    l += p[j];
+                }
+                int64_t j = 0;
+                for (; j + 4 <= S; j += 4) { /* four rows of V per pass over o */
+                    const float *v0 = Vh + j * d, *v1 = v0 + d, *v2 = v1 + d, *v3 = v2 + d;
+                    const float e0 = p[j], e1 = p[j + 1], e2 = p[j + 2], e3 = p[j + 3];
+#pragma omp simd
+                    for (int64_t i = 0; i < d; i++) o[i] += (e0 * v0[i] + e1 * v1[i]) + (e2 * v2[i] + e3 * v3[i]);
+                }
+                for (; j < S; j++) {
+                    const float *v = Vh + j * d;
+                    const float e = p[j];
+#pragma omp simd
+                    for (int64_t i = 0; i < d; i++) o[i] += e * v[i];
+                }
+                const float inv = 1.0f / l;
+                for (int64_t i = 0; i < d; i++) o[i] *= inv;
+            }
+        }
+    return 0;
 }
