@@ -39,6 +39,26 @@ TEXT = (
 
 
 # ── one run, in its own process ─────────────────────────────────────────────────────────
+def _timed(step, ids: list[int], decode: int, loaded: float, load_rss: float) -> dict:
+    """Prefill `ids`, then decode greedily: `step(ids) -> next token` runs one forward pass."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = [step(ids)]
+    prefill, prefill_cpu = time.perf_counter() - t0, time.process_time() - c0
+    t0, c0 = time.perf_counter(), time.process_time()
+    for _ in range(decode - 1):
+        out.append(step([out[-1]]))
+    decoding, decoding_cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {
+        "prefill_cpu_s": prefill_cpu,
+        "decode_cpu_s": decoding_cpu,
+        "load_s": loaded,
+        "load_rss_mb": load_rss,
+        "prefill_s": prefill,
+        "decode_s": decoding,
+        "tokens": out,
+    }
+
+
 def run_toycards(path: str, ids: list[int], decode: int, threads: int) -> dict:
     import torch
 
@@ -50,25 +70,12 @@ def run_toycards(path: str, ids: list[int], decode: int, threads: int) -> dict:
     loaded = time.perf_counter() - start
     load_rss = peak_rss_mb()  # the peak so far: import torch, load, nothing run yet
     cache = model.new_cache()
+
+    def step(tokens: list[int]) -> int:
+        return int(torch.argmax(model(torch.tensor([tokens]), cache)[0, -1]))
+
     with torch.inference_mode():
-        t0, c0 = time.perf_counter(), time.process_time()
-        logits = model(torch.tensor([ids]), cache)[0, -1]
-        prefill, prefill_cpu = time.perf_counter() - t0, time.process_time() - c0
-        out = [int(torch.argmax(logits))]
-        t0, c0 = time.perf_counter(), time.process_time()
-        for _ in range(decode - 1):
-            logits = model(torch.tensor([[out[-1]]]), cache)[0, -1]
-            out.append(int(torch.argmax(logits)))
-        decoding, decoding_cpu = time.perf_counter() - t0, time.process_time() - c0
-    return {
-        "prefill_cpu_s": prefill_cpu,
-        "decode_cpu_s": decoding_cpu,
-        "load_s": loaded,
-        "load_rss_mb": load_rss,
-        "prefill_s": prefill,
-        "decode_s": decoding,
-        "tokens": out,
-    }
+        return _timed(step, ids, decode, loaded, load_rss)
 
 
 def run_llama_cpp(path: str, ids: list[int], decode: int, threads: int) -> dict:
@@ -84,28 +91,12 @@ def run_llama_cpp(path: str, ids: list[int], decode: int, threads: int) -> dict:
     load_rss = peak_rss_mb()
     n_vocab = llm.n_vocab()
 
-    def last_logits():
+    def step(tokens: list[int]) -> int:
+        llm.eval(tokens)
         ptr = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
-        return np.ctypeslib.as_array(ptr, shape=(n_vocab,))
+        return int(np.argmax(np.ctypeslib.as_array(ptr, shape=(n_vocab,))))
 
-    t0, c0 = time.perf_counter(), time.process_time()
-    llm.eval(ids)
-    prefill, prefill_cpu = time.perf_counter() - t0, time.process_time() - c0
-    out = [int(np.argmax(last_logits()))]
-    t0, c0 = time.perf_counter(), time.process_time()
-    for _ in range(decode - 1):
-        llm.eval([out[-1]])
-        out.append(int(np.argmax(last_logits())))
-    decoding, decoding_cpu = time.perf_counter() - t0, time.process_time() - c0
-    return {
-        "prefill_cpu_s": prefill_cpu,
-        "decode_cpu_s": decoding_cpu,
-        "load_s": loaded,
-        "load_rss_mb": load_rss,
-        "prefill_s": prefill,
-        "decode_s": decoding,
-        "tokens": out,
-    }
+    return _timed(step, ids, decode, loaded, load_rss)
 
 
 def peak_rss_mb() -> float:

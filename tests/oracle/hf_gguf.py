@@ -661,37 +661,18 @@ ARCHS: dict[str, ArchSpec] = {
         ),  # fmt: skip
         arch_kv=_stablelm_kv,
     ),
-    # StableLM 2 12B as StableLMModel converts it: the stablelm keys (use_parallel_residual true), per-head
-    # q/k LayerNorms stacked into attn_q_norm [H, d_h] and attn_k_norm [H_kv, d_h] (_stack_qk_norm), no
-    # ffn_norm (the parallel block has no post_attention_layernorm), no q/k/v biases. transformers'
-    # loader sets use_parallel_residual from the tensors but never qk_layernorm: it cannot read it back.
-    "stablelm2-12b": ArchSpec(
-        gguf.MODEL_ARCH.STABLELM,
-        transformers.StableLmConfig,
-        dict(
-            _GQA_SHAPE,
-            partial_rotary_factor=0.25,
-            layer_norm_eps=1e-5,
-            use_qkv_bias=False,
-            qk_layernorm=True,
-            use_parallel_residual=True,
-            vocab_size=288,
-            tie_word_embeddings=False,
-        ),  # fmt: skip
-        permute_qk=False,
-        rms_norm=False,
-        vocab="bpe",
-        tokenizer_pre="stablelm2",
-        absent_keys=(
-            gguf.Keys.LLM.VOCAB_SIZE,
-            gguf.Keys.Attention.KEY_LENGTH,
-            gguf.Keys.Attention.VALUE_LENGTH,
-            gguf.Keys.Rope.FREQ_BASE,
-        ),  # fmt: skip
-        arch_kv=_stablelm_kv,
-        hf_reads=False,
-    ),
 }
+# StableLM 2 12B as StableLMModel converts it: the stablelm keys (use_parallel_residual true), per-head
+# q/k LayerNorms stacked into attn_q_norm [H, d_h] and attn_k_norm [H_kv, d_h] (_stack_qk_norm), no
+# ffn_norm (the parallel block has no post_attention_layernorm), no q/k/v biases. transformers'
+# loader sets use_parallel_residual from the tensors but never qk_layernorm: it cannot read it back.
+ARCHS["stablelm2-12b"] = replace(
+    ARCHS["stablelm"],
+    defaults=dict(
+        ARCHS["stablelm"].defaults, use_qkv_bias=False, qk_layernorm=True, use_parallel_residual=True
+    ),
+    hf_reads=False,
+)
 ARCHS["phi2-fused"] = replace(ARCHS["phi2"], qkv="fused", hf_reads=False)
 ARCHS["phi3-split"] = replace(ARCHS["phi3"], qkv="split", hf_reads=False)
 
