@@ -442,34 +442,6 @@ ARCHS: dict[str, ArchSpec] = {
             gguf.Keys.Attention.VALUE_LENGTH,
         ),
     ),
-    # OLMo 3 as llama.cpp converts it (Olmo2Model, arch olmo2): OLMo 2's tensors plus the sliding
-    # window, which llama.cpp gives to 3 blocks of every 4 (set_swa_pattern(4), as Olmo3Config's
-    # layer_types); 4 blocks, so that one is global, and a window of 4 that the tests' sequences pass
-    "olmo3": ArchSpec(
-        gguf.MODEL_ARCH.OLMO2,
-        transformers.Olmo3Config,
-        dict(
-            _ROPE_GQA,
-            num_hidden_layers=4,
-            sliding_window=4,
-            vocab_size=288,
-            rms_norm_eps=1e-6,
-            tie_word_embeddings=False,
-            rope_parameters=_OLMO3_ROPE,
-        ),  # fmt: skip
-        permute_qk=False,
-        rms_norm=True,
-        vocab="bpe",
-        tokenizer_pre="dbrx",
-        absent_keys=(
-            gguf.Keys.LLM.VOCAB_SIZE,
-            gguf.Keys.Rope.DIMENSION_COUNT,
-            gguf.Keys.Attention.KEY_LENGTH,
-            gguf.Keys.Attention.VALUE_LENGTH,
-        ),
-        arch_kv=_olmo3_kv,
-        hf_reads=False,  # transformers' GGUF loader reads an olmo2 file as OLMo 2: no window
-    ),
     # conversion/gemma.py Gemma2Model: Gemma's keys plus both soft-caps and the sliding window;
     # `*norm.weight` + 1; lm_head skipped. Window 4 (< the tests' sequences) and soft-caps that bite.
     "gemma2": ArchSpec(
@@ -666,6 +638,19 @@ ARCHS: dict[str, ArchSpec] = {
 # q/k LayerNorms stacked into attn_q_norm [H, d_h] and attn_k_norm [H_kv, d_h] (_stack_qk_norm), no
 # ffn_norm (the parallel block has no post_attention_layernorm), no q/k/v biases. transformers'
 # loader sets use_parallel_residual from the tensors but never qk_layernorm: it cannot read it back.
+# OLMo 3 as llama.cpp converts it (Olmo2Model, arch olmo2): OLMo 2's tensors plus the sliding
+# window, which llama.cpp gives to 3 blocks of every 4 (set_swa_pattern(4), as Olmo3Config's
+# layer_types); 4 blocks, so that one is global, and a window of 4 that the tests' sequences pass.
+# transformers' GGUF loader reads an olmo2 file as OLMo 2: no window.
+ARCHS["olmo3"] = replace(
+    ARCHS["olmo2"],
+    config_cls=transformers.Olmo3Config,
+    defaults=dict(
+        ARCHS["olmo2"].defaults, num_hidden_layers=4, sliding_window=4, rope_parameters=_OLMO3_ROPE
+    ),
+    arch_kv=_olmo3_kv,
+    hf_reads=False,
+)
 ARCHS["stablelm2-12b"] = replace(
     ARCHS["stablelm"],
     defaults=dict(
