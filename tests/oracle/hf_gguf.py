@@ -141,6 +141,14 @@ _ROPE_GQA = dict(_GQA_SHAPE, rms_norm_eps=1e-5)
 _GEMMA_SHAPE = dict(rms_norm_eps=1e-6, vocab_size=128, tie_word_embeddings=True)
 _GEMMA_TOKENS = dict(bos_token_id=1, eos_token_id=2, pad_token_id=0)
 _GEMMA_FILE = dict(permute_qk=False, rms_norm=True, vocab="spm", tokenizer_pre="default", norm_shift=1.0)
+# what the OLMo converters (Olmo2Model, OlmoeModel) leave out: no vocab_size, no rope.dimension_count,
+# no key/value_length
+_OLMO_ABSENT = (
+    gguf.Keys.LLM.VOCAB_SIZE,
+    gguf.Keys.Rope.DIMENSION_COUNT,
+    gguf.Keys.Attention.KEY_LENGTH,
+    gguf.Keys.Attention.VALUE_LENGTH,
+)
 _NO_HEAD_DIM = (
     gguf.Keys.Attention.KEY_LENGTH,
     gguf.Keys.Attention.VALUE_LENGTH,
@@ -435,12 +443,7 @@ ARCHS: dict[str, ArchSpec] = {
         rms_norm=True,
         vocab="bpe",
         tokenizer_pre="dbrx",
-        absent_keys=(
-            gguf.Keys.LLM.VOCAB_SIZE,
-            gguf.Keys.Rope.DIMENSION_COUNT,
-            gguf.Keys.Attention.KEY_LENGTH,
-            gguf.Keys.Attention.VALUE_LENGTH,
-        ),
+        absent_keys=_OLMO_ABSENT,
     ),
     # conversion/gemma.py Gemma2Model: Gemma's keys plus both soft-caps and the sliding window;
     # `*norm.weight` + 1; lm_head skipped. Window 4 (< the tests' sequences) and soft-caps that bite.
@@ -499,12 +502,7 @@ ARCHS: dict[str, ArchSpec] = {
         vocab="bpe",
         tokenizer_pre="olmo",
         arch_kv=_moe_kv,
-        absent_keys=(
-            gguf.Keys.LLM.VOCAB_SIZE,
-            gguf.Keys.Rope.DIMENSION_COUNT,
-            gguf.Keys.Attention.KEY_LENGTH,
-            gguf.Keys.Attention.VALUE_LENGTH,
-        ),
+        absent_keys=_OLMO_ABSENT,
     ),
     # conversion: Qwen3MoeModel (a Qwen2MoeModel: expert_feed_forward_length from moe_intermediate_size);
     # head_dim 128 as the tiny Qwen3 (transformers' loader takes the class default); llama.cpp

@@ -382,6 +382,15 @@ static inline float block_extra(int type, const uint8_t *w, float d, float s) {
     return HAS_MIN(type) ? f16(w + 2) * s : -BIAS(type) * d * s;
 }
 
+/* one block's Σ q·qx as 8 int32 partial sums (256 bits: the AVX2 path, and AVX-512's odd last block) */
+static inline __m256i block_products(int type, const uint8_t *w, __m256i y) {
+    if (type == Q8_0) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 2));
+        return dot_u8s8(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));
+    }
+    return dot_u8s8(unsigned_quants(type, w), y);
+}
+
 /* one row's dot product with one token, for each type (TYPE is a compile-time constant) */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 /* two blocks per 512-bit step, two accumulators (the FMA latency, not its throughput, bounds one) */
@@ -426,14 +435,9 @@ static inline __m512 scales512(float s0, float s1) {
         for (; b < n_blocks; b++, w += bs, qx += 32) { /* an odd last block: 256 bits */               \
             const __m256i y = _mm256_loadu_si256((const __m256i *)qx);                                 \
             const float d = f16(w);                                                                    \
-            __m256i p;                                                                                 \
-            if (TYPE == Q8_0) {                                                                        \
-                const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 2));                        \
-                p = dot_u8s8(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));                          \
-            } else {                                                                                   \
-                p = dot_u8s8(unsigned_quants(TYPE, w), y);                                             \
+            const __m256i p = block_products(TYPE, w, y);                                              \
+            if (TYPE != Q8_0)                                                                          \
                 extra0 += block_extra(TYPE, w, d, sx[b]);                                              \
-            }                                                                                          \
             tail += hsum(_mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * dx[b])));            \
         }                                                                                              \
         return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + tail + (extra0 + extra1);            \
@@ -447,14 +451,9 @@ static inline __m512 scales512(float s0, float s1) {
         for (int64_t b = 0; b < n_blocks; b++, qx += 32, w += BLOCK_BYTES(TYPE)) {                     \
             const __m256i y = _mm256_loadu_si256((const __m256i *)qx);                                 \
             const float d = f16(w);                                                                    \
-            __m256i p;                                                                                 \
-            if (TYPE == Q8_0) {                                                                        \
-                const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 2));                        \
-                p = dot_u8s8(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));                          \
-            } else {                                                                                   \
-                p = dot_u8s8(unsigned_quants(TYPE, w), y);                                             \
+            const __m256i p = block_products(TYPE, w, y);                                              \
+            if (TYPE != Q8_0)                                                                          \
                 extra += block_extra(TYPE, w, d, sx[b]);                                               \
-            }                                                                                          \
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * dx[b]), acc);              \
         }                                                                                              \
         return hsum(acc) + extra;                                                                      \
