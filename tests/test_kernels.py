@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 from toycards.codegen import generate_source  # noqa: E402
 from toycards.lang.parse import parse  # noqa: E402
 from toycards.library import library_card  # noqa: E402
-from toycards.runtime import ops_torch  # noqa: E402
+from toycards.runtime import ops_torch, quant_kernels  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -167,6 +167,48 @@ def test_attention_on_cache_views(funcs, kv_index, d):
         assert glue_torch.attention(Q, K, V, allowed, kv_index) is not None  # the C version ran
 
 
+@pytest.mark.parametrize("layout, half, cap", [("pairs", 8, 0), ("halves", 6, 0), ("none", 8, 2.5), ("pairs", 5, 2.5)])
+@pytest.mark.parametrize("H, H_kv, lead", [(4, 2, (2,)), (6, 6, ()), (6, 4, (1,))], ids=str)
+def test_grouped_query_attention_pass_by_pass(funcs, monkeypatch, layout, half, cap, H, H_kv, lead):
+    """GQAttention's kernel (RoPE of every head, the KV cache, attention: one C call for few new
+    tokens) equals the card's steps over passes that share one cache: a prompt longer than the
+    kernel takes (the steps fill the cache), then decoding steps of 1 and 3 tokens, under a sliding
+    window whose width the mask function reads from its closure. Partial rotary (2·half < d_h),
+    halves, no RoPE, a soft cap, a batch axis and ⌈h·H_kv/H⌉ groups of unequal size (6 on 4)."""
+    from toycards.runtime import glue_torch
+    from toycards.runtime.context import Context, KVCache
+
+    d, w, sizes = 16, 6, (11, 1, 3, 1)
+    window = lambda t_z, t_x: (t_z <= t_x) & (t_x - t_z < w)  # noqa: E731
+    rho = rand(half).abs() + 0.5
+    inputs = [(rand(*lead, n, H * d), rand(*lead, n, H_kv * d), rand(*lead, n, H_kv * d)) for n in sizes]
+    ran, real = [], glue_torch.gq_attention
+
+    def counted(*args):
+        out = real(*args)
+        ran.append(out is not None)
+        return out
+
+    monkeypatch.setattr(glue_torch, "gq_attention", counted)
+
+    def passes(fast: bool) -> list:
+        ops_torch.fast, cache, outs = fast, KVCache(), []
+        try:
+            for (Q, K, V), n in zip(inputs, sizes, strict=True):
+                ctx = Context(n, cache, ops_torch)
+                outs.append(funcs["GQAttention"](Q, K, V, H, H_kv, layout, 1e4, rho, window, cap, ctx=ctx))
+                ctx.finish()
+        finally:
+            ops_torch.fast = True
+        return outs
+
+    for slow, fast in zip(passes(False), passes(True), strict=True):
+        assert fast.shape == slow.shape
+        assert_close(slow, fast, tol=3e-6)
+    if quant_kernels.library() is not None:
+        assert ran == [False, True, True, True]  # the prompt: the steps; each decoding step: the kernel
+
+
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 def test_whole_model(arch):
     card = library_card(arch)
@@ -191,6 +233,7 @@ def test_kernels_are_used_only_for_the_library_algorithms():
     src = generate_source(library_card("llama"), "torch")
     for kernel in ("softmax", "rms_norm", "silu", "attention", "rope_pairs"):
         assert f"return ops.{kernel}(" in src, kernel
+    assert "done = ops.gq_attention(" in src  # a kernel that may decline: the steps follow it
     assert "ops.fast" not in generate_source(library_card("llama"), "numpy")
     # a card that redefines softmax keeps its own steps
     mine = "Algorithm: y ← softmax(x)\nInput: x ∈ ℝ^{n}\nOutput: y ∈ ℝ^{n}\n1  return y = x\n\n"

@@ -29,14 +29,16 @@ from toycards.lang.options import defaults
 from toycards.lang.printer import Renderer
 
 # Prelude algorithms with a single-kernel equivalent per target (ops_<target>.<kernel>).
+# A kernel in MAY_DECLINE returns None where it does not apply, and the steps run instead.
 FAST_KERNELS = {
     "torch": {
         "softmax": "softmax", "layer_norm": "layer_norm", "rms_norm": "rms_norm", "SiLU": "silu",
         "GELU": "gelu", "GELU_tanh": "gelu_tanh", "attention": "attention", "rope_pairs": "rope_pairs",
-        "rope_halves": "rope_halves", "MoE": "moe",
+        "rope_halves": "rope_halves", "MoE": "moe", "GQAttention": "gq_attention",
     },
     "numpy": {"MoE": "moe"},  # the card's steps run every expert on every token: this, only the chosen
 }  # fmt: skip
+MAY_DECLINE = {"gq_attention"}
 
 
 class Emitter:
@@ -199,6 +201,22 @@ class Emitter:
                 )
             if algo.name in HEAD_PICKING:
                 args.append("kv_index")
+        if kernel == "gq_attention":  # positions of the new tokens, and the cache when the steps extend one
+            extended = {self.plan.extend.get(id(c), ()) for c in calls_in(algo.body)} - {()}
+            if extended not in (set(), {(1, 2)}):  # the steps cache something else than K̂ and V
+                return []
+            ell = scope.dims[algo.input_decls[0].type.dims[-1].name]
+            windowed = algo.input_decls[0].type.dims[-1].name in scope.windowed
+            args.append(f"runtime.positions(ctx, {ell})" if windowed else f"ops.arange(1, {ell} + 1)")
+            args.append("ctx" if extended else "None")
+        if kernel in MAY_DECLINE:
+            done = scope.ns.fresh("done")
+            return [
+                "if ops.fast:  # one kernel for the steps below where it applies (tests/test_kernels.py ties the two)",
+                f"    {done} = ops.{kernel}({', '.join(args)})",
+                f"    if {done} is not None:",
+                f"        return {done}",
+            ]
         return [
             "if ops.fast:  # one kernel for the steps below (tests/test_kernels.py ties the two)",
             f"    return ops.{kernel}({', '.join(args)})",

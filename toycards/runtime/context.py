@@ -30,19 +30,27 @@ class KVCache:
 
     def append(self, slot: int, ops, *arrays):
         """Store the new columns (rows in code) of each array; all columns so far, per array."""
-        if slot == len(self.slots):
-            self.slots.append([[None] * len(arrays), 0])
-        buffers, used = self.slots[slot]
         n_new = arrays[0].shape[-2]
-        for k, a in enumerate(arrays):
+        buffers, used = self.reserve(slot, ops, arrays, n_new)
+        for buf, a in zip(buffers, arrays, strict=True):
+            buf[..., used : used + n_new, :] = a
+        self.slots[slot][1] = used + n_new
+        return tuple(buf[..., : used + n_new, :] for buf in buffers)
+
+    def reserve(self, slot: int, ops, likes, n_new: int):
+        """Room for n_new more rows in each of slot's buffers (shaped like `likes` but for the row
+        count, grown by doubling): the buffers and the rows already used. The caller writes rows
+        used … used + n_new − 1 and then sets `slots[slot][1]` (as `append` does)."""
+        if slot == len(self.slots):
+            self.slots.append([[None] * len(likes), 0])
+        buffers, used = self.slots[slot]
+        for k, a in enumerate(likes):
             buf = buffers[k]
             if buf is not None and buf.shape[:-2] != a.shape[:-2]:
                 raise ValueError("the batch shape changed within one cache; start a new cache")
             if buf is None or buf.shape[-2] < used + n_new:
-                buffers[k] = buf = _grow(ops, buf, a, used, max(2 * (used + n_new), 16))
-            buf[..., used : used + n_new, :] = a
-        self.slots[slot][1] = used + n_new
-        return tuple(buf[..., : used + n_new, :] for buf in buffers)
+                buffers[k] = _grow(ops, buf, a, used, max(2 * (used + n_new), 16))
+        return buffers, used
 
 
 def _grow(ops, old, like, used: int, capacity: int):
@@ -62,6 +70,7 @@ class Context:
         self.n_new = n_new
         self.pos = ops.arange(self.offset + 1, self.offset + n_new + 1)
         self.slot = 0
+        self.memo: dict = {}  # what the layers of this pass share (RoPE angles, masks): kernels' own keys
 
     def finish(self) -> None:
         if self.cache is not None:

@@ -1,4 +1,5 @@
-"""C kernels for the per-token glue of a decoding step: RMSNorm, RoPE and attention on few rows.
+"""C kernels for the per-token glue of a decoding step: RMSNorm, RoPE, attention and the whole of
+grouped-query attention (RoPE, the KV cache, attention) on few rows.
 
 Owns: deciding when the C versions in kernels/quant.c apply (few tokens, contiguous float32 CPU
 tensors of the plain classes, no autograd) and calling them; each function returns None where they
@@ -140,4 +141,77 @@ def attention(Q, K, V, allowed, kv_index):
     )  # fmt: skip
     if code != 0:
         raise RuntimeError(f"attention kernel failed with code {code}")
+    return out
+
+
+_LAYOUTS = {"none": 0, "pairs": 1, "halves": 2}  # the prelude's rope layouts, as tc_gqa numbers them
+
+
+def _cache_ready(buffers, n_buffers: int) -> bool:
+    """A cache slot's buffers (or none yet) are ones tc_gqa can write: contiguous float32 CPU tensors."""
+    return all(
+        b is None or (b.__class__ in _PLAIN and b.dtype is torch.float32 and b.is_cpu and b.is_contiguous())
+        for b in buffers
+    ) and len(buffers) == n_buffers
+
+
+def gq_attention(Q, K, V, H, H_kv, layout, angles, allowed, cap, ctx, ops):
+    """The prelude's GQAttention in one C call for few new tokens, or None (its steps then run).
+
+    Q [..., T, H·d], K, V [..., T, H_kv·d]; `angles(half)` gives cos, sin [T, half] at the new
+    tokens' positions; `allowed(S)` the mask [T, S] over the S keys so far (bool); with a cache in
+    `ctx`, the rotated keys and the values are appended to its next slot (as `runtime.extend`
+    would), else they are the only keys. Nothing is written to `ctx` when this returns None."""
+    lib = _library()
+    if lib is None or layout not in _LAYOUTS or Q.dim() < 2 or not (isinstance(cap, int | float)):
+        return None
+    if not (isinstance(H, int) and isinstance(H_kv, int)) or H <= 0 or H_kv <= 0:
+        return None
+    T, width = Q.shape[-2], Q.shape[-1]
+    d = width // H
+    lead = Q.shape[:-2]
+    if (
+        T == 0
+        or T > FEW_ROWS
+        or d * H != width
+        or K.shape != lead + (T, H_kv * d)
+        or V.shape != K.shape
+        or not _plain(Q, K, V)
+    ):
+        return None
+    cache = ctx.cache if ctx is not None else None
+    slot = ctx.slot if cache is not None else 0
+    if cache is not None and slot < len(cache.slots) and not _cache_ready(cache.slots[slot][0], 2):
+        return None
+    cos, sin = angles(d)
+    half = cos.shape[-1]
+    if 2 * half > d or cos.shape != (T, half) or not _plain(cos, sin):
+        return None
+    kv = _heads(tuple(-(-h * H_kv // H) - 1 for h in range(1, H + 1)), H_kv)  # ⌈h·H_kv/H⌉, 0-based
+    if kv is None:
+        return None
+    B = Q.numel() // (T * width)
+    heads = (*lead, H_kv, T, d)
+    if cache is not None:
+        ctx.slot += 1
+        like = torch.empty(heads, dtype=torch.float32)  # only its shape and type: the cache's rows
+        (Kc, Vc), used = cache.reserve(slot, ops, (like, like), T)
+    else:
+        Kc, Vc, used = torch.empty(heads, dtype=torch.float32), torch.empty(heads, dtype=torch.float32), 0
+    mask = allowed(used + T)
+    if mask.dtype is not torch.bool or tuple(mask.shape) != (T, used + T):
+        raise ValueError(f"the attention mask is {tuple(mask.shape)}, not {(T, used + T)}")
+    mask = mask.contiguous()
+    out = torch.empty(lead + (T, width), dtype=torch.float32)
+    code = lib.tc_gqa(
+        _P(Q.data_ptr()), _P(K.data_ptr()), _P(V.data_ptr()), _I(B), _I(T), _I(H), _I(H_kv), _I(d),
+        _P(cos.data_ptr()), _P(sin.data_ptr()), _I(half), ctypes.c_int(_LAYOUTS[layout]),
+        _P(Kc.data_ptr()), _P(Vc.data_ptr()), _I(Kc.stride(-3) * H_kv), _I(Kc.stride(-3)),
+        _I(Vc.stride(-3) * H_kv), _I(Vc.stride(-3)), _I(used), _P(kv.data_ptr()), _P(mask.data_ptr()),
+        _D(d**-0.5), _D(float(cap)), _P(out.data_ptr()),
+    )  # fmt: skip
+    if code != 0:
+        raise RuntimeError(f"grouped-query attention kernel failed with code {code}")
+    if cache is not None:
+        cache.slots[slot][1] = used + T
     return out

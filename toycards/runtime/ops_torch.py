@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -269,9 +270,7 @@ def attention(Q, K, V, mask, cap, t_z, t_x, kv_index=None):
     the query heads read consecutive groups of equal size, SDPA does the grouping without copies.
     `cap` > 0 soft-caps the scores (cap · tanh(s / cap)) before the mask, which SDPA cannot do.
     """
-    t_z = torch.as_tensor(t_z, dtype=torch.float32).reshape(1, -1)
-    t_x = torch.as_tensor(t_x, dtype=torch.float32).reshape(-1, 1)
-    allowed = torch.as_tensor(mask(t_z, t_x)).bool().expand(t_x.shape[0], t_z.shape[1])
+    allowed = _allowed(mask, t_z, t_x)
     if cap > 0:  # soft-capped scores: neither SDPA nor the C version caps them
         if kv_index is not None:
             K, V = take(K, kv_index, -3), take(V, kv_index, -3)
@@ -286,6 +285,48 @@ def attention(Q, K, V, mask, cap, t_z, t_x, kv_index=None):
     if n_q % n_kv == 0 and list(kv_index) == [h // (n_q // n_kv) for h in range(n_q)]:
         return F.scaled_dot_product_attention(Q, K, V, attn_mask=allowed, enable_gqa=True)
     return F.scaled_dot_product_attention(Q, take(K, kv_index, -3), take(V, kv_index, -3), attn_mask=allowed)
+
+
+def _allowed(mask, t_z, t_x):
+    """The card's mask at key positions t_z [S] and query positions t_x [T], as bool [T, S]."""
+    t_z = torch.as_tensor(t_z, dtype=torch.float32).reshape(1, -1)
+    t_x = torch.as_tensor(t_x, dtype=torch.float32).reshape(-1, 1)
+    return torch.as_tensor(mask(t_z, t_x)).bool().expand(t_x.shape[0], t_z.shape[1])
+
+
+def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):
+    """The prelude's GQAttention (RoPE on each head of Q and K, the KV cache of `ctx` when given,
+    attention of each query head with key/value head ⌈h·H_kv/H⌉) as one C kernel for few new tokens
+    at positions t; None where that does not apply, and the card's steps run instead.
+
+    What the layers of one pass share is computed once per pass (`ctx.memo`): RoPE's angles per ρ,
+    and the mask per mask function (its code and closure values) and key count."""
+    memo = ctx.memo if ctx is not None else {}
+
+    def angles(d_h):
+        if layout == "none":
+            none = torch.empty(len(t), 0)
+            return none, none
+        key = ("rope", id(rho), theta)
+        hit = memo.get(key)
+        if hit is None or hit[0] is not rho:
+            positions = torch.as_tensor(t, dtype=torch.float32).reshape(-1, 1)  # as the steps' t ∈ [ℓ]
+            hit = memo[key] = (rho, *_rope_angles(positions, theta, rho, 2 * rho.shape[-1]))
+        return hit[1], hit[2]
+
+    def allowed(S):
+        code, cells = getattr(mask, "__code__", None), getattr(mask, "__closure__", None) or ()
+        values = tuple(c.cell_contents for c in cells)
+        plain = code is not None and all(isinstance(v, int | float | str | bool) for v in values)
+        key = ("mask", code, S, values) if plain else None
+        hit = memo.get(key) if key is not None else None
+        if hit is None:
+            hit = _allowed(mask, arange(1, S + 1), t).contiguous()
+            if key is not None:
+                memo[key] = hit
+        return hit
+
+    return glue_torch.gq_attention(Q, K, V, H, H_kv, layout, angles, allowed, cap, ctx, sys.modules[__name__])
 
 
 _ROPE_ANGLES: dict = {}

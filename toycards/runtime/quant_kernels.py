@@ -37,6 +37,7 @@ SUPPORTED = frozenset({1, 30, 8, 2, 3, 6, 7, 12, 13, 14})
 
 _lib: ctypes.CDLL | None = None
 _tried = False
+build_error = ""  # the compiler's last words when the build failed
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 
 
@@ -80,6 +81,8 @@ def _build() -> ctypes.CDLL | None:
             if done.returncode == 0:
                 break
         if done.returncode != 0:
+            global build_error
+            build_error = done.stderr[-2000:]
             tmp.unlink(missing_ok=True)
             return None
         os.replace(tmp, target)  # atomic: another process may be building the same file

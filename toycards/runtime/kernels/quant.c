@@ -769,124 +769,198 @@ int tc_rms_norm(const float *x, const float *g, int64_t R, int64_t d, double eps
     return 0;
 }
 
+/* One head vector x [d] rotated by cos, sin [half]: layout 1 pairs (2i, 2i + 1), 2 halves (i, i + half),
+ * 0 none; entries from 2·half on pass unchanged. y may not alias x. */
+static inline void rope_row(const float *x, const float *c, const float *s, int64_t d, int64_t half, int layout,
+                            float *y) {
+    int64_t i0 = 0;
+    if (layout == 1) {
+        for (int64_t i = 0; i < half; i++) {
+            const float a = x[2 * i], b = x[2 * i + 1];
+            y[2 * i] = a * c[i] - b * s[i];
+            y[2 * i + 1] = a * s[i] + b * c[i];
+        }
+        i0 = 2 * half;
+    } else if (layout == 2) {
+#pragma omp simd
+        for (int64_t i = 0; i < half; i++) {
+            const float a = x[i], b = x[i + half];
+            y[i] = a * c[i] - b * s[i];
+            y[i + half] = a * s[i] + b * c[i];
+        }
+        i0 = 2 * half;
+    }
+    for (int64_t i = i0; i < d; i++) y[i] = x[i];
+}
+
 /* RoPE of x [R, T, d] (R rows of T positions of a head vector of d entries) with cos, sin [T, half]:
  * pairs (2i, 2i + 1) when `pairs`, else (i, i + half); entries from 2·half on pass unchanged */
 int tc_rope(const float *x, const float *c, const float *s, int64_t R, int64_t T, int64_t d, int64_t half,
             int pairs, float *y) {
     for (int64_t r = 0; r < R; r++)
-        for (int64_t t = 0; t < T; t++, x += d, y += d) {
-            const float *ct = c + t * half, *st = s + t * half;
-            if (pairs) {
-                for (int64_t i = 0; i < half; i++) {
-                    const float a = x[2 * i], b = x[2 * i + 1];
-                    y[2 * i] = a * ct[i] - b * st[i];
-                    y[2 * i + 1] = a * st[i] + b * ct[i];
-                }
-            } else {
-#pragma omp simd
-                for (int64_t i = 0; i < half; i++) {
-                    const float a = x[i], b = x[i + half];
-                    y[i] = a * ct[i] - b * st[i];
-                    y[i + half] = a * st[i] + b * ct[i];
-                }
-            }
-            for (int64_t i = 2 * half; i < d; i++) y[i] = x[i];
-        }
+        for (int64_t t = 0; t < T; t++, x += d, y += d) rope_row(x, c + t * half, s + t * half, d, half, pairs ? 1 : 2, y);
     return 0;
 }
 
 static _Thread_local float *scratch_s;
 static _Thread_local int64_t scratch_s_cap;
 
+static float *scores_scratch(int64_t n) {
+    if (n > scratch_s_cap) {
+        free(scratch_s);
+        scratch_s = (float *)malloc(sizeof(float) * (size_t)n);
+        scratch_s_cap = scratch_s ? n : 0;
+    }
+    return scratch_s;
+}
+
+/* One query row q [d] against keys Kh, values Vh [S, d] (rows contiguous): the scores q·k · scale,
+ * soft-capped to cap · tanh(score / cap) when cap > 0, a softmax over the allowed keys (ok [S]; NaN
+ * when none is allowed, as the card's −∞ mask makes it), then the weighted sum of V into o [d].
+ * p: scratch of S floats. */
+static void attend_row(const float *q, const float *Kh, const float *Vh, int64_t S, int64_t d, const uint8_t *ok,
+                       float scale, float cap, float *p, float *o) {
+    float m = -INFINITY;
+#if defined(__AVX512F__)
+    if (d % 16 == 0 && d <= 256) { /* q and the output row held in registers */
+        const int64_t nv = d / 16;
+        __m512 qv[16], ov[16];
+        for (int64_t v = 0; v < nv; v++) qv[v] = _mm512_loadu_ps(q + 16 * v), ov[v] = _mm512_setzero_ps();
+        for (int64_t j = 0; j < S; j++) {
+            const float *k = Kh + j * d;
+            __m512 a = _mm512_mul_ps(qv[0], _mm512_loadu_ps(k));
+            for (int64_t v = 1; v < nv; v++) a = _mm512_fmadd_ps(qv[v], _mm512_loadu_ps(k + 16 * v), a);
+            float sc = _mm512_reduce_add_ps(a) * scale;
+            if (cap > 0.0f) sc = cap * tanhf(sc / cap);
+            p[j] = ok[j] ? sc : -INFINITY;
+            m = p[j] > m ? p[j] : m;
+        }
+        if (m == -INFINITY) {
+            for (int64_t i = 0; i < d; i++) o[i] = NAN;
+            return;
+        }
+        float l = 0.0f;
+        for (int64_t j = 0; j < S; j++) {
+            p[j] = ok[j] ? expf(p[j] - m) : 0.0f;
+            l += p[j];
+        }
+        for (int64_t j = 0; j < S; j++) {
+            const float *vr = Vh + j * d;
+            const __m512 e = _mm512_set1_ps(p[j]);
+            for (int64_t v = 0; v < nv; v++) ov[v] = _mm512_fmadd_ps(e, _mm512_loadu_ps(vr + 16 * v), ov[v]);
+        }
+        const __m512 inv = _mm512_set1_ps(1.0f / l);
+        for (int64_t v = 0; v < nv; v++) _mm512_storeu_ps(o + 16 * v, _mm512_mul_ps(ov[v], inv));
+        return;
+    }
+#endif
+    for (int64_t j = 0; j < S; j++) { /* the scores: independent dot products */
+        const float *k = Kh + j * d;
+        float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t i = 0; i < d; i++) acc += q[i] * k[i];
+        float sc = acc * scale;
+        if (cap > 0.0f) sc = cap * tanhf(sc / cap);
+        p[j] = ok[j] ? sc : -INFINITY;
+        m = p[j] > m ? p[j] : m;
+    }
+    for (int64_t i = 0; i < d; i++) o[i] = 0.0f;
+    if (m == -INFINITY) { /* nothing allowed, or every score −∞: the card's softmax is NaN */
+        for (int64_t i = 0; i < d; i++) o[i] = NAN;
+        return;
+    }
+    float l = 0.0f;
+    for (int64_t j = 0; j < S; j++) {
+        p[j] = ok[j] ? expf(p[j] - m) : 0.0f;
+        l += p[j];
+    }
+    int64_t j = 0;
+    for (; j + 4 <= S; j += 4) { /* four rows of V per pass over o */
+        const float *v0 = Vh + j * d, *v1 = v0 + d, *v2 = v1 + d, *v3 = v2 + d;
+        const float e0 = p[j], e1 = p[j + 1], e2 = p[j + 2], e3 = p[j + 3];
+#pragma omp simd
+        for (int64_t i = 0; i < d; i++) o[i] += (e0 * v0[i] + e1 * v1[i]) + (e2 * v2[i] + e3 * v3[i]);
+    }
+    for (; j < S; j++) {
+        const float *v = Vh + j * d;
+        const float e = p[j];
+#pragma omp simd
+        for (int64_t i = 0; i < d; i++) o[i] += e * v[i];
+    }
+    const float inv = 1.0f / l;
+    for (int64_t i = 0; i < d; i++) o[i] *= inv;
+}
+
+/* Heads are spread over the OpenMP threads once a step has this many score·entry products */
+#define PARALLEL_ATTENTION 32768
+
 /* Attention of few queries. Q [B, H, Tq, d] contiguous; K, V [B, Hkv, S, d] with rows contiguous and
  * strides (in floats) kb, kh for K's batch and head axes, vb, vh for V's; kv [H] the key/value head
- * of each query head; allowed [Tq, S] bytes (1: the query may read that key). Scores are
- * Q·Kᵀ · scale, a softmax over the allowed keys (NaN when none is allowed, as the card's −∞ mask
- * makes it), then the weighted sum of V. out [B, H, Tq, d]. */
+ * of each query head; allowed [Tq, S] bytes (1: the query may read that key); see attend_row.
+ * out [B, H, Tq, d]. */
 int tc_attention(const float *Q, const float *K, const float *V, int64_t B, int64_t H, int64_t Tq, int64_t S,
                  int64_t d, int64_t kb, int64_t kh, int64_t vb, int64_t vh, const int64_t *kv,
                  const uint8_t *allowed, double scale, float *out) {
-    if (S > scratch_s_cap) {
-        free(scratch_s);
-        scratch_s = (float *)malloc(sizeof(float) * (size_t)S);
-        scratch_s_cap = scratch_s ? S : 0;
-    }
-    if (!scratch_s) return -2;
-    float *p = scratch_s;
+    int failed = 0;
+#pragma omp parallel for collapse(2) schedule(static) if (B * H * Tq * S * d >= PARALLEL_ATTENTION)
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++) {
+            float *p = scores_scratch(S);
+            if (!p) {
+                failed = 1;
+                continue;
+            }
             const float *Kh = K + b * kb + kv[h] * kh, *Vh = V + b * vb + kv[h] * vh;
-            for (int64_t t = 0; t < Tq; t++) {
-                const float *q = Q + ((b * H + h) * Tq + t) * d;
-                float *o = out + ((b * H + h) * Tq + t) * d;
-                const uint8_t *ok = allowed + t * S;
-#if defined(__AVX512F__)
-                if (d % 16 == 0 && d <= 256) { /* q and the output row held in registers */
-                    const int64_t nv = d / 16;
-                    __m512 qv[16], ov[16];
-                    for (int64_t v = 0; v < nv; v++) qv[v] = _mm512_loadu_ps(q + 16 * v), ov[v] = _mm512_setzero_ps();
-                    float m = -INFINITY;
-                    for (int64_t j = 0; j < S; j++) {
-                        const float *k = Kh + j * d;
-                        __m512 a = _mm512_mul_ps(qv[0], _mm512_loadu_ps(k));
-                        for (int64_t v = 1; v < nv; v++) a = _mm512_fmadd_ps(qv[v], _mm512_loadu_ps(k + 16 * v), a);
-                        p[j] = ok[j] ? _mm512_reduce_add_ps(a) * (float)scale : -INFINITY;
-                        m = p[j] > m ? p[j] : m;
-                    }
-                    if (m == -INFINITY) {
-                        for (int64_t i = 0; i < d; i++) o[i] = NAN;
-                        continue;
-                    }
-                    float l = 0.0f;
-                    for (int64_t j = 0; j < S; j++) {
-                        p[j] = ok[j] ? expf(p[j] - m) : 0.0f;
-                        l += p[j];
-                    }
-                    for (int64_t j = 0; j < S; j++) {
-                        const float *vr = Vh + j * d;
-                        const __m512 e = _mm512_set1_ps(p[j]);
-                        for (int64_t v = 0; v < nv; v++) ov[v] = _mm512_fmadd_ps(e, _mm512_loadu_ps(vr + 16 * v), ov[v]);
-                    }
-                    const __m512 inv = _mm512_set1_ps(1.0f / l);
-                    for (int64_t v = 0; v < nv; v++) _mm512_storeu_ps(o + 16 * v, _mm512_mul_ps(ov[v], inv));
-                    continue;
-                }
-#endif
-                float m = -INFINITY;
-                for (int64_t j = 0; j < S; j++) { /* the scores: independent dot products */
-                    const float *k = Kh + j * d;
-                    float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-                    for (int64_t i = 0; i < d; i++) acc += q[i] * k[i];
-                    p[j] = ok[j] ? acc * (float)scale : -INFINITY;
-                    m = p[j] > m ? p[j] : m;
-                }
-                for (int64_t i = 0; i < d; i++) o[i] = 0.0f;
-                if (m == -INFINITY) { /* nothing allowed, or every score −∞: the card's softmax is NaN */
-                    for (int64_t i = 0; i < d; i++) o[i] = NAN;
-                    continue;
-                }
-                float l = 0.0f;
-                for (int64_t j = 0; j < S; j++) {
-                    p[j] = ok[j] ? expf(p[j] - m) : 0.0f;
-                    l += p[j];
-                }
-                int64_t j = 0;
-                for (; j + 4 <= S; j += 4) { /* four rows of V per pass over o */
-                    const float *v0 = Vh + j * d, *v1 = v0 + d, *v2 = v1 + d, *v3 = v2 + d;
-                    const float e0 = p[j], e1 = p[j + 1], e2 = p[j + 2], e3 = p[j + 3];
-#pragma omp simd
-                    for (int64_t i = 0; i < d; i++) o[i] += (e0 * v0[i] + e1 * v1[i]) + (e2 * v2[i] + e3 * v3[i]);
-                }
-                for (; j < S; j++) {
-                    const float *v = Vh + j * d;
-                    const float e = p[j];
-#pragma omp simd
-                    for (int64_t i = 0; i < d; i++) o[i] += e * v[i];
-                }
-                const float inv = 1.0f / l;
-                for (int64_t i = 0; i < d; i++) o[i] *= inv;
+            for (int64_t t = 0; t < Tq; t++)
+                attend_row(Q + ((b * H + h) * Tq + t) * d, Kh, Vh, S, d, allowed + t * S, (float)scale, 0.0f, p,
+                           out + ((b * H + h) * Tq + t) * d);
+        }
+    return failed ? -2 : 0;
+}
+
+static _Thread_local float *scratch_head;
+static _Thread_local int64_t scratch_head_cap;
+
+/* One step of grouped-query attention for few new tokens (the prelude's GQAttention: RoPE on every
+ * head of Q and K, then each query head attends with its key/value head), keys and values kept in a
+ * cache. Q [B, T, H·d], K, V [B, T, Hkv·d] contiguous (a token's heads side by side, as the
+ * projections give them); cos, sin [T, half] at the new tokens' positions; layout as rope_row.
+ * The T new keys (rotated) and values are written to rows used … used + T − 1 of the caches Kc, Vc
+ * [B, Hkv, capacity, d] (strides kb, kh, vb, vh in floats, rows contiguous), and every query reads
+ * the S = used + T rows there; kv [H], allowed [T, S], scale and cap as attend_row.
+ * out [B, T, H·d]: the heads' results side by side again. */
+int tc_gqa(const float *Q, const float *K, const float *V, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t d,
+           const float *cos, const float *sin, int64_t half, int layout, float *Kc, float *Vc, int64_t kb,
+           int64_t kh, int64_t vb, int64_t vh, int64_t used, const int64_t *kv, const uint8_t *allowed,
+           double scale, double cap, float *out) {
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t j = 0; j < Hkv; j++) {
+                const float *k = K + ((b * T + t) * Hkv + j) * d, *v = V + ((b * T + t) * Hkv + j) * d;
+                rope_row(k, cos + t * half, sin + t * half, d, half, layout, Kc + b * kb + j * kh + (used + t) * d);
+                memcpy(Vc + b * vb + j * vh + (used + t) * d, v, sizeof(float) * (size_t)d);
+            }
+    const int64_t S = used + T;
+    int failed = 0;
+#pragma omp parallel for collapse(2) schedule(static) if (B * H * T * S * d >= PARALLEL_ATTENTION)
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            float *p = scores_scratch(S);
+            if (d > scratch_head_cap) {
+                free(scratch_head);
+                scratch_head = (float *)malloc(sizeof(float) * (size_t)d);
+                scratch_head_cap = scratch_head ? d : 0;
+            }
+            if (!p || !scratch_head) {
+                failed = 1;
+                continue;
+            }
+            const float *Kh = Kc + b * kb + kv[h] * kh, *Vh = Vc + b * vb + kv[h] * vh;
+            for (int64_t t = 0; t < T; t++) {
+                rope_row(Q + ((b * T + t) * H + h) * d, cos + t * half, sin + t * half, d, half, layout, scratch_head);
+                attend_row(scratch_head, Kh, Vh, S, d, allowed + t * S, (float)scale, (float)cap, p,
+                           out + ((b * T + t) * H + h) * d);
             }
         }
-    return 0;
+    return failed ? -2 : 0;
 }
