@@ -167,7 +167,9 @@ def test_attention_on_cache_views(funcs, kv_index, d):
         assert glue_torch.attention(Q, K, V, allowed, kv_index) is not None  # the C version ran
 
 
-@pytest.mark.parametrize("layout, half, cap", [("pairs", 8, 0), ("halves", 6, 0), ("none", 8, 2.5), ("pairs", 5, 2.5)])
+@pytest.mark.parametrize(
+    "layout, half, cap", [("pairs", 8, 0), ("halves", 6, 0), ("none", 8, 2.5), ("pairs", 5, 2.5)]
+)
 @pytest.mark.parametrize("H, H_kv, lead", [(4, 2, (2,)), (6, 6, ()), (6, 4, (1,))], ids=str)
 def test_grouped_query_attention_pass_by_pass(funcs, monkeypatch, layout, half, cap, H, H_kv, lead):
     """GQAttention's kernel (RoPE of every head, the KV cache, attention: one C call for few new

@@ -32,8 +32,12 @@ ROUNDING = 3e-6  # float32 sums of K ≤ 768 products, relative to Σ|x·w|: a f
 
 # Skipped only where the kernels cannot exist: no C compiler, or turned off. A source that fails to
 # build is a failure (test_the_kernels_build), not a silent skip of every kernel test.
-NO_KERNELS = quant_kernels._compiler() is None or os.environ.get("TOYCARDS_QUANT_KERNELS", "").lower() == "off"
-pytestmark = pytest.mark.skipif(NO_KERNELS, reason="no C compiler (or TOYCARDS_QUANT_KERNELS=off): no kernels")
+NO_KERNELS = (
+    quant_kernels._compiler() is None or os.environ.get("TOYCARDS_QUANT_KERNELS", "").lower() == "off"
+)
+pytestmark = pytest.mark.skipif(
+    NO_KERNELS, reason="no C compiler (or TOYCARDS_QUANT_KERNELS=off): no kernels"
+)
 
 
 def test_the_kernels_build():

@@ -149,10 +149,14 @@ _LAYOUTS = {"none": 0, "pairs": 1, "halves": 2}  # the prelude's rope layouts, a
 
 def _cache_ready(buffers, n_buffers: int) -> bool:
     """A cache slot's buffers (or none yet) are ones tc_gqa can write: contiguous float32 CPU tensors."""
-    return all(
-        b is None or (b.__class__ in _PLAIN and b.dtype is torch.float32 and b.is_cpu and b.is_contiguous())
-        for b in buffers
-    ) and len(buffers) == n_buffers
+    return (
+        all(
+            b is None
+            or (b.__class__ in _PLAIN and b.dtype is torch.float32 and b.is_cpu and b.is_contiguous())
+            for b in buffers
+        )
+        and len(buffers) == n_buffers
+    )
 
 
 def gq_attention(Q, K, V, H, H_kv, layout, angles, allowed, cap, ctx, ops):
