@@ -47,7 +47,16 @@ ROPE_FREQS = TENSOR_NAMES[MODEL_TENSOR.ROPE_FREQS] + ".weight"  # Llama 3's freq
 SLICE_BLOCKS = 1 << 16  # blocks generated and written at a time (9 MiB of Q4_K)
 
 
-def rope_factors(head_dim: int) -> np.ndarray:
+def with_changes(**changes) -> SimpleNamespace:
+    """SHAPE with some fields changed (a narrow model of the same depth, for quick checks).
+
+    >>> with_changes(d_e=256).d_e, SHAPE.d_e
+    (256, 2048)
+    """
+    return SimpleNamespace(**{**vars(SHAPE), **changes})
+
+
+def rope_factors(head_dim: int, hp: SimpleNamespace = SHAPE) -> np.ndarray:
     """Llama 3's frequency factors (head_dim/2 of them), as llama.cpp's converter writes
     `rope_freqs.weight`: 1 for short wavelengths, the scaling factor for long ones, a smooth ramp between.
 
@@ -55,7 +64,7 @@ def rope_factors(head_dim: int) -> np.ndarray:
     >>> float(f[0]), float(f[-1]), f.shape
     (1.0, 32.0, (32,))
     """
-    s = SHAPE
+    s = hp
     freqs = 1.0 / s.rope_base ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
     wavelen = 2 * math.pi / freqs
     low, high = s.original_context / s.low_freq_factor, s.original_context / s.high_freq_factor
@@ -69,7 +78,7 @@ def _more_bits(i: int, n: int) -> bool:
     return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
 
 
-def _type_of(name: str, shape: tuple[int, ...], mix: str) -> int:
+def _type_of(name: str, shape: tuple[int, ...], mix: str, n_layer: int) -> int:
     """The ggml type of one tensor: F32 for vectors, Q4_K for matrices; under Q4_K_M, Q6_K for the
     (tied) token embedding and for attn_v / ffn_down on the layers `_more_bits` picks, as llama.cpp's
     Q4_K_M does."""
@@ -80,24 +89,24 @@ def _type_of(name: str, shape: tuple[int, ...], mix: str) -> int:
     if name == TENSOR_NAMES[MODEL_TENSOR.TOKEN_EMBD] + ".weight":
         return Q.Q6_K
     if name.endswith(("attn_v.weight", "ffn_down.weight")):
-        return Q.Q6_K if _more_bits(int(name.split(".")[1]), SHAPE.n_layer) else Q.Q4_K
+        return Q.Q6_K if _more_bits(int(name.split(".")[1]), n_layer) else Q.Q4_K
     return Q.Q4_K
 
 
-def specs(mix: str = "Q4_K") -> list[tuple[str, tuple[int, ...], int]]:
+def specs(mix: str = "Q4_K", hp: SimpleNamespace = SHAPE) -> list[tuple[str, tuple[int, ...], int]]:
     """(name, NumPy shape, ggml type) of every tensor, in file order: rope_freqs, token_embd, the
     layers, output_norm (no output.weight: tied)."""
     if mix not in FILE_TYPE:
         raise ValueError(f"unknown mix {mix!r}: choose {' or '.join(FILE_TYPE)}")
-    s = SHAPE
+    s = hp
     inventory = llama_inventory(s.n_layer, s.d_e, s.d_ff, s.n_vocab, s.n_head, s.n_head_kv, tied=True)
     rope = (ROPE_FREQS, (s.d_e // s.n_head // 2,))
-    return [(name, shape, _type_of(name, shape, mix)) for name, shape in [rope, *inventory]]
+    return [(name, shape, _type_of(name, shape, mix, s.n_layer)) for name, shape in [rope, *inventory]]
 
 
-def metadata(mix: str = "Q4_K") -> list[RawKV]:
+def metadata(mix: str = "Q4_K", hp: SimpleNamespace = SHAPE) -> list[RawKV]:
     """The hyperparameters (llama.*), the file type and the 128,256-token vocabulary."""
-    s = SHAPE
+    s = hp
     kv = [
         RawKV(p.key, p.vtype, s.rope_base if p.key == "llama.rope.freq_base" else p.value)
         for p in llama_hparams(s.n_layer, s.d_e, s.d_ff, s.n_head, s.n_head_kv, n_ctx=N_CTX)
@@ -120,7 +129,7 @@ def metadata(mix: str = "Q4_K") -> list[RawKV]:
     return kv
 
 
-def _random_blocks(ggml_type: int, n_blocks: int, rng: np.random.Generator) -> np.ndarray:
+def random_k_blocks(ggml_type: int, n_blocks: int, rng: np.random.Generator) -> np.ndarray:
     """n_blocks random blocks (uint8 [n_blocks, type_size]) whose float16 scales are small and finite."""
     type_size = GGML_QUANT_SIZES[ggml_type][1]
     words = -(-n_blocks * type_size // 8)
@@ -133,30 +142,32 @@ def _random_blocks(ggml_type: int, n_blocks: int, rng: np.random.Generator) -> n
     return blocks
 
 
-def _write_tensor(fh, name: str, shape: tuple[int, ...], ggml_type: int, rng: np.random.Generator) -> int:
+def _write_tensor(fh, spec: tuple[str, tuple[int, ...], int], hp: SimpleNamespace, rng) -> int:
     """Write one tensor's data; return its size in bytes."""
+    name, shape, ggml_type = spec
     if ggml_type == Q.F32:  # the RoPE factors, or a norm's γ (ones)
-        data = rope_factors(2 * shape[0]) if name == ROPE_FREQS else np.ones(shape, np.float32)
+        data = rope_factors(2 * shape[0], hp) if name == ROPE_FREQS else np.ones(shape, np.float32)
         fh.write(data.tobytes())
         return data.nbytes
     n_blocks = int(np.prod(shape)) // GGML_QUANT_SIZES[ggml_type][0]
     for start in range(0, n_blocks, SLICE_BLOCKS):
-        fh.write(_random_blocks(ggml_type, min(SLICE_BLOCKS, n_blocks - start), rng).data)
+        fh.write(random_k_blocks(ggml_type, min(SLICE_BLOCKS, n_blocks - start), rng).data)
     return n_blocks * GGML_QUANT_SIZES[ggml_type][1]
 
 
-def write_llama_1b(path: str | Path, mix: str = "Q4_K", seed: int = 0) -> Path:
-    """Write the file (see the module docstring) and return its path; the same seed, the same bytes."""
-    tensors = specs(mix)
+def write_llama_1b(path: str | Path, mix: str = "Q4_K", seed: int = 0, hp: SimpleNamespace = SHAPE) -> Path:
+    """Write the file (see the module docstring; `hp`: another shape, see `with_changes`) and return
+    its path; the same seed, the same bytes."""
+    tensors = specs(mix, hp)
     infos, data_size = layout(tensors)
-    header = RawGGUF(kv=metadata(mix), tensors=infos).header()
+    header = RawGGUF(kv=metadata(mix, hp), tensors=infos).header()
     rng = np.random.default_rng(seed)
     path = Path(path)
     with open(path, "wb") as fh:
         fh.write(header)
-        for info, (name, shape, ggml_type) in zip(infos, tensors):
-            assert fh.tell() == len(header) + info.offset, name
-            written = _write_tensor(fh, name, shape, ggml_type, rng)
+        for info, spec in zip(infos, tensors):
+            assert fh.tell() == len(header) + info.offset, spec[0]
+            written = _write_tensor(fh, spec, hp, rng)
             fh.write(b"\0" * (-written % 32))
     assert path.stat().st_size == len(header) + data_size
     return path
