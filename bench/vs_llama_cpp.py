@@ -209,7 +209,12 @@ def compare(path: Path, ids: list[int], args: argparse.Namespace) -> None:
             "load_rss": statistics.median(r["load_rss_mb"] for r in rs),
         }
     a, b = med["toycards"], med["llama.cpp"]
-    same = sum(x == y for x, y in zip(runs["toycards"][0]["tokens"], runs["llama.cpp"][0]["tokens"]))
+    ours, theirs = runs["toycards"][0]["tokens"], runs["llama.cpp"][0]["tokens"]
+    same = sum(x == y for x, y in zip(ours, theirs))
+    parted = next((i for i, (x, y) in enumerate(zip(ours, theirs)) if x != y), None)
+    where = (
+        "" if parted is None else f" (first differs at token {parted + 1}: {ours[parted]} / {theirs[parted]})"
+    )
     size = path.stat().st_size / 2**20
     print(f"{path.name} ({size:.0f} MiB)  load average {os.getloadavg()[0]:.2f}")
     for name, m in med.items():
@@ -219,7 +224,7 @@ def compare(path: Path, ids: list[int], args: argparse.Namespace) -> None:
         )
     print(
         f"  toycards / llama.cpp: decode ×{a['decode'] / b['decode']:.2f}   prefill ×{a['prefill'] / b['prefill']:.2f}"
-        f"   peak RSS ×{a['rss'] / b['rss']:.2f}   greedy tokens equal {same}/{args.decode}"
+        f"   peak RSS ×{a['rss'] / b['rss']:.2f}   greedy tokens equal {same}/{args.decode}{where}"
     )
     # tokens per CPU-second: what a loaded machine changes least, on one thread (with more, CPU time
     # also counts the threads spinning at barriers)
