@@ -477,6 +477,109 @@ static inline __m256i high_nibbles32(__m256i v) {
     return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+/* AVX-512: two sub-blocks of 32 (one x block each) per 512-bit step, their scales d·sc_j·dx as one
+ * vector per weight block (8 lanes) spread to the step's two halves by a permute, the mins' part
+ * dmin·Σ_j m_j·sx_j as a vector FMA per weight block; two accumulators. */
+/* the eight 6-bit scales and mins of a Q4_K / Q5_K block (its 12 bytes q) as floats, computed on
+ * 32-bit words of four bytes (scale_min_k4 for all j at once):
+ *   scales 0…3: q[0…3] & 63; 4…7: (q[8…11] & 15) | (q[0…3] >> 6) << 4
+ *   mins   0…3: q[4…7] & 63; 4…7: (q[8…11] >> 4) | (q[4…7] >> 6) << 4 */
+static inline void scales_mins_k4(const uint8_t *q, __m256 *sc, __m256 *m) {
+    uint32_t w0, w1, w2;
+    memcpy(&w0, q, 4), memcpy(&w1, q + 4, 4), memcpy(&w2, q + 8, 4);
+    const uint32_t six = 0x3F3F3F3Fu, four = 0x0F0F0F0Fu, two = 0x03030303u;
+    const uint64_t s = (uint64_t)(w0 & six) | (uint64_t)((w2 & four) | (((w0 >> 6) & two) << 4)) << 32;
+    const uint64_t n = (uint64_t)(w1 & six) | (uint64_t)(((w2 >> 4) & four) | (((w1 >> 6) & two) << 4)) << 32;
+    *sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)s)));
+    *m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)n)));
+}
+
+static inline __m512 halves_of(__m256 v, int j) { /* lanes 0…7: v[j], lanes 8…15: v[j + 1] */
+    const __m512i idx = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(j), _mm512_set1_epi32(j + 1));
+    return _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(v));
+}
+
+static float dot_q45_k_512(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx,
+                           int five) {
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    __m256 mins = _mm256_setzero_ps();
+    const int bs = five ? 176 : 144;
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    for (int64_t b = 0; b < n_blocks; b += 8, w += bs, qx += 256) { /* 8 x blocks: one weight block of 256 */
+        __m256 sc, m;
+        scales_mins_k4(w + 4, &sc, &m);
+        const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(f16(w)), _mm256_loadu_ps(dx + b)), sc);
+        mins = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(f16(w + 2)), _mm256_loadu_ps(sx + b)), m, mins);
+        const uint8_t *qs = w + (five ? 48 : 16);
+        const __m256i hbits = five ? _mm256_loadu_si256((const __m256i *)(w + 16)) : _mm256_setzero_si256();
+        for (int j = 0; j < 8; j += 2, qs += 32) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)qs);
+            __m512i u = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1), low4);
+            if (five) { /* the fifth bit of sub-block j is bit j of qh, of sub-block j + 1 bit j + 1 */
+                const __m512i h = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_srli_epi16(hbits, j)),
+                                                     _mm256_srli_epi16(hbits, j + 1), 1);
+                u = _mm512_or_si512(u, _mm512_slli_epi16(_mm512_and_si512(h, _mm512_set1_epi8(1)), 4));
+            }
+            const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_loadu_si512((const void *)(qx + 32 * j)));
+            if (j & 2)
+                acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), halves_of(scale, j), acc1);
+            else
+                acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), halves_of(scale, j), acc0);
+        }
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) - hsum(mins);
+}
+
+/* Q6_K: two chunks of 32 (x blocks xb, xb + 1; four groups of 16 with their own scales) per step */
+static float dot_q6_k_512(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx) {
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    const __m256i three = _mm256_set1_epi8(3), m32 = _mm256_set1_epi8(32);
+    /* lane l of a step reads scale l / 4 of its four (dpbusd's lane l sums elements 4l … 4l + 3) */
+    const __m512i rep4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    for (int64_t b = 0; b < n_blocks; b += 8, w += 210, qx += 256) {
+        const float d = f16(w + 208);
+        const uint8_t *ql = w, *qh = w + 128;
+        const int8_t *sc = (const int8_t *)(w + 192);
+        for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8) {
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            const __m256i h = _mm256_loadu_si256((const __m256i *)qh);
+            __m256i q[4];
+            q[0] = _mm256_or_si256(low_nibbles32(l0), _mm256_slli_epi16(_mm256_and_si256(h, three), 4));
+            q[1] = _mm256_or_si256(low_nibbles32(l1), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), three), 4));
+            q[2] = _mm256_or_si256(high_nibbles32(l0), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), three), 4));
+            q[3] = _mm256_or_si256(high_nibbles32(l1), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), three), 4));
+            const __m512 scales = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)sc)));
+            for (int k = 0; k < 4; k += 2) {
+                const int64_t xb = b + 4 * n + k;
+                const __m512i s = _mm512_sub_epi8(pair512(q[k], q[k + 1]), _mm512_broadcast_i64x4(m32)); /* −32 … 31 */
+                const __m512i y = _mm512_loadu_si512((const void *)(qx + 32 * (4 * n + k)));
+                const __mmask64 neg = _mm512_movepi8_mask(s);
+                const __m512i sy = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
+                const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(s), sy);
+                const __m512 f = _mm512_mul_ps(scales512(d * dx[xb], d * dx[xb + 1]),
+                                               _mm512_permutexvar_ps(_mm512_add_epi32(rep4, _mm512_set1_epi32(2 * k)), scales));
+                if (k)
+                    acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), f, acc1);
+                else
+                    acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), f, acc0);
+            }
+        }
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+static float dot_q4_k(const uint8_t *w, int64_t nb, const int8_t *qx, const float *dx, const float *sx) {
+    return dot_q45_k_512(w, nb, qx, dx, sx, 0);
+}
+static float dot_q5_k(const uint8_t *w, int64_t nb, const int8_t *qx, const float *dx, const float *sx) {
+    return dot_q45_k_512(w, nb, qx, dx, sx, 1);
+}
+static float dot_q6_k(const uint8_t *w, int64_t nb, const int8_t *qx, const float *dx, const float *sx) {
+    (void)sx;
+    return dot_q6_k_512(w, nb, qx, dx);
+}
+#else
 static float dot_q45_k(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx,
                        int five) {
     __m256 acc = _mm256_setzero_ps();
@@ -545,6 +648,7 @@ static float dot_q6_k(const uint8_t *w, int64_t n_blocks, const int8_t *qx, cons
     }
     return hsum(acc);
 }
+#endif
 
 static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t N, int64_t K, const float *x,
                           int64_t T, float *y) {
