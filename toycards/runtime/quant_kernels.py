@@ -89,12 +89,14 @@ def _build() -> ctypes.CDLL | None:
     lib = ctypes.CDLL(str(target))
     lib.tc_matmul.argtypes = [ctypes.c_int, _P, _I, _I, _I, _P, _I, _P]
     lib.tc_dequant_rows.argtypes = [ctypes.c_int, _P, _I, _I, _I, _I, _P]
+    lib.tc_dequant_rows_bf16.argtypes = [ctypes.c_int, _P, _I, _I, _I, _I, _P]
     lib.tc_gather_rows.argtypes = [ctypes.c_int, _P, _I, _I, _P, _I, _P]
     lib.tc_quantizes_x.argtypes = [ctypes.c_int]
     lib.tc_float_direct.argtypes = [ctypes.c_int]
     for fn in (
         lib.tc_matmul,
         lib.tc_dequant_rows,
+        lib.tc_dequant_rows_bf16,
         lib.tc_gather_rows,
         lib.tc_quantizes_x,
         lib.tc_float_direct,
@@ -179,6 +181,15 @@ def matmul_checked(*args: int) -> None:
 def dequant_rows(ggml_type: int, w_ptr: int, row_bytes: int, k: int, r0: int, r1: int, out_ptr: int) -> None:
     """Rows [r0, r1) of W as float32 into out [(r1 − r0), k]."""
     _check(library().tc_dequant_rows(ggml_type, w_ptr, row_bytes, k, r0, r1, out_ptr), "dequant_rows")
+
+
+def dequant_rows_bf16(
+    ggml_type: int, w_ptr: int, row_bytes: int, k: int, r0: int, r1: int, out_ptr: int
+) -> None:
+    """Rows [r0, r1) of W rounded to bfloat16 (to nearest, ties to even) into out [(r1 − r0), k]."""
+    _check(
+        library().tc_dequant_rows_bf16(ggml_type, w_ptr, row_bytes, k, r0, r1, out_ptr), "dequant_rows_bf16"
+    )
 
 
 def gather_rows(

@@ -10,8 +10,14 @@ Leaves out: the kernels (quant_kernels.py) and the reference they are held to, g
 
 The product picks its kernel by the number of tokens: up to `FEW_TOKENS` rows of x, the C kernel
 reads each weight row once and takes its dot products with every token (decoding); more, and the
-weight is dequantized a tile of rows at a time (about 4 MiB of float32) into a buffer that a float
-GEMM multiplies by (prefill), so no full float copy of the matrix is ever made. F16 and BF16 rows are
+weight is dequantized a tile of rows at a time (a million elements) into a buffer that a GEMM
+multiplies by (prefill), so no full float copy of the matrix is ever made. For the types whose
+few-token kernel rounds x to int8 blocks (as llama.cpp's quantized products do), that GEMM runs in
+bfloat16 where the CPU has bfloat16 instructions (about twice float32's speed): tile and x rounded
+to bfloat16, sums in float32, the result rounded to bfloat16. On the real SmolLM2 Q4_1 file that
+moves the logits less than llama.cpp's own int8 products do
+(tests/test_quant_kernels.py::test_real_file_prefill_within_llama_cpps_deviation);
+`TOYCARDS_BF16_PREFILL=off` keeps float32. F16 and BF16 rows are
 not dequantized for few tokens either: the kernel widens their elements in registers, and
 `float_linear` does the same for a float32 parameter (an F32 file's matrices, memory-mapped), which
 torch's own GEMV reads at about half the speed. Quantized weights
@@ -21,6 +27,7 @@ are not trainable: training dequantizes at load (`toycards.load(..., dequantize=
 from __future__ import annotations
 
 import ctypes
+import os
 import warnings
 
 import numpy as np
@@ -30,7 +37,22 @@ import torch.nn.functional as F
 from toycards.runtime import quant_kernels as kernels
 
 FEW_TOKENS = 8  # x rows up to which the row-at-a-time kernel beats dequantize-then-GEMM
-TILE_FLOATS = 1 << 20  # floats of one dequantized tile (4 MiB)
+TILE_FLOATS = 1 << 20  # elements of one dequantized tile (4 MiB of float32, 2 MiB of bfloat16)
+_bf16_cpu: bool | None = None
+
+
+def bf16_prefill(ggml_type: int) -> bool:
+    """Whether many-token products of this type multiply in bfloat16 (see the module docstring):
+    a type whose few-token kernel quantizes x to int8, a CPU with bfloat16 GEMMs, not turned off."""
+    global _bf16_cpu
+    if _bf16_cpu is None:
+        try:
+            _bf16_cpu = os.environ.get("TOYCARDS_BF16_PREFILL", "").lower() != "off" and bool(
+                torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+            )
+        except (AttributeError, RuntimeError):
+            _bf16_cpu = False
+    return _bf16_cpu and kernels.quantizes_x(ggml_type)
 
 
 def reference_dequantize(blocks: np.ndarray, ggml_type: int, shape: tuple[int, ...]) -> np.ndarray:
@@ -201,16 +223,22 @@ class QuantWeight:
         return y if x.dtype == torch.float32 else y.to(x.dtype)
 
     def _tiled(self, x2: torch.Tensor) -> torch.Tensor:
-        """x2 [T, K] · Wᵀ a tile of rows at a time: dequantize the tile, then a float GEMM."""
+        """x2 [T, K] · Wᵀ a tile of rows at a time: dequantize the tile, then a GEMM (bfloat16 where
+        `bf16_prefill`, else float32)."""
         n, k = self.shape
         rows = max(1, min(n, TILE_FLOATS // k))
-        tile = torch.empty(rows, k, dtype=torch.float32)  # (rows, K)
         y = torch.empty(x2.shape[0], n, dtype=torch.float32)  # (T, N)
+        if bf16_prefill(self.ggml_type):
+            tile, dequant, x2 = (
+                torch.empty(rows, k, dtype=torch.bfloat16),
+                kernels.dequant_rows_bf16,
+                x2.to(torch.bfloat16),
+            )
+        else:
+            tile, dequant = torch.empty(rows, k, dtype=torch.float32), kernels.dequant_rows  # (rows, K)
         for r0 in range(0, n, rows):
             r1 = min(n, r0 + rows)
-            kernels.dequant_rows(
-                self.ggml_type, self.blocks.data_ptr(), self.row_bytes, k, r0, r1, tile.data_ptr()
-            )
+            dequant(self.ggml_type, self.blocks.data_ptr(), self.row_bytes, k, r0, r1, tile.data_ptr())
             y[:, r0:r1] = x2 @ tile[: r1 - r0].T
         return y
 

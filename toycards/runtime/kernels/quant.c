@@ -244,6 +244,42 @@ int tc_dequant_rows(int type, const uint8_t *W, int64_t row_bytes, int64_t K, in
     return 0;
 }
 
+/* float32 → bfloat16, rounded to nearest, ties to even (NaN stays NaN), as torch's .to(torch.bfloat16) */
+static inline uint16_t bf16_of(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+static _Thread_local float *scratch_row;
+static _Thread_local int64_t scratch_row_cap;
+
+/* rows [r0, r1) of W dequantized and rounded to bfloat16 into out [(r1 − r0), K] (uint16 bit patterns) */
+int tc_dequant_rows_bf16(int type, const uint8_t *W, int64_t row_bytes, int64_t K, int64_t r0, int64_t r1,
+                         uint16_t *out) {
+    row_fn row = row_kernel(type);
+    if (!row) return -1;
+    int failed = 0;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = r0; r < r1; r++) {
+        if (K > scratch_row_cap) {
+            free(scratch_row);
+            scratch_row = (float *)malloc(sizeof(float) * (size_t)K);
+            scratch_row_cap = scratch_row ? K : 0;
+        }
+        if (!scratch_row) {
+            failed = 1;
+            continue;
+        }
+        row(W + r * row_bytes, scratch_row, K);
+        uint16_t *o = out + (r - r0) * K;
+#pragma omp simd
+        for (int64_t i = 0; i < K; i++) o[i] = bf16_of(scratch_row[i]);
+    }
+    return failed ? -2 : 0;
+}
+
 /* rows of W picked by ids [n_ids] (embedding lookups) dequantized to out [n_ids, K] */
 int tc_gather_rows(int type, const uint8_t *W, int64_t row_bytes, int64_t K, const int64_t *ids,
                    int64_t n_ids, float *out) {
