@@ -99,7 +99,7 @@ def child(args: argparse.Namespace) -> None:
         cache = model.new_cache()
 
         def step(x: np.ndarray) -> int:
-            return int(model(x[None, :], cache)[0, -1].argmax())
+            return int(model(x[None, :], cache, last=True)[0, -1].argmax())
     else:
         import transformers
         from oracle.hf_gguf import tiny_model

@@ -79,7 +79,7 @@ def run_toycards(path: str, ids: list[int], decode: int, threads: int) -> dict:
     cache = model.new_cache()
 
     def step(tokens: list[int]) -> int:
-        return int(torch.argmax(model(torch.tensor([tokens]), cache)[0, -1]))
+        return int(torch.argmax(model(torch.tensor([tokens]), cache, last=True)[0, -1]))
 
     with torch.inference_mode():
         return _timed(step, ids, decode, loaded, load_rss)

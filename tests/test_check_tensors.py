@@ -188,8 +188,9 @@ def test_run_stops_at_non_finite_logits_with_one_line(tmp_path):
     result = CliRunner().invoke(main, ["run", str(path), "-p", "Hello", "-n", "4"])
     assert result.exit_code == 1
     (line,) = result.stderr.splitlines()
+    n = len(toycards.load(path, target="numpy").tokenizer.encode("Hello"))  # the prompt's last token's
     assert line == (
-        f"error: {path}: the logits at position 1 are not finite (NaN); "
+        f"error: {path}: the logits at position {n} are not finite (NaN); "
         f"run `toycards describe {path} --check-tensors`"
     )
 
@@ -240,7 +241,9 @@ def test_a_fresh_process_prints_one_line_not_numpys_warnings(command, tmp_path):
         env=env,
     )
     assert done.returncode == 1
+    # run decodes from the prompt's last token's logits alone; eval computes every position's
+    first = len(toycards.load(path, target="numpy").tokenizer.encode("Hello")) if command == "run" else 1
     assert done.stderr.splitlines() == [
-        f"error: {path}: the logits at position 1 are not finite (NaN); "
+        f"error: {path}: the logits at position {first} are not finite (NaN); "
         f"run `toycards describe {path} --check-tensors`"
     ]

@@ -111,3 +111,45 @@ def test_two_caches_do_not_interfere(model, target):
         got_b.append(run(m, b[:, t : t + 1], cache_b))
     assert_logits_close(np.concatenate(got_a, 1)[0], run(m, a)[0], ATOL, f"{target} cache a")
     assert_logits_close(np.concatenate(got_b, 1)[0], run(m, b)[0], ATOL, f"{target} cache b")
+
+
+def run_last(m, ids: np.ndarray, cache=None) -> np.ndarray:
+    """`m(ids, cache, last=True)`: the last token's logits alone, [B, 1, N_V]."""
+    import torch
+
+    with torch.no_grad():
+        out = m(np.asarray(ids, dtype=np.int64), cache, last=True)
+    return out.numpy() if torch.is_tensor(out) else np.asarray(out)
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("target", TARGETS)
+def test_last_token_alone_equals_the_full_pass(model, target, case):
+    """`last=True` (what decoding asks for: llama.cpp computes the last token's logits alone too)
+    gives the full pass's last row, for a prompt through a cache, single tokens after it, a chunk,
+    and without a cache; a batch of two."""
+    m = model(case, target)
+    ids = token_ids(m.hp["N_V"], 2, 18, seed=5)
+    full = run(m, ids)
+    cache, start = m.new_cache(), 0
+    for n in (9, 1, 1, 4, 1):
+        got = run_last(m, ids[:, start : start + n], cache)
+        start += n
+        assert got.shape == (2, 1, m.hp["N_V"]) and cache.length == start
+        for b in range(2):
+            assert_logits_close(got[b], full[b, start - 1 : start], ATOL, f"{case} {target} last of {start}")
+    uncached = run_last(m, ids[:, :7])
+    for b in range(2):
+        assert_logits_close(uncached[b], full[b, 6:7], ATOL, f"{case} {target} last of 7, no cache")
+
+
+def test_every_library_card_computes_the_last_token_alone_when_asked():
+    """Each family card's generated forward keeps only the last column after its last attention
+    (the cache plan's cut point), rather than computing every token's logits and dropping them."""
+    from toycards.codegen import generate_source
+    from toycards.library import ARCH_CARDS, library_card
+
+    for name in sorted(set(ARCH_CARDS.values())):
+        for target in TARGETS:
+            src = generate_source(library_card(name), target)
+            assert "if last:" in src and "ctx.keep_last()" in src, (name, target)

@@ -8,7 +8,9 @@ generated module (`same_random_weights`):
 - (b) **cached decoding**: a prefix, then one token at a time through one cache, equals the
   interpreter's cached decoding, which by definition is the full pass over every token so far
   (for a causal card that is the full pass over the whole sequence);
-- (c) **batch**: two sequences in one batch give each one's logits alone.
+- (c) **batch**: two sequences in one batch give each one's logits alone;
+- (d) **last token alone** (`last=True`, what decoding asks for): the full pass's last row, without
+  a cache and for a prefix through one.
 
 Tolerance: the interpreter computes in float64, the modules in float32; |Δ| ≤ 2e-5·max(1, max
 |logit|) as in tests/test_interpreter.py. A card that does not check clean is a generator bug.
@@ -85,7 +87,7 @@ def check_card(
     second: np.ndarray,
     prefill: int,
 ) -> None:
-    """Assertions (a), (b), (c) of the module docstring."""
+    """Assertions (a), (b), (c), (d) of the module docstring."""
     if currently_in_test_context():
         note(card.text)
         note(
@@ -109,6 +111,12 @@ def check_card(
         m._forward_numpy(second[None], None)[0].astype(np.float64),
         f"(c) {target} batch row 1 vs alone",
         card,
+    )
+    last = m._forward_numpy(first[None], None, last=True)[0]
+    assert_close(last, want[-1:], f"(d) {target} last token alone vs interpreter", card)
+    cached_last = m._forward_numpy(first[None, :prefill], m.new_cache(), last=True)[0]
+    assert_close(
+        cached_last, want_cached[prefill - 1 : prefill], f"(d) {target} last of the prefix, cached", card
     )
 
 

@@ -112,8 +112,9 @@ class Model(NumpyModel):
     CARD_SHA256 = CARD_SHA256
     HYPERPARAMETERS = ['L', 'H', 'd_e', 'd_mlp', 'ℓ_max', 'ε', 'N_V']
 
-    def forward(self, x, cache=None):
-        """Logits [..., ℓ, N_V] for token ids x [..., ℓ]; with a cache, x holds only the new tokens."""
+    def forward(self, x, cache=None, last=False):
+        """Logits [..., ℓ, N_V] for token ids x [..., ℓ]; with a cache, x holds only the new tokens;
+        `last`: the last token's logits alone, [..., 1, N_V] (what decoding needs)."""
         ell = x.shape[-1]
         ctx = runtime.Context(ell, cache, ops)
         L = self.hp['L']
@@ -135,6 +136,9 @@ class Model(NumpyModel):
             X_tilde = layer_norm(X, self.w[f"blk.{l - 1}.ffn_norm.weight"], self.w[f"blk.{l - 1}.ffn_norm.bias"], epsilon, ctx=ctx)
             # 8  X ← X + W_mlp2^l · GELU_tanh(W_mlp1^l · X̃ + b_mlp1^l · 1^⊺) + b_mlp2^l · 1^⊺  ∷ ℝ^{d_e×ℓ}
             X = (X + (ops.linear(GELU_tanh(ops.linear(X_tilde, self.w[f"blk.{l - 1}.ffn_up.weight"]) + self.w[f"blk.{l - 1}.ffn_up.bias"], ctx=ctx), self.w[f"blk.{l - 1}.ffn_down.weight"]))) + self.w[f"blk.{l - 1}.ffn_down.bias"]
+        if last:  # the last token's outputs alone: every step below acts on each token by itself
+            X = X[..., -1:, :]
+            ctx.keep_last()
         # 10  for t ∈ [ℓ]: X[:, t] ← layer_norm(X[:, t] | γ, β, ε)
         X = layer_norm(X, self.w['output_norm.weight'], self.w['output_norm.bias'], epsilon, ctx=ctx)
         # 11  Z ← W_u · X  ∷ ℝ^{N_V×ℓ}

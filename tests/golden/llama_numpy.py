@@ -235,8 +235,9 @@ class Model(NumpyModel):
     CARD_SHA256 = CARD_SHA256
     HYPERPARAMETERS = ['L', 'H', 'H_kv', 'd_e', 'd_ff', 'ℓ_max', 'ε', 'θ_base', 'scaling', 's', 'ℓ_orig', 'a_r', 'd_h', 'N_V']
 
-    def forward(self, x, cache=None):
-        """Logits [..., ℓ, N_V] for token ids x [..., ℓ]; with a cache, x holds only the new tokens."""
+    def forward(self, x, cache=None, last=False):
+        """Logits [..., ℓ, N_V] for token ids x [..., ℓ]; with a cache, x holds only the new tokens;
+        `last`: the last token's logits alone, [..., 1, N_V] (what decoding needs)."""
         ell = x.shape[-1]
         ctx = runtime.Context(ell, cache, ops)
         L = self.hp['L']
@@ -276,6 +277,9 @@ class Model(NumpyModel):
             X_tilde = rms_norm(X, self.w[f"blk.{l - 1}.ffn_norm.weight"], epsilon, ctx=ctx)
             # 14  X ← X + SwiGLU(X̃ | W_gate^l, W_up^l, W_down^l)  ∷ ℝ^{d_e×ℓ}
             X = X + SwiGLU(X_tilde, self.w[f"blk.{l - 1}.ffn_gate.weight"], self.w[f"blk.{l - 1}.ffn_up.weight"], self.w[f"blk.{l - 1}.ffn_down.weight"], ctx=ctx)
+        if last:  # the last token's outputs alone: every step below acts on each token by itself
+            X = X[..., -1:, :]
+            ctx.keep_last()
         # 16  for t ∈ [ℓ]: X[:, t] ← rms_norm(X[:, t] | γ, ε)
         X = rms_norm(X, self.w['output_norm.weight'], epsilon, ctx=ctx)
         # 17  Z ← W_u · X  ∷ ℝ^{N_V×ℓ}

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from toycards.checker.context import AlgoInfo, CheckResult
+from toycards.checker.last_token import last_cut
 from toycards.checker.masks import after, causal_condition, is_mask, is_neg_inf, positive, unmasked_by
 from toycards.errors import Span
 from toycards.lang import ir
@@ -43,6 +44,9 @@ class CachePlan:
     extend: dict[int, tuple[int, ...]] = field(default_factory=dict)  # id(call) → inputs the cache extends
     query_dims: dict[str, frozenset[str]] = field(default_factory=dict)  # algorithm → its token dimensions
     positional: set[int] = field(default_factory=set)  # id(index) of `W_p[:, t]`: a token's position picks
+    # after which top-level step of the entry point every step acts on each token alone, and the
+    # card axis of the token dimension of each value live there (None: no such step)
+    last_cut: tuple[int, dict[str, int]] | None = None
 
     @property
     def cached(self) -> bool:
@@ -83,7 +87,9 @@ def cache_plan(card: ir.Card, result: CheckResult, prelude: CheckResult | None =
         flow.algorithm(main, frozenset({seq.name}), frozenset(), frozenset(), {})
     except Recompute as r:
         return CachePlan(r.message, r.span, {}, {main.name: frozenset({seq.name})})
-    return CachePlan("", None, flow.extend, flow.query_dims, flow.positional)
+    plan = CachePlan("", None, flow.extend, flow.query_dims, flow.positional)
+    plan.last_cut = last_cut(card, result, prelude, flow.extend, seq.name)
+    return plan
 
 
 class _Flow:

@@ -116,7 +116,14 @@ class Emitter:
             ]
         n_prologue = len(body)
         steps = StepEmitter(self, scope, ex)
-        steps.block(algo.body, body, 0)
+        cut = self.plan.last_cut if is_main else None
+        if cut is None:
+            steps.block(algo.body, body, 0)
+        else:
+            steps.block(algo.body[: cut[0] + 1], body, 0)
+            at, live = len(body), dict(scope.vals)
+            steps.block(algo.body[cut[0] + 1 :], body, 0)
+            body[at:at] = self._last_only(scope, live, cut[1], body[at:])
         body = _prune_prologue(body, n_prologue)
         header = (
             f"{algo.output} ← {algo.name}("
@@ -127,6 +134,40 @@ class Emitter:
         return Function(
             self.func_names[algo.name], algo.name, header, algo.description, args, body, is_main, keywords
         )
+
+    def _last_only(
+        self, scope: Scope, live: dict[str, Val], axes: dict[str, int], after: list[str]
+    ) -> list[str]:
+        """Lines that keep only the last token of each value live after the entry point's last
+        context-reading step (the cache plan's `last_cut`), when the forward pass is asked for the
+        last token's logits alone (`last`): every later step acts on each token alone, and the
+        context keeps the last position alone too. None when a later line reads the token count or
+        extends the cache, or a value is not a plain local array."""
+        seq = scope.dims.get(next(iter(scope.windowed), ""), "")
+        if not seq or any(re.search(rf"\b{re.escape(seq)}\b|\bruntime\.extend\b", line) for line in after):
+            return []
+        cuts = []
+        for name, axis in sorted(axes.items()):
+            v = live.get(name)
+            if v is None or v.param or v.py or v.layout != "code" or not v.code.isidentifier():
+                return []
+            if v.rank == 1 and axis == 0:
+                cuts.append(f"    {v.code} = {v.code}[..., -1:]")
+            elif v.rank == 2:
+                cuts.append(
+                    f"    {v.code} = {v.code}[..., -1:, :]"
+                    if axis == 1
+                    else f"    {v.code} = {v.code}[..., -1:]"
+                )
+            else:
+                return []
+        if not cuts:
+            return []
+        return [
+            "if last:  # the last token's outputs alone: every step below acts on each token by itself",
+            *cuts,
+            "    ctx.keep_last()",
+        ]
 
     def _prologue(self, scope: Scope, ex: ExprEmitter, body: list[str]) -> list[str]:
         algo, ns = scope.algo, scope.ns

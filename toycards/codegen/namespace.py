@@ -29,6 +29,7 @@ _BUILTINS = {
     "self",
     "ctx",
     "cache",
+    "last",
     "range",
     "len",
     "int",

@@ -92,5 +92,6 @@ class ReferenceModel(ModelAPI):
     def new_cache(self) -> TokenCache:
         return TokenCache()
 
-    def _forward_numpy(self, ids: np.ndarray, cache: TokenCache | None) -> np.ndarray:
-        return np.asarray(self(ids, cache), dtype=np.float32)
+    def _forward_numpy(self, ids: np.ndarray, cache: TokenCache | None, last: bool = False) -> np.ndarray:
+        out = np.asarray(self(ids, cache), dtype=np.float32)
+        return out[..., -1:, :] if last else out

@@ -72,6 +72,10 @@ class Context:
         self.slot = 0
         self.memo: dict = {}  # what the layers of this pass share (RoPE angles, masks): kernels' own keys
 
+    def keep_last(self) -> None:
+        """From here on the pass computes its last token alone (generated code, `last=True`)."""
+        self.pos = self.pos[-1:]
+
     def finish(self) -> None:
         if self.cache is not None:
             self.cache.length = self.offset + self.n_new

@@ -25,7 +25,8 @@ class ModelAPI:
     bound = None  # toycards.binding.Bound: hyperparameters and where each tensor came from
     path = None  # the GGUF file the weights came from (set by the loader), named in errors
 
-    def _forward_numpy(self, ids: np.ndarray, cache: KVCache | None) -> np.ndarray:
+    def _forward_numpy(self, ids: np.ndarray, cache: KVCache | None, last: bool = False) -> np.ndarray:
+        """float32 logits [..., ℓ, N_V] (`last`: [..., 1, N_V], the last token's alone)."""
         raise NotImplementedError
 
     def _with_history(self, x, cache: KVCache, cat):
@@ -80,8 +81,8 @@ class ModelAPI:
         rng = np.random.default_rng(seed)
         cache = self.new_cache()
         decoder = tok.decoder(at_start=False)
-        logits = self._forward_numpy(prompt_ids, cache)[0]  # (ℓ, N_V)
-        require_finite(logits, 1, self.path)
+        logits = self._forward_numpy(prompt_ids, cache, last=True)[0]  # (1, N_V): the last token's
+        require_finite(logits, len(ids), self.path)
         logits, position = logits[-1], len(ids)
         for _ in range(max_tokens):
             next_id = sample(logits, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng)
@@ -91,7 +92,9 @@ class ModelAPI:
             if piece:
                 yield piece
             position += 1
-            logits = self._forward_numpy(np.asarray([[next_id]], dtype=np.int64), cache)[0]  # (1, N_V)
+            logits = self._forward_numpy(np.asarray([[next_id]], dtype=np.int64), cache, last=True)[
+                0
+            ]  # (1, N_V)
             require_finite(logits, position, self.path)
             logits = logits[-1]
         tail = decoder.flush()

@@ -25,18 +25,21 @@ class NumpyModel(ModelAPI):
     def forward(self, x, cache: KVCache | None = None):  # replaced by the generated class
         raise NotImplementedError
 
-    def __call__(self, x, cache: KVCache | None = None) -> np.ndarray:
+    def __call__(self, x, cache: KVCache | None = None, last: bool = False) -> np.ndarray:
+        """Logits [..., ℓ, N_V] of token ids x [..., ℓ] (with a cache: the new tokens); `last`: of the
+        last token alone, [..., 1, N_V]."""
         from toycards.runtime import ops_numpy
 
         x = np.asarray(x, dtype=np.int64)
         if cache is not None and self.RECOMPUTE:
-            n_new = x.shape[-1]
-            out = self.forward(self._with_history(x, cache, np.concatenate), None)[..., -n_new:, :]
+            n_new = 1 if last else x.shape[-1]
+            out = self.forward(self._with_history(x, cache, np.concatenate), None, last)[..., -n_new:, :]
         else:
-            out = self.forward(x, cache)
+            out = self.forward(x, cache, last)
         if cache is not None:
             cache.length += x.shape[-1]
+        out = out[..., -1:, :] if last else out  # a card with no cut point computes every token
         return out if isinstance(out, np.ndarray) else ops_numpy.as_float(out)
 
-    def _forward_numpy(self, ids: np.ndarray, cache: KVCache | None) -> np.ndarray:
-        return np.asarray(self(ids, cache), dtype=np.float32)
+    def _forward_numpy(self, ids: np.ndarray, cache: KVCache | None, last: bool = False) -> np.ndarray:
+        return np.asarray(self(ids, cache, last), dtype=np.float32)

@@ -105,17 +105,19 @@ class TorchModel(nn.Module, ModelAPI):
     def forward(self, x, cache: KVCache | None = None):  # replaced by the generated class
         raise NotImplementedError
 
-    def __call__(self, x, cache: KVCache | None = None):
+    def __call__(self, x, cache: KVCache | None = None, last: bool = False):
+        """Logits [..., ℓ, N_V] of token ids x [..., ℓ] (with a cache: the new tokens); `last`: of the
+        last token alone, [..., 1, N_V]."""
         x = torch.as_tensor(x, dtype=torch.long)
         if cache is not None and self.RECOMPUTE:
-            n_new = x.shape[-1]
-            out = super().__call__(self._with_history(x, cache, torch.cat), None)[..., -n_new:, :]
+            n_new = 1 if last else x.shape[-1]
+            out = super().__call__(self._with_history(x, cache, torch.cat), None, last)[..., -n_new:, :]
         else:
-            out = super().__call__(x, cache)
+            out = super().__call__(x, cache, last)
         if cache is not None:
             cache.length += x.shape[-1]
-        return out
+        return out[..., -1:, :] if last else out  # a card with no cut point computes every token
 
-    def _forward_numpy(self, ids: np.ndarray, cache: KVCache | None) -> np.ndarray:
+    def _forward_numpy(self, ids: np.ndarray, cache: KVCache | None, last: bool = False) -> np.ndarray:
         with torch.inference_mode():
-            return self(torch.as_tensor(ids), cache).float().cpu().numpy()
+            return self(torch.as_tensor(ids), cache, last).float().cpu().numpy()
