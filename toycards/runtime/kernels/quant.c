@@ -438,6 +438,17 @@ static inline __m512 scales512(float s0, float s1) {
     return _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(s0), _mm512_set1_ps(s1));
 }
 
+/* the unsigned quants of two consecutive Q4_* / Q5_* blocks (w, w + bs), elements 0…31 of each; a
+ * Q5 block's fifth bits (bit j: element j) become a byte mask for both blocks at once */
+static inline __m512i unsigned_pair512(int type, const uint8_t *w, int bs) {
+    if (type != Q5_0 && type != Q5_1) return pair512(unsigned_quants(type, w), unsigned_quants(type, w + bs));
+    const int qh = type == Q5_0 ? 2 : 4, qs = qh + 4;
+    uint32_t h0, h1;
+    memcpy(&h0, w + qh, 4), memcpy(&h1, w + bs + qh, 4);
+    const __m512i u = pair512(nibbles(w + qs), nibbles(w + bs + qs));
+    return _mm512_mask_add_epi8(u, _cvtu64_mask64((uint64_t)h0 | (uint64_t)h1 << 32), u, _mm512_set1_epi8(16));
+}
+
 #define DOT_ROW(NAME, TYPE)                                                                            \
     static float NAME(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx,          \
                       const float *sx) {                                                               \
@@ -456,8 +467,7 @@ static inline __m512 scales512(float s0, float s1) {
                 const __m512i sy = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);           \
                 p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(q), sy);              \
             } else {                                                                                   \
-                p = _mm512_dpbusd_epi32(_mm512_setzero_si512(),                                        \
-                                        pair512(unsigned_quants(TYPE, w), unsigned_quants(TYPE, w + bs)), y); \
+                p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), unsigned_pair512(TYPE, w, bs), y);     \
                 extra0 += block_extra(TYPE, w, d0, sx[b]);                                             \
                 extra1 += block_extra(TYPE, w + bs, d1, sx[b + 1]);                                    \
             }                                                                                          \
