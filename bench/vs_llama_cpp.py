@@ -7,8 +7,10 @@ F32), or at a llama.cpp mix such as Q4_K_M with llama.cpp's own quantizer, in a 
 
 Each implementation runs in its own process (llama.cpp's OpenMP threads and torch's spin
 against each other in one process), with the same thread count, the same prompt ids, prefill
-then --decode greedy tokens; the runs alternate A B A B for --rounds rounds and the medians are
-printed: decode tok/s, prefill tok/s, peak RSS, the ratios, and whether the greedy tokens agree,
+then --decode greedy tokens, then the prompt again on an empty cache (the warm prefill: the first
+pass also pays one-time costs, such as library code pages the machine had dropped); the runs
+alternate A B A B for --rounds rounds and the medians are printed: decode tok/s, prefill tok/s
+(first and warm), peak RSS, the ratios, and whether the greedy tokens agree,
 then the same ratios per CPU-second of each process (on one thread, what a machine loaded by other
 work changes least), the load average, the load time and the peak RSS after load.
 llama.cpp comes from llama-cpp-python in the interpreter --llama-python (a benchmark
@@ -46,8 +48,11 @@ TEXT = (
 
 
 # ── one run, in its own process ─────────────────────────────────────────────────────────
-def _timed(step, ids: list[int], decode: int, loaded: float, load_rss: float) -> dict:
-    """Prefill `ids`, then decode greedily: `step(ids) -> next token` runs one forward pass."""
+def _timed(step, restart, ids: list[int], decode: int, loaded: float, load_rss: float) -> dict:
+    """Prefill `ids`, then decode greedily: `step(ids) -> next token` runs one forward pass. Then
+    `restart()` (an empty cache) and the same prefill again, timed as the warm prefill: the first
+    pass also pays each process's one-time costs (the code pages of its libraries, the weights'
+    pages, its allocator's first growth), which on this machine move by tenths of seconds."""
     t0, c0 = time.perf_counter(), time.process_time()
     out = [step(ids)]
     prefill, prefill_cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -55,12 +60,18 @@ def _timed(step, ids: list[int], decode: int, loaded: float, load_rss: float) ->
     for _ in range(decode - 1):
         out.append(step([out[-1]]))
     decoding, decoding_cpu = time.perf_counter() - t0, time.process_time() - c0
+    restart()
+    t0 = time.perf_counter()
+    again = step(ids)
+    warm = time.perf_counter() - t0
+    assert again == out[0], "the second prefill chose another token"
     return {
         "prefill_cpu_s": prefill_cpu,
         "decode_cpu_s": decoding_cpu,
         "load_s": loaded,
         "load_rss_mb": load_rss,
         "prefill_s": prefill,
+        "warm_prefill_s": warm,
         "decode_s": decoding,
         "tokens": out,
     }
@@ -82,7 +93,7 @@ def run_toycards(path: str, ids: list[int], decode: int, threads: int) -> dict:
         return int(torch.argmax(model(torch.tensor([tokens]), cache, last=True)[0, -1]))
 
     with torch.inference_mode():
-        return _timed(step, ids, decode, loaded, load_rss)
+        return _timed(step, cache.reset, ids, decode, loaded, load_rss)
 
 
 def run_llama_cpp(path: str, ids: list[int], decode: int, threads: int) -> dict:
@@ -103,7 +114,7 @@ def run_llama_cpp(path: str, ids: list[int], decode: int, threads: int) -> dict:
         ptr = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
         return int(np.argmax(np.ctypeslib.as_array(ptr, shape=(n_vocab,))))
 
-    return _timed(step, ids, decode, loaded, load_rss)
+    return _timed(step, llm.reset, ids, decode, loaded, load_rss)  # reset: the next eval clears its cache
 
 
 def peak_rss_mb() -> float:
@@ -202,6 +213,7 @@ def compare(path: Path, ids: list[int], args: argparse.Namespace) -> None:
         med[name] = {
             "decode": statistics.median((args.decode - 1) / r["decode_s"] for r in rs),
             "prefill": statistics.median(len(ids) / r["prefill_s"] for r in rs),
+            "warm": statistics.median(len(ids) / r["warm_prefill_s"] for r in rs),
             "rss": statistics.median(r["peak_rss_mb"] for r in rs),
             "decode_cpu": statistics.median((args.decode - 1) / r["decode_cpu_s"] for r in rs),
             "prefill_cpu": statistics.median(len(ids) / r["prefill_cpu_s"] for r in rs),
@@ -219,12 +231,13 @@ def compare(path: Path, ids: list[int], args: argparse.Namespace) -> None:
     print(f"{path.name} ({size:.0f} MiB)  load average {os.getloadavg()[0]:.2f}")
     for name, m in med.items():
         print(
-            f"  {name:<10} decode {m['decode']:7.1f} tok/s   prefill {m['prefill']:7.1f} tok/s   peak RSS {m['rss']:6.0f} MB"
+            f"  {name:<10} decode {m['decode']:7.1f} tok/s   prefill {m['prefill']:7.1f} tok/s (warm {m['warm']:7.1f})"
+            f"   peak RSS {m['rss']:6.0f} MB"
             f"   (load {m['load_s']:.2f} s, peak RSS after load {m['load_rss']:.0f} MB)"
         )
     print(
         f"  toycards / llama.cpp: decode ×{a['decode'] / b['decode']:.2f}   prefill ×{a['prefill'] / b['prefill']:.2f}"
-        f"   peak RSS ×{a['rss'] / b['rss']:.2f}   greedy tokens equal {same}/{args.decode}{where}"
+        f" (warm ×{a['warm'] / b['warm']:.2f})   peak RSS ×{a['rss'] / b['rss']:.2f}   greedy tokens equal {same}/{args.decode}{where}"
     )
     # tokens per CPU-second: what a loaded machine changes least, on one thread (with more, CPU time
     # also counts the threads spinning at barriers)
