@@ -141,10 +141,13 @@ class Emitter:
         """Lines that keep only the last token of each value live after the entry point's last
         context-reading step (the cache plan's `last_cut`), when the forward pass is asked for the
         last token's logits alone (`last`): every later step acts on each token alone, and the
-        context keeps the last position alone too. None when a later line reads the token count or
+        context keeps the last position alone too. No lines when a later line reads a token count or
         extends the cache, or a value is not a plain local array."""
-        seq = scope.dims.get(next(iter(scope.windowed), ""), "")
-        if not seq or any(re.search(rf"\b{re.escape(seq)}\b|\bruntime\.extend\b", line) for line in after):
+        counts = [scope.dims[d] for d in scope.windowed if d in scope.dims]
+        if not counts or any(
+            re.search(rf"\b({'|'.join(map(re.escape, counts))})\b|\bruntime\.extend\b", line)
+            for line in after
+        ):
             return []
         cuts = []
         for name, axis in sorted(axes.items()):

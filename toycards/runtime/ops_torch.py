@@ -299,32 +299,33 @@ def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):
     attention of each query head with key/value head ⌈h·H_kv/H⌉) as one C kernel for few new tokens
     at positions t; None where that does not apply, and the card's steps run instead.
 
-    What the layers of one pass share is computed once per pass (`ctx.memo`): RoPE's angles per ρ,
-    and the mask per mask function (its code and closure values) and key count."""
+    What the layers of one pass share is computed once per pass (`ctx.memo`): RoPE's angles per ρ
+    and positions, and the mask per mask function (its code and closure values), key count and
+    positions."""
     memo = ctx.memo if ctx is not None else {}
 
     def angles(d_h):
         if layout == "none":
             none = torch.empty(len(t), 0)
             return none, none
-        key = ("rope", id(rho), theta)
+        key = ("rope", id(rho), id(t), theta)  # the objects themselves are kept in the entry
         hit = memo.get(key)
-        if hit is None or hit[0] is not rho:
+        if hit is None or hit[0] is not rho or hit[1] is not t:
             positions = torch.as_tensor(t, dtype=torch.float32).reshape(-1, 1)  # as the steps' t ∈ [ℓ]
-            hit = memo[key] = (rho, *_rope_angles(positions, theta, rho, 2 * rho.shape[-1]))
-        return hit[1], hit[2]
+            hit = memo[key] = (rho, t, *_rope_angles(positions, theta, rho, 2 * rho.shape[-1]))
+        return hit[2], hit[3]
 
     def allowed(S):
         code, cells = getattr(mask, "__code__", None), getattr(mask, "__closure__", None) or ()
         values = tuple(c.cell_contents for c in cells)
         plain = code is not None and all(isinstance(v, int | float | str | bool) for v in values)
-        key = ("mask", code, S, values) if plain else None
+        key = ("mask", code, S, values, id(t)) if plain else None
         hit = memo.get(key) if key is not None else None
-        if hit is None:
-            hit = _allowed(mask, arange(1, S + 1), t).contiguous()
+        if hit is None or hit[0] is not t:
+            hit = (t, _allowed(mask, arange(1, S + 1), t).contiguous())
             if key is not None:
                 memo[key] = hit
-        return hit
+        return hit[1]
 
     return glue_torch.gq_attention(Q, K, V, H, H_kv, layout, angles, allowed, cap, ctx, sys.modules[__name__])
 

@@ -16,7 +16,7 @@ few-token kernel rounds x to int8 blocks (as llama.cpp's quantized products do),
 bfloat16 where the CPU has bfloat16 instructions (about twice float32's speed): tile and x rounded
 to bfloat16, sums in float32, the result rounded to bfloat16. On the real SmolLM2 Q4_1 file that
 moves the logits less than llama.cpp's own int8 products do
-(tests/test_quant_kernels.py::test_real_file_prefill_within_llama_cpps_deviation);
+(tests/test_quant_kernels.py::test_real_file_prefill_deviation);
 `TOYCARDS_BF16_PREFILL=off` keeps float32. F16 and BF16 rows are
 not dequantized for few tokens either: the kernel widens their elements in registers, and
 `float_linear` does the same for a float32 parameter (an F32 file's matrices, memory-mapped), which
