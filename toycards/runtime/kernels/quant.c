@@ -523,6 +523,18 @@ static inline __m256i high_nibbles32(__m256i v) {
     return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
 }
 
+/* the four chunks of 32 six-bit quants (0…63) of half a Q6_K block: low nibbles from ql [64], two
+ * high bits each from qh [32] */
+static inline void q6_chunks(const uint8_t *ql, const uint8_t *qh, __m256i q[4]) {
+    const __m256i three = _mm256_set1_epi8(3);
+    const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+    const __m256i h = _mm256_loadu_si256((const __m256i *)qh);
+    q[0] = _mm256_or_si256(low_nibbles32(l0), _mm256_slli_epi16(_mm256_and_si256(h, three), 4));
+    q[1] = _mm256_or_si256(low_nibbles32(l1), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), three), 4));
+    q[2] = _mm256_or_si256(high_nibbles32(l0), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), three), 4));
+    q[3] = _mm256_or_si256(high_nibbles32(l1), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), three), 4));
+}
+
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 /* AVX-512: two sub-blocks of 32 (one x block each) per 512-bit step, their scales d·sc_j·dx as one
  * vector per weight block (8 lanes) spread to the step's two halves by a permute, the mins' part
@@ -546,8 +558,8 @@ static inline __m512 halves_of(__m256 v, int j) { /* lanes 0…7: v[j], lanes 8�
     return _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(v));
 }
 
-static float dot_q45_k_512(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx,
-                           int five) {
+static float dot_q45_k(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx,
+                       int five) {
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     __m256 mins = _mm256_setzero_ps();
     const int bs = five ? 176 : 144;
@@ -578,9 +590,10 @@ static float dot_q45_k_512(const uint8_t *w, int64_t n_blocks, const int8_t *qx,
 }
 
 /* Q6_K: two chunks of 32 (x blocks xb, xb + 1; four groups of 16 with their own scales) per step */
-static float dot_q6_k_512(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx) {
+static float dot_q6_k(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx) {
+    (void)sx;
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    const __m256i three = _mm256_set1_epi8(3), m32 = _mm256_set1_epi8(32);
+    const __m256i m32 = _mm256_set1_epi8(32);
     /* lane l of a step reads scale l / 4 of its four (dpbusd's lane l sums elements 4l … 4l + 3) */
     const __m512i rep4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     for (int64_t b = 0; b < n_blocks; b += 8, w += 210, qx += 256) {
@@ -588,13 +601,8 @@ static float dot_q6_k_512(const uint8_t *w, int64_t n_blocks, const int8_t *qx, 
         const uint8_t *ql = w, *qh = w + 128;
         const int8_t *sc = (const int8_t *)(w + 192);
         for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8) {
-            const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            const __m256i h = _mm256_loadu_si256((const __m256i *)qh);
             __m256i q[4];
-            q[0] = _mm256_or_si256(low_nibbles32(l0), _mm256_slli_epi16(_mm256_and_si256(h, three), 4));
-            q[1] = _mm256_or_si256(low_nibbles32(l1), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), three), 4));
-            q[2] = _mm256_or_si256(high_nibbles32(l0), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), three), 4));
-            q[3] = _mm256_or_si256(high_nibbles32(l1), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), three), 4));
+            q6_chunks(ql, qh, q);
             const __m512 scales = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)sc)));
             for (int k = 0; k < 4; k += 2) {
                 const int64_t xb = b + 4 * n + k;
@@ -615,16 +623,6 @@ static float dot_q6_k_512(const uint8_t *w, int64_t n_blocks, const int8_t *qx, 
     return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
 
-static float dot_q4_k(const uint8_t *w, int64_t nb, const int8_t *qx, const float *dx, const float *sx) {
-    return dot_q45_k_512(w, nb, qx, dx, sx, 0);
-}
-static float dot_q5_k(const uint8_t *w, int64_t nb, const int8_t *qx, const float *dx, const float *sx) {
-    return dot_q45_k_512(w, nb, qx, dx, sx, 1);
-}
-static float dot_q6_k(const uint8_t *w, int64_t nb, const int8_t *qx, const float *dx, const float *sx) {
-    (void)sx;
-    return dot_q6_k_512(w, nb, qx, dx);
-}
 #else
 static float dot_q45_k(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx,
                        int five) {
@@ -658,29 +656,17 @@ static float dot_q45_k(const uint8_t *w, int64_t n_blocks, const int8_t *qx, con
     return hsum(acc) + extra;
 }
 
-static float dot_q4_k(const uint8_t *w, int64_t nb, const int8_t *qx, const float *dx, const float *sx) {
-    return dot_q45_k(w, nb, qx, dx, sx, 0);
-}
-static float dot_q5_k(const uint8_t *w, int64_t nb, const int8_t *qx, const float *dx, const float *sx) {
-    return dot_q45_k(w, nb, qx, dx, sx, 1);
-}
-
 static float dot_q6_k(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx) {
     (void)sx;
     __m256 acc = _mm256_setzero_ps();
-    const __m256i three = _mm256_set1_epi8(3), m32 = _mm256_set1_epi8(32);
+    const __m256i m32 = _mm256_set1_epi8(32);
     for (int64_t b = 0; b < n_blocks; b += 8, w += 210) {
         const float d = f16(w + 208);
         const uint8_t *ql = w, *qh = w + 128;
         const int8_t *sc = (const int8_t *)(w + 192);
         for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8) {
-            const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            const __m256i h = _mm256_loadu_si256((const __m256i *)qh);
             __m256i q[4];
-            q[0] = _mm256_or_si256(low_nibbles32(l0), _mm256_slli_epi16(_mm256_and_si256(h, three), 4));
-            q[1] = _mm256_or_si256(low_nibbles32(l1), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), three), 4));
-            q[2] = _mm256_or_si256(high_nibbles32(l0), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), three), 4));
-            q[3] = _mm256_or_si256(high_nibbles32(l1), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), three), 4));
+            q6_chunks(ql, qh, q);
             for (int k = 0; k < 4; k++) {
                 const int64_t xb = b + 4 * n + k;
                 const __m256i s = _mm256_sub_epi8(q[k], m32); /* −32 … 31 */
@@ -695,6 +681,12 @@ static float dot_q6_k(const uint8_t *w, int64_t n_blocks, const int8_t *qx, cons
     return hsum(acc);
 }
 #endif
+static float dot_q4_k(const uint8_t *w, int64_t nb, const int8_t *qx, const float *dx, const float *sx) {
+    return dot_q45_k(w, nb, qx, dx, sx, 0);
+}
+static float dot_q5_k(const uint8_t *w, int64_t nb, const int8_t *qx, const float *dx, const float *sx) {
+    return dot_q45_k(w, nb, qx, dx, sx, 1);
+}
 
 static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t N, int64_t K, const float *x,
                           int64_t T, float *y) {
@@ -964,57 +956,39 @@ static float *scores_scratch(int64_t n) {
     return scratch_s;
 }
 
-/* One query row q [d] against keys Kh, values Vh [S, d] (rows contiguous): the scores q·k · scale,
- * soft-capped to cap · tanh(score / cap) when cap > 0, a softmax over the allowed keys (ok [S]; NaN
- * when none is allowed, as the card's −∞ mask makes it), then the weighted sum of V into o [d].
- * p: scratch of S floats. */
-static void attend_row(const float *q, const float *Kh, const float *Vh, int64_t S, int64_t d, const uint8_t *ok,
-                       float scale, float cap, float *p, float *o) {
+/* The scores of one query row q [d] against keys Kh [S, d] into p [S]: q·k · scale, soft-capped to
+ * cap · tanh(score / cap) when cap > 0, −∞ where ok[j] is 0; returns their maximum. */
+static float scores_row(const float *q, const float *Kh, int64_t S, int64_t d, const uint8_t *ok, float scale,
+                        float cap, float *p) {
     float m = -INFINITY;
-#if defined(__AVX512F__)
-    if (d % 16 == 0 && d <= 256) { /* q and the output row held in registers */
-        const int64_t nv = d / 16;
-        __m512 qv[16], ov[16];
-        for (int64_t v = 0; v < nv; v++) qv[v] = _mm512_loadu_ps(q + 16 * v), ov[v] = _mm512_setzero_ps();
-        for (int64_t j = 0; j < S; j++) {
-            const float *k = Kh + j * d;
-            __m512 a = _mm512_mul_ps(qv[0], _mm512_loadu_ps(k));
-            for (int64_t v = 1; v < nv; v++) a = _mm512_fmadd_ps(qv[v], _mm512_loadu_ps(k + 16 * v), a);
-            float sc = _mm512_reduce_add_ps(a) * scale;
-            if (cap > 0.0f) sc = cap * tanhf(sc / cap);
-            p[j] = ok[j] ? sc : -INFINITY;
-            m = p[j] > m ? p[j] : m;
-        }
-        if (m == -INFINITY) {
-            for (int64_t i = 0; i < d; i++) o[i] = NAN;
-            return;
-        }
-        float l = 0.0f;
-        for (int64_t j = 0; j < S; j++) {
-            p[j] = ok[j] ? expf(p[j] - m) : 0.0f;
-            l += p[j];
-        }
-        for (int64_t j = 0; j < S; j++) {
-            const float *vr = Vh + j * d;
-            const __m512 e = _mm512_set1_ps(p[j]);
-            for (int64_t v = 0; v < nv; v++) ov[v] = _mm512_fmadd_ps(e, _mm512_loadu_ps(vr + 16 * v), ov[v]);
-        }
-        const __m512 inv = _mm512_set1_ps(1.0f / l);
-        for (int64_t v = 0; v < nv; v++) _mm512_storeu_ps(o + 16 * v, _mm512_mul_ps(ov[v], inv));
-        return;
-    }
-#endif
-    for (int64_t j = 0; j < S; j++) { /* the scores: independent dot products */
+    for (int64_t j = 0; j < S; j++) {
         const float *k = Kh + j * d;
         float acc = 0.0f;
+#if defined(__AVX512F__)
+        if (d % 16 == 0) {
+            __m512 a = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(k));
+            for (int64_t i = 16; i < d; i += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), _mm512_loadu_ps(k + i), a);
+            acc = _mm512_reduce_add_ps(a);
+        } else
+#endif
+        {
 #pragma omp simd reduction(+ : acc)
-        for (int64_t i = 0; i < d; i++) acc += q[i] * k[i];
+            for (int64_t i = 0; i < d; i++) acc += q[i] * k[i];
+        }
         float sc = acc * scale;
         if (cap > 0.0f) sc = cap * tanhf(sc / cap);
         p[j] = ok[j] ? sc : -INFINITY;
         m = p[j] > m ? p[j] : m;
     }
-    for (int64_t i = 0; i < d; i++) o[i] = 0.0f;
+    return m;
+}
+
+/* One query row q [d] against keys Kh, values Vh [S, d] (rows contiguous): the scores (scores_row),
+ * a softmax over the allowed keys (ok [S]; NaN when none is allowed, as the card's −∞ mask makes
+ * it), then the weighted sum of V into o [d]. p: scratch of S floats. */
+static void attend_row(const float *q, const float *Kh, const float *Vh, int64_t S, int64_t d, const uint8_t *ok,
+                       float scale, float cap, float *p, float *o) {
+    const float m = scores_row(q, Kh, S, d, ok, scale, cap, p);
     if (m == -INFINITY) { /* nothing allowed, or every score −∞: the card's softmax is NaN */
         for (int64_t i = 0; i < d; i++) o[i] = NAN;
         return;
@@ -1024,6 +998,22 @@ static void attend_row(const float *q, const float *Kh, const float *Vh, int64_t
         p[j] = ok[j] ? expf(p[j] - m) : 0.0f;
         l += p[j];
     }
+    const float inv = 1.0f / l;
+#if defined(__AVX512F__)
+    if (d % 16 == 0 && d <= 256) { /* the output row held in registers */
+        const int64_t nv = d / 16;
+        __m512 ov[16];
+        for (int64_t v = 0; v < nv; v++) ov[v] = _mm512_setzero_ps();
+        for (int64_t j = 0; j < S; j++) {
+            const float *vr = Vh + j * d;
+            const __m512 e = _mm512_set1_ps(p[j]);
+            for (int64_t v = 0; v < nv; v++) ov[v] = _mm512_fmadd_ps(e, _mm512_loadu_ps(vr + 16 * v), ov[v]);
+        }
+        for (int64_t v = 0; v < nv; v++) _mm512_storeu_ps(o + 16 * v, _mm512_mul_ps(ov[v], _mm512_set1_ps(inv)));
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < d; i++) o[i] = 0.0f;
     int64_t j = 0;
     for (; j + 4 <= S; j += 4) { /* four rows of V per pass over o */
         const float *v0 = Vh + j * d, *v1 = v0 + d, *v2 = v1 + d, *v3 = v2 + d;
@@ -1037,7 +1027,6 @@ static void attend_row(const float *q, const float *Kh, const float *Vh, int64_t
 #pragma omp simd
         for (int64_t i = 0; i < d; i++) o[i] += e * v[i];
     }
-    const float inv = 1.0f / l;
     for (int64_t i = 0; i < d; i++) o[i] *= inv;
 }
 
