@@ -48,8 +48,10 @@ def last_cut(
     info = result.algorithms[main.name]
     axes: dict[str, int] = {}
     for node in (n for s in steps[cut + 1 :] for n in ir.walk(s) if isinstance(n, ir.Name)):
-        shape = info.shape_of(node)
-        if node.id not in before or shape is None:
+        if node.id not in before:
+            continue
+        shape = info.shape_of(node) or info.locals.get(node.id)
+        if shape is None:
             continue
         hits = [k for k, d in enumerate(shape.dims) if d is not None and seq in d.names()]
         if not hits:
