@@ -101,6 +101,12 @@ def _heads(kv_index: tuple, n_kv: int) -> torch.Tensor | None:
         return torch.tensor(kv_index, dtype=torch.int64)
 
 
+@functools.lru_cache(maxsize=64)
+def _groups(H: int, H_kv: int) -> torch.Tensor | None:
+    """The key/value head of each query head h, ⌈h·H_kv/H⌉ (0-based), as `_heads` gives it."""
+    return _heads(tuple(-(-h * H_kv // H) - 1 for h in range(1, H + 1)), H_kv)
+
+
 def _rows_contiguous(t: torch.Tensor) -> bool:
     """[B, H, S, d] with each row of d entries contiguous and rows of a head one after another
     (a view of the first S rows of a KV cache buffer)."""
@@ -191,7 +197,7 @@ def gq_attention(Q, K, V, H, H_kv, layout, angles, allowed, cap, ctx, ops):
     half = cos.shape[-1]
     if 2 * half > d or cos.shape != (T, half) or not _plain(cos, sin):
         return None
-    kv = _heads(tuple(-(-h * H_kv // H) - 1 for h in range(1, H + 1)), H_kv)  # ⌈h·H_kv/H⌉, 0-based
+    kv = _groups(H, H_kv)
     if kv is None:
         return None
     B = Q.numel() // (T * width)
