@@ -87,6 +87,9 @@ def main_worker(folder: Path, data: Path) -> None:
         for name, text in stdout.items():
             (folder / f"{name}.jsonl").write_text(text, encoding="utf-8")
         (folder / "result.json").write_text(json.dumps(result), encoding="utf-8")
+    # both ranks reach here before either tears gloo down: a rank destroying its group while the
+    # other still holds the connection aborted once ("terminate called without an active exception")
+    dist.barrier()
     dist.destroy_process_group()
 
 
