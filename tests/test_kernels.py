@@ -236,6 +236,7 @@ def test_kernels_are_used_only_for_the_library_algorithms():
     for kernel in ("softmax", "rms_norm", "silu", "attention", "rope_pairs"):
         assert f"return ops.{kernel}(" in src, kernel
     assert "done = ops.gq_attention(" in src  # a kernel that may decline: the steps follow it
+    assert "done = ops.swiglu(" in src
     assert "ops.fast" not in generate_source(library_card("llama"), "numpy")
     # a card that redefines softmax keeps its own steps
     mine = "Algorithm: y ← softmax(x)\nInput: x ∈ ℝ^{n}\nOutput: y ∈ ℝ^{n}\n1  return y = x\n\n"
@@ -316,3 +317,100 @@ def test_moe_kernel_breaks_ties_like_topk(moe_funcs):
     X, W_r, W_gate, W_up, W_down = moe_inputs(E=4)
     W_r[2] = W_r[1]
     assert_close(*both(moe_funcs["torch"], X, W_r, W_gate, W_up, W_down, 1, "keep"), tol=1e-5)
+
+
+# ── SwiGLU: the products and SiLU·up of a decoding step in one C call ──────────────────────────
+SWIGLU_MIXES = {  # gate, up, down; "Q4_K_M": llama.cpp's mix keeps some ffn_down in Q6_K
+    "F32": ("F32", "F32", "F32"), "F16": ("F16", "F16", "F16"), "Q8_0": ("Q8_0", "Q8_0", "Q8_0"),
+    "Q4_0": ("Q4_0", "Q4_0", "Q4_0"), "Q4_1": ("Q4_1", "Q4_1", "Q4_1"), "Q5_0": ("Q5_0", "Q5_0", "Q5_0"),
+    "Q5_1": ("Q5_1", "Q5_1", "Q5_1"), "Q5_K": ("Q5_K", "Q5_K", "Q5_K"), "Q4_K_M": ("Q4_K", "Q4_K", "Q6_K"),
+    "F32+Q8_0": ("F32", "Q8_0", "F16"),
+}  # fmt: skip
+
+
+def swiglu_weight(kind: str, shape: tuple[int, int]):
+    """A weight of `kind` [shape], entries of order 0.1: a float32 tensor, or a QuantWeight of random
+    blocks (test_quant_kernels.small_blocks)."""
+    from gguf import GGMLQuantizationType
+    from test_quant_kernels import small_blocks
+
+    from toycards.runtime.quant_torch import QuantWeight
+
+    qtype = GGMLQuantizationType[kind]
+    blocks = small_blocks(qtype, shape, np.random.default_rng(abs(hash((kind, shape))) % 2**32))
+    return torch.from_numpy(blocks) if kind == "F32" else QuantWeight(blocks, qtype, shape)
+
+
+@pytest.mark.parametrize("mix", list(SWIGLU_MIXES))
+@pytest.mark.parametrize("lead, scale", [((1, 1), 1.0), ((2, 3), 1.0), ((1, 1), 300.0), ((9,), 1.0)], ids=str)
+def test_swiglu_kernel_equals_the_card_steps(funcs, monkeypatch, mix, lead, scale):
+    """SwiGLU's kernel (gate and up products, SiLU(gate)·up, the down product: one C call for up to
+    FEW_TOKENS tokens) equals the card's three steps, for float32 weights and for each block type,
+    a Q4_K/Q6_K mix among them. x scaled by 300 sends the gate far into both tails of SiLU (e^−g
+    overflows and underflows); 9 tokens are more than the kernel takes, and the steps run."""
+    from toycards.runtime import quant_torch
+
+    d_e, d_ff = 256, 512  # K-quant blocks hold 256 entries
+    kinds, shapes = SWIGLU_MIXES[mix], ((d_ff, d_e), (d_ff, d_e), (d_e, d_ff))
+    gate, up, down = (swiglu_weight(kind, shape) for kind, shape in zip(kinds, shapes, strict=True))
+    x = rand(*lead, d_e, scale=scale)
+    ran, real = [], quant_torch.swiglu
+
+    def counted(*args):
+        out = real(*args)
+        ran.append(out is not None)
+        return out
+
+    monkeypatch.setattr(ops_torch, "swiglu", counted)
+    with torch.no_grad():
+        slow, fast = both(funcs["SwiGLU"], x, gate, up, down)
+    assert fast.shape == slow.shape == (*lead, d_e)
+    # float weights: SiLU's own rounding; int8 types: SiLU·up is rounded to int8 blocks again for the
+    # down product, where an entry 1 ulp apart may round to the next step (1/127 of its block's max)
+    assert_close(slow, fast, tol=2e-6 if mix in ("F32", "F16") else 2e-3)
+    if quant_kernels.library() is not None:
+        assert ran == [len(lead) == 2]  # the kernel ran, except on 9 tokens
+
+
+def test_swiglu_kernel_declines_what_it_does_not_cover(funcs):
+    """Autograd, a float64 x, or a weight that is neither float32 nor GGUF blocks: the steps run."""
+    from toycards.runtime import quant_torch
+
+    d_e, d_ff = 32, 64
+    x = rand(1, 1, d_e)
+    W = [rand(d_ff, d_e), rand(d_ff, d_e), rand(d_e, d_ff)]
+    assert quant_torch.swiglu(x.double(), *W) is None
+    assert quant_torch.swiglu(x, W[0].double(), W[1], W[2]) is None
+    assert quant_torch.swiglu(x, W[0], W[1], W[2].T.contiguous().T) is None  # W_down not contiguous
+    trained = [w.clone().requires_grad_() for w in W]
+    assert quant_torch.swiglu(x, *trained) is None
+    if quant_kernels.library() is not None:
+        with torch.no_grad():
+            assert quant_torch.swiglu(x, *trained) is not None
+
+
+def test_swiglu_kernel_silu_within_a_few_ulp():
+    """With W_gate the identity, W_up reading a constant 1 and W_down the identity, the kernel
+    returns SiLU(x) itself (float32 products with one nonzero term are exact): each entry within
+    4 ulp of x / (1 + e^−x) in float64 over both tails. Where e^−x overflows float32 (x < −88.7,
+    |SiLU(x)| < 3e-37) the kernel gives −0, as torch's float32 SiLU does."""
+    from toycards.runtime import quant_torch
+
+    if quant_kernels.library() is None:
+        pytest.skip("no C kernels here")
+    n, T = 1024, 8
+    x = torch.ones(T, n + 1)
+    x[:, :n] = torch.linspace(-110.0, 110.0, n * T).reshape(T, n)
+    eye = torch.eye(n + 1)[:n]  # W_gate [n, n + 1]: g_i = x_i
+    ones = torch.zeros(n, n + 1)
+    ones[:, n] = 1.0  # W_up: u_i = the constant 1
+    down = torch.eye(n + 1)[:, :n].contiguous()  # W_down [n + 1, n]: y_i = h_i, y_n = 0
+    with torch.no_grad():
+        y = quant_torch.swiglu(x, eye, ones, down)[:, :n].double().numpy().ravel()
+    g = x[:, :n].double().numpy().ravel()
+    with np.errstate(over="ignore"):
+        want = g / (1.0 + np.exp(-g))
+    normal = np.abs(want) > 1e-35
+    ulp = np.spacing(np.abs(want[normal]).astype(np.float32)).astype(np.float64)
+    assert (np.abs(y[normal] - want[normal]) / ulp).max() <= 4
+    assert np.abs(y[~normal]).max() <= 1e-35

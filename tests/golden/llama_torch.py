@@ -51,6 +51,10 @@ def SwiGLU(X, W_gate, W_up, W_down, ctx=None):
 
     Gated MLP: SiLU of a gate projection times an up projection, projected back down (Llama)
     """
+    if ops.fast:  # one kernel for the steps below where it applies (tests/test_kernels.py ties the two)
+        done = ops.swiglu(X, W_gate, W_up, W_down)
+        if done is not None:
+            return done
     # 1  G ← SiLU(W_gate · X)  ∷ ℝ^{d_ff×ℓ}
     G = SiLU(ops.linear(X, W_gate), ctx=ctx)
     # 2  U ← W_up · X  ∷ ℝ^{d_ff×ℓ}

@@ -34,11 +34,11 @@ FAST_KERNELS = {
     "torch": {
         "softmax": "softmax", "layer_norm": "layer_norm", "rms_norm": "rms_norm", "SiLU": "silu",
         "GELU": "gelu", "GELU_tanh": "gelu_tanh", "attention": "attention", "rope_pairs": "rope_pairs",
-        "rope_halves": "rope_halves", "MoE": "moe", "GQAttention": "gq_attention",
+        "rope_halves": "rope_halves", "MoE": "moe", "GQAttention": "gq_attention", "SwiGLU": "swiglu",
     },
     "numpy": {"MoE": "moe"},  # the card's steps run every expert on every token: this, only the chosen
 }  # fmt: skip
-MAY_DECLINE = {"gq_attention"}
+MAY_DECLINE = {"gq_attention", "swiglu"}
 
 
 class Emitter:

@@ -153,16 +153,59 @@ def attention(Q, K, V, allowed, kv_index):
 _LAYOUTS = {"none": 0, "pairs": 1, "halves": 2}  # the prelude's rope layouts, as tc_gqa numbers them
 
 
-def _cache_ready(buffers, n_buffers: int) -> bool:
-    """A cache slot's buffers (or none yet) are ones tc_gqa can write: contiguous float32 CPU tensors."""
-    return (
-        all(
-            b is None
-            or (b.__class__ in _PLAIN and b.dtype is torch.float32 and b.is_cpu and b.is_contiguous())
-            for b in buffers
-        )
-        and len(buffers) == n_buffers
+class GQAArgs(ctypes.Structure):
+    """tc_gqa's arguments (gqa_args in quant.c)."""
+
+    _fields_ = [
+        ("Q", _P), ("K", _P), ("V", _P), ("B", _I), ("T", _I), ("H", _I), ("Hkv", _I), ("d", _I),
+        ("cos", _P), ("sin", _P), ("half", _I), ("layout", _I), ("Kc", _P), ("Vc", _P), ("kb", _I),
+        ("kh", _I), ("vb", _I), ("vh", _I), ("used", _I), ("kv", _P), ("allowed", _P), ("scale", _D),
+        ("cap", _D), ("out", _P),
+    ]  # fmt: skip
+
+
+class _GQACall:
+    """What the GQAttention calls of one pass with the same shapes share: the argument struct with
+    its constant fields set, and the tensors its pointer fields were last set from (kept alive, and
+    compared by identity so that a layer sets only what differs from the one before)."""
+
+    def __init__(self, args, heads, width, kv):
+        self.args, self.ref, self.heads, self.width, self.kv = args, ctypes.byref(args), heads, width, kv
+        self.like = torch.empty(*heads, dtype=torch.float32)  # only its shape and type: the cache's rows
+        self.cos = self.mask = self.Kc = self.Vc = None
+
+
+def _prepare(Q, K, V, H, H_kv, layout, cap):
+    """The _GQACall for these shapes and hyperparameters, or None where tc_gqa does not apply."""
+    if layout not in _LAYOUTS or Q.dim() < 2 or not isinstance(cap, int | float):
+        return None
+    if not (isinstance(H, int) and isinstance(H_kv, int)) or H <= 0 or H_kv <= 0:
+        return None
+    T, width = Q.shape[-2], Q.shape[-1]
+    d = width // H
+    lead = Q.shape[:-2]
+    if T == 0 or T > FEW_ROWS or d * H != width or K.shape != lead + (T, H_kv * d) or V.shape != K.shape:
+        return None
+    kv = _groups(H, H_kv)
+    if kv is None:
+        return None
+    B = Q.numel() // (T * width)
+    args = GQAArgs(
+        B=B, T=T, H=H, Hkv=H_kv, d=d, layout=_LAYOUTS[layout], kv=kv.data_ptr(), scale=d**-0.5, cap=cap
     )
+    return _GQACall(args, (*lead, H_kv, T, d), (*lead, T, width), kv)
+
+
+def _cache_ready(buffers) -> bool:
+    """A cache slot's buffers (or none yet) are ones tc_gqa can write: two contiguous float32 CPU tensors."""
+    if len(buffers) != 2:
+        return False
+    for b in buffers:
+        if b is not None and (
+            b.__class__ not in _PLAIN or b.dtype is not torch.float32 or not b.is_cpu or not b.is_contiguous()
+        ):
+            return False
+    return True
 
 
 def gq_attention(Q, K, V, H, H_kv, layout, angles, allowed, cap, ctx, ops):
@@ -171,57 +214,57 @@ def gq_attention(Q, K, V, H, H_kv, layout, angles, allowed, cap, ctx, ops):
     Q [..., T, H·d], K, V [..., T, H_kv·d]; `angles(half)` gives cos, sin [T, half] at the new
     tokens' positions; `allowed(S)` the mask [T, S] over the S keys so far (bool); with a cache in
     `ctx`, the rotated keys and the values are appended to its next slot (as `runtime.extend`
-    would), else they are the only keys. Nothing is written to `ctx` when this returns None."""
+    would), else they are the only keys. Nothing is written to `ctx` when this returns None.
+
+    The layers of one pass share a _GQACall (kept in `ctx.memo`): the checks that depend on shapes
+    alone run once a pass, and a layer checks only its own tensors."""
     lib = _library()
-    if lib is None or layout not in _LAYOUTS or Q.dim() < 2 or not (isinstance(cap, int | float)):
+    if lib is None:
         return None
-    if not (isinstance(H, int) and isinstance(H_kv, int)) or H <= 0 or H_kv <= 0:
+    memo = ctx.memo if ctx is not None else {}
+    key = ("gqa", Q.shape, K.shape, V.shape, H, H_kv, layout, cap)
+    call = memo.get(key, False)
+    if call is False:
+        call = memo[key] = _prepare(Q, K, V, H, H_kv, layout, cap)
+    if call is None or not _plain(Q, K, V):
         return None
-    T, width = Q.shape[-2], Q.shape[-1]
-    d = width // H
-    lead = Q.shape[:-2]
-    if (
-        T == 0
-        or T > FEW_ROWS
-        or d * H != width
-        or K.shape != lead + (T, H_kv * d)
-        or V.shape != K.shape
-        or not _plain(Q, K, V)
-    ):
-        return None
+    a = call.args
+    cos, sin = angles(a.d)
+    if cos is not call.cos:
+        half = cos.shape[-1]
+        if 2 * half > a.d or cos.shape != (a.T, half) or sin.shape != cos.shape or not _plain(cos, sin):
+            return None
+        call.cos, call.sin = cos, sin
+        a.cos, a.sin, a.half = cos.data_ptr(), sin.data_ptr(), half
     cache = ctx.cache if ctx is not None else None
-    slot = ctx.slot if cache is not None else 0
-    if cache is not None and slot < len(cache.slots) and not _cache_ready(cache.slots[slot][0], 2):
-        return None
-    cos, sin = angles(d)
-    half = cos.shape[-1]
-    if 2 * half > d or cos.shape != (T, half) or not _plain(cos, sin):
-        return None
-    kv = _groups(H, H_kv)
-    if kv is None:
-        return None
-    B = Q.numel() // (T * width)
-    heads = (*lead, H_kv, T, d)
     if cache is not None:
+        slot = ctx.slot
+        if slot < len(cache.slots) and not _cache_ready(cache.slots[slot][0]):
+            return None
         ctx.slot += 1
-        like = torch.empty(*heads, dtype=torch.float32)  # only its shape and type: the cache's rows
-        (Kc, Vc), used = cache.reserve(slot, ops, (like, like), T)
+        (Kc, Vc), used = cache.reserve(slot, ops, (call.like, call.like), a.T)
     else:
-        Kc, Vc, used = torch.empty(*heads, dtype=torch.float32), torch.empty(*heads, dtype=torch.float32), 0
-    mask = allowed(used + T)
-    if mask.dtype is not torch.bool or tuple(mask.shape) != (T, used + T):
-        raise ValueError(f"the attention mask is {tuple(mask.shape)}, not {(T, used + T)}")
-    mask = mask.contiguous()
-    out = torch.empty(*lead, T, width, dtype=torch.float32)
-    code = lib.tc_gqa(
-        _P(Q.data_ptr()), _P(K.data_ptr()), _P(V.data_ptr()), _I(B), _I(T), _I(H), _I(H_kv), _I(d),
-        _P(cos.data_ptr()), _P(sin.data_ptr()), _I(half), ctypes.c_int(_LAYOUTS[layout]),
-        _P(Kc.data_ptr()), _P(Vc.data_ptr()), _I(Kc.stride(-3) * H_kv), _I(Kc.stride(-3)),
-        _I(Vc.stride(-3) * H_kv), _I(Vc.stride(-3)), _I(used), _P(kv.data_ptr()), _P(mask.data_ptr()),
-        _D(d**-0.5), _D(float(cap)), _P(out.data_ptr()),
-    )  # fmt: skip
+        Kc, Vc, used = (
+            torch.empty(*call.heads, dtype=torch.float32),
+            torch.empty(*call.heads, dtype=torch.float32),
+            0,
+        )
+    mask = allowed(used + a.T)
+    if mask is not call.mask:
+        if mask.dtype is not torch.bool or tuple(mask.shape) != (a.T, used + a.T):
+            raise ValueError(f"the attention mask is {tuple(mask.shape)}, not {(a.T, used + a.T)}")
+        mask = mask.contiguous()
+        call.mask = mask
+        a.allowed = mask.data_ptr()
+    if Kc is not call.Kc or Vc is not call.Vc:
+        call.Kc, call.Vc = Kc, Vc
+        a.Kc, a.Vc, a.kh, a.vh = Kc.data_ptr(), Vc.data_ptr(), Kc.stride(-3), Vc.stride(-3)
+        a.kb, a.vb = a.kh * a.Hkv, a.vh * a.Hkv
+    out = torch.empty(*call.width, dtype=torch.float32)
+    a.Q, a.K, a.V, a.used, a.out = Q.data_ptr(), K.data_ptr(), V.data_ptr(), used, out.data_ptr()
+    code = lib.tc_gqa(call.ref)
     if code != 0:
         raise RuntimeError(f"grouped-query attention kernel failed with code {code}")
     if cache is not None:
-        cache.slots[slot][1] = used + T
+        cache.slots[slot][1] = used + a.T
     return out

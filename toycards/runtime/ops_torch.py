@@ -14,7 +14,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from toycards.runtime import glue_torch
+from toycards.runtime import glue_torch, quant_torch
 from toycards.runtime.quant_torch import QuantWeight, float_linear
 
 inf = math.inf
@@ -48,6 +48,9 @@ def linear(x, W):
         return x @ W.transpose(-1, -2)
     y = float_linear(x, W)  # few tokens of a float32 weight: the C kernel reading it in place
     return F.linear(x, W) if y is None else y
+
+
+swiglu = quant_torch.swiglu  # the prelude's SwiGLU as one C call for few tokens, or None
 
 
 def maximum(a, b):

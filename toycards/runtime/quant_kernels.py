@@ -101,6 +101,7 @@ def _build() -> ctypes.CDLL | None:
         lib.tc_quantizes_x,
         lib.tc_float_direct,
         lib.tc_linear,
+        lib.tc_swiglu,
     ):
         fn.restype = ctypes.c_int
     return lib

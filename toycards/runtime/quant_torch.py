@@ -97,6 +97,55 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _float_direct: bool | None = None
 
 
+def _few_token_plan(W, n: int, k: int):
+    """The byref'd kernel plan of W [n, k] for the few-token product, or None: a QuantWeight's own,
+    or one made for a plain float32 weight read in place."""
+    if W.__class__ is QuantWeight:
+        return W._plan_ref if W.fast and W.shape == (n, k) else None
+    if (
+        not _float_direct
+        or W.__class__ not in _PLAIN
+        or W.dtype is not torch.float32
+        or W.shape != (n, k)
+        or not (W.is_cpu and W.is_contiguous())
+        or (torch.is_grad_enabled() and W.requires_grad)
+    ):
+        return None
+    return ctypes.byref(kernels.plan(_F32, W.data_ptr(), 4 * k, n, k))
+
+
+def swiglu(x: torch.Tensor, W_gate, W_up, W_down) -> torch.Tensor | None:
+    """The prelude's SwiGLU, W_down · (SiLU(W_gate · x) ⊙ (W_up · x)) for x [..., d_e], as one C call
+    for few tokens (each product as `QuantWeight.linear` or `float_linear` computes it); None where
+    that does not apply (the card's steps then run)."""
+    global _float_direct
+    if _float_direct is None:
+        _float_direct = kernels.float_direct(_F32)
+    lib = kernels.library()
+    if (
+        lib is None
+        or x.__class__ not in _PLAIN
+        or x.dtype is not torch.float32
+        or not (x.is_cpu and x.is_contiguous())
+        or (torch.is_grad_enabled() and x.requires_grad)
+        or x.dim() < 1
+        or len(W_gate.shape) != 2
+    ):
+        return None
+    f, d = W_gate.shape
+    t = x.numel() // d if d else 0
+    if t == 0 or t > FEW_TOKENS or x.shape[-1] != d:
+        return None
+    gate, up, down = _few_token_plan(W_gate, f, d), _few_token_plan(W_up, f, d), _few_token_plan(W_down, d, f)
+    if gate is None or up is None or down is None:
+        return None
+    y = torch.empty(*x.shape, dtype=torch.float32)
+    code = lib.tc_swiglu(gate, up, down, _ptr(x.data_ptr()), _int(t), _ptr(y.data_ptr()))
+    if code != 0:
+        raise RuntimeError(f"quant kernel swiglu failed with code {code}")
+    return y
+
+
 def _unwrap(value):
     if isinstance(value, QuantWeight):
         return value.dequantize()

@@ -894,6 +894,53 @@ int tc_linear(const tc_weight *p, const float *x, int64_t T, float *y) {
     return tc_matmul((int)p->type, p->w, p->row_bytes, p->n, p->k, x, T, y);
 }
 
+/* e^x in float32 to about 1 ulp, branch-free so that `omp simd` loops vectorize it (libm's expf is a
+ * call per element, and floorf would need -fno-trapping-math): x = n·ln 2 + r with |r| ≤ ln 2 / 2 (ln 2
+ * in two parts, Cody and Waite), e^r by a degree-7 polynomial (Cephes' expf coefficients), 2^n built
+ * in the exponent bits. Overflows to +∞ past 88.73, gives 0 below −87.99 (where e^x is a float32
+ * subnormal, < 1.2e-38); NaN stays NaN. */
+static inline float exp_f32(float x) {
+    x = x > 88.8f ? 88.8f : x; /* → n = 128: the exponent bits of +∞ */
+    x = x < -88.0f ? -88.0f : x; /* → n = −127: the bits of 0 */
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* rounded by adding 1.5·2²³ */
+    n = n == n ? n : 0.0f; /* NaN: r below stays NaN, and the integer conversion is defined */
+    const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    union { uint32_t u; float f; } two_n = {.u = (uint32_t)((int32_t)n + 127) << 23};
+    return p * two_n.f;
+}
+
+static _Thread_local float *scratch_h;
+static _Thread_local int64_t scratch_h_cap;
+
+/* The prelude's SwiGLU for few tokens: y [T, d_e] = W_down · (SiLU(W_gate · x) ⊙ (W_up · x)), x [T, d_e],
+ * with each product as tc_linear computes it and SiLU(g) = g / (1 + e^−g). One call instead of three
+ * products and two element-wise operations, each of which costs a Python call on every layer. */
+int tc_swiglu(const tc_weight *gate, const tc_weight *up, const tc_weight *down, const float *x, int64_t T,
+              float *y) {
+    const int64_t F = gate->n;
+    if (up->n != F || up->k != gate->k || down->k != F) return -3;
+    if (2 * T * F > scratch_h_cap) {
+        free(scratch_h);
+        scratch_h = (float *)malloc(sizeof(float) * (size_t)(2 * T * F));
+        scratch_h_cap = scratch_h ? 2 * T * F : 0;
+    }
+    if (!scratch_h) return -2;
+    float *g = scratch_h, *u = scratch_h + T * F;
+    int code = tc_linear(gate, x, T, g);
+    if (code == 0) code = tc_linear(up, x, T, u);
+    if (code != 0) return code;
+#pragma omp simd
+    for (int64_t i = 0; i < T * F; i++) g[i] = g[i] / (1.0f + exp_f32(-g[i])) * u[i];
+    return tc_linear(down, g, T, y);
+}
+
 /* ── the per-token glue of a decoding step, for few rows (ops_torch calls these in place of torch's
  * composite operators, which cost 10–30 µs each on one token; tests/test_kernels.py ties each to
  * the card steps it replaces) ─────────────────────────────────────────────────────────────────── */
@@ -994,8 +1041,9 @@ static void attend_row(const float *q, const float *Kh, const float *Vh, int64_t
         return;
     }
     float l = 0.0f;
+#pragma omp simd reduction(+ : l)
     for (int64_t j = 0; j < S; j++) {
-        p[j] = ok[j] ? expf(p[j] - m) : 0.0f;
+        p[j] = ok[j] ? exp_f32(p[j] - m) : 0.0f;
         l += p[j];
     }
     const float inv = 1.0f / l;
@@ -1067,11 +1115,31 @@ static _Thread_local int64_t scratch_head_cap;
  * The T new keys (rotated) and values are written to rows used … used + T − 1 of the caches Kc, Vc
  * [B, Hkv, capacity, d] (strides kb, kh, vb, vh in floats, rows contiguous), and every query reads
  * the S = used + T rows there; kv [H], allowed [T, S], scale and cap as attend_row.
- * out [B, T, H·d]: the heads' results side by side again. */
-int tc_gqa(const float *Q, const float *K, const float *V, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t d,
-           const float *cos, const float *sin, int64_t half, int layout, float *Kc, float *Vc, int64_t kb,
-           int64_t kh, int64_t vb, int64_t vh, int64_t used, const int64_t *kv, const uint8_t *allowed,
-           double scale, double cap, float *out) {
+ * out [B, T, H·d]: the heads' results side by side again.
+ * The arguments come as one struct (glue_torch.GQAArgs): the layers of a pass share most of them,
+ * so a call sets the few that differ instead of converting two dozen. */
+typedef struct {
+    const float *Q, *K, *V;
+    int64_t B, T, H, Hkv, d;
+    const float *cos, *sin;
+    int64_t half, layout;
+    float *Kc, *Vc;
+    int64_t kb, kh, vb, vh, used;
+    const int64_t *kv;
+    const uint8_t *allowed;
+    double scale, cap;
+    float *out;
+} gqa_args;
+
+int tc_gqa(const gqa_args *a) {
+    const float *Q = a->Q, *K = a->K, *V = a->V, *cos = a->cos, *sin = a->sin;
+    const int64_t B = a->B, T = a->T, H = a->H, Hkv = a->Hkv, d = a->d, half = a->half, kb = a->kb, kh = a->kh,
+                  vb = a->vb, vh = a->vh, used = a->used;
+    const int layout = (int)a->layout;
+    float *Kc = a->Kc, *Vc = a->Vc, *out = a->out;
+    const int64_t *kv = a->kv;
+    const uint8_t *allowed = a->allowed;
+    const double scale = a->scale, cap = a->cap;
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < T; t++)
             for (int64_t j = 0; j < Hkv; j++) {
