@@ -438,6 +438,11 @@ static inline __m512 scales512(float s0, float s1) {
     return _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(s0), _mm512_set1_ps(s1));
 }
 
+static inline __m512 halves_of(__m256 v, int j) { /* lanes 0…7: v[j], lanes 8…15: v[j + 1] */
+    const __m512i idx = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(j), _mm512_set1_epi32(j + 1));
+    return _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(v));
+}
+
 /* the unsigned quants of two consecutive Q4_* / Q5_* blocks (w, w + bs), elements 0…31 of each; a
  * Q5 block's fifth bits (bit j: element j) become a byte mask for both blocks at once */
 static inline __m512i unsigned_pair512(int type, const uint8_t *w, int bs) {
@@ -449,33 +454,55 @@ static inline __m512i unsigned_pair512(int type, const uint8_t *w, int bs) {
     return _mm512_mask_add_epi8(u, _cvtu64_mask64((uint64_t)h0 | (uint64_t)h1 << 32), u, _mm512_set1_epi8(16));
 }
 
+/* one pair of blocks' Σ q·qx (w and w + bs, against x blocks y), 8 int32 partial sums each */
+static inline __m512i pair_products(int type, const uint8_t *w, int bs, __m512i y) {
+    if (type == Q8_0) {
+        const __m512i q = pair512(_mm256_loadu_si256((const __m256i *)(w + 2)),
+                                  _mm256_loadu_si256((const __m256i *)(w + bs + 2)));
+        const __m512i sy = _mm512_mask_sub_epi8(y, _mm512_movepi8_mask(q), _mm512_setzero_si512(), y);
+        return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(q), sy);
+    }
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), unsigned_pair512(type, w, bs), y);
+}
+
+/* the float16 at p, p + stride, …, p + 7·stride (eight blocks' d, or m) as eight floats */
+static inline __m256 f16x8(const uint8_t *p, int stride) {
+    uint16_t h[8];
+    for (int j = 0; j < 8; j++) memcpy(&h[j], p + j * stride, 2);
+    return _mm256_cvtph_ps(_mm_setr_epi16((short)h[0], (short)h[1], (short)h[2], (short)h[3], (short)h[4],
+                                          (short)h[5], (short)h[6], (short)h[7]));
+}
+
+/* Eight blocks per step: their scales d and the x blocks' dx as one vector product, spread to each
+ * pair's two halves by a permute; the bias or min part, Σ d·sx or Σ m·sx, as one vector FMA (a
+ * block's scalar scale arithmetic cost as much as its 32 products). Then pairs, then a last odd
+ * block in 256 bits. Two accumulators: the FMA latency, not its throughput, bounds one. */
 #define DOT_ROW(NAME, TYPE)                                                                            \
     static float NAME(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx,          \
                       const float *sx) {                                                               \
         const int bs = BLOCK_BYTES(TYPE);                                                              \
         __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();                                 \
-        float extra0 = 0.0f, extra1 = 0.0f;                                                            \
+        __m256 accx = _mm256_setzero_ps(); /* Σ d·sx (Q4_0, Q5_0) or Σ m·sx (Q4_1, Q5_1) */           \
+        float extra = 0.0f;                                                                            \
         int64_t b = 0;                                                                                 \
-        for (; b + 2 <= n_blocks; b += 2, w += 2 * bs, qx += 64) {                                     \
-            const __m512i y = _mm512_loadu_si512((const void *)qx);                                    \
-            __m512i p;                                                                                 \
-            const float d0 = f16(w), d1 = f16(w + bs);                                                 \
-            if (TYPE == Q8_0) {                                                                        \
-                const __m512i q = pair512(_mm256_loadu_si256((const __m256i *)(w + 2)),                \
-                                          _mm256_loadu_si256((const __m256i *)(w + bs + 2)));          \
-                const __mmask64 neg = _mm512_movepi8_mask(q);                                          \
-                const __m512i sy = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);           \
-                p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(q), sy);              \
-            } else {                                                                                   \
-                p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), unsigned_pair512(TYPE, w, bs), y);     \
-                extra0 += block_extra(TYPE, w, d0, sx[b]);                                             \
-                extra1 += block_extra(TYPE, w + bs, d1, sx[b + 1]);                                    \
+        for (; b + 8 <= n_blocks; b += 8, w += 8 * bs, qx += 256) {                                    \
+            const __m256 d = f16x8(w, bs), s = _mm256_mul_ps(d, _mm256_loadu_ps(dx + b));              \
+            if (TYPE != Q8_0)                                                                          \
+                accx = _mm256_fmadd_ps(HAS_MIN(TYPE) ? f16x8(w + 2, bs) : d, _mm256_loadu_ps(sx + b), accx); \
+            for (int j = 0; j < 8; j += 4) {                                                           \
+                const __m512i p0 = pair_products(TYPE, w + j * bs, bs, _mm512_loadu_si512(qx + 32 * j));  \
+                const __m512i p1 =                                                                     \
+                    pair_products(TYPE, w + (j + 2) * bs, bs, _mm512_loadu_si512(qx + 32 * (j + 2)));  \
+                acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p0), halves_of(s, j), acc0);                 \
+                acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p1), halves_of(s, j + 2), acc1);             \
             }                                                                                          \
-            const __m512 f = _mm512_cvtepi32_ps(p), s = scales512(d0 * dx[b], d1 * dx[b + 1]);         \
-            if (b & 2)                                                                                 \
-                acc1 = _mm512_fmadd_ps(f, s, acc1);                                                    \
-            else                                                                                       \
-                acc0 = _mm512_fmadd_ps(f, s, acc0);                                                    \
+        }                                                                                              \
+        for (; b + 2 <= n_blocks; b += 2, w += 2 * bs, qx += 64) {                                     \
+            const float d0 = f16(w), d1 = f16(w + bs);                                                 \
+            const __m512i p = pair_products(TYPE, w, bs, _mm512_loadu_si512((const void *)qx));        \
+            if (TYPE != Q8_0)                                                                          \
+                extra += block_extra(TYPE, w, d0, sx[b]) + block_extra(TYPE, w + bs, d1, sx[b + 1]);  \
+            acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scales512(d0 * dx[b], d1 * dx[b + 1]), acc0); \
         }                                                                                              \
         float tail = 0.0f;                                                                             \
         for (; b < n_blocks; b++, w += bs, qx += 32) { /* an odd last block: 256 bits */               \
@@ -483,10 +510,11 @@ static inline __m512i unsigned_pair512(int type, const uint8_t *w, int bs) {
             const float d = f16(w);                                                                    \
             const __m256i p = block_products(TYPE, w, y);                                              \
             if (TYPE != Q8_0)                                                                          \
-                extra0 += block_extra(TYPE, w, d, sx[b]);                                              \
+                extra += block_extra(TYPE, w, d, sx[b]);                                               \
             tail += hsum(_mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * dx[b])));            \
         }                                                                                              \
-        return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + tail + (extra0 + extra1);            \
+        const float vx = TYPE == Q8_0 ? 0.0f : (HAS_MIN(TYPE) ? 1.0f : -BIAS(TYPE)) * hsum(accx);      \
+        return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + tail + (extra + vx);                  \
     }
 #else
 #define DOT_ROW(NAME, TYPE)                                                                            \
@@ -551,11 +579,6 @@ static inline void scales_mins_k4(const uint8_t *q, __m256 *sc, __m256 *m) {
     const uint64_t n = (uint64_t)(w1 & six) | (uint64_t)(((w2 >> 4) & four) | (((w1 >> 6) & two) << 4)) << 32;
     *sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)s)));
     *m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)n)));
-}
-
-static inline __m512 halves_of(__m256 v, int j) { /* lanes 0…7: v[j], lanes 8…15: v[j + 1] */
-    const __m512i idx = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(j), _mm512_set1_epi32(j + 1));
-    return _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(v));
 }
 
 static float dot_q45_k(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx,
