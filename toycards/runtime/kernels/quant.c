@@ -620,7 +620,7 @@ static float dot_q6_k(const uint8_t *w, int64_t n_blocks, const int8_t *qx, cons
     /* lane l of a step reads scale l / 4 of its four (dpbusd's lane l sums elements 4l … 4l + 3) */
     const __m512i rep4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     for (int64_t b = 0; b < n_blocks; b += 8, w += 210, qx += 256) {
-        const float d = f16(w + 208);
+        const __m256 ddx = _mm256_mul_ps(_mm256_set1_ps(f16(w + 208)), _mm256_loadu_ps(dx + b)); /* d·dx, 8 x blocks */
         const uint8_t *ql = w, *qh = w + 128;
         const int8_t *sc = (const int8_t *)(w + 192);
         for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8) {
@@ -628,13 +628,12 @@ static float dot_q6_k(const uint8_t *w, int64_t n_blocks, const int8_t *qx, cons
             q6_chunks(ql, qh, q);
             const __m512 scales = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)sc)));
             for (int k = 0; k < 4; k += 2) {
-                const int64_t xb = b + 4 * n + k;
                 const __m512i s = _mm512_sub_epi8(pair512(q[k], q[k + 1]), _mm512_broadcast_i64x4(m32)); /* −32 … 31 */
                 const __m512i y = _mm512_loadu_si512((const void *)(qx + 32 * (4 * n + k)));
                 const __mmask64 neg = _mm512_movepi8_mask(s);
                 const __m512i sy = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
                 const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(s), sy);
-                const __m512 f = _mm512_mul_ps(scales512(d * dx[xb], d * dx[xb + 1]),
+                const __m512 f = _mm512_mul_ps(halves_of(ddx, 4 * n + k),
                                                _mm512_permutexvar_ps(_mm512_add_epi32(rep4, _mm512_set1_epi32(2 * k)), scales));
                 if (k)
                     acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), f, acc1);
