@@ -501,3 +501,44 @@ def test_metadata_strings_never_become_code(tmp_path):
     assert sources[0] == sources[1]
     assert "x'); print('pwned" not in sources[0] and 'touch PWNED") #0' not in sources[0]
     assert not (tmp_path / "PWNED").exists() and not Path("PWNED").exists()
+
+
+# Consecutive products of one input (as Q, K and V of attention are): one `ops.linears` call on the
+# torch target, not past a step that assigns the input itself.
+PRODUCTS = """toycards 1
+▷ products of one input
+
+Algorithm: P ← Net(x | θ)
+Input: x ∈ V^ℓ
+Output: P ∈ (0,1)^{N_V×ℓ}
+Hyperparameters:
+  d ∈ ℕ = 16
+  N_V ∈ ℕ = 20
+Parameters:
+  E ∈ ℝ^{d×N_V}  from "token_embd.weight"^⊺
+  A ∈ ℝ^{d×d}  from "a.weight"
+  B ∈ ℝ^{d×d}  from "b.weight"
+  C ∈ ℝ^{d×d}  from "c.weight"
+  U ∈ ℝ^{N_V×d}  from "output.weight"
+1  ℓ ← length(x)
+2  for t ∈ [ℓ]: e_t ← E[:, x[t]]
+3  X ← [e_1, …, e_ℓ]  ∷ ℝ^{d×ℓ}
+4  Y ← A · X
+5  X ← C · X
+6  W ← A · X
+7  Z ← B · X
+8  S ← U · (X + Y + tanh(Z) + W)
+9  return P = softmax(S)
+"""
+
+
+def test_products_of_one_input_share_one_call():
+    torch_src = generate_source(parse(PRODUCTS), "torch")
+    assert re.search(r"# 6  W ← A · X\n *# 7  Z ← B · X\n *W, Z = ops\.linears\(X, ", torch_src)
+    assert "Y = ops.linear(X, " in torch_src and "X = ops.linear(X, " in torch_src  # 5 assigns X: not with 4
+    assert "ops.linears" not in generate_source(parse(PRODUCTS), "numpy")
+    ids = [3, 1, 4, 1, 5, 9, 2]
+    np.testing.assert_allclose(
+        load(PRODUCTS, target="torch", seed=3).logits(ids), load(PRODUCTS, target="numpy", seed=3).logits(ids),
+        rtol=1e-5, atol=1e-6,
+    )  # fmt: skip

@@ -414,3 +414,28 @@ def test_swiglu_kernel_silu_within_a_few_ulp():
     ulp = np.spacing(np.abs(want[normal]).astype(np.float32)).astype(np.float64)
     assert (np.abs(y[normal] - want[normal]) / ulp).max() <= 4
     assert np.abs(y[~normal]).max() <= 1e-35
+
+
+@pytest.mark.parametrize(
+    "kinds", [("F32", "F32"), ("Q4_K", "Q4_K", "Q6_K"), ("Q8_0", "F16", "Q4_0"), ("Q4_1",) * 3]
+)
+@pytest.mark.parametrize("lead", [(1, 1), (3,), (9,)], ids=str)
+def test_linears_equal_one_product_each(monkeypatch, kinds, lead):
+    """ops.linears (consecutive card steps multiplying one X: one C call for few tokens) gives
+    exactly the products one at a time, for float32 weights and block types mixed; on 9 tokens it
+    multiplies one weight at a time itself."""
+    from toycards.runtime import quant_torch
+
+    d_e = 256
+    Ws = [swiglu_weight(kind, (n, d_e)) for kind, n in zip(kinds, (256, 512, 768), strict=False)]
+    x = rand(*lead, d_e)
+    ran, real = [], quant_torch.linears
+    monkeypatch.setattr(quant_torch, "linears", lambda *a: ran.append(out := real(*a)) or out)
+    with torch.no_grad():
+        together = ops_torch.linears(x, *Ws)
+        alone = tuple(ops_torch.linear(x, W) for W in Ws)
+    assert len(together) == len(Ws)
+    for a, b in zip(together, alone, strict=True):
+        assert a.shape == b.shape and torch.equal(a, b)
+    if quant_kernels.library() is not None:
+        assert [r is not None for r in ran] == [lead != (9,)]

@@ -284,11 +284,9 @@ class Model(TorchModel):
             # 7  for t ∈ [ℓ]: X̃[:, t] ← rms_norm(X[:, t] | γ_l^1, ε)
             X_tilde = rms_norm(X, self.w[f"blk.{l - 1}.attn_norm.weight"], epsilon, ctx=ctx)
             # 8  Q ← W_q^l · X̃
-            Q = ops.linear(X_tilde, self.w[f"blk.{l - 1}.attn_q.weight"])
             # 9  K ← W_k^l · X̃
-            K = ops.linear(X_tilde, self.w[f"blk.{l - 1}.attn_k.weight"])
             # 10  V ← W_v^l · X̃
-            V = ops.linear(X_tilde, self.w[f"blk.{l - 1}.attn_v.weight"])
+            Q, K, V = ops.linears(X_tilde, self.w[f"blk.{l - 1}.attn_q.weight"], self.w[f"blk.{l - 1}.attn_k.weight"], self.w[f"blk.{l - 1}.attn_v.weight"])
             # 11  Y ← GQAttention(m · Q, m · K, V | H, H_kv, pairs, θ_base, ρ̃, Mask[t_z, t_x] = ⟦t_z ≤ t_x⟧)
             Y = GQAttention(m * Q, m * K, V, H, H_kv, 'pairs', theta_base, rho_tilde, lambda t_z, t_x: t_z <= t_x, ctx=ctx)
             # 12  X ← X + W_o^l · Y

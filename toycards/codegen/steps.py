@@ -8,6 +8,7 @@ Leaves out: expressions (exprs.py), the algorithm prologue (emitter.py).
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from toycards.codegen.code import paren
@@ -25,6 +26,32 @@ if TYPE_CHECKING:
 
 def calls_in(body) -> list[ir.Call]:
     return [n for n in ir.walk(body) if isinstance(n, ir.Call)]
+
+
+ONE_CALL_PRODUCTS = {"torch"}  # targets whose ops.linears computes products of one input in one call
+
+
+def products_of_one_input(body, i: int) -> int:
+    """How many steps from body[i] on are products `A ← W · X` of one and the same name X (at most
+    three, each to its own name, none assigning X or reading an earlier one's result): computed
+    together, they give what the steps give one after another."""
+    x, seen, n = None, set(), 0
+    for s in body[i : i + 3]:
+        if not (
+            isinstance(s, ir.Assign)
+            and isinstance(s.target, ir.Name)
+            and isinstance(s.value, ir.BinOp)
+            and s.value.op == "·"
+            and isinstance(s.value.right, ir.Name)
+            and s.value.right.id == (x or s.value.right.id)
+        ):
+            break
+        x, target = s.value.right.id, s.target.id
+        if target == x or target in seen or free_names(s.value.left) & (seen | {target}):
+            break
+        seen.add(target)
+        n += 1
+    return max(n, 1)
 
 
 class StepEmitter:
@@ -50,20 +77,50 @@ class StepEmitter:
 
     def block(self, body: tuple[ir.Stmt, ...], out: list[str], depth: int) -> None:
         pad = "    " * depth
-        for s in body:
+        i = 0
+        while i < len(body):
+            s = body[i]
             if isinstance(s, ir.Comment):
                 out.append(f"{pad}# ▷ {comment_safe(s.text)}")
+                i += 1
                 continue
-            self.number += 1
-            try:
-                self.stmt(s, out, pad, depth)
-            except ToycardsError as exc:
-                if exc.diagnostics:
-                    raise
-                raise ToycardsError.from_diagnostics(
-                    [Diagnostic(s.span, f"cannot generate code: {exc.message}")],
-                    {self.scope.algo.span.file: self.em.card.source},
-                ) from None
+            n = products_of_one_input(body, i) if self.em.target in ONE_CALL_PRODUCTS else 1
+            if n > 1:
+                self._products(body[i : i + n], out, pad, depth)
+                i += n
+                continue
+            self._numbered(s, out, pad, depth)
+            i += 1
+
+    def _numbered(self, s: ir.Stmt, out: list[str], pad: str, depth: int) -> None:
+        self.number += 1
+        try:
+            self.stmt(s, out, pad, depth)
+        except ToycardsError as exc:
+            if exc.diagnostics:
+                raise
+            raise ToycardsError.from_diagnostics(
+                [Diagnostic(s.span, f"cannot generate code: {exc.message}")],
+                {self.scope.algo.span.file: self.em.card.source},
+            ) from None
+
+    def _products(self, stmts, out: list[str], pad: str, depth: int) -> None:
+        """Consecutive steps `A ← W_a · X`, `B ← W_b · X`, … (products_of_one_input) as one
+        `A, B = ops.linears(X, W_a, W_b)` after their card lines, where each became a plain
+        `ops.linear` of the same X; else each step as itself."""
+        parts: list[list[str]] = []
+        for s in stmts:
+            lines: list[str] = []
+            self._numbered(s, lines, pad, depth)
+            parts.append(lines)
+        line = re.compile(rf"{re.escape(pad)}(\w+) = ops\.linear\((\w+), (.+)\)")
+        found = [line.fullmatch(lines[1]) if len(lines) == 2 else None for lines in parts]
+        if not all(found) or len({m.group(2) for m in found}) != 1:
+            out += [line for lines in parts for line in lines]
+            return
+        out += [lines[0] for lines in parts]  # the card lines
+        targets, weights = ", ".join(m.group(1) for m in found), ", ".join(m.group(3) for m in found)
+        out.append(f"{pad}{targets} = ops.linears({found[0].group(2)}, {weights})")
 
     def stmt(self, s: ir.Stmt, out: list[str], pad: str, depth: int) -> None:
         if isinstance(s, ir.ForSeq):

@@ -53,6 +53,13 @@ def linear(x, W):
 swiglu = quant_torch.swiglu  # the prelude's SwiGLU as one C call for few tokens, or None
 
 
+def linears(x, *Ws):
+    """W_1 · X, W_2 · X, … for consecutive card steps multiplying one X (codegen/steps.py merges
+    them): one C call for few tokens where every weight has a kernel plan, else one product each."""
+    ys = quant_torch.linears(x, Ws)
+    return ys if ys is not None else tuple(linear(x, W) for W in Ws)
+
+
 def maximum(a, b):
     if not torch.is_tensor(b):
         return torch.clamp_min(a, b)

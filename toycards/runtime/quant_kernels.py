@@ -102,6 +102,7 @@ def _build() -> ctypes.CDLL | None:
         lib.tc_float_direct,
         lib.tc_linear,
         lib.tc_swiglu,
+        lib.tc_linears,
     ):
         fn.restype = ctypes.c_int
     return lib

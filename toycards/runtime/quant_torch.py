@@ -100,8 +100,11 @@ _float_direct: bool | None = None
 def _few_token_plan(W, n: int, k: int):
     """The byref'd kernel plan of W [n, k] for the few-token product, or None: a QuantWeight's own,
     or one made for a plain float32 weight read in place."""
+    global _float_direct
     if W.__class__ is QuantWeight:
         return W._plan_ref if W.fast and W.shape == (n, k) else None
+    if _float_direct is None:
+        _float_direct = kernels.float_direct(_F32)
     if (
         not _float_direct
         or W.__class__ not in _PLAIN
@@ -114,27 +117,55 @@ def _few_token_plan(W, n: int, k: int):
     return ctypes.byref(kernels.plan(_F32, W.data_ptr(), 4 * k, n, k))
 
 
-def swiglu(x: torch.Tensor, W_gate, W_up, W_down) -> torch.Tensor | None:
-    """The prelude's SwiGLU, W_down · (SiLU(W_gate · x) ⊙ (W_up · x)) for x [..., d_e], as one C call
-    for few tokens (each product as `QuantWeight.linear` or `float_linear` computes it); None where
-    that does not apply (the card's steps then run)."""
-    global _float_direct
-    if _float_direct is None:
-        _float_direct = kernels.float_direct(_F32)
-    lib = kernels.library()
+def _few_tokens(x) -> int:
+    """The token count of x [..., K] when the few-token C products apply to it (a plain contiguous
+    float32 CPU tensor, no autograd, 1 … FEW_TOKENS rows), else 0."""
     if (
-        lib is None
-        or x.__class__ not in _PLAIN
+        x.__class__ not in _PLAIN
         or x.dtype is not torch.float32
         or not (x.is_cpu and x.is_contiguous())
         or (torch.is_grad_enabled() and x.requires_grad)
         or x.dim() < 1
-        or len(W_gate.shape) != 2
     ):
+        return 0
+    k = x.shape[-1]
+    t = x.numel() // k if k else 0
+    return t if t <= FEW_TOKENS else 0
+
+
+def linears(x: torch.Tensor, Ws) -> tuple | None:
+    """W · x for two or three weights W [N_i, K] of one x [..., K], as one C call for few tokens
+    (each product as `QuantWeight.linear` or `float_linear` computes it); None where that does not
+    apply (the caller multiplies one weight at a time)."""
+    lib = kernels.library()
+    if lib is None or not 2 <= len(Ws) <= 3 or not (t := _few_tokens(x)):
+        return None
+    k = x.shape[-1]
+    plans = []
+    for W in Ws:
+        if len(W.shape) != 2 or W.shape[1] != k or (plan := _few_token_plan(W, W.shape[0], k)) is None:
+            return None
+        plans.append(plan)
+    lead = x.shape[:-1]
+    ys = tuple(torch.empty(*lead, W.shape[0], dtype=torch.float32) for W in Ws)
+    code = lib.tc_linears(
+        plans[0], plans[1], plans[2] if len(plans) == 3 else None, _ptr(x.data_ptr()), _int(t),
+        _ptr(ys[0].data_ptr()), _ptr(ys[1].data_ptr()), _ptr(ys[2].data_ptr() if len(ys) == 3 else None),
+    )  # fmt: skip
+    if code != 0:
+        raise RuntimeError(f"quant kernel linears failed with code {code}")
+    return ys
+
+
+def swiglu(x: torch.Tensor, W_gate, W_up, W_down) -> torch.Tensor | None:
+    """The prelude's SwiGLU, W_down · (SiLU(W_gate · x) ⊙ (W_up · x)) for x [..., d_e], as one C call
+    for few tokens (each product as `QuantWeight.linear` or `float_linear` computes it); None where
+    that does not apply (the card's steps then run)."""
+    lib = kernels.library()
+    if lib is None or len(W_gate.shape) != 2 or not (t := _few_tokens(x)):
         return None
     f, d = W_gate.shape
-    t = x.numel() // d if d else 0
-    if t == 0 or t > FEW_TOKENS or x.shape[-1] != d:
+    if x.shape[-1] != d:
         return None
     gate, up, down = _few_token_plan(W_gate, f, d), _few_token_plan(W_up, f, d), _few_token_plan(W_down, d, f)
     if gate is None or up is None or down is None:

@@ -916,6 +916,16 @@ int tc_linear(const tc_weight *p, const float *x, int64_t T, float *y) {
     return tc_matmul((int)p->type, p->w, p->row_bytes, p->n, p->k, x, T, y);
 }
 
+/* y_a, y_b, y_c = x · W_aᵀ, x · W_bᵀ, x · W_cᵀ (c, y_c may be NULL): consecutive card steps that
+ * multiply one x (Q, K and V of attention), one call instead of one per weight */
+int tc_linears(const tc_weight *a, const tc_weight *b, const tc_weight *c, const float *x, int64_t T, float *ya,
+               float *yb, float *yc) {
+    int code = tc_linear(a, x, T, ya);
+    if (code == 0) code = tc_linear(b, x, T, yb);
+    if (code == 0 && c) code = tc_linear(c, x, T, yc);
+    return code;
+}
+
 /* e^x in float32 to about 1 ulp, branch-free so that `omp simd` loops vectorize it (libm's expf is a
  * call per element, and floorf would need -fno-trapping-math): x = n·ln 2 + r with |r| ≤ ln 2 / 2 (ln 2
  * in two parts, Cody and Waite), e^r by a degree-7 polynomial (Cephes' expf coefficients), 2^n built
