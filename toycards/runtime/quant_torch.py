@@ -72,24 +72,16 @@ def float_linear(x: torch.Tensor, W: torch.Tensor) -> torch.Tensor | None:
     """x [..., K] · Wᵀ for a float32 weight W [N, K] (a parameter, memory-mapped from the file) by
     the C kernel that reads W in place, when that applies: up to FEW_TOKENS rows of x, no autograd,
     plain contiguous CPU float32 tensors. None otherwise (the caller uses torch's own product)."""
-    global _float_direct
-    if _float_direct is None:  # built on first use, not on import
-        _float_direct = kernels.float_direct(_F32)
-    if (
-        not _float_direct
-        or W.__class__ not in _PLAIN
-        or x.dtype is not torch.float32
-        or W.dtype is not torch.float32
-        or not (x.is_cpu and W.is_cpu and x.is_contiguous() and W.is_contiguous())
-        or (torch.is_grad_enabled() and (x.requires_grad or W.requires_grad))
-    ):
+    if W.dim() != 2 or not (t := _few_tokens(x)) or x.shape[-1] != W.shape[1]:
         return None
     n, k = W.shape
-    t = x.numel() // k if k else 0
-    if t == 0 or t > FEW_TOKENS or x.shape[-1] != k:
+    plan = _few_token_plan(W, n, k)
+    if plan is None:
         return None
     y = torch.empty(*x.shape[:-1], n, dtype=torch.float32)  # sizes as arguments: half the cost of a tuple
-    kernels.matmul_checked(_F32, W.data_ptr(), 4 * k, n, k, x.data_ptr(), t, y.data_ptr())
+    code = kernels.linear_fn()(plan, _ptr(x.data_ptr()), _int(t), _ptr(y.data_ptr()))
+    if code != 0:
+        raise RuntimeError(f"quant kernel linear failed with code {code}")
     return y
 
 

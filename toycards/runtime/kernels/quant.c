@@ -771,6 +771,7 @@ static inline vf vload_w(int type, const uint8_t *w, int64_t i) {
 #define VLOAD _mm512_loadu_ps
 #define VFMA _mm512_fmadd_ps
 #define VZERO _mm512_setzero_ps
+#define VADD _mm512_add_ps
 #define VSUM _mm512_reduce_add_ps
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define HAVE_FLOAT_DOT 1
@@ -791,6 +792,7 @@ static inline float vsum8(__m256 v) {
 #define VLOAD _mm256_loadu_ps
 #define VFMA _mm256_fmadd_ps
 #define VZERO _mm256_setzero_ps
+#define VADD _mm256_add_ps
 #define VSUM vsum8
 #else
 #define HAVE_FLOAT_DOT 0
@@ -816,7 +818,7 @@ static inline __attribute__((always_inline)) void float_product(int type, const 
                 a3 = VFMA(vload_w(type, w, i + 3 * VL), VLOAD(x + i + 3 * VL), a3);
             }
             for (; i < kv; i += VL) a0 = VFMA(vload_w(type, w, i), VLOAD(x + i), a0);
-            float s = VSUM(a0) + VSUM(a1) + (VSUM(a2) + VSUM(a3));
+            float s = VSUM(VADD(VADD(a0, a1), VADD(a2, a3))); /* one horizontal sum a row */
             for (; i < K; i++) s += float_at(type, w, i) * x[i];
             y[n] = s;
         }
