@@ -46,6 +46,19 @@ def assert_close(slow, fast, tol=2e-6):
     assert worst <= tol * max(1.0, slow.abs().max().item()), f"max |Δ| {worst:.3g} at {where}"
 
 
+def kernel_runs(monkeypatch, where, name: str) -> list[bool]:
+    """Patches where.name (a kernel that may decline) to record, call by call, whether it ran."""
+    real, ran = getattr(where, name), []
+
+    def counted(*args):
+        out = real(*args)
+        ran.append(out is not None)
+        return out
+
+    monkeypatch.setattr(where, name, counted)
+    return ran
+
+
 g = torch.Generator().manual_seed(0)
 
 
@@ -184,14 +197,7 @@ def test_grouped_query_attention_pass_by_pass(funcs, monkeypatch, layout, half, 
     window = lambda t_z, t_x: (t_z <= t_x) & (t_x - t_z < w)  # noqa: E731
     rho = rand(half).abs() + 0.5
     inputs = [(rand(*lead, n, H * d), rand(*lead, n, H_kv * d), rand(*lead, n, H_kv * d)) for n in sizes]
-    ran, real = [], glue_torch.gq_attention
-
-    def counted(*args):
-        out = real(*args)
-        ran.append(out is not None)
-        return out
-
-    monkeypatch.setattr(glue_torch, "gq_attention", counted)
+    ran = kernel_runs(monkeypatch, glue_torch, "gq_attention")
 
     def passes(fast: bool) -> list:
         ops_torch.fast, cache, outs = fast, KVCache(), []
@@ -348,20 +354,12 @@ def test_swiglu_kernel_equals_the_card_steps(funcs, monkeypatch, mix, lead, scal
     FEW_TOKENS tokens) equals the card's three steps, for float32 weights and for each block type,
     a Q4_K/Q6_K mix among them. x scaled by 300 sends the gate far into both tails of SiLU (e^−g
     overflows and underflows); 9 tokens are more than the kernel takes, and the steps run."""
-    from toycards.runtime import quant_torch
 
     d_e, d_ff = 256, 512  # K-quant blocks hold 256 entries
     kinds, shapes = SWIGLU_MIXES[mix], ((d_ff, d_e), (d_ff, d_e), (d_e, d_ff))
     gate, up, down = (swiglu_weight(kind, shape) for kind, shape in zip(kinds, shapes, strict=True))
     x = rand(*lead, d_e, scale=scale)
-    ran, real = [], quant_torch.swiglu
-
-    def counted(*args):
-        out = real(*args)
-        ran.append(out is not None)
-        return out
-
-    monkeypatch.setattr(ops_torch, "swiglu", counted)
+    ran = kernel_runs(monkeypatch, ops_torch, "swiglu")
     with torch.no_grad():
         slow, fast = both(funcs["SwiGLU"], x, gate, up, down)
     assert fast.shape == slow.shape == (*lead, d_e)
@@ -429,8 +427,7 @@ def test_linears_equal_one_product_each(monkeypatch, kinds, lead):
     d_e = 256
     Ws = [swiglu_weight(kind, (n, d_e)) for kind, n in zip(kinds, (256, 512, 768), strict=False)]
     x = rand(*lead, d_e)
-    ran, real = [], quant_torch.linears
-    monkeypatch.setattr(quant_torch, "linears", lambda *a: ran.append(out := real(*a)) or out)
+    ran = kernel_runs(monkeypatch, quant_torch, "linears")
     with torch.no_grad():
         together = ops_torch.linears(x, *Ws)
         alone = tuple(ops_torch.linear(x, W) for W in Ws)
@@ -438,4 +435,4 @@ def test_linears_equal_one_product_each(monkeypatch, kinds, lead):
     for a, b in zip(together, alone, strict=True):
         assert a.shape == b.shape and torch.equal(a, b)
     if quant_kernels.library() is not None:
-        assert [r is not None for r in ran] == [lead != (9,)]
+        assert ran == [lead != (9,)]
