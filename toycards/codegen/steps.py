@@ -113,8 +113,8 @@ class StepEmitter:
             lines: list[str] = []
             self._numbered(s, lines, pad, depth)
             parts.append(lines)
-        line = re.compile(rf"{re.escape(pad)}(\w+) = ops\.linear\((\w+), (.+)\)")
-        found = [line.fullmatch(lines[1]) if len(lines) == 2 else None for lines in parts]
+        product = re.compile(rf"{re.escape(pad)}(\w+) = ops\.linear\((\w+), (.+)\)")
+        found = [product.fullmatch(lines[1]) if len(lines) == 2 else None for lines in parts]
         if not all(found) or len({m.group(2) for m in found}) != 1:
             out += [line for lines in parts for line in lines]
             return

@@ -931,11 +931,11 @@ int tc_linears(const tc_weight *a, const tc_weight *b, const tc_weight *c, const
 /* e^x in float32 to about 1 ulp, branch-free so that `omp simd` loops vectorize it (libm's expf is a
  * call per element, and floorf would need -fno-trapping-math): x = n·ln 2 + r with |r| ≤ ln 2 / 2 (ln 2
  * in two parts, Cody and Waite), e^r by a degree-7 polynomial (Cephes' expf coefficients), 2^n built
- * in the exponent bits. Overflows to +∞ past 88.73, gives 0 below −87.99 (where e^x is a float32
- * subnormal, < 1.2e-38); NaN stays NaN. */
+ * in the exponent bits. Overflows to +∞ past 88.73, gives 0 below about −87.7 (where e^x is a float32
+ * subnormal, < 1e-38); NaN stays NaN. */
 static inline float exp_f32(float x) {
     x = x > 88.8f ? 88.8f : x; /* → n = 128: the exponent bits of +∞ */
-    x = x < -88.0f ? -88.0f : x; /* → n = −127: the bits of 0 */
+    x = x < -88.0f ? -88.0f : x; /* → n = −127 (as from −87.7 on): the bits of 0 */
     float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* rounded by adding 1.5·2²³ */
     n = n == n ? n : 0.0f; /* NaN: r below stays NaN, and the integer conversion is defined */
     const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
