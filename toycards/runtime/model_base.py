@@ -92,9 +92,8 @@ class ModelAPI:
             if piece:
                 yield piece
             position += 1
-            logits = self._forward_numpy(np.asarray([[next_id]], dtype=np.int64), cache, last=True)[
-                0
-            ]  # (1, N_V)
+            step = np.asarray([[next_id]], dtype=np.int64)
+            logits = self._forward_numpy(step, cache, last=True)[0]  # (1, N_V)
             require_finite(logits, position, self.path)
             logits = logits[-1]
         tail = decoder.flush()

@@ -173,13 +173,6 @@ def matmul(
     _check(library().tc_matmul(ggml_type, w_ptr, row_bytes, n, k, x_ptr, t, y_ptr), "matmul")
 
 
-def matmul_checked(*args: int) -> None:
-    """`matmul` with the library bound once: what a decoding step calls 200 times per token."""
-    code = _lib.tc_matmul(*args)
-    if code != 0:
-        _check(code, "matmul")
-
-
 def dequant_rows(ggml_type: int, w_ptr: int, row_bytes: int, k: int, r0: int, r1: int, out_ptr: int) -> None:
     """Rows [r0, r1) of W as float32 into out [(r1 − r0), k]."""
     _check(library().tc_dequant_rows(ggml_type, w_ptr, row_bytes, k, r0, r1, out_ptr), "dequant_rows")

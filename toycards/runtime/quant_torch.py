@@ -76,10 +76,16 @@ def float_linear(x: torch.Tensor, W: torch.Tensor) -> torch.Tensor | None:
         return None
     n, k = W.shape
     plan = _few_token_plan(W, n, k)
-    if plan is None:
-        return None
+    return None if plan is None else _few_token_product(plan, x, t, n)
+
+
+def _few_token_product(plan, x: torch.Tensor, t: int, n: int) -> torch.Tensor:
+    """x [..., K] (t rows, contiguous float32) · Wᵀ → [..., n] by the C product of W's plan."""
+    global _c_linear
+    if _c_linear is None:  # bound once: this is what a decoding step calls most
+        _c_linear = kernels.linear_fn()
     y = torch.empty(*x.shape[:-1], n, dtype=torch.float32)  # sizes as arguments: half the cost of a tuple
-    code = kernels.linear_fn()(plan, _ptr(x.data_ptr()), _int(t), _ptr(y.data_ptr()))
+    code = _c_linear(plan, _ptr(x.data_ptr()), _int(t), _ptr(y.data_ptr()))
     if code != 0:
         raise RuntimeError(f"quant kernel linear failed with code {code}")
     return y
@@ -87,6 +93,7 @@ def float_linear(x: torch.Tensor, W: torch.Tensor) -> torch.Tensor | None:
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _float_direct: bool | None = None
+_c_linear = None  # tc_linear, once the kernels are loaded
 
 
 def _few_token_plan(W, n: int, k: int):
@@ -208,11 +215,9 @@ class QuantWeight:
         self.device = self.blocks.device
         self.fast = kernels.available(self.ggml_type) and blocks.flags.c_contiguous
         self._ptr = self.blocks.data_ptr()
-        self._matmul = kernels.matmul_checked if self.fast else None
         # the few-token product: the weight's arguments bound once (a four-argument C call)
         self._plan = kernels.plan(self.ggml_type, self._ptr, self.row_bytes, n, k) if self.fast else None
         self._plan_ref = ctypes.byref(self._plan) if self.fast else None
-        self._linear = kernels.linear_fn() if self.fast else None
 
     # ── what a tensor would say about itself ────────────────────────────────────────────
     def dim(self) -> int:
@@ -262,23 +267,8 @@ class QuantWeight:
     def linear(self, x: torch.Tensor) -> torch.Tensor:
         """W · X in the codegen layout: x [..., K] → [..., N]."""
         n, k = self.shape
-        if (
-            self.fast
-            and x.dtype is torch.float32
-            and not x.requires_grad
-            and x.is_cpu
-            and x.is_contiguous()
-            and x.shape[-1] == k
-        ):
-            t = x.numel() // k
-            if t <= FEW_TOKENS:  # decoding: one C call, no reshapes (torch.empty: x.new_empty costs 3× more)
-                y = torch.empty(
-                    *x.shape[:-1], n, dtype=torch.float32
-                )  # sizes as arguments: half a tuple's cost
-                code = self._linear(self._plan_ref, _ptr(x.data_ptr()), _int(t), _ptr(y.data_ptr()))
-                if code != 0:
-                    raise RuntimeError(f"quant kernel linear failed with code {code}")
-                return y
+        if self.fast and x.shape[-1] == k and (t := _few_tokens(x)):  # decoding: one C call, no reshapes
+            return _few_token_product(self._plan_ref, x, t, n)
         if x.shape[-1] != k:
             raise RuntimeError(f"{self.name}: x has {x.shape[-1]} entries per row, the weight {k} columns")
         if not self.fast or x.requires_grad:
@@ -288,11 +278,7 @@ class QuantWeight:
         if x2.dtype != torch.float32 or not x2.is_contiguous():
             x2 = x2.to(torch.float32).contiguous()
         t = x2.shape[0]
-        if t <= FEW_TOKENS:
-            y = torch.empty(t, n, dtype=torch.float32)  # (T, N)
-            self._matmul(self.ggml_type, self._ptr, self.row_bytes, n, k, x2.data_ptr(), t, y.data_ptr())
-        else:
-            y = self._tiled(x2)
+        y = _few_token_product(self._plan_ref, x2, t, n) if t <= FEW_TOKENS else self._tiled(x2)  # (T, N)
         y = y.view(*lead, n)
         return y if x.dtype == torch.float32 else y.to(x.dtype)
 
