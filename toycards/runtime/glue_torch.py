@@ -35,7 +35,7 @@ def _library():
     return _lib
 
 
-def _plain(*tensors) -> bool:
+def plain(*tensors) -> bool:
     """Every tensor a contiguous float32 CPU tensor of a plain class, and no autograd to record."""
     grad = torch.is_grad_enabled()
     for t in tensors:
@@ -61,7 +61,7 @@ def rms_norm(e, gamma, epsilon):
     ):
         return None
     d = e.shape[-1]
-    if gamma.dim() != 1 or gamma.shape[0] != d or not _plain(e, gamma):
+    if gamma.dim() != 1 or gamma.shape[0] != d or not plain(e, gamma):
         return None
     rows = e.numel() // d if d else 0
     if rows == 0 or rows > FEW_ROWS:
@@ -81,7 +81,7 @@ def rope(x, cos, sin, pairs: bool):
     half = cos.shape[-1]
     if cos.shape != (T, half) or sin.shape != (T, half) or 2 * half > d or T > FEW_ROWS:
         return None
-    if not _plain(x, cos, sin):
+    if not plain(x, cos, sin):
         return None
     rows = x.numel() // (T * d) if T * d else 0
     if rows == 0:
@@ -123,7 +123,7 @@ def attention(Q, K, V, allowed, kv_index):
     S = K.shape[-2]
     if Tq > FEW_ROWS or S == 0 or K.shape[0] != B or V.shape != K.shape or K.shape[-1] != d:
         return None
-    if not _plain(Q) or allowed.dtype is not torch.bool or tuple(allowed.shape) != (Tq, S):
+    if not plain(Q) or allowed.dtype is not torch.bool or tuple(allowed.shape) != (Tq, S):
         return None
     for t in (K, V):
         if (
@@ -198,14 +198,7 @@ def _prepare(Q, K, V, H, H_kv, layout, cap):
 
 def _cache_ready(buffers) -> bool:
     """A cache slot's buffers (or none yet) are ones tc_gqa can write: two contiguous float32 CPU tensors."""
-    if len(buffers) != 2:
-        return False
-    for b in buffers:
-        if b is not None and (
-            b.__class__ not in _PLAIN or b.dtype is not torch.float32 or not b.is_cpu or not b.is_contiguous()
-        ):
-            return False
-    return True
+    return len(buffers) == 2 and plain(*(b for b in buffers if b is not None))
 
 
 def gq_attention(Q, K, V, H, H_kv, layout, angles, allowed, cap, ctx, ops):
@@ -226,13 +219,13 @@ def gq_attention(Q, K, V, H, H_kv, layout, angles, allowed, cap, ctx, ops):
     call = memo.get(key, False)
     if call is False:
         call = memo[key] = _prepare(Q, K, V, H, H_kv, layout, cap)
-    if call is None or not _plain(Q, K, V):
+    if call is None or not plain(Q, K, V):
         return None
     a = call.args
     cos, sin = angles(a.d)
     if cos is not call.cos:
         half = cos.shape[-1]
-        if 2 * half > a.d or cos.shape != (a.T, half) or sin.shape != cos.shape or not _plain(cos, sin):
+        if 2 * half > a.d or cos.shape != (a.T, half) or sin.shape != cos.shape or not plain(cos, sin):
             return None
         call.cos, call.sin = cos, sin
         a.cos, a.sin, a.half = cos.data_ptr(), sin.data_ptr(), half

@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from toycards.runtime import quant_kernels as kernels
+from toycards.runtime.glue_torch import plain
 
 FEW_TOKENS = 8  # x rows up to which the row-at-a-time kernel beats dequantize-then-GEMM
 TILE_FLOATS = 1 << 20  # elements of one dequantized tile (4 MiB of float32, 2 MiB of bfloat16)
@@ -91,7 +92,6 @@ def _few_token_product(plan, x: torch.Tensor, t: int, n: int) -> torch.Tensor:
     return y
 
 
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
 _float_direct: bool | None = None
 _c_linear = None  # tc_linear, once the kernels are loaded
 
@@ -104,14 +104,7 @@ def _few_token_plan(W, n: int, k: int):
         return W._plan_ref if W.fast and W.shape == (n, k) else None
     if _float_direct is None:
         _float_direct = kernels.float_direct(_F32)
-    if (
-        not _float_direct
-        or W.__class__ not in _PLAIN
-        or W.dtype is not torch.float32
-        or W.shape != (n, k)
-        or not (W.is_cpu and W.is_contiguous())
-        or (torch.is_grad_enabled() and W.requires_grad)
-    ):
+    if not _float_direct or W.shape != (n, k) or not plain(W):
         return None
     return ctypes.byref(kernels.plan(_F32, W.data_ptr(), 4 * k, n, k))
 
@@ -119,13 +112,7 @@ def _few_token_plan(W, n: int, k: int):
 def _few_tokens(x) -> int:
     """The token count of x [..., K] when the few-token C products apply to it (a plain contiguous
     float32 CPU tensor, no autograd, 1 … FEW_TOKENS rows), else 0."""
-    if (
-        x.__class__ not in _PLAIN
-        or x.dtype is not torch.float32
-        or not (x.is_cpu and x.is_contiguous())
-        or (torch.is_grad_enabled() and x.requires_grad)
-        or x.dim() < 1
-    ):
+    if x.dim() < 1 or not plain(x):
         return 0
     k = x.shape[-1]
     t = x.numel() // k if k else 0
