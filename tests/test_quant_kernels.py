@@ -140,9 +140,8 @@ def test_bf16_tiles_equal_the_reference_rounded(weight):
     qtype, blocks, w = weight
     want = torch.from_numpy(w[2:]).to(torch.bfloat16)
     got = torch.empty(want.shape, dtype=torch.bfloat16)
-    quant_kernels.dequant_rows_bf16(
-        qtype, blocks.ctypes.data, blocks.shape[1], w.shape[1], 2, w.shape[0], got.data_ptr()
-    )
+    plan = quant_kernels.plan(qtype, blocks.ctypes.data, blocks.shape[1], *w.shape)
+    quant_kernels.dequant_rows_bf16(plan, 2, w.shape[0], got.data_ptr())
     nan = want.isnan()
     assert torch.equal(got.isnan(), nan)
     assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))
@@ -223,6 +222,96 @@ def test_other_uses_get_the_dequantized_tensor():
     assert np.array_equal(n * 2, w * 2) and np.array_equal(np.exp(n), np.exp(w))
     assert np.array_equal(n[:, 3], w[:, 3]) and np.array_equal(n.sum(0), w.sum(0))
     assert np.array_equal(np.swapaxes(n, 0, 1), w.T) and np.array_equal(n.T, w.T)
+
+
+# ── packed weights (quant_kernels.packs: groups of rows with their blocks side by side) ──────
+PACKED = [t for t in TYPES if quant_kernels.packs(t)]
+# rows: one short of a group, groups and a remainder; blocks per row: 1, 8 (one step, no tail),
+# 9 (a step and an odd block), 19 (two steps, a pair and an odd block)
+PACKED_SHAPES = ((3, 608), (4, 256), (13, 288), (9, 32), (37, 608))
+
+
+def packed_layout(blocks: np.ndarray, bs: int, rows: int = 4) -> np.ndarray:
+    """The packed layout as quant.c's tc_pack describes it, built block by block: groups of `rows`
+    rows, for each step of 8 blocks each row's 8 blocks in turn, then each row's remaining blocks;
+    the rows after the last whole group as stored."""
+    n, row_bytes = blocks.shape
+    nb = row_bytes // bs
+    per_row = blocks.reshape(n, nb, bs)
+    out = []
+    full = n - n % rows
+    for g in range(0, full, rows):
+        for step in range(nb // 8):
+            out += [per_row[g + r, 8 * step : 8 * step + 8] for r in range(rows)]
+        out += [per_row[g + r, nb // 8 * 8 :] for r in range(rows)]
+    out += [per_row[r] for r in range(full, n)]
+    return np.concatenate([o.reshape(-1) for o in out])
+
+
+@pytest.mark.skipif(not PACKED, reason="no packed kernels on this CPU (AVX-512 VNNI)")
+@pytest.mark.parametrize("qtype", PACKED, ids=lambda t: t.name)
+@pytest.mark.parametrize("shape", PACKED_SHAPES, ids=str)
+def test_packed_weight_is_the_same_weight(qtype, shape):
+    """A weight that its first product packed multiplies, dequantizes and embeds exactly as the same
+    blocks read in place (the NumPy twin, which never packs, runs the same kernel on rows as stored),
+    and the packed copy holds each block of the file exactly once."""
+    rng = np.random.default_rng(shape[0] * 1000 + shape[1])
+    blocks = small_blocks(qtype, shape, rng)
+    w = quant_torch.reference_dequantize(blocks, qtype, shape)
+    q, stored = quant_torch.QuantWeight(blocks, qtype, shape), quant_numpy.QuantWeight(blocks, qtype, shape)
+    x = rng.normal(size=(3, shape[1])).astype(np.float32)
+    for t in (1, 3):
+        assert np.array_equal(q.linear(torch.from_numpy(x[:t])).numpy(), stored.linear(x[:t]))
+    assert q._packed is not None and q._plan.packed == 1
+    assert np.array_equal(q._packed.numpy(), packed_layout(blocks, GGML_QUANT_SIZES[qtype][1]))
+    assert np.array_equal(q.dequantize().numpy(), w)
+    ids = np.array([0, shape[0] - 1, shape[0] // 2, 1 % shape[0]])
+    assert np.array_equal(q.embed(torch.from_numpy(ids)).numpy(), w[ids])
+    many = rng.normal(size=(quant_torch.FEW_TOKENS + 3, shape[1])).astype(np.float32)
+    in_place = quant_torch.QuantWeight(blocks, qtype, shape)
+    in_place._unpacked = False  # never packed: the tiles dequantized from the rows as stored
+    assert torch.equal(q.linear(torch.from_numpy(many)), in_place.linear(torch.from_numpy(many)))
+
+
+def _mapped_kib(path) -> int:
+    """Resident KiB of this process's mappings of the file at `path` (/proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps", encoding="utf-8") as fh:
+        for line in fh:
+            fields = line.split()
+            if "-" in fields[0] and len(fields) >= 5 and fields[0][0] in "0123456789abcdef":
+                inside = len(fields) >= 6 and fields[-1] == str(path)
+            elif inside and fields[0] == "Rss:":
+                total += int(fields[1])
+    return total
+
+
+@pytest.mark.skipif(not quant_kernels.packs(Q.Q8_0) or not os.path.exists("/proc/self/smaps"),
+                    reason="no packed kernels here, or no /proc/self/smaps")  # fmt: skip
+def test_packing_hands_the_file_pages_back(tmp_path):
+    """Once packed, the weight's pages of the file mapping are no longer resident in this process
+    (the packed copy replaces them), and the weight still reads right (the file is only read)."""
+    from toycards.gguf.reader import open_gguf
+
+    rng = np.random.default_rng(5)
+    w = rng.normal(0, 0.1, size=(256, 1024)).astype(np.float32)  # ~280 KB of Q8_0: ~68 pages
+    path = write_gguf(tmp_path / "one.gguf", tensors={"m.weight": (w, Q.Q8_0)})
+    f = open_gguf(path)
+    blocks = f.raw("m.weight")
+    assert not blocks.flags.writeable
+    q = quant_torch.QuantWeight(blocks, Q.Q8_0, w.shape)
+    want = q.dequantize().numpy()  # reads every page of the tensor
+    before = _mapped_kib(path)
+    assert before * 1024 >= 0.9 * blocks.nbytes
+    x = rng.normal(size=(1, 1024)).astype(np.float32)
+    y = q.linear(torch.from_numpy(x))  # packs
+    after = _mapped_kib(path)
+    assert before - after >= 0.9 * blocks.nbytes / 1024 - 8, (before, after)
+    assert np.array_equal(q.dequantize().numpy(), want)
+    assert np.array_equal(y.numpy(), quant_numpy.QuantWeight(blocks, Q.Q8_0, w.shape).linear(x))
+    writable = blocks.copy()  # anonymous memory: left alone (MADV_DONTNEED would zero it)
+    quant_torch._hand_back_pages(writable)
+    assert np.array_equal(writable, blocks)
 
 
 @pytest.mark.skipif(not quant_kernels.quantizes_x(Q.Q8_0), reason="no int8 kernels on this CPU")

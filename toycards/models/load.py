@@ -126,7 +126,7 @@ def _kept(f, p: BoundParam, target: str):
         or info.ggml_type not in quant_kernels.SUPPORTED
     ):
         return None
-    blocks = p.part(f.raw(name, private=target == "torch"))
+    blocks = p.part(f.raw(name))  # read-only: the kernels only read blocks
     blocks = blocks.view(np.uint8) if blocks.dtype != np.uint8 else blocks  # F16: its bytes
     if target == "torch":
         from toycards.runtime.quant_torch import QuantWeight

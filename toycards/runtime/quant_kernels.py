@@ -2,9 +2,10 @@
 
 Owns: compiling kernels/quant.c (`cc -O3 -march=native -fopenmp -shared`) into the toycards cache
 (a file named after the source, the compiler and the machine, so an edit or another CPU builds
-afresh), loading it, and three calls on NumPy-addressable memory: `matmul` (few tokens),
-`dequant_rows` (a tile of rows, for a float GEMM on many tokens, or the whole matrix) and
-`gather_rows` (embedding lookups). Which ggml types have a kernel is `SUPPORTED`.
+afresh), loading it, and the calls on a weight's `Plan` (its type, shape and where its bytes are):
+`linear_fn` (few tokens), `dequant_rows` (a tile of rows, for a float GEMM on many tokens, or the
+whole matrix), `gather_rows` (embedding lookups) and `pack` (a copy in the layout the few-token
+product reads fastest, where `packs`). Which ggml types have a kernel is `SUPPORTED`.
 Leaves out: torch and NumPy weights (quant_torch.py, quant_numpy.py), the reference
 (gguf.quants.dequantize, which the tests hold these kernels to).
 
@@ -87,14 +88,16 @@ def _build() -> ctypes.CDLL | None:
             return None
         os.replace(tmp, target)  # atomic: another process may be building the same file
     lib = ctypes.CDLL(str(target))
-    lib.tc_matmul.argtypes = [ctypes.c_int, _P, _I, _I, _I, _P, _I, _P]
-    lib.tc_dequant_rows.argtypes = [ctypes.c_int, _P, _I, _I, _I, _I, _P]
-    lib.tc_dequant_rows_bf16.argtypes = [ctypes.c_int, _P, _I, _I, _I, _I, _P]
-    lib.tc_gather_rows.argtypes = [ctypes.c_int, _P, _I, _I, _P, _I, _P]
+    lib.tc_dequant_rows.argtypes = [ctypes.POINTER(Plan), _I, _I, _P]
+    lib.tc_dequant_rows_bf16.argtypes = [ctypes.POINTER(Plan), _I, _I, _P]
+    lib.tc_gather_rows.argtypes = [ctypes.POINTER(Plan), _P, _I, _P]
+    lib.tc_pack.argtypes = [ctypes.POINTER(Plan), _P]
     lib.tc_quantizes_x.argtypes = [ctypes.c_int]
     lib.tc_float_direct.argtypes = [ctypes.c_int]
+    lib.tc_packs.argtypes = [ctypes.c_int]
     for fn in (
-        lib.tc_matmul,
+        lib.tc_pack,
+        lib.tc_packs,
         lib.tc_dequant_rows,
         lib.tc_dequant_rows_bf16,
         lib.tc_gather_rows,
@@ -143,14 +146,29 @@ FEW_FLOAT_TOKENS = 8  # the C side's MAX_FLOAT_TOKENS
 
 class Plan(ctypes.Structure):
     """One weight's fixed arguments (tc_weight in quant.c): built once, passed by address to
-    `linear`, so that a product costs a four-argument ctypes call."""
+    `linear`, so that a product costs a four-argument ctypes call. Its bytes are at `w`, as the file
+    stores them or, with `packed` 1, in the packed layout (`pack`)."""
 
-    _fields_ = [("type", _I), ("row_bytes", _I), ("n", _I), ("k", _I), ("w", _P)]
+    _fields_ = [("type", _I), ("row_bytes", _I), ("n", _I), ("k", _I), ("w", _P), ("packed", _I)]
 
 
 def plan(ggml_type: int, w_ptr: int, row_bytes: int, n: int, k: int) -> Plan:
     """The Plan of W [n, k] (`row_bytes` per row at `w_ptr`); keep the weight's memory alive with it."""
-    return Plan(ggml_type, row_bytes, n, k, w_ptr)
+    return Plan(ggml_type, row_bytes, n, k, w_ptr, 0)
+
+
+def packs(ggml_type: int) -> bool:
+    """Whether the few-token product of this type runs faster on a packed copy of the weight (the
+    32-element types, with the AVX-512 kernels): groups of rows with their blocks side by side, read
+    as one stream."""
+    lib = library()
+    return lib is not None and bool(lib.tc_packs(ggml_type))
+
+
+def pack(p: Plan, out_ptr: int) -> None:
+    """The weight of plan p (as stored) in the packed layout, into out [n · row_bytes] bytes; the
+    caller then points p at out with `packed` 1. Every call here reads either layout."""
+    _check(library().tc_pack(ctypes.byref(p), out_ptr), "pack")
 
 
 def linear_fn():
@@ -166,32 +184,25 @@ def _check(code: int, what: str) -> None:
         raise RuntimeError(f"quant kernel {what} failed with code {code}")
 
 
-def matmul(
-    ggml_type: int, w_ptr: int, row_bytes: int, n: int, k: int, x_ptr: int, t: int, y_ptr: int
-) -> None:
-    """y [t, n] = x [t, k] · Wᵀ; every pointer addresses contiguous memory (x, y float32)."""
-    _check(library().tc_matmul(ggml_type, w_ptr, row_bytes, n, k, x_ptr, t, y_ptr), "matmul")
+def linear(p: Plan, x_ptr: int, t: int, y_ptr: int) -> None:
+    """y [t, n] = x [t, k] · Wᵀ for plan p's weight (x, y contiguous float32)."""
+    _check(library().tc_linear(ctypes.byref(p), _P(x_ptr), _I(t), _P(y_ptr)), "linear")
 
 
-def dequant_rows(ggml_type: int, w_ptr: int, row_bytes: int, k: int, r0: int, r1: int, out_ptr: int) -> None:
-    """Rows [r0, r1) of W as float32 into out [(r1 − r0), k]."""
-    _check(library().tc_dequant_rows(ggml_type, w_ptr, row_bytes, k, r0, r1, out_ptr), "dequant_rows")
+def dequant_rows(p: Plan, r0: int, r1: int, out_ptr: int) -> None:
+    """Rows [r0, r1) of plan p's weight as float32 into out [(r1 − r0), k]."""
+    _check(library().tc_dequant_rows(ctypes.byref(p), r0, r1, out_ptr), "dequant_rows")
 
 
-def dequant_rows_bf16(
-    ggml_type: int, w_ptr: int, row_bytes: int, k: int, r0: int, r1: int, out_ptr: int
-) -> None:
-    """Rows [r0, r1) of W rounded to bfloat16 (to nearest, ties to even) into out [(r1 − r0), k]."""
-    _check(
-        library().tc_dequant_rows_bf16(ggml_type, w_ptr, row_bytes, k, r0, r1, out_ptr), "dequant_rows_bf16"
-    )
+def dequant_rows_bf16(p: Plan, r0: int, r1: int, out_ptr: int) -> None:
+    """Rows [r0, r1) of plan p's weight rounded to bfloat16 (to nearest, ties to even) into out
+    [(r1 − r0), k]."""
+    _check(library().tc_dequant_rows_bf16(ctypes.byref(p), r0, r1, out_ptr), "dequant_rows_bf16")
 
 
-def gather_rows(
-    ggml_type: int, w_ptr: int, row_bytes: int, k: int, ids_ptr: int, n_ids: int, out_ptr: int
-) -> None:
-    """Rows ids [n_ids] (int64) of W as float32 into out [n_ids, k]."""
-    _check(library().tc_gather_rows(ggml_type, w_ptr, row_bytes, k, ids_ptr, n_ids, out_ptr), "gather_rows")
+def gather_rows(p: Plan, ids_ptr: int, n_ids: int, out_ptr: int) -> None:
+    """Rows ids [n_ids] (int64) of plan p's weight as float32 into out [n_ids, k]."""
+    _check(library().tc_gather_rows(ctypes.byref(p), ids_ptr, n_ids, out_ptr), "gather_rows")
 
 
 OPERATORS = (

@@ -51,6 +51,8 @@ class QuantWeight:
         self.blocks, self.ggml_type, self.shape, self.name = blocks, int(ggml_type), tuple(shape), name
         self.row_bytes = blocks.shape[1]
         self.fast = kernels.available(self.ggml_type) and blocks.flags.c_contiguous
+        # the kernels' view of the weight: the blocks as stored, read in place (never packed here)
+        self._plan = kernels.plan(self.ggml_type, _ptr(blocks), self.row_bytes, *shape) if self.fast else None
 
     def __repr__(self) -> str:
         return f"QuantWeight({self.name}: type {self.ggml_type} {self.shape}, {self.blocks.nbytes} bytes)"
@@ -60,7 +62,7 @@ class QuantWeight:
         if not self.fast:
             return reference_dequantize(self.blocks, self.ggml_type, self.shape)
         out = np.empty((n, k), dtype=np.float32)
-        kernels.dequant_rows(self.ggml_type, _ptr(self.blocks), self.row_bytes, k, 0, n, _ptr(out))
+        kernels.dequant_rows(self._plan, 0, n, _ptr(out))
         return out
 
     def __array__(self, dtype=None, copy=None):
@@ -93,15 +95,13 @@ class QuantWeight:
         x2 = np.ascontiguousarray(x.reshape(-1, k), dtype=np.float32)  # (T, K)
         y = np.empty((x2.shape[0], n), dtype=np.float32)  # (T, N)
         if x2.shape[0] <= FEW_TOKENS:
-            kernels.matmul(
-                self.ggml_type, _ptr(self.blocks), self.row_bytes, n, k, _ptr(x2), x2.shape[0], _ptr(y)
-            )
+            kernels.linear(self._plan, _ptr(x2), x2.shape[0], _ptr(y))
         else:
             rows = max(1, min(n, TILE_FLOATS // k))
             tile = np.empty((rows, k), dtype=np.float32)  # (rows, K)
             for r0 in range(0, n, rows):
                 r1 = min(n, r0 + rows)
-                kernels.dequant_rows(self.ggml_type, _ptr(self.blocks), self.row_bytes, k, r0, r1, _ptr(tile))
+                kernels.dequant_rows(self._plan, r0, r1, _ptr(tile))
                 y[:, r0:r1] = x2 @ tile[: r1 - r0].T
         return y.reshape(*lead, n).astype(np.result_type(x.dtype, np.float32), copy=False)
 
@@ -117,9 +117,7 @@ class QuantWeight:
                 *ids.shape, k
             )
         out = np.empty((flat.size, k), dtype=np.float32)
-        kernels.gather_rows(
-            self.ggml_type, _ptr(self.blocks), self.row_bytes, k, _ptr(flat), flat.size, _ptr(out)
-        )
+        kernels.gather_rows(self._plan, _ptr(flat), flat.size, _ptr(out))
         return out.reshape(*ids.shape, k)
 
 

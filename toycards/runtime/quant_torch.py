@@ -1,7 +1,7 @@
 """A torch weight kept in its GGUF blocks: `QuantWeight`, which `ops.linear` and `ops.embed` multiply by.
 
 Owns: holding a 2-D quantized (or F16 / BF16) tensor as the file's bytes (uint8 [N, row_bytes],
-memory-mapped, never copied), its products (`linear`: x [..., K] → [..., N]; `embed`: rows by id)
+memory-mapped), its products (`linear`: x [..., K] → [..., N]; `embed`: rows by id)
 and the fallback for every other use: any torch function or tensor method applied to a
 `QuantWeight` gets the dequantized float32 tensor (computed for that use, not kept), so a card
 that uses a weight in some other way still gets the right numbers, only slower.
@@ -22,12 +22,20 @@ not dequantized for few tokens either: the kernel widens their elements in regis
 `float_linear` does the same for a float32 parameter (an F32 file's matrices, memory-mapped), which
 torch's own GEMV reads at about half the speed. Quantized weights
 are not trainable: training dequantizes at load (`toycards.load(..., dequantize=True)`).
+
+Where the few-token kernel reads a packed weight faster (`quant_kernels.packs`: the 32-element types
+with the AVX-512 kernels), the first product copies the blocks into that layout (rows side by side,
+the same bytes in another order) and every later use reads the copy; the file's pages of the weight
+are then handed back to the page cache (madvise), so the weight still costs its size in memory once.
 """
 
 from __future__ import annotations
 
 import ctypes
+import mmap
 import os
+import sys
+import threading
 import warnings
 
 import numpy as np
@@ -101,7 +109,11 @@ def _few_token_plan(W, n: int, k: int):
     or one made for a plain float32 weight read in place."""
     global _float_direct
     if W.__class__ is QuantWeight:
-        return W._plan_ref if W.fast and W.shape == (n, k) else None
+        if not W.fast or W.shape != (n, k):
+            return None
+        if W._unpacked:
+            W._pack()
+        return W._plan_ref
     if _float_direct is None:
         _float_direct = kernels.float_direct(_F32)
     if not _float_direct or W.shape != (n, k) or not plain(W):
@@ -173,6 +185,32 @@ def _unwrap(value):
     return value
 
 
+_PACKING = threading.Lock()  # one weight packed at a time, and each once
+
+
+def _hand_back_pages(blocks: np.ndarray) -> None:
+    """Drop this process's mapping of the whole pages under `blocks` when they are a read-only view
+    of a file (reading them again maps them again, from the file: nothing is lost); memory of any
+    other kind is left alone (there, MADV_DONTNEED would zero writable private pages)."""
+    if not sys.platform.startswith("linux") or blocks.flags.writeable or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    base, mapping = blocks, None
+    while base is not None and mapping is None:  # the ndarray over the whole file, then its mmap
+        nxt = getattr(base, "base", None)
+        if isinstance(nxt, mmap.mmap):
+            mapping = nxt
+        else:
+            base = nxt
+    if mapping is None or not isinstance(base, np.ndarray):
+        return
+    page = mmap.PAGESIZE
+    offset = blocks.ctypes.data - base.ctypes.data
+    start = -(-offset // page) * page
+    end = (offset + blocks.nbytes) // page * page
+    if end > start:
+        mapping.madvise(mmap.MADV_DONTNEED, start, end - start)
+
+
 class QuantWeight:
     """A weight W [N, K] as GGUF blocks: `blocks` uint8 [N, row_bytes] (the file's bytes), `ggml_type`.
 
@@ -201,10 +239,12 @@ class QuantWeight:
         self.row_bytes = blocks.shape[1]
         self.device = self.blocks.device
         self.fast = kernels.available(self.ggml_type) and blocks.flags.c_contiguous
-        self._ptr = self.blocks.data_ptr()
-        # the few-token product: the weight's arguments bound once (a four-argument C call)
-        self._plan = kernels.plan(self.ggml_type, self._ptr, self.row_bytes, n, k) if self.fast else None
+        # the kernels' view of the weight, bound once (a four-argument C call): the blocks in place,
+        # then, from the first product on where that is faster, their packed copy (`_pack`)
+        self._plan = kernels.plan(self.ggml_type, self.blocks.data_ptr(), self.row_bytes, n, k) if self.fast else None
         self._plan_ref = ctypes.byref(self._plan) if self.fast else None
+        self._unpacked = self.fast and kernels.packs(self.ggml_type)
+        self._packed: torch.Tensor | None = None
 
     # ── what a tensor would say about itself ────────────────────────────────────────────
     def dim(self) -> int:
@@ -237,7 +277,7 @@ class QuantWeight:
         if not self.fast:
             return torch.from_numpy(reference_dequantize(self._np, self.ggml_type, (n, k)))
         out = torch.empty(n, k, dtype=torch.float32)
-        kernels.dequant_rows(self.ggml_type, self.blocks.data_ptr(), self.row_bytes, k, 0, n, out.data_ptr())
+        kernels.dequant_rows(self._plan, 0, n, out.data_ptr())
         return out
 
     def detach(self) -> torch.Tensor:  # toycards.save and friends read weights through detach()
@@ -254,6 +294,8 @@ class QuantWeight:
     def linear(self, x: torch.Tensor) -> torch.Tensor:
         """W · X in the codegen layout: x [..., K] → [..., N]."""
         n, k = self.shape
+        if self._unpacked:
+            self._pack()
         if self.fast and x.shape[-1] == k and (t := _few_tokens(x)):  # decoding: one C call, no reshapes
             return _few_token_product(self._plan_ref, x, t, n)
         if x.shape[-1] != k:
@@ -285,9 +327,25 @@ class QuantWeight:
             tile, dequant = torch.empty(rows, k, dtype=torch.float32), kernels.dequant_rows  # (rows, K)
         for r0 in range(0, n, rows):
             r1 = min(n, r0 + rows)
-            dequant(self.ggml_type, self.blocks.data_ptr(), self.row_bytes, k, r0, r1, tile.data_ptr())
+            dequant(self._plan, r0, r1, tile.data_ptr())
             y[:, r0:r1] = x2 @ tile[: r1 - r0].T
         return y
+
+    def _pack(self) -> None:
+        """Copy the blocks into the packed layout, once (the first product), and read the copy from
+        then on; the file's pages of the weight go back to the page cache. A new plan, never a changed
+        one: a product already running on another thread keeps a consistent view of the weight."""
+        with _PACKING:
+            if not self._unpacked:
+                return
+            packed = torch.empty(self.blocks.numel(), dtype=torch.uint8)
+            kernels.pack(self._plan, packed.data_ptr())
+            n, k = self.shape
+            plan = kernels.plan(self.ggml_type, packed.data_ptr(), self.row_bytes, n, k)
+            plan.packed = 1
+            self._packed, self._plan, self._plan_ref = packed, plan, ctypes.byref(plan)
+            self._unpacked = False
+            _hand_back_pages(self._np)
 
     def embed(self, ids) -> torch.Tensor:
         """Rows of W by integer ids [...] → [..., K] (W stored [N_V, d_e])."""
@@ -300,8 +358,7 @@ class QuantWeight:
             rows = reference_dequantize(self._np[flat.numpy()], self.ggml_type, (flat.numel(), k))
             return torch.from_numpy(rows).reshape(*ids.shape, k)
         out = torch.empty(flat.numel(), k, dtype=torch.float32)
-        kernels.gather_rows(self.ggml_type, self.blocks.data_ptr(), self.row_bytes, k, flat.data_ptr(), flat.numel(),
-                            out.data_ptr())  # fmt: skip
+        kernels.gather_rows(self._plan, flat.data_ptr(), flat.numel(), out.data_ptr())
         return out.reshape(*ids.shape, k)
 
     # ── every other use: the dequantized tensor ────────────────────────────────────────

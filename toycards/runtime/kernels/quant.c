@@ -39,6 +39,27 @@
 enum { F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14,
        BF16 = 30 };
 
+/* A weight's fixed arguments, built once (quant_kernels.Plan): a decoding step passes four arguments
+ * per product instead of eight, which is most of what ctypes costs per call. Its bytes are at w, in
+ * the file's layout, or in the packed layout (tc_pack) when `packed` is 1. */
+typedef struct {
+    int64_t type, row_bytes, n, k;
+    const uint8_t *w;
+    int64_t packed;
+} tc_weight;
+
+/* the bytes of one block of the 32-element types, 0 for the others */
+static inline int64_t block32_bytes(int64_t type) {
+    switch (type) {
+    case Q8_0: return 34;
+    case Q4_0: return 18;
+    case Q4_1: return 20;
+    case Q5_0: return 22;
+    case Q5_1: return 24;
+    default: return 0;
+    }
+}
+
 #ifdef __F16C__
 static inline float f16(const uint8_t *p) {
     uint16_t h;
@@ -234,16 +255,6 @@ static row_fn row_kernel(int type) {
 /* 1 when `type` has a kernel here */
 int tc_supported(int type) { return row_kernel(type) != 0; }
 
-/* rows [r0, r1) of W (row_bytes each, K elements) dequantized to out [(r1 − r0), K] */
-int tc_dequant_rows(int type, const uint8_t *W, int64_t row_bytes, int64_t K, int64_t r0, int64_t r1,
-                    float *out) {
-    row_fn row = row_kernel(type);
-    if (!row) return -1;
-#pragma omp parallel for schedule(static)
-    for (int64_t r = r0; r < r1; r++) row(W + r * row_bytes, out + (r - r0) * K, K);
-    return 0;
-}
-
 /* float32 → bfloat16, rounded to nearest, ties to even (NaN stays NaN), as torch's .to(torch.bfloat16) */
 static inline uint16_t bf16_of(float f) {
     uint32_t u;
@@ -254,41 +265,6 @@ static inline uint16_t bf16_of(float f) {
 
 static _Thread_local float *scratch_row;
 static _Thread_local int64_t scratch_row_cap;
-
-/* rows [r0, r1) of W dequantized and rounded to bfloat16 into out [(r1 − r0), K] (uint16 bit patterns) */
-int tc_dequant_rows_bf16(int type, const uint8_t *W, int64_t row_bytes, int64_t K, int64_t r0, int64_t r1,
-                         uint16_t *out) {
-    row_fn row = row_kernel(type);
-    if (!row) return -1;
-    int failed = 0;
-#pragma omp parallel for schedule(static)
-    for (int64_t r = r0; r < r1; r++) {
-        if (K > scratch_row_cap) {
-            free(scratch_row);
-            scratch_row = (float *)malloc(sizeof(float) * (size_t)K);
-            scratch_row_cap = scratch_row ? K : 0;
-        }
-        if (!scratch_row) {
-            failed = 1;
-            continue;
-        }
-        row(W + r * row_bytes, scratch_row, K);
-        uint16_t *o = out + (r - r0) * K;
-#pragma omp simd
-        for (int64_t i = 0; i < K; i++) o[i] = bf16_of(scratch_row[i]);
-    }
-    return failed ? -2 : 0;
-}
-
-/* rows of W picked by ids [n_ids] (embedding lookups) dequantized to out [n_ids, K] */
-int tc_gather_rows(int type, const uint8_t *W, int64_t row_bytes, int64_t K, const int64_t *ids,
-                   int64_t n_ids, float *out) {
-    row_fn row = row_kernel(type);
-    if (!row) return -1;
-    for (int64_t i = 0; i < n_ids; i++) row(W + ids[i] * row_bytes, out + i * K, K);
-    return 0;
-}
-
 
 /* ── version 3, for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the K-quants on CPUs with AVX2: integer dot products, as llama.cpp does ──
  * x is quantized per block of 32 to int8 first (qx = round(x / dx), dx = max|x| / 127, dx kept in
@@ -473,53 +449,82 @@ static inline __m256 f16x8(const uint8_t *p, int stride) {
                                           (short)h[5], (short)h[6], (short)h[7]));
 }
 
-/* Eight blocks per step: their scales d and the x blocks' dx as one vector product, spread to each
- * pair's two halves by a permute; the bias or min part, Σ d·sx or Σ m·sx, as one vector FMA (a
- * block's scalar scale arithmetic cost as much as its 32 products). Then pairs, then a last odd
- * block in 256 bits. Two accumulators: the FMA latency, not its throughput, bounds one. */
-#define DOT_ROW(NAME, TYPE)                                                                            \
-    static float NAME(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx,          \
-                      const float *sx) {                                                               \
-        const int bs = BLOCK_BYTES(TYPE);                                                              \
-        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();                                 \
-        __m256 accx = _mm256_setzero_ps(); /* Σ d·sx (Q4_0, Q5_0) or Σ m·sx (Q4_1, Q5_1) */           \
-        float extra = 0.0f;                                                                            \
-        int64_t b = 0;                                                                                 \
-        for (; b + 8 <= n_blocks; b += 8, w += 8 * bs, qx += 256) {                                    \
-            const __m256 d = f16x8(w, bs), s = _mm256_mul_ps(d, _mm256_loadu_ps(dx + b));              \
-            if (TYPE != Q8_0)                                                                          \
-                accx = _mm256_fmadd_ps(HAS_MIN(TYPE) ? f16x8(w + 2, bs) : d, _mm256_loadu_ps(sx + b), accx); \
-            for (int j = 0; j < 8; j += 4) {                                                           \
-                const __m512i p0 = pair_products(TYPE, w + j * bs, bs, _mm512_loadu_si512(qx + 32 * j));  \
-                const __m512i p1 =                                                                     \
-                    pair_products(TYPE, w + (j + 2) * bs, bs, _mm512_loadu_si512(qx + 32 * (j + 2)));  \
-                acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p0), halves_of(s, j), acc0);                 \
-                acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p1), halves_of(s, j + 2), acc1);             \
-            }                                                                                          \
-        }                                                                                              \
-        for (; b + 2 <= n_blocks; b += 2, w += 2 * bs, qx += 64) {                                     \
-            const float d0 = f16(w), d1 = f16(w + bs);                                                 \
-            const __m512i p = pair_products(TYPE, w, bs, _mm512_loadu_si512((const void *)qx));        \
-            if (TYPE != Q8_0)                                                                          \
-                extra += block_extra(TYPE, w, d0, sx[b]) + block_extra(TYPE, w + bs, d1, sx[b + 1]);  \
-            acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scales512(d0 * dx[b], d1 * dx[b + 1]), acc0); \
-        }                                                                                              \
-        float tail = 0.0f;                                                                             \
-        for (; b < n_blocks; b++, w += bs, qx += 32) { /* an odd last block: 256 bits */               \
-            const __m256i y = _mm256_loadu_si256((const __m256i *)qx);                                 \
-            const float d = f16(w);                                                                    \
-            const __m256i p = block_products(TYPE, w, y);                                              \
-            if (TYPE != Q8_0)                                                                          \
-                extra += block_extra(TYPE, w, d, sx[b]);                                               \
-            tail += hsum(_mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * dx[b])));            \
-        }                                                                                              \
-        const float vx = TYPE == Q8_0 ? 0.0f : (HAS_MIN(TYPE) ? 1.0f : -BIAS(TYPE)) * hsum(accx);      \
-        return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + tail + (extra + vx);                  \
+/* R rows at once against one token (R = ROWS for a packed weight's groups, else 1): the x blocks and
+ * their scales are loaded once for all R rows, whose sums stay independent. Row r's blocks 8s … 8s + 7
+ * are at w + r·rs + s·ss, its last n_blocks mod 8 blocks at tw + r·ts (a weight as stored: rs = ts =
+ * row_bytes, ss = 8 blocks; packed: see tc_pack). Eight blocks per step: their scales d and the x
+ * blocks' dx as one vector product, spread to each pair's two halves by a permute; the bias or min
+ * part, Σ d·sx or Σ m·sx, as one vector FMA (a block's scalar scale arithmetic cost as much as its 32
+ * products). Then the last pairs, then an odd last block in 256 bits. Two accumulators a row: the FMA
+ * latency, not its throughput, bounds one. A row's sum does not depend on R or on the layout. */
+#define ROWS 4
+static inline __attribute__((always_inline)) void dot_rows(const int type, const int R, const uint8_t *w,
+                                                           int64_t rs, int64_t ss, const uint8_t *tw, int64_t ts,
+                                                           int64_t n_blocks, const int8_t *qx, const float *dx,
+                                                           const float *sx, float *y) {
+    const int bs = BLOCK_BYTES(type);
+    __m512 acc0[ROWS], acc1[ROWS];
+    __m256 accx[ROWS]; /* Σ d·sx (Q4_0, Q5_0) or Σ m·sx (Q4_1, Q5_1) */
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) acc0[r] = acc1[r] = _mm512_setzero_ps(), accx[r] = _mm256_setzero_ps();
+    const int64_t steps = n_blocks / 8;
+    for (int64_t st = 0; st < steps; st++) {
+        const int64_t b = 8 * st;
+        const __m256 dxv = _mm256_loadu_ps(dx + b), sxv = _mm256_loadu_ps(sx + b);
+        const int8_t *q = qx + 32 * b;
+        const __m512i y0 = _mm512_loadu_si512(q), y1 = _mm512_loadu_si512(q + 64);
+        const __m512i y2 = _mm512_loadu_si512(q + 128), y3 = _mm512_loadu_si512(q + 192);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const uint8_t *wr = w + r * rs + st * ss;
+            const __m256 d = f16x8(wr, bs), s = _mm256_mul_ps(d, dxv);
+            if (type != Q8_0) accx[r] = _mm256_fmadd_ps(HAS_MIN(type) ? f16x8(wr + 2, bs) : d, sxv, accx[r]);
+            const __m512i p0 = pair_products(type, wr, bs, y0), p1 = pair_products(type, wr + 2 * bs, bs, y1);
+            const __m512i p2 = pair_products(type, wr + 4 * bs, bs, y2), p3 = pair_products(type, wr + 6 * bs, bs, y3);
+            acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p0), halves_of(s, 0), acc0[r]);
+            acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p1), halves_of(s, 2), acc1[r]);
+            acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p2), halves_of(s, 4), acc0[r]);
+            acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p3), halves_of(s, 6), acc1[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        const uint8_t *wr = tw + r * ts;
+        const int8_t *q = qx + 32 * 8 * steps;
+        float extra = 0.0f, tail = 0.0f;
+        int64_t c = 8 * steps;
+        for (; c + 2 <= n_blocks; c += 2, wr += 2 * bs, q += 64) {
+            const float d0 = f16(wr), d1 = f16(wr + bs);
+            const __m512i p = pair_products(type, wr, bs, _mm512_loadu_si512((const void *)q));
+            if (type != Q8_0) extra += block_extra(type, wr, d0, sx[c]) + block_extra(type, wr + bs, d1, sx[c + 1]);
+            acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scales512(d0 * dx[c], d1 * dx[c + 1]), acc0[r]);
+        }
+        for (; c < n_blocks; c++, wr += bs, q += 32) { /* an odd last block: 256 bits */
+            const float d = f16(wr);
+            const __m256i p = block_products(type, wr, _mm256_loadu_si256((const __m256i *)q));
+            if (type != Q8_0) extra += block_extra(type, wr, d, sx[c]);
+            tail += hsum(_mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * dx[c])));
+        }
+        const float vx = type == Q8_0 ? 0.0f : (HAS_MIN(type) ? 1.0f : -BIAS(type)) * hsum(accx[r]);
+        y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r])) + tail + (extra + vx);
+    }
+}
+
+/* y[r] for r < R: R = ROWS for a packed group, else one row (see dot_rows for the strides) */
+#define DOT_ROWS(NAME, TYPE)                                                                           \
+    static void NAME(const uint8_t *w, int64_t rs, int64_t ss, const uint8_t *tw, int64_t ts, int R,  \
+                     int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx, float *y) { \
+        if (R == ROWS)                                                                                 \
+            dot_rows(TYPE, ROWS, w, rs, ss, tw, ts, n_blocks, qx, dx, sx, y);                          \
+        else                                                                                           \
+            for (int r = 0; r < R; r++)                                                                \
+                dot_rows(TYPE, 1, w + r * rs, rs, ss, tw + r * ts, ts, n_blocks, qx, dx, sx, y + r);   \
     }
 #else
+#define ROWS 1
 #define DOT_ROW(NAME, TYPE)                                                                            \
-    static float NAME(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx,          \
-                      const float *sx) {                                                               \
+    static float NAME##_one(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx,    \
+                            const float *sx) {                                                         \
         __m256 acc = _mm256_setzero_ps();                                                              \
         float extra = 0.0f;                                                                            \
         for (int64_t b = 0; b < n_blocks; b++, qx += 32, w += BLOCK_BYTES(TYPE)) {                     \
@@ -532,14 +537,24 @@ static inline __m256 f16x8(const uint8_t *p, int stride) {
         }                                                                                              \
         return hsum(acc) + extra;                                                                      \
     }
+#define DOT_ROWS(NAME, TYPE) DOT_ROW(NAME, TYPE) ROWS_OF(NAME, NAME##_one)
 #endif
-DOT_ROW(dot_q8_0, Q8_0)
-DOT_ROW(dot_q4_0, Q4_0)
-DOT_ROW(dot_q4_1, Q4_1)
-DOT_ROW(dot_q5_0, Q5_0)
-DOT_ROW(dot_q5_1, Q5_1)
+/* the rows interface over a one-row dot product of a weight as stored (row r at w + r·rs) */
+#define ROWS_OF(NAME, DOT)                                                                             \
+    static void NAME(const uint8_t *w, int64_t rs, int64_t ss, const uint8_t *tw, int64_t ts, int R,  \
+                     int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx, float *y) { \
+        (void)ss, (void)tw, (void)ts;                                                                  \
+        for (int r = 0; r < R; r++) y[r] = DOT(w + r * rs, n_blocks, qx, dx, sx);                      \
+    }
+DOT_ROWS(dot_q8_0, Q8_0)
+DOT_ROWS(dot_q4_0, Q4_0)
+DOT_ROWS(dot_q4_1, Q4_1)
+DOT_ROWS(dot_q5_0, Q5_0)
+DOT_ROWS(dot_q5_1, Q5_1)
 
-typedef float (*dot_fn)(const uint8_t *, int64_t, const int8_t *, const float *, const float *);
+typedef void (*rows_fn)(const uint8_t *, int64_t, int64_t, const uint8_t *, int64_t, int, int64_t, const int8_t *,
+                        const float *, const float *, float *);
+
 
 /* The K-quants against x in int8 blocks of 32 (finer than llama.cpp's q8_K blocks of 256, so no
  * less exact): a Q4_K / Q5_K sub-block of 32 is one x block,
@@ -703,37 +718,164 @@ static float dot_q6_k(const uint8_t *w, int64_t n_blocks, const int8_t *qx, cons
     return hsum(acc);
 }
 #endif
-static float dot_q4_k(const uint8_t *w, int64_t nb, const int8_t *qx, const float *dx, const float *sx) {
+static float dot_q4_k_one(const uint8_t *w, int64_t nb, const int8_t *qx, const float *dx, const float *sx) {
     return dot_q45_k(w, nb, qx, dx, sx, 0);
 }
-static float dot_q5_k(const uint8_t *w, int64_t nb, const int8_t *qx, const float *dx, const float *sx) {
+static float dot_q5_k_one(const uint8_t *w, int64_t nb, const int8_t *qx, const float *dx, const float *sx) {
     return dot_q45_k(w, nb, qx, dx, sx, 1);
 }
+ROWS_OF(dot_q4_k, dot_q4_k_one)
+ROWS_OF(dot_q5_k, dot_q5_k_one)
+ROWS_OF(dot_q6_k_rows, dot_q6_k)
 
-static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t N, int64_t K, const float *x,
-                          int64_t T, float *y) {
+static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t N, int64_t K, int packed,
+                          const float *x, int64_t T, float *y) {
     const int64_t nb = K / 32;
     int8_t *qx;
     float *dx, *sx;
     if (!scratch_x(T * K, T * nb, &qx, &dx, &sx)) return -2;
     for (int64_t t = 0; t < T; t++) quantize_x(x + t * K, nb, qx + t * K, dx + t * nb, sx + t * nb);
-    const dot_fn dot = type == Q8_0   ? dot_q8_0
-                       : type == Q4_0 ? dot_q4_0
-                       : type == Q4_1 ? dot_q4_1
-                       : type == Q5_0 ? dot_q5_0
-                       : type == Q5_1 ? dot_q5_1
-                       : type == Q4_K ? dot_q4_k
-                       : type == Q5_K ? dot_q5_k
-                                      : dot_q6_k;
+    const rows_fn rows = type == Q8_0   ? dot_q8_0
+                         : type == Q4_0 ? dot_q4_0
+                         : type == Q4_1 ? dot_q4_1
+                         : type == Q5_0 ? dot_q5_0
+                         : type == Q5_1 ? dot_q5_1
+                         : type == Q4_K ? dot_q4_k
+                         : type == Q5_K ? dot_q5_k
+                                        : dot_q6_k_rows;
+    const int64_t bs = block32_bytes(type), steps = nb / 8, rem = nb % 8; /* bs: 0 for the K-quants */
+    const int64_t R = packed ? ROWS : 1, full = N - N % R, calls = full / R + (N - full);
 #pragma omp parallel for schedule(static) if (N * row_bytes >= PARALLEL_BYTES)
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t t = 0; t < T; t++)
-            y[t * N + n] = dot(W + n * row_bytes, nb, qx + t * K, dx + t * nb, sx + t * nb);
+    for (int64_t c = 0; c < calls; c++) { /* a packed group of ROWS rows, or one row as stored */
+        const int64_t n = c < full / R ? c * R : full + (c - full / R);
+        const uint8_t *w = W + n * row_bytes;
+        for (int64_t t = 0; t < T; t++) {
+            const int8_t *q = qx + t * K;
+            const float *d = dx + t * nb, *s = sx + t * nb;
+            if (n < full && R > 1)
+                rows(w, 8 * bs, ROWS * 8 * bs, w + steps * ROWS * 8 * bs, rem * bs, ROWS, nb, q, d, s, y + t * N + n);
+            else
+                rows(w, row_bytes, 8 * bs, w + steps * 8 * bs, row_bytes, 1, nb, q, d, s, y + t * N + n);
+        }
+    }
     return 0;
 }
 #else
 #define HAVE_INT8_DOT 0
 #endif
+#ifndef ROWS
+#define ROWS 1
+#endif
+
+/* ── packed weights: ROWS rows side by side, so that a few-token product reads one stream ─────────
+ * With the AVX-512 kernels (ROWS = 4), a weight of a 32-element type may be copied once into this
+ * layout (tc_pack): rows n < N − N mod ROWS in groups of ROWS, each group in the same bytes as its
+ * rows as stored (from g·ROWS·row_bytes); within a group, for each step s of 8 blocks, row 0's blocks
+ * 8s … 8s + 7, then row 1's, …, then row ROWS − 1's; then each row's last K/32 mod 8 blocks, row after
+ * row. The last N mod ROWS rows stay as stored. Only the order of whole blocks changes.
+ * Why: dot_rows multiplies ROWS rows against the same x blocks at once (x is loaded once, and each
+ * row's closing reductions overlap), but reading ROWS rows as stored means ROWS interleaved streams,
+ * which ran at half speed here once the weight was not in cache; packed, a group is read front to
+ * back. */
+
+/* 1 when weights of `type` are multiplied faster packed (the 32-element types, AVX-512 kernels) */
+int tc_packs(int type) { return ROWS > 1 && HAVE_INT8_DOT && block32_bytes(type) > 0; }
+
+/* out [N · row_bytes] = the plan's weight (as stored) in the packed layout */
+int tc_pack(const tc_weight *p, uint8_t *out) {
+    if (!tc_packs((int)p->type) || p->packed) return -1;
+    const int64_t rb = p->row_bytes, bs = block32_bytes(p->type), nb = p->k / 32, steps = nb / 8, rem = nb % 8;
+    const int64_t full = p->n - p->n % ROWS;
+    memcpy(out + full * rb, p->w + full * rb, (size_t)((p->n - full) * rb));
+#pragma omp parallel for schedule(static) if (p->n * rb >= PARALLEL_BYTES)
+    for (int64_t n0 = 0; n0 < full; n0 += ROWS)
+        for (int64_t r = 0; r < ROWS; r++) {
+            const uint8_t *row = p->w + (n0 + r) * rb;
+            uint8_t *group = out + n0 * rb;
+            for (int64_t st = 0; st < steps; st++)
+                memcpy(group + (st * ROWS + r) * 8 * bs, row + st * 8 * bs, (size_t)(8 * bs));
+            memcpy(group + steps * ROWS * 8 * bs + r * rem * bs, row + steps * 8 * bs, (size_t)(rem * bs));
+        }
+    return 0;
+}
+
+/* row n of the plan's weight as stored: in place, or gathered from its packed group into buf [row_bytes] */
+static const uint8_t *weight_row(const tc_weight *p, int64_t n, uint8_t *buf) {
+    const int64_t rb = p->row_bytes, full = p->n - p->n % ROWS;
+    if (!p->packed || n >= full) return p->w + n * rb;
+    const int64_t bs = block32_bytes(p->type), nb = p->k / 32, steps = nb / 8, rem = nb % 8, r = n % ROWS;
+    const uint8_t *group = p->w + (n - r) * rb;
+    for (int64_t st = 0; st < steps; st++)
+        memcpy(buf + st * 8 * bs, group + (st * ROWS + r) * 8 * bs, (size_t)(8 * bs));
+    memcpy(buf + steps * 8 * bs, group + steps * ROWS * 8 * bs + r * rem * bs, (size_t)(rem * bs));
+    return buf;
+}
+
+static _Thread_local uint8_t *scratch_bytes;
+static _Thread_local int64_t scratch_bytes_cap;
+
+static uint8_t *row_scratch(int64_t n) { /* the calling thread's buffer for one gathered row */
+    if (n > scratch_bytes_cap) {
+        free(scratch_bytes);
+        scratch_bytes = (uint8_t *)malloc((size_t)n);
+        scratch_bytes_cap = scratch_bytes ? n : 0;
+    }
+    return scratch_bytes;
+}
+
+/* rows [r0, r1) of the plan's weight dequantized to out [(r1 − r0), K] */
+int tc_dequant_rows(const tc_weight *p, int64_t r0, int64_t r1, float *out) {
+    row_fn row = row_kernel((int)p->type);
+    if (!row) return -1;
+    int failed = 0;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = r0; r < r1; r++) {
+        uint8_t *buf = p->packed ? row_scratch(p->row_bytes) : 0;
+        if (p->packed && !buf) {
+            failed = 1;
+            continue;
+        }
+        row(weight_row(p, r, buf), out + (r - r0) * p->k, p->k);
+    }
+    return failed ? -2 : 0;
+}
+
+/* rows [r0, r1) of the plan's weight dequantized and rounded to bfloat16 into out [(r1 − r0), K]
+ * (uint16 bit patterns) */
+int tc_dequant_rows_bf16(const tc_weight *p, int64_t r0, int64_t r1, uint16_t *out) {
+    row_fn row = row_kernel((int)p->type);
+    if (!row) return -1;
+    const int64_t K = p->k;
+    int failed = 0;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = r0; r < r1; r++) {
+        if (K > scratch_row_cap) {
+            free(scratch_row);
+            scratch_row = (float *)malloc(sizeof(float) * (size_t)K);
+            scratch_row_cap = scratch_row ? K : 0;
+        }
+        uint8_t *buf = p->packed ? row_scratch(p->row_bytes) : 0;
+        if (!scratch_row || (p->packed && !buf)) {
+            failed = 1;
+            continue;
+        }
+        row(weight_row(p, r, buf), scratch_row, K);
+        uint16_t *o = out + (r - r0) * K;
+#pragma omp simd
+        for (int64_t i = 0; i < K; i++) o[i] = bf16_of(scratch_row[i]);
+    }
+    return failed ? -2 : 0;
+}
+
+/* rows of the plan's weight picked by ids [n_ids] (embedding lookups) dequantized to out [n_ids, K] */
+int tc_gather_rows(const tc_weight *p, const int64_t *ids, int64_t n_ids, float *out) {
+    row_fn row = row_kernel((int)p->type);
+    if (!row) return -1;
+    uint8_t *buf = p->packed ? row_scratch(p->row_bytes) : 0;
+    if (p->packed && !buf) return -2;
+    for (int64_t i = 0; i < n_ids; i++) row(weight_row(p, ids[i], buf), out + i * p->k, p->k);
+    return 0;
+}
 
 
 /* ── version 2f, for F32, F16 and BF16: the weight's own elements read in place ──────────────────
@@ -866,9 +1008,12 @@ int tc_quantizes_x(int type) {
                              type == Q4_K || type == Q5_K || type == Q6_K);
 }
 
-/* y [T, N] = x [T, K] · Wᵀ, for few tokens (the caller uses a float GEMM on dequantized tiles for many) */
-int tc_matmul(int type, const uint8_t *W, int64_t row_bytes, int64_t N, int64_t K, const float *x, int64_t T,
-              float *y) {
+/* y [T, N] = x [T, K] · Wᵀ of the plan's weight, for few tokens (the caller uses a float GEMM on dequantized tiles for many) */
+int tc_linear(const tc_weight *p, const float *x, int64_t T, float *y) {
+    const int type = (int)p->type;
+    const uint8_t *W = p->w;
+    const int64_t row_bytes = p->row_bytes, N = p->n, K = p->k;
+    if (p->packed && !tc_packs(type)) return -4;
 #if HAVE_FLOAT_DOT
     if (tc_float_direct(type) && T <= MAX_FLOAT_TOKENS) {
         if (type == F32) float_product_f32(W, row_bytes, N, K, x, T, y);
@@ -880,7 +1025,7 @@ int tc_matmul(int type, const uint8_t *W, int64_t row_bytes, int64_t N, int64_t 
     row_fn row = row_kernel(type);
     if (!row) return -1;
 #if HAVE_INT8_DOT
-    if (tc_quantizes_x(type)) return tc_matmul_int8(type, W, row_bytes, N, K, x, T, y);
+    if (tc_quantizes_x(type)) return tc_matmul_int8(type, W, row_bytes, N, K, (int)p->packed, x, T, y);
 #endif
     int failed = 0;
 #pragma omp parallel if (N * row_bytes >= PARALLEL_BYTES)
@@ -905,17 +1050,6 @@ int tc_matmul(int type, const uint8_t *W, int64_t row_bytes, int64_t N, int64_t 
         free(buf);
     }
     return failed ? -2 : 0;
-}
-
-/* A weight's fixed arguments, built once (quant_kernels.Plan): a decoding step passes four
- * arguments per product instead of eight, which is most of what ctypes costs per call. */
-typedef struct {
-    int64_t type, row_bytes, n, k;
-    const uint8_t *w;
-} tc_weight;
-
-int tc_linear(const tc_weight *p, const float *x, int64_t T, float *y) {
-    return tc_matmul((int)p->type, p->w, p->row_bytes, p->n, p->k, x, T, y);
 }
 
 /* y_a, y_b, y_c = x · W_aᵀ, x · W_bᵀ, x · W_cᵀ (c, y_c may be NULL): consecutive card steps that
