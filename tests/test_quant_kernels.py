@@ -224,14 +224,14 @@ def test_other_uses_get_the_dequantized_tensor():
     assert np.array_equal(np.swapaxes(n, 0, 1), w.T) and np.array_equal(n.T, w.T)
 
 
-# ── packed weights (quant_kernels.packs: groups of rows with their blocks side by side) ──────
-PACKED = [t for t in TYPES if quant_kernels.packs(t)]
+# ── packed weights (quant_kernels.pack_rows: groups of rows with their blocks side by side) ──
+PACKED = [t for t in TYPES if quant_kernels.pack_rows(t)]
 # rows: one short of a group, groups and a remainder; blocks per row: 1, 8 (one step, no tail),
 # 9 (a step and an odd block), 19 (two steps, a pair and an odd block)
 PACKED_SHAPES = ((3, 608), (4, 256), (13, 288), (9, 32), (37, 608))
 
 
-def packed_layout(blocks: np.ndarray, bs: int, rows: int = 4) -> np.ndarray:
+def packed_layout(blocks: np.ndarray, bs: int, rows: int) -> np.ndarray:
     """The packed layout as quant.c's tc_pack describes it, built block by block: groups of `rows`
     rows, for each step of 8 blocks each row's 8 blocks in turn, then each row's remaining blocks;
     the rows after the last whole group as stored."""
@@ -251,10 +251,11 @@ def packed_layout(blocks: np.ndarray, bs: int, rows: int = 4) -> np.ndarray:
 @pytest.mark.skipif(not PACKED, reason="no packed kernels on this CPU (AVX-512 VNNI)")
 @pytest.mark.parametrize("qtype", PACKED, ids=lambda t: t.name)
 @pytest.mark.parametrize("shape", PACKED_SHAPES, ids=str)
-def test_packed_weight_is_the_same_weight(qtype, shape):
+def test_packed_weight_is_the_same_weight(qtype, shape, monkeypatch):
     """A weight that its first product packed multiplies, dequantizes and embeds exactly as the same
     blocks read in place (the NumPy twin, which never packs, runs the same kernel on rows as stored),
-    and the packed copy holds each block of the file exactly once."""
+    and the packed copy is the layout quant.c describes (packed here one group at a time)."""
+    monkeypatch.setattr(quant_torch, "_PACK_BYTES", 1)
     rng = np.random.default_rng(shape[0] * 1000 + shape[1])
     blocks = small_blocks(qtype, shape, rng)
     w = quant_torch.reference_dequantize(blocks, qtype, shape)
@@ -263,7 +264,8 @@ def test_packed_weight_is_the_same_weight(qtype, shape):
     for t in (1, 3):
         assert np.array_equal(q.linear(torch.from_numpy(x[:t])).numpy(), stored.linear(x[:t]))
     assert q._packed is not None and q._plan.packed == 1
-    assert np.array_equal(q._packed.numpy(), packed_layout(blocks, GGML_QUANT_SIZES[qtype][1]))
+    layout = packed_layout(blocks, GGML_QUANT_SIZES[qtype][1], quant_kernels.pack_rows(qtype))
+    assert np.array_equal(q._packed.numpy(), layout)
     assert np.array_equal(q.dequantize().numpy(), w)
     ids = np.array([0, shape[0] - 1, shape[0] // 2, 1 % shape[0]])
     assert np.array_equal(q.embed(torch.from_numpy(ids)).numpy(), w[ids])
@@ -286,12 +288,15 @@ def _mapped_kib(path) -> int:
     return total
 
 
-@pytest.mark.skipif(not quant_kernels.packs(Q.Q8_0) or not os.path.exists("/proc/self/smaps"),
+@pytest.mark.skipif(not quant_kernels.pack_rows(Q.Q8_0) or not os.path.exists("/proc/self/smaps"),
                     reason="no packed kernels here, or no /proc/self/smaps")  # fmt: skip
-def test_packing_hands_the_file_pages_back(tmp_path):
+def test_packing_hands_the_file_pages_back(tmp_path, monkeypatch):
     """Once packed, the weight's pages of the file mapping are no longer resident in this process
-    (the packed copy replaces them), and the weight still reads right (the file is only read)."""
+    (the packed copy replaces them, a slice at a time), and the weight still reads right (the file
+    is only read)."""
     from toycards.gguf.reader import open_gguf
+
+    monkeypatch.setattr(quant_torch, "_PACK_BYTES", 64 * 1024)
 
     rng = np.random.default_rng(5)
     w = rng.normal(0, 0.1, size=(256, 1024)).astype(np.float32)  # ~280 KB of Q8_0: ~68 pages

@@ -5,7 +5,7 @@ Owns: compiling kernels/quant.c (`cc -O3 -march=native -fopenmp -shared`) into t
 afresh), loading it, and the calls on a weight's `Plan` (its type, shape and where its bytes are):
 `linear_fn` (few tokens), `dequant_rows` (a tile of rows, for a float GEMM on many tokens, or the
 whole matrix), `gather_rows` (embedding lookups) and `pack` (a copy in the layout the few-token
-product reads fastest, where `packs`). Which ggml types have a kernel is `SUPPORTED`.
+product reads fastest, where `pack_rows`). Which ggml types have a kernel is `SUPPORTED`.
 Leaves out: torch and NumPy weights (quant_torch.py, quant_numpy.py), the reference
 (gguf.quants.dequantize, which the tests hold these kernels to).
 
@@ -91,7 +91,7 @@ def _build() -> ctypes.CDLL | None:
     lib.tc_dequant_rows.argtypes = [ctypes.POINTER(Plan), _I, _I, _P]
     lib.tc_dequant_rows_bf16.argtypes = [ctypes.POINTER(Plan), _I, _I, _P]
     lib.tc_gather_rows.argtypes = [ctypes.POINTER(Plan), _P, _I, _P]
-    lib.tc_pack.argtypes = [ctypes.POINTER(Plan), _P]
+    lib.tc_pack.argtypes = [ctypes.POINTER(Plan), _I, _I, _P]
     lib.tc_quantizes_x.argtypes = [ctypes.c_int]
     lib.tc_float_direct.argtypes = [ctypes.c_int]
     lib.tc_packs.argtypes = [ctypes.c_int]
@@ -157,18 +157,20 @@ def plan(ggml_type: int, w_ptr: int, row_bytes: int, n: int, k: int) -> Plan:
     return Plan(ggml_type, row_bytes, n, k, w_ptr, 0)
 
 
-def packs(ggml_type: int) -> bool:
-    """Whether the few-token product of this type runs faster on a packed copy of the weight (the
-    32-element types, with the AVX-512 kernels): groups of rows with their blocks side by side, read
-    as one stream."""
+def pack_rows(ggml_type: int) -> int:
+    """The rows of a packed group where the few-token product of this type runs faster on a packed
+    copy of the weight (the 32-element types, with the AVX-512 kernels: groups of rows with their
+    blocks side by side, read as one stream), else 0."""
     lib = library()
-    return lib is not None and bool(lib.tc_packs(ggml_type))
+    return 0 if lib is None else int(lib.tc_packs(ggml_type))
 
 
-def pack(p: Plan, out_ptr: int) -> None:
-    """The weight of plan p (as stored) in the packed layout, into out [n · row_bytes] bytes; the
-    caller then points p at out with `packed` 1. Every call here reads either layout."""
-    _check(library().tc_pack(ctypes.byref(p), out_ptr), "pack")
+def pack(p: Plan, r0: int, r1: int, out_ptr: int) -> None:
+    """Rows [r0, r1) of plan p's weight (as stored) in the packed layout, into the same bytes of out
+    [n · row_bytes] that they take there (a group of rows takes its rows' bytes as stored); r0 and
+    r1 multiples of `pack_rows`, or r1 = n. Then a plan at out with `packed` 1 reads the weight; every
+    call here reads either layout."""
+    _check(library().tc_pack(ctypes.byref(p), r0, r1, out_ptr), "pack")
 
 
 def linear_fn():

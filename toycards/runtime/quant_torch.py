@@ -23,7 +23,7 @@ not dequantized for few tokens either: the kernel widens their elements in regis
 torch's own GEMV reads at about half the speed. Quantized weights
 are not trainable: training dequantizes at load (`toycards.load(..., dequantize=True)`).
 
-Where the few-token kernel reads a packed weight faster (`quant_kernels.packs`: the 32-element types
+Where the few-token kernel reads a packed weight faster (`quant_kernels.pack_rows`: the 32-element types
 with the AVX-512 kernels), the first product copies the blocks into that layout (rows side by side,
 the same bytes in another order) and every later use reads the copy; the file's pages of the weight
 are then handed back to the page cache (madvise), so the weight still costs its size in memory once.
@@ -186,6 +186,7 @@ def _unwrap(value):
 
 
 _PACKING = threading.Lock()  # one weight packed at a time, and each once
+_PACK_BYTES = 1 << 20  # bytes of a weight packed (and handed back) at a time
 
 
 def _hand_back_pages(blocks: np.ndarray) -> None:
@@ -243,7 +244,8 @@ class QuantWeight:
         # then, from the first product on where that is faster, their packed copy (`_pack`)
         self._plan = kernels.plan(self.ggml_type, self.blocks.data_ptr(), self.row_bytes, n, k) if self.fast else None
         self._plan_ref = ctypes.byref(self._plan) if self.fast else None
-        self._unpacked = self.fast and kernels.packs(self.ggml_type)
+        self._group = kernels.pack_rows(self.ggml_type) if self.fast else 0  # rows a packed group
+        self._unpacked = self._group > 0
         self._packed: torch.Tensor | None = None
 
     # ── what a tensor would say about itself ────────────────────────────────────────────
@@ -338,14 +340,17 @@ class QuantWeight:
         with _PACKING:
             if not self._unpacked:
                 return
-            packed = torch.empty(self.blocks.numel(), dtype=torch.uint8)
-            kernels.pack(self._plan, packed.data_ptr())
             n, k = self.shape
+            packed = torch.empty(self.blocks.numel(), dtype=torch.uint8)
+            step = max(1, _PACK_BYTES // (self._group * self.row_bytes)) * self._group
+            for r0 in range(0, n, step):  # a slice at a time: the file's pages go as the copy grows
+                r1 = min(n, r0 + step)
+                kernels.pack(self._plan, r0, r1, packed.data_ptr())
+                _hand_back_pages(self._np[r0:r1])
             plan = kernels.plan(self.ggml_type, packed.data_ptr(), self.row_bytes, n, k)
             plan.packed = 1
             self._packed, self._plan, self._plan_ref = packed, plan, ctypes.byref(plan)
             self._unpacked = False
-            _hand_back_pages(self._np)
 
     def embed(self, ids) -> torch.Tensor:
         """Rows of W by integer ids [...] → [..., K] (W stored [N_V, d_e])."""

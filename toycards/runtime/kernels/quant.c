@@ -778,17 +778,21 @@ static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t
  * which ran at half speed here once the weight was not in cache; packed, a group is read front to
  * back. */
 
-/* 1 when weights of `type` are multiplied faster packed (the 32-element types, AVX-512 kernels) */
-int tc_packs(int type) { return ROWS > 1 && HAVE_INT8_DOT && block32_bytes(type) > 0; }
+/* the rows of a packed group (ROWS) when weights of `type` are multiplied faster packed (the 32-element
+ * types, AVX-512 kernels), else 0 */
+int tc_packs(int type) { return ROWS > 1 && HAVE_INT8_DOT && block32_bytes(type) > 0 ? ROWS : 0; }
 
-/* out [N · row_bytes] = the plan's weight (as stored) in the packed layout */
-int tc_pack(const tc_weight *p, uint8_t *out) {
-    if (!tc_packs((int)p->type) || p->packed) return -1;
+/* rows [r0, r1) of the plan's weight (as stored) in the packed layout, into the same bytes of out
+ * [N · row_bytes] that they take in it (a group's bytes are its rows' bytes as stored); r0 and r1 are
+ * multiples of ROWS, or r1 = N */
+int tc_pack(const tc_weight *p, int64_t r0, int64_t r1, uint8_t *out) {
+    if (!tc_packs((int)p->type) || p->packed || r0 % ROWS || (r1 % ROWS && r1 != p->n) || r0 > r1 || r1 > p->n)
+        return -1;
     const int64_t rb = p->row_bytes, bs = block32_bytes(p->type), nb = p->k / 32, steps = nb / 8, rem = nb % 8;
-    const int64_t full = p->n - p->n % ROWS;
-    memcpy(out + full * rb, p->w + full * rb, (size_t)((p->n - full) * rb));
-#pragma omp parallel for schedule(static) if (p->n * rb >= PARALLEL_BYTES)
-    for (int64_t n0 = 0; n0 < full; n0 += ROWS)
+    const int64_t full = p->n - p->n % ROWS, last = r1 < full ? r1 : full;
+    if (r1 > full) memcpy(out + full * rb, p->w + full * rb, (size_t)((r1 - full) * rb));
+#pragma omp parallel for schedule(static) if ((last - r0) * rb >= PARALLEL_BYTES)
+    for (int64_t n0 = r0; n0 < last; n0 += ROWS)
         for (int64_t r = 0; r < ROWS; r++) {
             const uint8_t *row = p->w + (n0 + r) * rb;
             uint8_t *group = out + n0 * rb;
