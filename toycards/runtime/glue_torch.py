@@ -166,34 +166,37 @@ class GQAArgs(ctypes.Structure):
 
 class _GQACall:
     """What the GQAttention calls of one pass with the same shapes share: the argument struct with
-    its constant fields set, and the tensors its pointer fields were last set from (kept alive, and
-    compared by identity so that a layer sets only what differs from the one before)."""
+    its constant fields set (None where tc_gqa does not apply to these shapes), and the tensors its
+    pointer fields were last set from (kept alive, and compared by identity so that a layer sets only
+    what differs from the one before)."""
 
-    def __init__(self, args, heads, width, kv):
-        self.args, self.ref, self.heads, self.width, self.kv = args, ctypes.byref(args), heads, width, kv
-        self.like = torch.empty(*heads, dtype=torch.float32)  # only its shape and type: the cache's rows
+    def __init__(self, shapes, args=None, heads=(), width=(), kv=None):
+        self.shapes, self.args, self.heads, self.width, self.kv = shapes, args, heads, width, kv
+        self.ref = ctypes.byref(args) if args is not None else None
+        self.like = torch.empty(*heads, dtype=torch.float32) if args is not None else None  # the cache's rows
         self.cos = self.mask = self.Kc = self.Vc = None
 
 
-def _prepare(Q, K, V, H, H_kv, layout, cap):
-    """The _GQACall for these shapes and hyperparameters, or None where tc_gqa does not apply."""
+def _prepare(Q, K, V, H, H_kv, layout, cap) -> _GQACall:
+    """The _GQACall for these shapes and hyperparameters (its `args` None where tc_gqa does not apply)."""
+    declined = _GQACall((Q.shape, K.shape, V.shape))
     if layout not in _LAYOUTS or Q.dim() < 2 or not isinstance(cap, int | float):
-        return None
+        return declined
     if not (isinstance(H, int) and isinstance(H_kv, int)) or H <= 0 or H_kv <= 0:
-        return None
+        return declined
     T, width = Q.shape[-2], Q.shape[-1]
     d = width // H
     lead = Q.shape[:-2]
     if T == 0 or T > FEW_ROWS or d * H != width or K.shape != lead + (T, H_kv * d) or V.shape != K.shape:
-        return None
+        return declined
     kv = _groups(H, H_kv)
     if kv is None:
-        return None
+        return declined
     B = Q.numel() // (T * width)
     args = GQAArgs(
         B=B, T=T, H=H, Hkv=H_kv, d=d, layout=_LAYOUTS[layout], kv=kv.data_ptr(), scale=d**-0.5, cap=cap
     )
-    return _GQACall(args, (*lead, H_kv, T, d), (*lead, T, width), kv)
+    return _GQACall(declined.shapes, args, (*lead, H_kv, T, d), (*lead, T, width), kv)
 
 
 def _cache_ready(buffers) -> bool:
@@ -201,28 +204,26 @@ def _cache_ready(buffers) -> bool:
     return len(buffers) == 2 and plain(*(b for b in buffers if b is not None))
 
 
-def gq_attention(Q, K, V, H, H_kv, layout, angles, allowed, cap, ctx, ops):
+def gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, ops):
     """The prelude's GQAttention in one C call for few new tokens, or None (its steps then run).
 
-    Q [..., T, H·d], K, V [..., T, H_kv·d]; `angles(half)` gives cos, sin [T, half] at the new
-    tokens' positions; `allowed(S)` the mask [T, S] over the S keys so far (bool); with a cache in
-    `ctx`, the rotated keys and the values are appended to its next slot (as `runtime.extend`
-    would), else they are the only keys. Nothing is written to `ctx` when this returns None.
-
-    The layers of one pass share a _GQACall (kept in `ctx.memo`): the checks that depend on shapes
-    alone run once a pass, and a layer checks only its own tensors."""
+    Q [..., T, H·d], K, V [..., T, H_kv·d]; `site` is what the layers of a pass with the same RoPE,
+    mask and hyperparameters share (ops_torch's `_GQASite`): `site.angles(d)` gives cos, sin
+    [T, half] at the new tokens' positions, `site.allowed(S)` the mask [T, S] over the S keys so far
+    (bool), and `site.call` keeps this function's _GQACall, so that the checks that depend on shapes
+    alone run once a pass. With a cache in `ctx`, the rotated keys and the values are appended to its
+    next slot (as `runtime.extend` would), else they are the only keys. Nothing is written to `ctx`
+    when this returns None."""
     lib = _library()
     if lib is None:
         return None
-    memo = ctx.memo if ctx is not None else {}
-    key = ("gqa", Q.shape, K.shape, V.shape, H, H_kv, layout, cap)
-    call = memo.get(key, False)
-    if call is False:
-        call = memo[key] = _prepare(Q, K, V, H, H_kv, layout, cap)
-    if call is None or not plain(Q, K, V):
-        return None
+    call = site.call
+    if call is None or call.shapes[0] != Q.shape or call.shapes[1] != K.shape or call.shapes[2] != V.shape:
+        call = site.call = _prepare(Q, K, V, H, H_kv, layout, cap)
     a = call.args
-    cos, sin = angles(a.d)
+    if a is None or not plain(Q, K, V):
+        return None
+    cos, sin = site.angles(a.d)
     if cos is not call.cos:
         half = cos.shape[-1]
         if 2 * half > a.d or cos.shape != (a.T, half) or sin.shape != cos.shape or not plain(cos, sin):
@@ -242,7 +243,7 @@ def gq_attention(Q, K, V, H, H_kv, layout, angles, allowed, cap, ctx, ops):
             torch.empty(*call.heads, dtype=torch.float32),
             0,
         )
-    mask = allowed(used + a.T)
+    mask = site.allowed(used + a.T)
     if mask is not call.mask:
         if mask.dtype is not torch.bool or tuple(mask.shape) != (a.T, used + a.T):
             raise ValueError(f"the attention mask is {tuple(mask.shape)}, not {(a.T, used + a.T)}")

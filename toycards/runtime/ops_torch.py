@@ -309,35 +309,49 @@ def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):
     attention of each query head with key/value head ⌈h·H_kv/H⌉) as one C kernel for few new tokens
     at positions t; None where that does not apply, and the card's steps run instead.
 
-    What the layers of one pass share is computed once per pass (`ctx.memo`): RoPE's angles per ρ
-    and positions, and the mask per mask function (its code and closure values), key count and
-    positions."""
-    memo = ctx.memo if ctx is not None else {}
+    The layers of one pass share a `_GQASite` (in `ctx.memo`) when their RoPE (ρ, positions, θ,
+    layout), hyperparameters and mask (its code and the plain values it closes over) are the same."""
+    memo = ctx.memo if ctx is not None else None
+    code, cells = getattr(mask, "__code__", None), getattr(mask, "__closure__", None)
+    values = tuple(c.cell_contents for c in cells) if cells else ()
+    key = None
+    if memo is not None and code is not None and all(isinstance(v, int | float | str | bool) for v in values):
+        key = ("gqa", code, values, id(rho), id(t), theta, layout, H, H_kv, cap)
+    site = memo.get(key) if key is not None else None
+    if site is None or site.rho is not rho or site.t is not t:  # the ids of dead objects can recur
+        site = _GQASite(rho, t, theta, layout, mask)
+        if key is not None:
+            memo[key] = site
+    return glue_torch.gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, sys.modules[__name__])
 
-    def angles(d_h):
-        if layout == "none":
-            none = torch.empty(len(t), 0)
-            return none, none
-        key = ("rope", id(rho), id(t), theta)  # the objects themselves are kept in the entry
-        hit = memo.get(key)
-        if hit is None or hit[0] is not rho or hit[1] is not t:
-            positions = torch.as_tensor(t, dtype=torch.float32).reshape(-1, 1)  # as the steps' t ∈ [ℓ]
-            hit = memo[key] = (rho, t, *_rope_angles(positions, theta, rho, 2 * rho.shape[-1]))
-        return hit[2], hit[3]
 
-    def allowed(S):
-        code, cells = getattr(mask, "__code__", None), getattr(mask, "__closure__", None) or ()
-        values = tuple(c.cell_contents for c in cells)
-        plain = code is not None and all(isinstance(v, int | float | str | bool) for v in values)
-        key = ("mask", code, S, values, id(t)) if plain else None
-        hit = memo.get(key) if key is not None else None
-        if hit is None or hit[0] is not t:
-            hit = (t, _allowed(mask, arange(1, S + 1), t).contiguous())
-            if key is not None:
-                memo[key] = hit
-        return hit[1]
+class _GQASite:
+    """What GQAttention calls of one pass share (see gq_attention): RoPE's angles at the pass's
+    positions, the mask per key count, and glue_torch's prepared C call (`call`)."""
 
-    return glue_torch.gq_attention(Q, K, V, H, H_kv, layout, angles, allowed, cap, ctx, sys.modules[__name__])
+    __slots__ = ("rho", "t", "theta", "layout", "mask", "cos", "sin", "masks", "call")
+
+    def __init__(self, rho, t, theta, layout, mask):
+        self.rho, self.t, self.theta, self.layout, self.mask = rho, t, theta, layout, mask
+        self.cos = self.sin = self.call = None
+        self.masks: dict = {}
+
+    def angles(self, d_h):
+        """cos, sin [T, half] of the rotation at the pass's positions (half = len(ρ); none: half 0)."""
+        if self.cos is None:
+            if self.layout == "none":
+                self.cos = self.sin = torch.empty(len(self.t), 0)
+            else:
+                positions = torch.as_tensor(self.t, dtype=torch.float32).reshape(-1, 1)  # as the steps' t ∈ [ℓ]
+                self.cos, self.sin = _rope_angles(positions, self.theta, self.rho, 2 * self.rho.shape[-1])
+        return self.cos, self.sin
+
+    def allowed(self, S):
+        """The card's mask over S keys at the pass's query positions, bool [T, S]."""
+        hit = self.masks.get(S)
+        if hit is None:
+            hit = self.masks[S] = _allowed(self.mask, arange(1, S + 1), self.t).contiguous()
+        return hit
 
 
 _ROPE_ANGLES: dict = {}
