@@ -226,31 +226,34 @@ def test_other_uses_get_the_dequantized_tensor():
 
 # ── packed weights (quant_kernels.pack_rows: groups of rows with their blocks side by side) ──
 PACKED = [t for t in TYPES if quant_kernels.pack_rows(t)]
-# rows: one short of a group, groups and a remainder; blocks per row: 1, 8 (one step, no tail),
-# 9 (a step and an odd block), 19 (two steps, a pair and an odd block)
+# rows: one short of a group, groups and a remainder; blocks of 32 per row: 1, 8 (one step, no tail),
+# 9 (a step and an odd block), 19 (two steps, a pair and an odd block); the K-quants: 1 to 3 steps
 PACKED_SHAPES = ((3, 608), (4, 256), (13, 288), (9, 32), (37, 608))
+PACKED_SHAPES_K = ((3, 512), (4, 256), (13, 768), (37, 512))
+PACKED_CASES = [
+    (t, shape) for t in PACKED for shape in (PACKED_SHAPES_K if t in K_QUANTS else PACKED_SHAPES)
+]
 
 
-def packed_layout(blocks: np.ndarray, bs: int, rows: int) -> np.ndarray:
-    """The packed layout as quant.c's tc_pack describes it, built block by block: groups of `rows`
-    rows, for each step of 8 blocks each row's 8 blocks in turn, then each row's remaining blocks;
-    the rows after the last whole group as stored."""
+def packed_layout(blocks: np.ndarray, qtype: Q, k: int, rows: int) -> np.ndarray:
+    """The packed layout as quant.c's tc_pack describes it, built step by step: groups of `rows`
+    rows, for each step of 256 elements each row's bytes of it in turn, then each row's bytes past
+    its last whole step; the rows after the last whole group as stored."""
     n, row_bytes = blocks.shape
-    nb = row_bytes // bs
-    per_row = blocks.reshape(n, nb, bs)
+    per_block, block_bytes = GGML_QUANT_SIZES[qtype]
+    steps, step = k // 256, 256 // per_block * block_bytes
     out = []
     full = n - n % rows
     for g in range(0, full, rows):
-        for step in range(nb // 8):
-            out += [per_row[g + r, 8 * step : 8 * step + 8] for r in range(rows)]
-        out += [per_row[g + r, nb // 8 * 8 :] for r in range(rows)]
-    out += [per_row[r] for r in range(full, n)]
-    return np.concatenate([o.reshape(-1) for o in out])
+        for s in range(steps):
+            out += [blocks[g + r, s * step : (s + 1) * step] for r in range(rows)]
+        out += [blocks[g + r, steps * step :] for r in range(rows)]
+    out += [blocks[r] for r in range(full, n)]
+    return np.concatenate(out)
 
 
 @pytest.mark.skipif(not PACKED, reason="no packed kernels on this CPU (AVX-512 VNNI)")
-@pytest.mark.parametrize("qtype", PACKED, ids=lambda t: t.name)
-@pytest.mark.parametrize("shape", PACKED_SHAPES, ids=str)
+@pytest.mark.parametrize(("qtype", "shape"), PACKED_CASES, ids=lambda c: getattr(c, "name", str(c)))
 def test_packed_weight_is_the_same_weight(qtype, shape, monkeypatch):
     """A weight that its first product packed multiplies, dequantizes and embeds exactly as the same
     blocks read in place (the NumPy twin, which never packs, runs the same kernel on rows as stored),
@@ -264,7 +267,7 @@ def test_packed_weight_is_the_same_weight(qtype, shape, monkeypatch):
     for t in (1, 3):
         assert np.array_equal(q.linear(torch.from_numpy(x[:t])).numpy(), stored.linear(x[:t]))
     assert q._packed is not None and q._plan.packed == 1
-    layout = packed_layout(blocks, GGML_QUANT_SIZES[qtype][1], quant_kernels.pack_rows(qtype))
+    layout = packed_layout(blocks, qtype, shape[1], quant_kernels.pack_rows(qtype))
     assert np.array_equal(q._packed.numpy(), layout)
     assert np.array_equal(q.dequantize().numpy(), w)
     ids = np.array([0, shape[0] - 1, shape[0] // 2, 1 % shape[0]])

@@ -48,14 +48,18 @@ typedef struct {
     int64_t packed;
 } tc_weight;
 
-/* the bytes of one block of the 32-element types, 0 for the others */
-static inline int64_t block32_bytes(int64_t type) {
+/* the bytes of 256 elements (a step of the few-token kernels: 8 blocks of a 32-element type, one block
+ * of a K-quant) of the types whose x is quantized, 0 for the others */
+static inline int64_t step_bytes(int64_t type) {
     switch (type) {
-    case Q8_0: return 34;
-    case Q4_0: return 18;
-    case Q4_1: return 20;
-    case Q5_0: return 22;
-    case Q5_1: return 24;
+    case Q8_0: return 8 * 34;
+    case Q4_0: return 8 * 18;
+    case Q4_1: return 8 * 20;
+    case Q5_0: return 8 * 22;
+    case Q5_1: return 8 * 24;
+    case Q4_K: return 144;
+    case Q5_K: return 176;
+    case Q6_K: return 210;
     default: return 0;
     }
 }
@@ -596,69 +600,118 @@ static inline void scales_mins_k4(const uint8_t *q, __m256 *sc, __m256 *m) {
     *m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)n)));
 }
 
-static float dot_q45_k(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx,
-                       int five) {
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    __m256 mins = _mm256_setzero_ps();
-    const int bs = five ? 176 : 144;
+/* R rows at once (see dot_rows: the x blocks loaded once for the R rows; row r's weight block s at
+ * w + r·rs + s·ss), one weight block of 256 (eight x blocks) per step */
+static inline __attribute__((always_inline)) void dot_rows_q45_k(const int five, const int R, const uint8_t *w,
+                                                                 int64_t rs, int64_t ss, int64_t n_blocks,
+                                                                 const int8_t *qx, const float *dx, const float *sx,
+                                                                 float *y) {
+    __m512 acc0[ROWS], acc1[ROWS];
+    __m256 mins[ROWS];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) acc0[r] = acc1[r] = _mm512_setzero_ps(), mins[r] = _mm256_setzero_ps();
     const __m512i low4 = _mm512_set1_epi8(0x0F);
-    for (int64_t b = 0; b < n_blocks; b += 8, w += bs, qx += 256) { /* 8 x blocks: one weight block of 256 */
-        __m256 sc, m;
-        scales_mins_k4(w + 4, &sc, &m);
-        const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(f16(w)), _mm256_loadu_ps(dx + b)), sc);
-        mins = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(f16(w + 2)), _mm256_loadu_ps(sx + b)), m, mins);
-        const uint8_t *qs = w + (five ? 48 : 16);
-        const __m256i hbits = five ? _mm256_loadu_si256((const __m256i *)(w + 16)) : _mm256_setzero_si256();
-        for (int j = 0; j < 8; j += 2, qs += 32) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)qs);
-            __m512i u = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1), low4);
-            if (five) { /* the fifth bit of sub-block j is bit j of qh, of sub-block j + 1 bit j + 1 */
-                const __m512i h = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_srli_epi16(hbits, j)),
-                                                     _mm256_srli_epi16(hbits, j + 1), 1);
-                u = _mm512_or_si512(u, _mm512_slli_epi16(_mm512_and_si512(h, _mm512_set1_epi8(1)), 4));
+    for (int64_t st = 0; st < n_blocks / 8; st++) { /* 8 x blocks: one weight block of 256 */
+        const int64_t b = 8 * st;
+        const __m256 dxv = _mm256_loadu_ps(dx + b), sxv = _mm256_loadu_ps(sx + b);
+        const int8_t *q = qx + 32 * b;
+        const __m512i ys[4] = {_mm512_loadu_si512(q), _mm512_loadu_si512(q + 64), _mm512_loadu_si512(q + 128),
+                               _mm512_loadu_si512(q + 192)};
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const uint8_t *wr = w + r * rs + st * ss;
+            __m256 sc, m;
+            scales_mins_k4(wr + 4, &sc, &m);
+            const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(f16(wr)), dxv), sc);
+            mins[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(f16(wr + 2)), sxv), m, mins[r]);
+            const uint8_t *qs = wr + (five ? 48 : 16);
+            const __m256i hbits = five ? _mm256_loadu_si256((const __m256i *)(wr + 16)) : _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int j = 0; j < 8; j += 2, qs += 32) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)qs);
+                __m512i u = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1), low4);
+                if (five) { /* the fifth bit of sub-block j is bit j of qh, of sub-block j + 1 bit j + 1 */
+                    const __m512i h = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_srli_epi16(hbits, j)),
+                                                         _mm256_srli_epi16(hbits, j + 1), 1);
+                    u = _mm512_or_si512(u, _mm512_slli_epi16(_mm512_and_si512(h, _mm512_set1_epi8(1)), 4));
+                }
+                const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, ys[j / 2]);
+                if (j & 2)
+                    acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), halves_of(scale, j), acc1[r]);
+                else
+                    acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), halves_of(scale, j), acc0[r]);
             }
-            const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_loadu_si512((const void *)(qx + 32 * j)));
-            if (j & 2)
-                acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), halves_of(scale, j), acc1);
-            else
-                acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), halves_of(scale, j), acc0);
         }
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) - hsum(mins);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r])) - hsum(mins[r]);
 }
 
-/* Q6_K: two chunks of 32 (x blocks xb, xb + 1; four groups of 16 with their own scales) per step */
-static float dot_q6_k(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx) {
-    (void)sx;
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+/* Q6_K, R rows at once: two chunks of 32 (x blocks xb, xb + 1; four groups of 16 with their own
+ * scales) per 512-bit step */
+static inline __attribute__((always_inline)) void dot_rows_q6_k(const int R, const uint8_t *w, int64_t rs,
+                                                                int64_t ss, int64_t n_blocks, const int8_t *qx,
+                                                                const float *dx, float *y) {
+    __m512 acc0[ROWS], acc1[ROWS];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) acc0[r] = acc1[r] = _mm512_setzero_ps();
     const __m256i m32 = _mm256_set1_epi8(32);
     /* lane l of a step reads scale l / 4 of its four (dpbusd's lane l sums elements 4l … 4l + 3) */
     const __m512i rep4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    for (int64_t b = 0; b < n_blocks; b += 8, w += 210, qx += 256) {
-        const __m256 ddx = _mm256_mul_ps(_mm256_set1_ps(f16(w + 208)), _mm256_loadu_ps(dx + b)); /* d·dx, 8 x blocks */
-        const uint8_t *ql = w, *qh = w + 128;
-        const int8_t *sc = (const int8_t *)(w + 192);
-        for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8) {
-            __m256i q[4];
-            q6_chunks(ql, qh, q);
-            const __m512 scales = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)sc)));
-            for (int k = 0; k < 4; k += 2) {
-                const __m512i s = _mm512_sub_epi8(pair512(q[k], q[k + 1]), _mm512_broadcast_i64x4(m32)); /* −32 … 31 */
-                const __m512i y = _mm512_loadu_si512((const void *)(qx + 32 * (4 * n + k)));
-                const __mmask64 neg = _mm512_movepi8_mask(s);
-                const __m512i sy = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
-                const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(s), sy);
-                const __m512 f = _mm512_mul_ps(halves_of(ddx, 4 * n + k),
-                                               _mm512_permutexvar_ps(_mm512_add_epi32(rep4, _mm512_set1_epi32(2 * k)), scales));
-                if (k)
-                    acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), f, acc1);
-                else
-                    acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), f, acc0);
+    for (int64_t st = 0; st < n_blocks / 8; st++) {
+        const int64_t b = 8 * st;
+        const __m256 dxv = _mm256_loadu_ps(dx + b);
+        const int8_t *qb = qx + 32 * b;
+        const __m512i ys[4] = {_mm512_loadu_si512(qb), _mm512_loadu_si512(qb + 64), _mm512_loadu_si512(qb + 128),
+                               _mm512_loadu_si512(qb + 192)};
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const uint8_t *wr = w + r * rs + st * ss;
+            const __m256 ddx = _mm256_mul_ps(_mm256_set1_ps(f16(wr + 208)), dxv); /* d·dx, 8 x blocks */
+            const uint8_t *ql = wr, *qh = wr + 128;
+            const int8_t *sc = (const int8_t *)(wr + 192);
+#pragma GCC unroll 2
+            for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8) {
+                __m256i q[4];
+                q6_chunks(ql, qh, q);
+                const __m512 scales = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)sc)));
+#pragma GCC unroll 2
+                for (int k = 0; k < 4; k += 2) {
+                    const __m512i s = _mm512_sub_epi8(pair512(q[k], q[k + 1]), _mm512_broadcast_i64x4(m32)); /* −32 … 31 */
+                    const __m512i yv = ys[2 * n + k / 2];
+                    const __mmask64 neg = _mm512_movepi8_mask(s);
+                    const __m512i sy = _mm512_mask_sub_epi8(yv, neg, _mm512_setzero_si512(), yv);
+                    const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(s), sy);
+                    const __m512 f = _mm512_mul_ps(halves_of(ddx, 4 * n + k),
+                                                   _mm512_permutexvar_ps(_mm512_add_epi32(rep4, _mm512_set1_epi32(2 * k)), scales));
+                    if (k)
+                        acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), f, acc1[r]);
+                    else
+                        acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), f, acc0[r]);
+                }
             }
         }
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
 }
+
+/* the rows interface (see DOT_ROWS) for the K-quants: no tail, K is a multiple of 256 */
+#define K_ROWS(NAME, CALL)                                                                             \
+    static void NAME(const uint8_t *w, int64_t rs, int64_t ss, const uint8_t *tw, int64_t ts, int R,  \
+                     int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx, float *y) { \
+        (void)tw, (void)ts, (void)sx;                                                                  \
+        if (R == ROWS)                                                                                 \
+            CALL(ROWS, w, y);                                                                          \
+        else                                                                                           \
+            for (int r = 0; r < R; r++) CALL(1, w + r * rs, y + r);                                    \
+    }
+#define Q4_K_CALL(R, W, Y) dot_rows_q45_k(0, R, W, rs, ss, n_blocks, qx, dx, sx, Y)
+#define Q5_K_CALL(R, W, Y) dot_rows_q45_k(1, R, W, rs, ss, n_blocks, qx, dx, sx, Y)
+#define Q6_K_CALL(R, W, Y) dot_rows_q6_k(R, W, rs, ss, n_blocks, qx, dx, Y)
+K_ROWS(dot_q4_k, Q4_K_CALL)
+K_ROWS(dot_q5_k, Q5_K_CALL)
+K_ROWS(dot_q6_k_rows, Q6_K_CALL)
 
 #else
 static float dot_q45_k(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx,
@@ -717,7 +770,6 @@ static float dot_q6_k(const uint8_t *w, int64_t n_blocks, const int8_t *qx, cons
     }
     return hsum(acc);
 }
-#endif
 static float dot_q4_k_one(const uint8_t *w, int64_t nb, const int8_t *qx, const float *dx, const float *sx) {
     return dot_q45_k(w, nb, qx, dx, sx, 0);
 }
@@ -727,6 +779,7 @@ static float dot_q5_k_one(const uint8_t *w, int64_t nb, const int8_t *qx, const 
 ROWS_OF(dot_q4_k, dot_q4_k_one)
 ROWS_OF(dot_q5_k, dot_q5_k_one)
 ROWS_OF(dot_q6_k_rows, dot_q6_k)
+#endif
 
 static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t N, int64_t K, int packed,
                           const float *x, int64_t T, float *y) {
@@ -743,7 +796,7 @@ static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t
                          : type == Q4_K ? dot_q4_k
                          : type == Q5_K ? dot_q5_k
                                         : dot_q6_k_rows;
-    const int64_t bs = block32_bytes(type), steps = nb / 8, rem = nb % 8; /* bs: 0 for the K-quants */
+    const int64_t sb = step_bytes(type), steps = K / 256, tail = row_bytes - steps * sb; /* tail: 0 for K-quants */
     const int64_t R = packed ? ROWS : 1, full = N - N % R, calls = full / R + (N - full);
 #pragma omp parallel for schedule(static) if (N * row_bytes >= PARALLEL_BYTES)
     for (int64_t c = 0; c < calls; c++) { /* a packed group of ROWS rows, or one row as stored */
@@ -753,9 +806,9 @@ static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t
             const int8_t *q = qx + t * K;
             const float *d = dx + t * nb, *s = sx + t * nb;
             if (n < full && R > 1)
-                rows(w, 8 * bs, ROWS * 8 * bs, w + steps * ROWS * 8 * bs, rem * bs, ROWS, nb, q, d, s, y + t * N + n);
+                rows(w, sb, ROWS * sb, w + steps * ROWS * sb, tail, ROWS, nb, q, d, s, y + t * N + n);
             else
-                rows(w, row_bytes, 8 * bs, w + steps * 8 * bs, row_bytes, 1, nb, q, d, s, y + t * N + n);
+                rows(w, row_bytes, sb, w + steps * sb, row_bytes, 1, nb, q, d, s, y + t * N + n);
         }
     }
     return 0;
@@ -768,19 +821,21 @@ static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t
 #endif
 
 /* ── packed weights: ROWS rows side by side, so that a few-token product reads one stream ─────────
- * With the AVX-512 kernels (ROWS = 4), a weight of a 32-element type may be copied once into this
- * layout (tc_pack): rows n < N − N mod ROWS in groups of ROWS, each group in the same bytes as its
- * rows as stored (from g·ROWS·row_bytes); within a group, for each step s of 8 blocks, row 0's blocks
- * 8s … 8s + 7, then row 1's, …, then row ROWS − 1's; then each row's last K/32 mod 8 blocks, row after
- * row. The last N mod ROWS rows stay as stored. Only the order of whole blocks changes.
- * Why: dot_rows multiplies ROWS rows against the same x blocks at once (x is loaded once, and each
- * row's closing reductions overlap), but reading ROWS rows as stored means ROWS interleaved streams,
+ * With the AVX-512 kernels (ROWS = 4), a weight of a type whose x is quantized may be copied once into
+ * this layout (tc_pack): rows n < N − N mod ROWS in groups of ROWS, each group in the same bytes as its
+ * rows as stored (from g·ROWS·row_bytes); within a group, for each step s of 256 elements (8 blocks of
+ * a 32-element type, one K-quant block), row 0's bytes of that step, then row 1's, …, then row
+ * ROWS − 1's; then each row's bytes past its last whole step (the last K/32 mod 8 blocks of a
+ * 32-element type), row after row. The last N mod ROWS rows stay as stored. Only the order of whole
+ * blocks changes.
+ * Why: the kernels multiply ROWS rows against the same x blocks at once (x is loaded once, and the
+ * rows' closing reductions overlap), but reading ROWS rows as stored means ROWS interleaved streams,
  * which ran at half speed here once the weight was not in cache; packed, a group is read front to
  * back. */
 
-/* the rows of a packed group (ROWS) when weights of `type` are multiplied faster packed (the 32-element
- * types, AVX-512 kernels), else 0 */
-int tc_packs(int type) { return ROWS > 1 && HAVE_INT8_DOT && block32_bytes(type) > 0 ? ROWS : 0; }
+/* the rows of a packed group (ROWS) when weights of `type` are multiplied faster packed (the types
+ * whose x is quantized, AVX-512 kernels), else 0 */
+int tc_packs(int type) { return ROWS > 1 && HAVE_INT8_DOT && step_bytes(type) > 0 ? ROWS : 0; }
 
 /* rows [r0, r1) of the plan's weight (as stored) in the packed layout, into the same bytes of out
  * [N · row_bytes] that they take in it (a group's bytes are its rows' bytes as stored); r0 and r1 are
@@ -788,7 +843,7 @@ int tc_packs(int type) { return ROWS > 1 && HAVE_INT8_DOT && block32_bytes(type)
 int tc_pack(const tc_weight *p, int64_t r0, int64_t r1, uint8_t *out) {
     if (!tc_packs((int)p->type) || p->packed || r0 % ROWS || (r1 % ROWS && r1 != p->n) || r0 > r1 || r1 > p->n)
         return -1;
-    const int64_t rb = p->row_bytes, bs = block32_bytes(p->type), nb = p->k / 32, steps = nb / 8, rem = nb % 8;
+    const int64_t rb = p->row_bytes, sb = step_bytes(p->type), steps = p->k / 256, tail = rb - steps * sb;
     const int64_t full = p->n - p->n % ROWS, last = r1 < full ? r1 : full;
     if (r1 > full) memcpy(out + full * rb, p->w + full * rb, (size_t)((r1 - full) * rb));
 #pragma omp parallel for schedule(static) if ((last - r0) * rb >= PARALLEL_BYTES)
@@ -797,8 +852,8 @@ int tc_pack(const tc_weight *p, int64_t r0, int64_t r1, uint8_t *out) {
             const uint8_t *row = p->w + (n0 + r) * rb;
             uint8_t *group = out + n0 * rb;
             for (int64_t st = 0; st < steps; st++)
-                memcpy(group + (st * ROWS + r) * 8 * bs, row + st * 8 * bs, (size_t)(8 * bs));
-            memcpy(group + steps * ROWS * 8 * bs + r * rem * bs, row + steps * 8 * bs, (size_t)(rem * bs));
+                memcpy(group + (st * ROWS + r) * sb, row + st * sb, (size_t)sb);
+            memcpy(group + steps * ROWS * sb + r * tail, row + steps * sb, (size_t)tail);
         }
     return 0;
 }
@@ -807,11 +862,10 @@ int tc_pack(const tc_weight *p, int64_t r0, int64_t r1, uint8_t *out) {
 static const uint8_t *weight_row(const tc_weight *p, int64_t n, uint8_t *buf) {
     const int64_t rb = p->row_bytes, full = p->n - p->n % ROWS;
     if (!p->packed || n >= full) return p->w + n * rb;
-    const int64_t bs = block32_bytes(p->type), nb = p->k / 32, steps = nb / 8, rem = nb % 8, r = n % ROWS;
+    const int64_t sb = step_bytes(p->type), steps = p->k / 256, tail = rb - steps * sb, r = n % ROWS;
     const uint8_t *group = p->w + (n - r) * rb;
-    for (int64_t st = 0; st < steps; st++)
-        memcpy(buf + st * 8 * bs, group + (st * ROWS + r) * 8 * bs, (size_t)(8 * bs));
-    memcpy(buf + steps * 8 * bs, group + steps * ROWS * 8 * bs + r * rem * bs, (size_t)(rem * bs));
+    for (int64_t st = 0; st < steps; st++) memcpy(buf + st * sb, group + (st * ROWS + r) * sb, (size_t)sb);
+    memcpy(buf + steps * sb, group + steps * ROWS * sb + r * tail, (size_t)tail);
     return buf;
 }
 
