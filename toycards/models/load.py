@@ -110,8 +110,10 @@ def _random_weights(bound: Bound, seed: int) -> dict[str, np.ndarray]:
 
 
 def _kept(f, p: BoundParam, target: str):
-    """Parameter p's tensor as the target keeps it: a quantized (or F16/BF16) matrix in its blocks,
-    an F32 tensor as a copy-on-write view of the file (torch) or a read-only one (numpy); None when
+    """Parameter p's tensor as the target keeps it: a quantized (or F16/BF16) matrix in its blocks (a
+    read-only view of the file: the kernels only read them, and the torch target hands the pages of
+    a weight it has packed back to the page cache), an F32 tensor as a copy-on-write view of the
+    file (torch) or a read-only one (numpy); None when
     the tensor is dequantized to float32 instead (other types, other ranks, the reference target).
     A part of a fused tensor is its rows' blocks (a row's blocks never cross into the next row)."""
     from toycards.runtime import quant_kernels
@@ -126,7 +128,7 @@ def _kept(f, p: BoundParam, target: str):
         or info.ggml_type not in quant_kernels.SUPPORTED
     ):
         return None
-    blocks = p.part(f.raw(name))  # read-only: the kernels only read blocks
+    blocks = p.part(f.raw(name))
     blocks = blocks.view(np.uint8) if blocks.dtype != np.uint8 else blocks  # F16: its bytes
     if target == "torch":
         from toycards.runtime.quant_torch import QuantWeight

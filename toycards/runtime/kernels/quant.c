@@ -858,44 +858,28 @@ int tc_pack(const tc_weight *p, int64_t r0, int64_t r1, uint8_t *out) {
     return 0;
 }
 
-/* row n of the plan's weight as stored: in place, or gathered from its packed group into buf [row_bytes] */
-static const uint8_t *weight_row(const tc_weight *p, int64_t n, uint8_t *buf) {
+/* row n of the plan's weight dequantized into out [K]: as stored in one piece, packed a step of 256
+ * elements at a time from its group (then its bytes past the last whole step) */
+static void dequant_row(const tc_weight *p, row_fn row, int64_t n, float *out) {
     const int64_t rb = p->row_bytes, full = p->n - p->n % ROWS;
-    if (!p->packed || n >= full) return p->w + n * rb;
-    const int64_t sb = step_bytes(p->type), steps = p->k / 256, tail = rb - steps * sb, r = n % ROWS;
-    const uint8_t *group = p->w + (n - r) * rb;
-    for (int64_t st = 0; st < steps; st++) memcpy(buf + st * sb, group + (st * ROWS + r) * sb, (size_t)sb);
-    memcpy(buf + steps * sb, group + steps * ROWS * sb + r * tail, (size_t)tail);
-    return buf;
-}
-
-static _Thread_local uint8_t *scratch_bytes;
-static _Thread_local int64_t scratch_bytes_cap;
-
-static uint8_t *row_scratch(int64_t n) { /* the calling thread's buffer for one gathered row */
-    if (n > scratch_bytes_cap) {
-        free(scratch_bytes);
-        scratch_bytes = (uint8_t *)malloc((size_t)n);
-        scratch_bytes_cap = scratch_bytes ? n : 0;
+    if (!p->packed || n >= full) {
+        row(p->w + n * rb, out, p->k);
+        return;
     }
-    return scratch_bytes;
+    const int64_t sb = step_bytes(p->type), steps = p->k / 256, r = n % ROWS;
+    const uint8_t *group = p->w + (n - r) * rb;
+    for (int64_t st = 0; st < steps; st++) row(group + (st * ROWS + r) * sb, out + 256 * st, 256);
+    if (p->k > 256 * steps)
+        row(group + steps * ROWS * sb + r * (rb - steps * sb), out + 256 * steps, p->k - 256 * steps);
 }
 
 /* rows [r0, r1) of the plan's weight dequantized to out [(r1 − r0), K] */
 int tc_dequant_rows(const tc_weight *p, int64_t r0, int64_t r1, float *out) {
     row_fn row = row_kernel((int)p->type);
     if (!row) return -1;
-    int failed = 0;
 #pragma omp parallel for schedule(static)
-    for (int64_t r = r0; r < r1; r++) {
-        uint8_t *buf = p->packed ? row_scratch(p->row_bytes) : 0;
-        if (p->packed && !buf) {
-            failed = 1;
-            continue;
-        }
-        row(weight_row(p, r, buf), out + (r - r0) * p->k, p->k);
-    }
-    return failed ? -2 : 0;
+    for (int64_t r = r0; r < r1; r++) dequant_row(p, row, r, out + (r - r0) * p->k);
+    return 0;
 }
 
 /* rows [r0, r1) of the plan's weight dequantized and rounded to bfloat16 into out [(r1 − r0), K]
@@ -912,12 +896,11 @@ int tc_dequant_rows_bf16(const tc_weight *p, int64_t r0, int64_t r1, uint16_t *o
             scratch_row = (float *)malloc(sizeof(float) * (size_t)K);
             scratch_row_cap = scratch_row ? K : 0;
         }
-        uint8_t *buf = p->packed ? row_scratch(p->row_bytes) : 0;
-        if (!scratch_row || (p->packed && !buf)) {
+        if (!scratch_row) {
             failed = 1;
             continue;
         }
-        row(weight_row(p, r, buf), scratch_row, K);
+        dequant_row(p, row, r, scratch_row);
         uint16_t *o = out + (r - r0) * K;
 #pragma omp simd
         for (int64_t i = 0; i < K; i++) o[i] = bf16_of(scratch_row[i]);
@@ -929,9 +912,7 @@ int tc_dequant_rows_bf16(const tc_weight *p, int64_t r0, int64_t r1, uint16_t *o
 int tc_gather_rows(const tc_weight *p, const int64_t *ids, int64_t n_ids, float *out) {
     row_fn row = row_kernel((int)p->type);
     if (!row) return -1;
-    uint8_t *buf = p->packed ? row_scratch(p->row_bytes) : 0;
-    if (p->packed && !buf) return -2;
-    for (int64_t i = 0; i < n_ids; i++) row(weight_row(p, ids[i], buf), out + i * p->k, p->k);
+    for (int64_t i = 0; i < n_ids; i++) dequant_row(p, row, ids[i], out + i * p->k);
     return 0;
 }
 
