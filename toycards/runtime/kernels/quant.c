@@ -453,6 +453,11 @@ static inline __m256 f16x8(const uint8_t *p, int stride) {
                                           (short)h[5], (short)h[6], (short)h[7]));
 }
 
+/* a step's x: its eight int8 blocks of 32 (256 elements), two blocks a vector */
+static inline void x_step(const int8_t *q, __m512i y[4]) {
+    for (int j = 0; j < 4; j++) y[j] = _mm512_loadu_si512((const void *)(q + 64 * j));
+}
+
 /* R rows at once against one token (R = ROWS for a packed weight's groups, else 1): the x blocks and
  * their scales are loaded once for all R rows, whose sums stay independent. Row r's blocks 8s … 8s + 7
  * are at w + r·rs + s·ss, its last n_blocks mod 8 blocks at tw + r·ts (a weight as stored: rs = ts =
@@ -475,16 +480,15 @@ static inline __attribute__((always_inline)) void dot_rows(const int type, const
     for (int64_t st = 0; st < steps; st++) {
         const int64_t b = 8 * st;
         const __m256 dxv = _mm256_loadu_ps(dx + b), sxv = _mm256_loadu_ps(sx + b);
-        const int8_t *q = qx + 32 * b;
-        const __m512i y0 = _mm512_loadu_si512(q), y1 = _mm512_loadu_si512(q + 64);
-        const __m512i y2 = _mm512_loadu_si512(q + 128), y3 = _mm512_loadu_si512(q + 192);
+        __m512i ys[4];
+        x_step(qx + 32 * b, ys);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const uint8_t *wr = w + r * rs + st * ss;
             const __m256 d = f16x8(wr, bs), s = _mm256_mul_ps(d, dxv);
             if (type != Q8_0) accx[r] = _mm256_fmadd_ps(HAS_MIN(type) ? f16x8(wr + 2, bs) : d, sxv, accx[r]);
-            const __m512i p0 = pair_products(type, wr, bs, y0), p1 = pair_products(type, wr + 2 * bs, bs, y1);
-            const __m512i p2 = pair_products(type, wr + 4 * bs, bs, y2), p3 = pair_products(type, wr + 6 * bs, bs, y3);
+            const __m512i p0 = pair_products(type, wr, bs, ys[0]), p1 = pair_products(type, wr + 2 * bs, bs, ys[1]);
+            const __m512i p2 = pair_products(type, wr + 4 * bs, bs, ys[2]), p3 = pair_products(type, wr + 6 * bs, bs, ys[3]);
             acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p0), halves_of(s, 0), acc0[r]);
             acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p1), halves_of(s, 2), acc1[r]);
             acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p2), halves_of(s, 4), acc0[r]);
@@ -614,9 +618,8 @@ static inline __attribute__((always_inline)) void dot_rows_q45_k(const int five,
     for (int64_t st = 0; st < n_blocks / 8; st++) { /* 8 x blocks: one weight block of 256 */
         const int64_t b = 8 * st;
         const __m256 dxv = _mm256_loadu_ps(dx + b), sxv = _mm256_loadu_ps(sx + b);
-        const int8_t *q = qx + 32 * b;
-        const __m512i ys[4] = {_mm512_loadu_si512(q), _mm512_loadu_si512(q + 64), _mm512_loadu_si512(q + 128),
-                               _mm512_loadu_si512(q + 192)};
+        __m512i ys[4];
+        x_step(qx + 32 * b, ys);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const uint8_t *wr = w + r * rs + st * ss;
@@ -661,9 +664,8 @@ static inline __attribute__((always_inline)) void dot_rows_q6_k(const int R, con
     for (int64_t st = 0; st < n_blocks / 8; st++) {
         const int64_t b = 8 * st;
         const __m256 dxv = _mm256_loadu_ps(dx + b);
-        const int8_t *qb = qx + 32 * b;
-        const __m512i ys[4] = {_mm512_loadu_si512(qb), _mm512_loadu_si512(qb + 64), _mm512_loadu_si512(qb + 128),
-                               _mm512_loadu_si512(qb + 192)};
+        __m512i ys[4];
+        x_step(qx + 32 * b, ys);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const uint8_t *wr = w + r * rs + st * ss;
