@@ -342,8 +342,8 @@ class _GQASite:
             if self.layout == "none":
                 self.cos = self.sin = torch.empty(len(self.t), 0)
             else:
-                positions = torch.as_tensor(self.t, dtype=torch.float32).reshape(-1, 1)  # as the steps' t ∈ [ℓ]
-                self.cos, self.sin = _rope_angles(positions, self.theta, self.rho, 2 * self.rho.shape[-1])
+                t = torch.as_tensor(self.t, dtype=torch.float32).reshape(-1, 1)  # as the steps' t ∈ [ℓ]
+                self.cos, self.sin = _rope_angles(t, self.theta, self.rho, 2 * self.rho.shape[-1])
         return self.cos, self.sin
 
     def allowed(self, S):

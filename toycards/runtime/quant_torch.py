@@ -23,10 +23,11 @@ not dequantized for few tokens either: the kernel widens their elements in regis
 torch's own GEMV reads at about half the speed. Quantized weights
 are not trainable: training dequantizes at load (`toycards.load(..., dequantize=True)`).
 
-Where the few-token kernel reads a packed weight faster (`quant_kernels.pack_rows`: the 32-element types
-with the AVX-512 kernels), the first product copies the blocks into that layout (rows side by side,
-the same bytes in another order) and every later use reads the copy; the file's pages of the weight
-are then handed back to the page cache (madvise), so the weight still costs its size in memory once.
+Where the few-token kernel reads a packed weight faster (`quant_kernels.pack_rows`: the types whose x
+it rounds to int8, with the AVX-512 kernels), the first product copies the blocks into that layout
+(groups of rows side by side, the same blocks in another order) and every later use reads the copy;
+the file's pages of the weight are handed back as the copy grows (madvise), so the weight still
+costs its size in memory once.
 """
 
 from __future__ import annotations
@@ -242,8 +243,8 @@ class QuantWeight:
         self.fast = kernels.available(self.ggml_type) and blocks.flags.c_contiguous
         # the kernels' view of the weight, bound once (a four-argument C call): the blocks in place,
         # then, from the first product on where that is faster, their packed copy (`_pack`)
-        self._plan = kernels.plan(self.ggml_type, self.blocks.data_ptr(), self.row_bytes, n, k) if self.fast else None
-        self._plan_ref = ctypes.byref(self._plan) if self.fast else None
+        self._plan = kernels.plan(self.ggml_type, self.blocks.data_ptr(), self.row_bytes, n, k)
+        self._plan_ref = ctypes.byref(self._plan)
         self._group = kernels.pack_rows(self.ggml_type) if self.fast else 0  # rows a packed group
         self._unpacked = self._group > 0
         self._packed: torch.Tensor | None = None
@@ -296,7 +297,7 @@ class QuantWeight:
     def linear(self, x: torch.Tensor) -> torch.Tensor:
         """W · X in the codegen layout: x [..., K] → [..., N]."""
         n, k = self.shape
-        if self._unpacked:
+        if self._unpacked and self.fast:
             self._pack()
         if self.fast and x.shape[-1] == k and (t := _few_tokens(x)):  # decoding: one C call, no reshapes
             return _few_token_product(self._plan_ref, x, t, n)

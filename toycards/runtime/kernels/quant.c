@@ -1,9 +1,10 @@
 /* Matrix products with GGUF weights kept in their blocks (toycards/runtime/quant_kernels.py builds
  * this file with the system C compiler and calls it through ctypes).
  *
- * Buffers, for every entry point:
+ * Buffers, for every entry point (a weight comes as its tc_weight: type, shape, where its bytes are):
  *   W   uint8   [N, row_bytes]  the weight as the file stores it: N rows of K elements, each row
- *                               K / block blocks of the type's bytes (ggml-common.h layouts below)
+ *                               K / block blocks of the type's bytes (ggml-common.h layouts below),
+ *                               or the same blocks packed (tc_pack, for the few-token products)
  *   x   float32 [T, K]          activations, one row per token
  *   y   float32 [T, N]          y[t][n] = Σ_k W[n][k] · x[t][k], W dequantized to float32 exactly
  *                               as gguf.quants does it (products and sums in float32)
