@@ -21,7 +21,9 @@ moves the logits less than llama.cpp's own int8 products do
 not dequantized for few tokens either: the kernel widens their elements in registers, and
 `float_linear` does the same for a float32 parameter (an F32 file's matrices, memory-mapped), which
 torch's own GEMV reads at about half the speed. Quantized weights
-are not trainable: training dequantizes at load (`toycards.load(..., dequantize=True)`).
+are not trainable: training dequantizes at load (`toycards.load(..., dequantize=True)`). Gradients
+still flow through them to whatever is (a norm's γ, the inputs): the backward dequantizes the weight
+again a tile at a time, so autograd keeps no float copy of it (`_ThroughBlocks`).
 
 Where the few-token kernel reads a packed weight faster (`quant_kernels.pack_rows`: the types whose x
 it rounds to int8, with the AVX-512 kernels), the first product copies the blocks into that layout
@@ -213,6 +215,33 @@ def _hand_back_pages(blocks: np.ndarray) -> None:
         mapping.madvise(mmap.MADV_DONTNEED, start, end - start)
 
 
+class _Held:
+    """A QuantWeight handed through autograd.Function.apply as a plain object (apply would treat the
+    weight itself, which speaks __torch_function__, as a tensor-like argument)."""
+
+    __slots__ = ("weight",)
+
+    def __init__(self, weight: QuantWeight) -> None:
+        self.weight = weight
+
+
+class _ThroughBlocks(torch.autograd.Function):
+    """y = W · x for a QuantWeight W where autograd records x (gradients into a norm's γ, or into the
+    inputs, through frozen quantized weights): the forward is the kernels' product; the backward
+    dequantizes W again, a tile at a time, instead of keeping a float32 copy of W for it, which would
+    cost the weight's size ×4 to ×8 per call, and per token when decoding."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, held: _Held) -> torch.Tensor:
+        ctx.held, ctx.x_dtype = held, x.dtype
+        return held.weight.linear(x)  # grad mode is off in here: the kernels' product
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, gy: torch.Tensor):
+        return ctx.held.weight.grad_of_x(gy).to(ctx.x_dtype), None
+
+
 class QuantWeight:
     """A weight W [N, K] as GGUF blocks: `blocks` uint8 [N, row_bytes] (the file's bytes), `ggml_type`.
 
@@ -303,7 +332,9 @@ class QuantWeight:
             return _few_token_product(self._plan_ref, x, t, n)
         if x.shape[-1] != k:
             raise RuntimeError(f"{self.name}: x has {x.shape[-1]} entries per row, the weight {k} columns")
-        if not self.fast or x.requires_grad:
+        if x.requires_grad and torch.is_grad_enabled():  # x's gradient, with nothing of W kept for it
+            return _ThroughBlocks.apply(x, _Held(self))
+        if not self.fast:
             return F.linear(x, self.dequantize().to(x.dtype))
         lead = x.shape[:-1]
         x2 = x.reshape(-1, k)  # (T, K)
@@ -317,22 +348,37 @@ class QuantWeight:
     def _tiled(self, x2: torch.Tensor) -> torch.Tensor:
         """x2 [T, K] · Wᵀ a tile of rows at a time: dequantize the tile, then a GEMM (bfloat16 where
         `bf16_prefill`, else float32)."""
+        y = torch.empty(x2.shape[0], self.shape[0], dtype=torch.float32)  # (T, N)
+        bf16 = bf16_prefill(self.ggml_type)
+        if bf16:
+            x2 = x2.to(torch.bfloat16)
+        for r0, r1, tile in self._tiles(torch.bfloat16 if bf16 else torch.float32):
+            y[:, r0:r1] = x2 @ tile.T
+        return y
+
+    def _tiles(self, dtype: torch.dtype):
+        """(r0, r1, W[r0:r1] dequantized to `dtype`) for consecutive tiles of about TILE_FLOATS
+        elements; one buffer, overwritten from tile to tile."""
         n, k = self.shape
         rows = max(1, min(n, TILE_FLOATS // k))
-        y = torch.empty(x2.shape[0], n, dtype=torch.float32)  # (T, N)
-        if bf16_prefill(self.ggml_type):
-            tile, dequant, x2 = (
-                torch.empty(rows, k, dtype=torch.bfloat16),
-                kernels.dequant_rows_bf16,
-                x2.to(torch.bfloat16),
-            )
-        else:
-            tile, dequant = torch.empty(rows, k, dtype=torch.float32), kernels.dequant_rows  # (rows, K)
+        tile = torch.empty(rows, k, dtype=dtype)  # (rows, K)
+        dequant = kernels.dequant_rows_bf16 if dtype is torch.bfloat16 else kernels.dequant_rows
         for r0 in range(0, n, rows):
             r1 = min(n, r0 + rows)
             dequant(self._plan, r0, r1, tile.data_ptr())
-            y[:, r0:r1] = x2 @ tile[: r1 - r0].T
-        return y
+            yield r0, r1, tile[: r1 - r0]
+
+    def grad_of_x(self, gy: torch.Tensor) -> torch.Tensor:
+        """gy [..., N] · W → [..., K]: the gradient of x in y = W · x, W dequantized a tile at a
+        time (never whole), float32 sums."""
+        n, k = self.shape
+        gy2 = gy.reshape(-1, n).to(torch.float32)
+        if not self.fast:
+            return (gy2 @ self.dequantize()).view(*gy.shape[:-1], k)
+        gx = torch.zeros(gy2.shape[0], k, dtype=torch.float32)
+        for r0, r1, tile in self._tiles(torch.float32):
+            gx.addmm_(gy2[:, r0:r1], tile)
+        return gx.view(*gy.shape[:-1], k)
 
     def _pack(self) -> None:
         """Copy the blocks into the packed layout, once (the first product), and read the copy from
