@@ -27,7 +27,10 @@ CASES += ("phi3-partial", "phi2")
 CASES += ("stablelm",)  # q/k/v biases, a quarter of each head rotated
 CASES += ("stablelm2-12b",)  # per-head q/k LayerNorms on the cached keys, parallel attention and MLP
 CASES += ("olmo3",)  # a window of 4 on 3 blocks of 4, over the cache
-ATOL = 1e-5  # same model, same weights: only the order of float32 sums changes
+def tol(want: np.ndarray) -> float:
+    """Same model, same weights: only the order of float32 sums changes, which moves a logit by a few
+    units in the last place of the largest (~1e-6 of it; BLAS kernels differ between CPUs)."""
+    return max(1e-5, 1e-6 * float(np.abs(want).max()))
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +77,7 @@ def test_prefill_then_one_token_at_a_time_equals_full_pass(model, target, case, 
     ids = token_ids(m.hp["N_V"], 1, 40)  # 40 tokens: the cache grows past 16 and 32 slots
     full = run(m, ids)
     got = decode_in_chunks(m, ids, [prefill] + [1] * (40 - prefill))
-    assert_logits_close(got[0], full[0], ATOL, f"{case} {target} prefill {prefill} then 1 by 1")
+    assert_logits_close(got[0], full[0], tol(full[0]), f"{case} {target} prefill {prefill} then 1 by 1")
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -85,7 +88,7 @@ def test_uneven_chunks_on_a_batch(model, target, case):
     full = run(m, ids)
     got = decode_in_chunks(m, ids, [7, 1, 9, 2, 4])
     for b in range(3):
-        assert_logits_close(got[b], full[b], ATOL, f"{case} {target} chunks 7,1,9,2,4, sequence {b}")
+        assert_logits_close(got[b], full[b], tol(full[b]), f"{case} {target} chunks 7,1,9,2,4, sequence {b}")
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -97,7 +100,7 @@ def test_batch_of_three_equals_three_single_runs(model, target, case):
     assert batch.shape == (3, 12, m.hp["N_V"])
     for b in range(3):
         single = m.logits(ids[b].tolist())
-        assert_logits_close(batch[b], single, ATOL, f"{case} {target} batch row {b} vs a single run")
+        assert_logits_close(batch[b], single, tol(single), f"{case} {target} batch row {b} vs a single run")
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -109,8 +112,9 @@ def test_two_caches_do_not_interfere(model, target):
     for t in range(10):
         got_a.append(run(m, a[:, t : t + 1], cache_a))
         got_b.append(run(m, b[:, t : t + 1], cache_b))
-    assert_logits_close(np.concatenate(got_a, 1)[0], run(m, a)[0], ATOL, f"{target} cache a")
-    assert_logits_close(np.concatenate(got_b, 1)[0], run(m, b)[0], ATOL, f"{target} cache b")
+    for got, ids, which in ((got_a, a, "a"), (got_b, b, "b")):
+        want = run(m, ids)[0]
+        assert_logits_close(np.concatenate(got, 1)[0], want, tol(want), f"{target} cache {which}")
 
 
 def run_last(m, ids: np.ndarray, cache=None) -> np.ndarray:
@@ -137,10 +141,11 @@ def test_last_token_alone_equals_the_full_pass(model, target, case):
         start += n
         assert got.shape == (2, 1, m.hp["N_V"]) and cache.length == start
         for b in range(2):
-            assert_logits_close(got[b], full[b, start - 1 : start], ATOL, f"{case} {target} last of {start}")
+            want = full[b, start - 1 : start]
+            assert_logits_close(got[b], want, tol(want), f"{case} {target} last of {start}")
     uncached = run_last(m, ids[:, :7])
     for b in range(2):
-        assert_logits_close(uncached[b], full[b, 6:7], ATOL, f"{case} {target} last of 7, no cache")
+        assert_logits_close(uncached[b], full[b, 6:7], tol(full[b, 6:7]), f"{case} {target} last of 7, no cache")
 
 
 def test_every_library_card_computes_the_last_token_alone_when_asked():
