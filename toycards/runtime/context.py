@@ -20,7 +20,8 @@ class KVCache:
 
     def __init__(self) -> None:
         self.length = 0
-        self.slots: list[list] = []  # [buffers (one per extended array), used]
+        # [buffers (one per extended array), used, a kernel's note on the buffers (glue_torch)]
+        self.slots: list[list] = []
         self.ids = None  # the token ids so far, for a model that recomputes (`Model.RECOMPUTE`)
 
     def reset(self) -> None:
@@ -42,8 +43,8 @@ class KVCache:
         count, grown by doubling): the buffers and the rows already used. The caller writes rows
         used … used + n_new − 1 and then sets `slots[slot][1]` (as `append` does)."""
         if slot == len(self.slots):
-            self.slots.append([[None] * len(likes), 0])
-        buffers, used = self.slots[slot]
+            self.slots.append([[None] * len(likes), 0, None])
+        buffers, used, _ = self.slots[slot]
         for k, a in enumerate(likes):
             buf = buffers[k]
             if buf is not None and buf.shape[:-2] != a.shape[:-2]:

@@ -172,6 +172,7 @@ class _GQACall:
 
     def __init__(self, shapes, args=None, heads=(), width=(), kv=None):
         self.shapes, self.args, self.heads, self.width, self.kv = shapes, args, heads, width, kv
+        self.lead = tuple(heads[:-2])  # the cache buffers' batch and head axes
         self.ref = ctypes.byref(args) if args is not None else None
         self.like = torch.empty(*heads, dtype=torch.float32) if args is not None else None  # the cache's rows
         self.cos = self.mask = self.Kc = self.Vc = None
@@ -233,10 +234,25 @@ def gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, ops):
     cache = ctx.cache if ctx is not None else None
     if cache is not None:
         slot = ctx.slot
-        if slot < len(cache.slots) and not _cache_ready(cache.slots[slot][0]):
-            return None
+        entry = cache.slots[slot] if slot < len(cache.slots) else None
+        # the slot's buffers as this function last checked them (entry[2]: the buffers, their rows
+        # and the batch and head axes) while they still have room: a decoding step's common case
+        note = entry[2] if entry is not None else None
+        if note is not None and (
+            note[0] is not entry[0][0]
+            or note[1] is not entry[0][1]
+            or note[3] != call.lead
+            or entry[1] + a.T > note[2]
+        ):
+            note = None
+        if note is None:
+            if entry is not None and not _cache_ready(entry[0]):
+                return None
+            (Kc, Vc), used = cache.reserve(slot, ops, (call.like, call.like), a.T)
+            cache.slots[slot][2] = (Kc, Vc, Kc.shape[-2], call.lead)
+        else:
+            Kc, Vc, used = note[0], note[1], entry[1]
         ctx.slot += 1
-        (Kc, Vc), used = cache.reserve(slot, ops, (call.like, call.like), a.T)
     else:
         Kc, Vc, used = (
             torch.empty(*call.heads, dtype=torch.float32),
