@@ -784,37 +784,73 @@ ROWS_OF(dot_q5_k, dot_q5_k_one)
 ROWS_OF(dot_q6_k_rows, dot_q6_k)
 #endif
 
-static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t N, int64_t K, int packed,
-                          const float *x, int64_t T, float *y) {
+/* One weight's part of a few-token int8 product: its "calls" are its packed groups of ROWS rows, then
+ * its rows as stored (the last N mod ROWS, or every row of a weight that is not packed). */
+typedef struct {
+    const uint8_t *W;
+    int64_t row_bytes, N, sb, steps, tail, R, full, calls;
+    rows_fn rows;
+    float *y;
+} int8_part;
+
+static void int8_part_of(int type, const uint8_t *W, int64_t row_bytes, int64_t N, int64_t K, int packed, float *y,
+                         int8_part *part) {
+    part->W = W, part->row_bytes = row_bytes, part->N = N, part->y = y;
+    part->rows = type == Q8_0   ? dot_q8_0
+                 : type == Q4_0 ? dot_q4_0
+                 : type == Q4_1 ? dot_q4_1
+                 : type == Q5_0 ? dot_q5_0
+                 : type == Q5_1 ? dot_q5_1
+                 : type == Q4_K ? dot_q4_k
+                 : type == Q5_K ? dot_q5_k
+                                : dot_q6_k_rows;
+    part->sb = step_bytes(type), part->steps = K / 256;
+    part->tail = row_bytes - part->steps * part->sb; /* 0 for the K-quants */
+    part->R = packed ? ROWS : 1, part->full = N - N % part->R;
+    part->calls = part->full / part->R + (N - part->full);
+}
+
+/* call c of a part, for each of the T tokens (y [T, N]) */
+static inline void int8_call(const int8_part *p, int64_t c, int64_t T, int64_t K, const int8_t *qx, const float *dx,
+                             const float *sx) {
+    const int64_t nb = K / 32, R = p->R, full = p->full, sb = p->sb, steps = p->steps;
+    const int64_t n = c < full / R ? c * R : full + (c - full / R);
+    const uint8_t *w = p->W + n * p->row_bytes;
+    for (int64_t t = 0; t < T; t++) {
+        const int8_t *q = qx + t * K;
+        const float *d = dx + t * nb, *s = sx + t * nb;
+        if (n < full && R > 1)
+            p->rows(w, sb, ROWS * sb, w + steps * ROWS * sb, p->tail, ROWS, nb, q, d, s, p->y + t * p->N + n);
+        else
+            p->rows(w, p->row_bytes, sb, w + steps * sb, p->row_bytes, 1, nb, q, d, s, p->y + t * p->N + n);
+    }
+}
+
+/* y_i [T, N_i] = x [T, K] · W_iᵀ for the n_parts weights of one x: x quantized once, and one parallel
+ * loop over every part's calls (one fork and join for the Q, K and V of attention, say) */
+static int int8_products(const int8_part *parts, int n_parts, int64_t K, const float *x, int64_t T) {
     const int64_t nb = K / 32;
     int8_t *qx;
     float *dx, *sx;
     if (!scratch_x(T * K, T * nb, &qx, &dx, &sx)) return -2;
     for (int64_t t = 0; t < T; t++) quantize_x(x + t * K, nb, qx + t * K, dx + t * nb, sx + t * nb);
-    const rows_fn rows = type == Q8_0   ? dot_q8_0
-                         : type == Q4_0 ? dot_q4_0
-                         : type == Q4_1 ? dot_q4_1
-                         : type == Q5_0 ? dot_q5_0
-                         : type == Q5_1 ? dot_q5_1
-                         : type == Q4_K ? dot_q4_k
-                         : type == Q5_K ? dot_q5_k
-                                        : dot_q6_k_rows;
-    const int64_t sb = step_bytes(type), steps = K / 256, tail = row_bytes - steps * sb; /* tail: 0 for K-quants */
-    const int64_t R = packed ? ROWS : 1, full = N - N % R, calls = full / R + (N - full);
-#pragma omp parallel for schedule(static) if (N * row_bytes >= PARALLEL_BYTES)
-    for (int64_t c = 0; c < calls; c++) { /* a packed group of ROWS rows, or one row as stored */
-        const int64_t n = c < full / R ? c * R : full + (c - full / R);
-        const uint8_t *w = W + n * row_bytes;
-        for (int64_t t = 0; t < T; t++) {
-            const int8_t *q = qx + t * K;
-            const float *d = dx + t * nb, *s = sx + t * nb;
-            if (n < full && R > 1)
-                rows(w, sb, ROWS * sb, w + steps * ROWS * sb, tail, ROWS, nb, q, d, s, y + t * N + n);
-            else
-                rows(w, row_bytes, sb, w + steps * sb, row_bytes, 1, nb, q, d, s, y + t * N + n);
-        }
+    int64_t calls = 0, bytes = 0;
+    for (int i = 0; i < n_parts; i++) calls += parts[i].calls, bytes += parts[i].N * parts[i].row_bytes;
+#pragma omp parallel for schedule(static) if (bytes >= PARALLEL_BYTES)
+    for (int64_t c = 0; c < calls; c++) {
+        int i = 0;
+        int64_t local = c;
+        while (local >= parts[i].calls) local -= parts[i++].calls;
+        int8_call(&parts[i], local, T, K, qx, dx, sx);
     }
     return 0;
+}
+
+static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t N, int64_t K, int packed,
+                          const float *x, int64_t T, float *y) {
+    int8_part part;
+    int8_part_of(type, W, row_bytes, N, K, packed, y, &part);
+    return int8_products(&part, 1, K, x, T);
 }
 #else
 #define HAVE_INT8_DOT 0
@@ -1096,9 +1132,32 @@ int tc_linear(const tc_weight *p, const float *x, int64_t T, float *y) {
 
 /* y_a, y_b, y_c = x · W_aᵀ, x · W_bᵀ, x · W_cᵀ (c, y_c may be NULL): consecutive card steps that
  * multiply one x (Q, K and V of attention), one call instead of one per weight */
+/* y_i = x · W_iᵀ for n ≤ 3 weights of one x [T, K] as one int8 product (int8_products) when each is a
+ * type whose x is quantized: returns 1 and sets *code; 0 when they are not (the caller multiplies one
+ * weight at a time). Each y_i is what tc_linear gives: the same x blocks, the same sums. */
+static int int8_together(const tc_weight *const *ws, float *const *ys, int n, const float *x, int64_t T, int *code) {
+#if HAVE_INT8_DOT
+    int8_part parts[3];
+    for (int i = 0; i < n; i++) {
+        const tc_weight *w = ws[i];
+        if (!tc_quantizes_x((int)w->type) || w->k != ws[0]->k || (w->packed && !tc_packs((int)w->type))) return 0;
+        int8_part_of((int)w->type, w->w, w->row_bytes, w->n, w->k, (int)w->packed, ys[i], &parts[i]);
+    }
+    *code = int8_products(parts, n, ws[0]->k, x, T);
+    return 1;
+#else
+    (void)ws, (void)ys, (void)n, (void)x, (void)T, (void)code;
+    return 0;
+#endif
+}
+
 int tc_linears(const tc_weight *a, const tc_weight *b, const tc_weight *c, const float *x, int64_t T, float *ya,
                float *yb, float *yc) {
-    int code = tc_linear(a, x, T, ya);
+    const tc_weight *ws[3] = {a, b, c};
+    float *ys[3] = {ya, yb, yc};
+    int code;
+    if (int8_together(ws, ys, c ? 3 : 2, x, T, &code)) return code;
+    code = tc_linear(a, x, T, ya);
     if (code == 0) code = tc_linear(b, x, T, yb);
     if (code == 0 && c) code = tc_linear(c, x, T, yc);
     return code;
@@ -1143,8 +1202,13 @@ int tc_swiglu(const tc_weight *gate, const tc_weight *up, const tc_weight *down,
     }
     if (!scratch_h) return -2;
     float *g = scratch_h, *u = scratch_h + T * F;
-    int code = tc_linear(gate, x, T, g);
-    if (code == 0) code = tc_linear(up, x, T, u);
+    const tc_weight *ws[2] = {gate, up};
+    float *ys[2] = {g, u};
+    int code;
+    if (!int8_together(ws, ys, 2, x, T, &code)) {
+        code = tc_linear(gate, x, T, g);
+        if (code == 0) code = tc_linear(up, x, T, u);
+    }
     if (code != 0) return code;
 #pragma omp simd
     for (int64_t i = 0; i < T * F; i++) g[i] = g[i] / (1.0f + exp_f32(-g[i])) * u[i];
