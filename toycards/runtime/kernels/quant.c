@@ -37,6 +37,19 @@
  * threads costs more than it saves (a few µs, far more when another process holds a core) */
 #define PARALLEL_BYTES (32 * 1024)
 
+/* Software prefetch: the weight streams of the few-token products ask for their lines this many bytes
+ * ahead of use. The hardware prefetchers alone kept too few lines in flight on a two-core AMD EPYC:
+ * with this, a decoding step's float32 products ran ~1.4× faster and Q8_0's SwiGLU ~1.4× (the Q4 types
+ * about the same); 1 … 2 KiB ahead measured alike. Locality 0 (non-temporal where the CPU has it): a
+ * weight is read once a step, so it should not push the interpreter's data out of the caches. */
+#ifndef PF_DIST
+#define PF_DIST 1536
+#endif
+static inline void ahead(const void *p, int64_t n) {
+    if (PF_DIST)
+        for (int64_t j = 0; j < n; j += 64) __builtin_prefetch((const char *)p + PF_DIST + j, 0, 0);
+}
+
 enum { F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14,
        BF16 = 30 };
 
@@ -483,6 +496,7 @@ static inline __attribute__((always_inline)) void dot_rows(const int type, const
         const __m256 dxv = _mm256_loadu_ps(dx + b), sxv = _mm256_loadu_ps(sx + b);
         __m512i ys[4];
         x_step(qx + 32 * b, ys);
+        ahead(w + st * ss, ss);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const uint8_t *wr = w + r * rs + st * ss;
@@ -621,6 +635,7 @@ static inline __attribute__((always_inline)) void dot_rows_q45_k(const int five,
         const __m256 dxv = _mm256_loadu_ps(dx + b), sxv = _mm256_loadu_ps(sx + b);
         __m512i ys[4];
         x_step(qx + 32 * b, ys);
+        ahead(w + st * ss, ss);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const uint8_t *wr = w + r * rs + st * ss;
@@ -667,6 +682,7 @@ static inline __attribute__((always_inline)) void dot_rows_q6_k(const int R, con
         const __m256 dxv = _mm256_loadu_ps(dx + b);
         __m512i ys[4];
         x_step(qx + 32 * b, ys);
+        ahead(w + st * ss, ss);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const uint8_t *wr = w + r * rs + st * ss;
@@ -1023,7 +1039,7 @@ static inline float vsum8(__m256 v) {
 static inline __attribute__((always_inline)) void float_product(int type, const uint8_t *W, int64_t row_bytes,
                                                                 int64_t N, int64_t K, const float *x,
                                                                 int64_t T, float *y) {
-    const int64_t kv = K / VL * VL;
+    const int64_t kv = K / VL * VL, es = type == F32 ? 4 : 2; /* bytes an element */
     if (T == 1) { /* one row at a time, read in order (one stream: ~1.6× the bandwidth of four rows
                    * interleaved on one core), four sums in flight */
 #pragma omp parallel for schedule(static) if (N * row_bytes >= PARALLEL_BYTES)
@@ -1032,6 +1048,7 @@ static inline __attribute__((always_inline)) void float_product(int type, const 
             vf a0 = VZERO(), a1 = VZERO(), a2 = VZERO(), a3 = VZERO();
             int64_t i = 0;
             for (; i + 4 * VL <= kv; i += 4 * VL) {
+                ahead(w + es * i, 4 * VL * es);
                 a0 = VFMA(vload_w(type, w, i), VLOAD(x + i), a0);
                 a1 = VFMA(vload_w(type, w, i + VL), VLOAD(x + i + VL), a1);
                 a2 = VFMA(vload_w(type, w, i + 2 * VL), VLOAD(x + i + 2 * VL), a2);
@@ -1050,6 +1067,7 @@ static inline __attribute__((always_inline)) void float_product(int type, const 
         vf acc[MAX_FLOAT_TOKENS];
         for (int64_t t = 0; t < T; t++) acc[t] = VZERO();
         for (int64_t i = 0; i < kv; i += VL) {
+            if (i % (4 * VL) == 0) ahead(w + es * i, 4 * VL * es);
             const vf wv = vload_w(type, w, i);
             for (int64_t t = 0; t < T; t++) acc[t] = VFMA(wv, VLOAD(x + t * K + i), acc[t]);
         }
