@@ -270,10 +270,28 @@ PACKED_CASES = [
 ]
 
 
+def split_step(step: np.ndarray, qtype: Q) -> np.ndarray:
+    """One row's step of 8 blocks (uint8, as stored) as quant.c's pack_step regroups it for Q4_0,
+    Q4_1 and Q8_0: the 8 scales d, the 8 mins m (Q4_1), then the quants (Q8_0's in order; Q4's as
+    two runs of 64 bytes, byte i of run h: element i of blocks 4h, 4h + 1 in its low nibble, element
+    i of blocks 4h + 2, 4h + 3 in its high nibble). Other types: the step unchanged."""
+    if qtype not in (Q.Q4_0, Q.Q4_1, Q.Q8_0):
+        return step
+    b = step.reshape(8, -1)
+    head = 4 if qtype == Q.Q4_1 else 2
+    parts = [b[:, 0:2].ravel()] + ([b[:, 2:4].ravel()] if qtype == Q.Q4_1 else [])
+    if qtype == Q.Q8_0:
+        return np.concatenate([*parts, b[:, 2:].ravel()])
+    qs = b[:, head:]
+    quants = np.concatenate([qs & 15, qs >> 4], axis=1)  # [8 blocks, 32 elements] in element order
+    runs = [quants[4 * h : 4 * h + 2].ravel() | quants[4 * h + 2 : 4 * h + 4].ravel() << 4 for h in (0, 1)]
+    return np.concatenate([*parts, *runs]).astype(np.uint8)
+
+
 def packed_layout(blocks: np.ndarray, qtype: Q, k: int, rows: int) -> np.ndarray:
     """The packed layout as quant.c's tc_pack describes it, built step by step: groups of `rows`
-    rows, for each step of 256 elements each row's bytes of it in turn, then each row's bytes past
-    its last whole step; the rows after the last whole group as stored."""
+    rows, for each step of 256 elements each row's bytes of it in turn (`split_step`), then each
+    row's bytes past its last whole step; the rows after the last whole group as stored."""
     n, row_bytes = blocks.shape
     per_block, block_bytes = GGML_QUANT_SIZES[qtype]
     steps, step = k // 256, 256 // per_block * block_bytes
@@ -281,7 +299,7 @@ def packed_layout(blocks: np.ndarray, qtype: Q, k: int, rows: int) -> np.ndarray
     full = n - n % rows
     for g in range(0, full, rows):
         for s in range(steps):
-            out += [blocks[g + r, s * step : (s + 1) * step] for r in range(rows)]
+            out += [split_step(blocks[g + r, s * step : (s + 1) * step], qtype) for r in range(rows)]
         out += [blocks[g + r, steps * step :] for r in range(rows)]
     out += [blocks[r] for r in range(full, n)]
     return np.concatenate(out)

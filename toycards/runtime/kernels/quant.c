@@ -52,6 +52,8 @@ static inline void ahead(const void *p, int64_t n) {
 
 enum { F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14,
        BF16 = 30 };
+/* the types whose packed steps keep their scales apart from their quants (see tc_pack) */
+#define SPLIT(TYPE) ((TYPE) == Q4_0 || (TYPE) == Q4_1 || (TYPE) == Q8_0)
 
 /* A weight's fixed arguments, built once (quant_kernels.Plan): a decoding step passes four arguments
  * per product instead of eight, which is most of what ctypes costs per call. Its bytes are at w, in
@@ -449,14 +451,37 @@ static inline __m512i unsigned_pair512(int type, const uint8_t *w, int bs) {
 }
 
 /* one pair of blocks' Σ q·qx (w and w + bs, against x blocks y), 8 int32 partial sums each */
+/* Σ q·y of 64 signed quants q (two Q8_0 blocks) against x blocks y, 8 int32 partial sums a block */
+static inline __m512i signed_products(__m512i q, __m512i y) {
+    const __m512i sy = _mm512_mask_sub_epi8(y, _mm512_movepi8_mask(q), _mm512_setzero_si512(), y);
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(q), sy);
+}
+
 static inline __m512i pair_products(int type, const uint8_t *w, int bs, __m512i y) {
-    if (type == Q8_0) {
-        const __m512i q = pair512(_mm256_loadu_si256((const __m256i *)(w + 2)),
-                                  _mm256_loadu_si256((const __m256i *)(w + bs + 2)));
-        const __m512i sy = _mm512_mask_sub_epi8(y, _mm512_movepi8_mask(q), _mm512_setzero_si512(), y);
-        return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(q), sy);
-    }
+    if (type == Q8_0)
+        return signed_products(pair512(_mm256_loadu_si256((const __m256i *)(w + 2)),
+                                       _mm256_loadu_si256((const __m256i *)(w + bs + 2))), y);
     return _mm512_dpbusd_epi32(_mm512_setzero_si512(), unsigned_pair512(type, w, bs), y);
+}
+
+/* a packed step of a SPLIT type (see tc_pack) against its four pairs of x blocks ys: p[j] = Σ q·qx
+ * of blocks 2j and 2j + 1; *d = the eight blocks' scales, *m = their mins (Q4_1) */
+static inline void split_products(int type, const uint8_t *wr, const __m512i ys[4], __m512i p[4], __m256 *d,
+                                  __m256 *m) {
+    *d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wr));
+    if (HAS_MIN(type)) *m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wr + 16)));
+    const uint8_t *q = wr + (HAS_MIN(type) ? 32 : 16);
+    if (type == Q8_0) {
+        for (int j = 0; j < 4; j++) p[j] = signed_products(_mm512_loadu_si512((const void *)(q + 64 * j)), ys[j]);
+        return;
+    }
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    for (int h = 0; h < 2; h++) { /* byte i: element i of blocks 4h, 4h + 1 (low nibble), of 4h + 2, 4h + 3 (high) */
+        const __m512i v = _mm512_loadu_si512((const void *)(q + 64 * h));
+        p[2 * h] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v, low4), ys[2 * h]);
+        p[2 * h + 1] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(_mm512_srli_epi16(v, 4), low4),
+                                           ys[2 * h + 1]);
+    }
 }
 
 /* the float16 at p, p + stride, …, p + 7·stride (eight blocks' d, or m) as eight floats */
@@ -500,14 +525,21 @@ static inline __attribute__((always_inline)) void dot_rows(const int type, const
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const uint8_t *wr = w + r * rs + st * ss;
-            const __m256 d = f16x8(wr, bs), s = _mm256_mul_ps(d, dxv);
-            if (type != Q8_0) accx[r] = _mm256_fmadd_ps(HAS_MIN(type) ? f16x8(wr + 2, bs) : d, sxv, accx[r]);
-            const __m512i p0 = pair_products(type, wr, bs, ys[0]), p1 = pair_products(type, wr + 2 * bs, bs, ys[1]);
-            const __m512i p2 = pair_products(type, wr + 4 * bs, bs, ys[2]), p3 = pair_products(type, wr + 6 * bs, bs, ys[3]);
-            acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p0), halves_of(s, 0), acc0[r]);
-            acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p1), halves_of(s, 2), acc1[r]);
-            acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p2), halves_of(s, 4), acc0[r]);
-            acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p3), halves_of(s, 6), acc1[r]);
+            __m512i p[4];
+            __m256 d, m = _mm256_setzero_ps();
+            if (R == ROWS && SPLIT(type)) { /* a packed group's step: scales apart from the quants */
+                split_products(type, wr, ys, p, &d, &m);
+            } else {
+                d = f16x8(wr, bs);
+                if (HAS_MIN(type)) m = f16x8(wr + 2, bs);
+                for (int j = 0; j < 4; j++) p[j] = pair_products(type, wr + 2 * j * bs, bs, ys[j]);
+            }
+            const __m256 s = _mm256_mul_ps(d, dxv);
+            if (type != Q8_0) accx[r] = _mm256_fmadd_ps(HAS_MIN(type) ? m : d, sxv, accx[r]);
+            acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[0]), halves_of(s, 0), acc0[r]);
+            acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[1]), halves_of(s, 2), acc1[r]);
+            acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[2]), halves_of(s, 4), acc0[r]);
+            acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[3]), halves_of(s, 6), acc1[r]);
         }
     }
 #pragma GCC unroll 4
@@ -881,12 +913,59 @@ static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t
  * rows as stored (from g·ROWS·row_bytes); within a group, for each step s of 256 elements (8 blocks of
  * a 32-element type, one K-quant block), row 0's bytes of that step, then row 1's, …, then row
  * ROWS − 1's; then each row's bytes past its last whole step (the last K/32 mod 8 blocks of a
- * 32-element type), row after row. The last N mod ROWS rows stay as stored. Only the order of whole
- * blocks changes.
+ * 32-element type), row after row. The last N mod ROWS rows stay as stored.
+ * A row's bytes of one step are its 8 (or 1) blocks as stored, except for the SPLIT types (Q4_0, Q4_1,
+ * Q8_0), whose step holds the same bytes regrouped (pack_step): the 8 blocks' float16 scales d, then
+ * (Q4_1) their 8 mins m, then their quants: Q8_0's 8 × 32 int8 in order; Q4_0's and Q4_1's as two
+ * runs of 64 bytes, run h holding element i (0 … 63) of blocks 4h, 4h + 1 in byte i's low nibble and
+ * element i of blocks 4h + 2, 4h + 3 in its high nibble.
  * Why: the kernels multiply ROWS rows against the same x blocks at once (x is loaded once, and the
  * rows' closing reductions overlap), but reading ROWS rows as stored means ROWS interleaved streams,
  * which ran at half speed here once the weight was not in cache; packed, a group is read front to
- * back. */
+ * back. Split, a step's scales are one load instead of eight, and 64 quants unpack with one mask
+ * where the file's blocks take two loads, two shifts and three inserts per pair of blocks. */
+
+/* the 4-bit quant of element e (0 … 31) of a Q4_0 / Q4_1 block whose quants are at qs */
+static inline int nibble_at(const uint8_t *qs, int e) { return e < 16 ? qs[e] & 15 : qs[e - 16] >> 4; }
+
+/* one row's step of 8 blocks as stored (b) → its packed bytes (o), as the comment above describes */
+static void pack_step(int type, const uint8_t *b, uint8_t *o) {
+    const int bs = type == Q8_0 ? 34 : type == Q4_0 ? 18 : 20, hb = type == Q4_1 ? 4 : 2;
+    for (int j = 0; j < 8; j++) {
+        memcpy(o + 2 * j, b + j * bs, 2);
+        if (type == Q4_1) memcpy(o + 16 + 2 * j, b + j * bs + 2, 2);
+    }
+    uint8_t *q = o + 8 * hb;
+    if (type == Q8_0) {
+        for (int j = 0; j < 8; j++) memcpy(q + 32 * j, b + j * bs + 2, 32);
+        return;
+    }
+    for (int h = 0; h < 2; h++)
+        for (int i = 0; i < 64; i++) {
+            const int lo = 4 * h + i / 32, hi = lo + 2; /* blocks of element i's low and high nibble */
+            q[64 * h + i] = (uint8_t)(nibble_at(b + lo * bs + hb, i % 32) | nibble_at(b + hi * bs + hb, i % 32) << 4);
+        }
+}
+
+/* the inverse of pack_step: a packed step (o) → its 8 blocks as stored (b) */
+static void unpack_step(int type, const uint8_t *o, uint8_t *b) {
+    const int bs = type == Q8_0 ? 34 : type == Q4_0 ? 18 : 20, hb = type == Q4_1 ? 4 : 2;
+    const uint8_t *q = o + 8 * hb;
+    for (int j = 0; j < 8; j++) {
+        uint8_t *blk = b + j * bs;
+        memcpy(blk, o + 2 * j, 2);
+        if (type == Q4_1) memcpy(blk + 2, o + 16 + 2 * j, 2);
+        if (type == Q8_0) {
+            memcpy(blk + 2, q + 32 * j, 32);
+            continue;
+        }
+        const uint8_t *run = q + 64 * (j / 4) + 32 * (j % 2); /* this block's bytes of its run */
+        const int shift = j % 4 >= 2 ? 4 : 0;
+        for (int e = 0; e < 16; e++)
+            blk[hb + e] = (uint8_t)(((run[e] >> shift) & 15) | ((run[e + 16] >> shift) & 15) << 4);
+    }
+}
+
 
 /* the rows of a packed group (ROWS) when weights of `type` are multiplied faster packed (the types
  * whose x is quantized, AVX-512 kernels), else 0 */
@@ -906,8 +985,11 @@ int tc_pack(const tc_weight *p, int64_t r0, int64_t r1, uint8_t *out) {
         for (int64_t r = 0; r < ROWS; r++) {
             const uint8_t *row = p->w + (n0 + r) * rb;
             uint8_t *group = out + n0 * rb;
-            for (int64_t st = 0; st < steps; st++)
-                memcpy(group + (st * ROWS + r) * sb, row + st * sb, (size_t)sb);
+            for (int64_t st = 0; st < steps; st++) {
+                uint8_t *to = group + (st * ROWS + r) * sb;
+                if (SPLIT(p->type)) pack_step((int)p->type, row + st * sb, to);
+                else memcpy(to, row + st * sb, (size_t)sb);
+            }
             memcpy(group + steps * ROWS * sb + r * tail, row + steps * sb, (size_t)tail);
         }
     return 0;
@@ -923,7 +1005,12 @@ static void dequant_row(const tc_weight *p, row_fn row, int64_t n, float *out) {
     }
     const int64_t sb = step_bytes(p->type), steps = p->k / 256, r = n % ROWS;
     const uint8_t *group = p->w + (n - r) * rb;
-    for (int64_t st = 0; st < steps; st++) row(group + (st * ROWS + r) * sb, out + 256 * st, 256);
+    uint8_t blocks[8 * 34]; /* a SPLIT type's step as stored */
+    for (int64_t st = 0; st < steps; st++) {
+        const uint8_t *from = group + (st * ROWS + r) * sb;
+        if (SPLIT(p->type)) unpack_step((int)p->type, from, blocks), from = blocks;
+        row(from, out + 256 * st, 256);
+    }
     if (p->k > 256 * steps)
         row(group + steps * ROWS * sb + r * (rb - steps * sb), out + 256 * steps, p->k - 256 * steps);
 }
