@@ -19,7 +19,14 @@ from oracle.llama_pre import recorded_cases
 
 from toycards.errors import ToycardsError
 from toycards.gguf.reader import open_gguf
-from toycards.tokenizer.bpe import PRE_TOKENIZERS, REGEX_FAMILIES, ByteBPE, PreTokenizer, split_words
+from toycards.tokenizer.bpe import (
+    PRE_TOKENIZERS,
+    REGEX_FAMILIES,
+    ByteBPE,
+    PreTokenizer,
+    parse_merges,
+    split_words,
+)
 from toycards.tokenizer.chat import render_chat
 from toycards.tokenizer.merge import merge_pairs
 from toycards.tokenizer.tokenizer import Tokenizer, clean_up_spaces, load_tokenizer
@@ -226,7 +233,7 @@ def test_llama3_split_hand_computed():
 
 
 def test_bpe_merges_leftmost_on_equal_rank():
-    bpe = ByteBPE({"a": 0, "aa": 1}, {("a", "a"): 0}, PreTokenizer("gpt2"))
+    bpe = ByteBPE({"a": 0, "aa": 1}, parse_merges(["a a"]), PreTokenizer("gpt2"))
     assert bpe.merge("aaa") == ["aa", "a"]
     assert bpe.encode("aaa") == [1, 0]
 

@@ -277,28 +277,44 @@ def token_bytes(text: str) -> bytes:
     return b"".join(bytes([UNICODE_TO_BYTE[c]]) if c in UNICODE_TO_BYTE else c.encode() for c in text)
 
 
-def parse_merges(merges: list[str]) -> dict[tuple[str, str], int]:
-    """Rank of each merge, split at the first space after the first character, as llama.cpp does.
+def parse_merges(merges: list[str]) -> dict[str, int]:
+    """Rank of each merge by its own text ("left right"), the first rank where one repeats
+    (llama.cpp's `emplace` keeps the first). Keyed by the file's strings themselves, not by a pair
+    of new ones: a 49k-merge vocabulary then costs one dict, not ~8 MiB of tuples and halves.
+    `merge_rank` looks a pair up.
 
-    >>> parse_merges(["Ġ t", "h e"])
-    {('Ġ', 't'): 0, ('h', 'e'): 1}
+    >>> parse_merges(["Ġ t", "h e", "Ġ t"])
+    {'Ġ t': 0, 'h e': 1}
     """
-    ranks: dict[tuple[str, str], int] = {}
+    ranks: dict[str, int] = {}
     for rank, merge in enumerate(merges):
-        cut = merge.find(" ", 1)
-        pair = (merge[:cut], merge[cut + 1 :]) if cut >= 0 else ("", "")
-        ranks.setdefault(pair, rank)  # std::unordered_map::emplace keeps the first
+        ranks.setdefault(merge, rank)
     return ranks
+
+
+def merge_rank(ranks: dict[str, int], left: str, right: str) -> int | None:
+    """The rank of merging `left` and `right`, or None. llama.cpp splits a merge at its first space
+    after the first character, so the pair's merge is the text "left right" exactly when `left` is
+    not empty and has no space after its first character; otherwise that text splits into another
+    pair, and this pair is no merge.
+
+    >>> ranks = parse_merges(["Ġ t", "a b c"])
+    >>> merge_rank(ranks, "Ġ", "t"), merge_rank(ranks, "a", "b c"), merge_rank(ranks, "a b", "c")
+    (0, 1, None)
+    """
+    if not left or " " in left[1:]:
+        return None
+    return ranks.get(f"{left} {right}")
 
 
 class ByteBPE:
     """Encode raw text (no special tokens) with a byte-level BPE vocabulary.
 
-    `token_to_id` maps token text to id; `ranks` maps a merge pair to its rank; `pre` is the
-    pre-tokenizer. Words are cached, so repeated words cost a dict lookup.
+    `token_to_id` maps token text to id; `ranks` maps a merge's text to its rank (`parse_merges`);
+    `pre` is the pre-tokenizer. Words are cached, so repeated words cost a dict lookup.
     """
 
-    def __init__(self, token_to_id: dict[str, int], ranks: dict[tuple[str, str], int], pre: PreTokenizer):
+    def __init__(self, token_to_id: dict[str, int], ranks: dict[str, int], pre: PreTokenizer):
         self.token_to_id = token_to_id
         self.ranks = ranks
         self.pre = pre
@@ -334,4 +350,4 @@ class ByteBPE:
         """Merge the symbols of one byte-encoded word, lowest rank first, leftmost on ties
         (llama.cpp's `llm_tokenizer_bpe_session`)."""
         ranks = self.ranks
-        return merge_pairs(list(word), lambda a, b: ranks.get((a, b)))
+        return merge_pairs(list(word), lambda a, b: merge_rank(ranks, a, b))
