@@ -26,7 +26,7 @@ from gguf_factory import random_blocks  # noqa: E402
 
 from toycards.gguf.dequant import KERNELS, dequantize  # noqa: E402
 
-TYPES = [Q.F16, Q.BF16, *KERNELS, Q.Q4_K, Q.Q6_K]
+TYPES = [Q.F16, Q.BF16, *(Q(t) for t in KERNELS), Q.Q4_K, Q.Q6_K]
 
 
 def best_of(repeat: int, fn) -> tuple[float, np.ndarray]:

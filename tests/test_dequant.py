@@ -10,9 +10,11 @@ from gguf import GGML_QUANT_SIZES, quants
 from gguf_factory import Q, random_blocks, write_gguf
 
 from toycards.errors import ToycardsError
-from toycards.gguf.dequant import _CHUNK, KERNELS, PLAIN_DTYPES, TESTED_TYPES, dequantize
+from toycards.gguf.dequant import _CHUNK, KERNELS, PLAIN_DTYPES, dequantize
 from toycards.gguf.reader import open_gguf
 
+# the types compared against gguf.quants here (others work as far as gguf.quants does)
+TESTED_TYPES = tuple(Q[name] for name in "F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K".split())
 QUANTISABLE = {Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1}  # gguf.quants.quantize can make these
 BLOCK_TYPES = [t for t in TESTED_TYPES if t not in PLAIN_DTYPES and t != Q.BF16]
 

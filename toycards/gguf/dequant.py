@@ -23,13 +23,14 @@ as our kernels for BF16, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1.
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
 
 from toycards.errors import ToycardsError
+from toycards.gguf.facts import QUANT_NAMES, QUANT_SIZES
 
-T = GGMLQuantizationType
+T = SimpleNamespace(**{name: code for code, name in QUANT_NAMES.items()})  # ggml type ids by name
 
 # types stored as plain little-endian numbers: raw data comes typed, not as blocks
 PLAIN_DTYPES: dict[int, np.dtype] = {
@@ -41,10 +42,6 @@ PLAIN_DTYPES: dict[int, np.dtype] = {
     T.I32: np.dtype("<i4"),
     T.I64: np.dtype("<i8"),
 }
-# the types the tests compare against gguf.quants (others work as far as gguf.quants does)
-TESTED_TYPES = tuple(
-    T[name] for name in "F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K".split()
-)
 _CHUNK = 1 << 14  # blocks per kernel call: keeps temporaries cache-sized
 
 
@@ -113,13 +110,13 @@ def dequantize(raw: np.ndarray, ggml_type: int, shape: tuple[int, ...], what: st
     `what` names the tensor in error messages.
 
     >>> blocks = np.array([[0x00, 0x3C] + [1, 0xFF] * 16], dtype=np.uint8)   # d = 1.0
-    >>> dequantize(blocks, GGMLQuantizationType.Q8_0, (32,))[:4]
+    >>> dequantize(blocks, T.Q8_0, (32,))[:4]
     array([ 1., -1.,  1., -1.], dtype=float32)
     """
-    if ggml_type not in GGML_QUANT_SIZES:
+    if ggml_type not in QUANT_SIZES:
         raise ToycardsError(f"{what}: unknown tensor type {ggml_type}")
-    name = T(ggml_type).name
-    block, type_size = GGML_QUANT_SIZES[ggml_type]
+    name = QUANT_NAMES[ggml_type]
+    block, type_size = QUANT_SIZES[ggml_type]
     n_elements = int(np.prod(shape, dtype=object))
     if n_elements % block or raw.nbytes != n_elements // block * type_size:
         raise ToycardsError(f"{what}: {raw.nbytes} bytes of {name} data do not fit shape {shape}")
@@ -133,8 +130,12 @@ def dequantize(raw: np.ndarray, ggml_type: int, shape: tuple[int, ...], what: st
         return bits.view(np.float32).reshape(shape)
     if ggml_type in KERNELS:
         return _blockwise(KERNELS[ggml_type], raw.reshape(-1, type_size), block).reshape(shape)
+    from gguf import GGMLQuantizationType, quants  # imported here: loading a file needs none of it
+
     try:  # whole rows: gguf.quants works through them 16 at a time
-        out = quants.dequantize(raw.reshape(-1, shape[-1] // block * type_size), T(ggml_type))
+        out = quants.dequantize(
+            raw.reshape(-1, shape[-1] // block * type_size), GGMLQuantizationType(ggml_type)
+        )
     except NotImplementedError:
         raise ToycardsError(f"{what}: dequantising {name} is not supported") from None
     return out.reshape(shape)

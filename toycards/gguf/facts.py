@@ -1,11 +1,12 @@
 """The `gguf` package's tables of GGUF facts, without importing the package.
 
 Owns: the facts a header reader needs from `gguf.constants` (value types, ggml tensor
-types and their block sizes, the default alignment, file types, architecture names and
-metadata keys), copied from the installed `gguf` package on first use and cached on
+types and their block sizes, the default alignment, file types, architecture names,
+metadata keys and token types), copied from the installed `gguf` package on first use and cached on
 disk (toycards/cache.py) under a key made from that package's constants file, so an
 upgraded `gguf` is read afresh. Importing `gguf` costs a fresh process about 70 ms,
-NumPy included; `toycards describe` and `list` read headers without either.
+NumPy included; `toycards describe` and `list` read headers without either, and
+`toycards.load` reads a file and its tokenizer without `gguf` (~7 MiB resident).
 Leaves out: what the facts mean (runtime/gguf_header.py, runtime/hparams.py,
 describe_header.py); tensor data, which needs `gguf.quants` (runtime/dequant.py).
 
@@ -21,7 +22,7 @@ from types import SimpleNamespace
 
 from toycards import cache
 
-_SCHEMA = "1"  # bump when the tables below change shape
+_SCHEMA = "2"  # bump when the tables below change shape
 
 
 def _from_gguf() -> dict[str, object]:
@@ -45,6 +46,7 @@ def _from_gguf() -> dict[str, object]:
         "file_types": {int(t): t.name for t in gguf.LlamaFileType},
         "arch_names": {m.name: gguf.MODEL_ARCH_NAMES[m] for m in gguf.MODEL_ARCH},
         "keys": namespace(gguf.Keys),
+        "token_types": {t.name: int(t) for t in gguf.TokenType},
     }
 
 
@@ -56,6 +58,7 @@ _TABLES = {
     "file_types",
     "arch_names",
     "keys",
+    "token_types",
 }
 
 
@@ -92,6 +95,8 @@ ARCH_NAMES: dict[str, str] = _facts["arch_names"]
 """`gguf.MODEL_ARCH` member name → `general.architecture` (`"QWEN2"` → `"qwen2"`)."""
 Keys = _facts["keys"]
 """`gguf.Keys` as nested namespaces: `Keys.LLM.BLOCK_COUNT == "{arch}.block_count"`."""
+TokenType = SimpleNamespace(**_facts["token_types"])
+"""`tokenizer.ggml.token_type` values by name: `TokenType.CONTROL == 3`."""
 del _facts
 
 

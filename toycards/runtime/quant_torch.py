@@ -45,6 +45,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from toycards.gguf.facts import QUANT_NAMES
 from toycards.runtime import quant_kernels as kernels
 from toycards.runtime.glue_torch import plain
 
@@ -297,9 +298,7 @@ class QuantWeight:
         return self.blocks.numel()
 
     def __repr__(self) -> str:
-        from gguf import GGMLQuantizationType
-
-        kind = GGMLQuantizationType(self.ggml_type).name
+        kind = QUANT_NAMES.get(self.ggml_type, str(self.ggml_type))
         return f"QuantWeight({self.name}: {kind} {tuple(self.shape)}, {self.nbytes} bytes)"
 
     # ── values ─────────────────────────────────────────────────────────────────────────

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import gguf
+from toycards.gguf.facts import TokenType
 
-T = gguf.TokenType
+T = TokenType
 
 # roles llama.cpp finds by token text when the file leaves them unset (first listed text wins)
 ROLE_TEXTS = {

@@ -31,16 +31,14 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-import gguf
-
 from toycards.errors import ToycardsError
-from toycards.gguf.facts import DEPRECATED_SPECIAL_TOKEN_KEYS, SPECIAL_TOKEN_KEYS
+from toycards.gguf.facts import DEPRECATED_SPECIAL_TOKEN_KEYS, SPECIAL_TOKEN_KEYS, Keys, TokenType
 from toycards.tokenizer.bpe import PRE_TOKENIZERS, ByteBPE, PreTokenizer, parse_merges, token_bytes
 from toycards.tokenizer.special import SpecialSplitter, assign_roles_by_text, end_of_generation
 from toycards.tokenizer.spm import SPACE, SentencePiece, parse_byte_token
 
-K = gguf.Keys.Tokenizer
-T = gguf.TokenType
+K = Keys.Tokenizer
+T = TokenType
 MetadataGet = Callable[..., object]  # get(key, default=None) -> value
 
 
