@@ -11,7 +11,8 @@ then --decode greedy tokens, then the prompt again on an empty cache (the warm p
 pass also pays one-time costs, such as library code pages the machine had dropped); the runs
 alternate A B A B for --rounds rounds and the medians are printed: decode tok/s, prefill tok/s
 (first and warm), peak RSS, the ratios, and whether the greedy tokens agree,
-then the same ratios per CPU-second of each process (on one thread, what a machine loaded by other
+with --numpy, the NumPy target's peak RSS against the file's size and its speed against the torch
+target's; then the same ratios per CPU-second of each process (on one thread, what a machine loaded by other
 work changes least), the load average, the load time and the peak RSS after load.
 llama.cpp comes from llama-cpp-python in the interpreter --llama-python (a benchmark
 dependency, never a test or CI one; see the README's benchmark notes for its build flags); its
@@ -96,6 +97,24 @@ def run_toycards(path: str, ids: list[int], decode: int, threads: int) -> dict:
         return _timed(step, cache.reset, ids, decode, loaded, load_rss)
 
 
+def run_toycards_numpy(path: str, ids: list[int], decode: int, threads: int) -> dict:
+    """The NumPy target (no torch in the process; its BLAS threads from OMP_NUM_THREADS)."""
+    import numpy as np
+
+    import toycards
+
+    start = time.perf_counter()
+    model = toycards.load(path, target="numpy")
+    loaded = time.perf_counter() - start
+    load_rss = peak_rss_mb()
+    cache = model.new_cache()
+
+    def step(tokens: list[int]) -> int:
+        return int(np.argmax(model(np.array([tokens]), cache, last=True)[0, -1]))
+
+    return _timed(step, cache.reset, ids, decode, loaded, load_rss)
+
+
 def run_llama_cpp(path: str, ids: list[int], decode: int, threads: int) -> dict:
     import llama_cpp
     import numpy as np
@@ -126,7 +145,7 @@ def peak_rss_mb() -> float:
 
 def _child(args: argparse.Namespace) -> None:
     ids = json.loads(args.ids)
-    runner = run_toycards if args.child == "toycards" else run_llama_cpp
+    runner = {"toycards": run_toycards, "numpy": run_toycards_numpy, "llama": run_llama_cpp}[args.child]
     result = runner(args.file, ids, args.decode, args.threads)
     result["peak_rss_mb"] = peak_rss_mb()
     print(json.dumps(result))
@@ -204,10 +223,12 @@ def _spawn(python: str, which: str, path: Path, ids: list[int], args: argparse.N
 
 
 def compare(path: Path, ids: list[int], args: argparse.Namespace) -> None:
-    runs: dict[str, list[dict]] = {"llama.cpp": [], "toycards": []}
+    runs: dict[str, list[dict]] = {"llama.cpp": [], "toycards": []} | ({"numpy": []} if args.numpy else {})
     for _ in range(args.rounds):
         runs["llama.cpp"].append(_spawn(args.llama_python, "llama", path, ids, args))
         runs["toycards"].append(_spawn(sys.executable, "toycards", path, ids, args))
+        if args.numpy:
+            runs["numpy"].append(_spawn(sys.executable, "numpy", path, ids, args))
     med = {}
     for name, rs in runs.items():
         med[name] = {
@@ -239,6 +260,14 @@ def compare(path: Path, ids: list[int], args: argparse.Namespace) -> None:
         f"  toycards / llama.cpp: decode ×{a['decode'] / b['decode']:.2f}   prefill ×{a['prefill'] / b['prefill']:.2f}"
         f" (warm ×{a['warm'] / b['warm']:.2f})   peak RSS ×{a['rss'] / b['rss']:.2f}   greedy tokens equal {same}/{args.decode}{where}"
     )
+    if args.numpy:
+        n = med["numpy"]
+        agree = sum(x == y for x, y in zip(runs["numpy"][0]["tokens"], ours))
+        print(
+            f"  toycards NumPy target: peak RSS ×{n['rss'] * 2**20 / path.stat().st_size:.2f} of the file"
+            f" ({n['rss']:.0f} MB)   decode ×{n['decode'] / a['decode']:.2f} of the torch target"
+            f" ({n['decode']:.1f} tok/s)   prefill ×{n['prefill'] / a['prefill']:.2f}   greedy tokens as torch's {agree}/{args.decode}"
+        )
     # tokens per CPU-second: what a loaded machine changes least, on one thread (with more, CPU time
     # also counts the threads spinning at barriers)
     print(
@@ -265,7 +294,11 @@ def main() -> None:
         help="smollm2-135m: the real file (or --file); llama-1b: a random Llama-3.2-1B-shaped Q4_K file",
     )  # fmt: skip
     p.add_argument("--shape-dir", help="with --shape llama-1b: keep (and reuse) its files in this folder")
-    p.add_argument("--child", choices=["toycards", "llama"], help=argparse.SUPPRESS)
+    p.add_argument(
+        "--numpy", action="store_true",
+        help="also run toycards' NumPy target: its peak RSS against the file's size, its speed against the torch target's",
+    )  # fmt: skip
+    p.add_argument("--child", choices=["toycards", "numpy", "llama"], help=argparse.SUPPRESS)
     p.add_argument("--ids", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
