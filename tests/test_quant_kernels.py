@@ -309,13 +309,14 @@ def packed_layout(blocks: np.ndarray, qtype: Q, k: int, rows: int) -> np.ndarray
 @pytest.mark.parametrize(("qtype", "shape"), PACKED_CASES, ids=lambda c: getattr(c, "name", str(c)))
 def test_packed_weight_is_the_same_weight(qtype, shape, monkeypatch):
     """A weight that its first product packed multiplies, dequantizes and embeds exactly as the same
-    blocks read in place (the NumPy twin, which never packs, runs the same kernel on rows as stored),
+    blocks read in place (a NumPy twin kept from packing runs the same kernel on rows as stored),
     and the packed copy is the layout quant.c describes (packed here one group at a time)."""
-    monkeypatch.setattr(quant_torch, "_PACK_BYTES", 1)
+    monkeypatch.setattr(quant_kernels, "PACK_BYTES", 1)
     rng = np.random.default_rng(shape[0] * 1000 + shape[1])
     blocks = small_blocks(qtype, shape, rng)
     w = quant_torch.reference_dequantize(blocks, qtype, shape)
     q, stored = quant_torch.QuantWeight(blocks, qtype, shape), quant_numpy.QuantWeight(blocks, qtype, shape)
+    stored._unpacked = False  # never packed: the rows as stored
     x = rng.normal(size=(3, shape[1])).astype(np.float32)
     for t in (1, 3):
         assert np.array_equal(q.linear(torch.from_numpy(x[:t])).numpy(), stored.linear(x[:t]))
@@ -346,13 +347,14 @@ def _mapped_kib(path) -> int:
 
 @pytest.mark.skipif(not quant_kernels.pack_rows(Q.Q8_0) or not os.path.exists("/proc/self/smaps"),
                     reason="no packed kernels here, or no /proc/self/smaps")  # fmt: skip
-def test_packing_hands_the_file_pages_back(tmp_path, monkeypatch):
-    """Once packed, the weight's pages of the file mapping are no longer resident in this process
-    (the packed copy replaces them, a slice at a time), and the weight still reads right (the file
-    is only read)."""
+@pytest.mark.parametrize("target", ["torch", "numpy"])
+def test_packing_hands_the_file_pages_back(tmp_path, monkeypatch, target):
+    """Once packed (by either target's weight), the weight's pages of the file mapping are no longer
+    resident in this process (the packed copy replaces them, a slice at a time), and the weight still
+    reads right (the file is only read)."""
     from toycards.gguf.reader import open_gguf
 
-    monkeypatch.setattr(quant_torch, "_PACK_BYTES", 64 * 1024)
+    monkeypatch.setattr(quant_kernels, "PACK_BYTES", 64 * 1024)
 
     rng = np.random.default_rng(5)
     w = rng.normal(0, 0.1, size=(256, 1024)).astype(np.float32)  # ~280 KB of Q8_0: ~68 pages
@@ -360,18 +362,20 @@ def test_packing_hands_the_file_pages_back(tmp_path, monkeypatch):
     f = open_gguf(path)
     blocks = f.raw("m.weight")
     assert not blocks.flags.writeable
-    q = quant_torch.QuantWeight(blocks, Q.Q8_0, w.shape)
-    want = q.dequantize().numpy()  # reads every page of the tensor
+    q = (quant_torch if target == "torch" else quant_numpy).QuantWeight(blocks, Q.Q8_0, w.shape)
+    want = np.asarray(q.dequantize())  # reads every page of the tensor
     before = _mapped_kib(path)
     assert before * 1024 >= 0.9 * blocks.nbytes
     x = rng.normal(size=(1, 1024)).astype(np.float32)
-    y = q.linear(torch.from_numpy(x))  # packs
+    y = np.asarray(q.linear(torch.from_numpy(x) if target == "torch" else x))  # packs
     after = _mapped_kib(path)
     assert before - after >= 0.9 * blocks.nbytes / 1024 - 8, (before, after)
-    assert np.array_equal(q.dequantize().numpy(), want)
-    assert np.array_equal(y.numpy(), quant_numpy.QuantWeight(blocks, Q.Q8_0, w.shape).linear(x))
+    assert np.array_equal(np.asarray(q.dequantize()), want)
+    in_place = quant_numpy.QuantWeight(blocks, Q.Q8_0, w.shape)
+    in_place._unpacked = False  # the rows as stored (mapped again from the file)
+    assert np.array_equal(y, in_place.linear(x))
     writable = blocks.copy()  # anonymous memory: left alone (MADV_DONTNEED would zero it)
-    quant_torch._hand_back_pages(writable)
+    quant_kernels.hand_back_pages(writable)
     assert np.array_equal(writable, blocks)
 
 

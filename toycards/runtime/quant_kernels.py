@@ -20,12 +20,17 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import mmap
 import os
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
+import threading
 from pathlib import Path
+
+import numpy as np
 
 from toycards import cache
 
@@ -171,6 +176,49 @@ def pack(p: Plan, r0: int, r1: int, out_ptr: int) -> None:
     r1 multiples of `pack_rows`, or r1 = n. Then a plan at out with `packed` 1 reads the weight; every
     call here reads either layout."""
     _check(library().tc_pack(ctypes.byref(p), r0, r1, out_ptr), "pack")
+
+
+PACKING = threading.Lock()  # one weight packed at a time (each weight packs once, under this lock)
+PACK_BYTES = 1 << 20  # bytes of a weight packed (and its file pages handed back) at a time
+
+
+def packed_copy(p: Plan, blocks: np.ndarray, out_ptr: int) -> Plan:
+    """Copy plan p's weight (`blocks`: its bytes as stored, uint8 [n, row_bytes]) into out (as many
+    bytes) in the packed layout, about PACK_BYTES at a time, the file's pages of each slice handed
+    back as it is copied (`hand_back_pages`), so the weight costs its size once; the plan that reads
+    the copy."""
+    group = pack_rows(p.type)
+    step = max(1, PACK_BYTES // (group * p.row_bytes)) * group
+    for r0 in range(0, p.n, step):
+        r1 = min(p.n, r0 + step)
+        pack(p, r0, r1, out_ptr)
+        hand_back_pages(blocks[r0:r1])
+    packed = plan(p.type, out_ptr, p.row_bytes, p.n, p.k)
+    packed.packed = 1
+    return packed
+
+
+def hand_back_pages(blocks: np.ndarray) -> None:
+    """Drop this process's mapping of the whole pages under `blocks` when they are a read-only view
+    of a file (reading them again maps them again, from the file: nothing is lost); memory of any
+    other kind is left alone (there, MADV_DONTNEED would zero writable private pages)."""
+    if not sys.platform.startswith("linux") or blocks.flags.writeable or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    base, mapping = blocks, None
+    while base is not None and mapping is None:  # the ndarray over the whole file, then its mmap
+        nxt = getattr(base, "base", None)
+        if isinstance(nxt, mmap.mmap):
+            mapping = nxt
+        else:
+            base = nxt
+    if mapping is None or not isinstance(base, np.ndarray):
+        return
+    page = mmap.PAGESIZE
+    offset = blocks.ctypes.data - base.ctypes.data
+    start = -(-offset // page) * page
+    end = (offset + blocks.nbytes) // page * page
+    if end > start:
+        mapping.madvise(mmap.MADV_DONTNEED, start, end - start)
 
 
 def linear_fn():

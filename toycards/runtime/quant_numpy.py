@@ -3,7 +3,9 @@
 Owns: the NumPy twin of quant_torch.QuantWeight (the file's bytes, uint8 [N, row_bytes],
 memory-mapped; products by the C kernels of quant_kernels.py, or gguf.quants without them; the
 dequantized array for any other use, through `__array__`), so that a quantized file costs about
-its own size in memory on the NumPy target too.
+its own size in memory on the NumPy target too. Where the few-token kernel reads a packed copy
+faster (`quant_kernels.pack_rows`), the first product makes that copy and hands the file's pages
+back, as quant_torch does.
 Leaves out: torch (quant_torch.py), the kernels themselves.
 """
 
@@ -51,8 +53,19 @@ class QuantWeight:
         self.blocks, self.ggml_type, self.shape, self.name = blocks, int(ggml_type), tuple(shape), name
         self.row_bytes = blocks.shape[1]
         self.fast = kernels.available(self.ggml_type) and blocks.flags.c_contiguous
-        # the kernels' view of the weight: the blocks as stored, read in place (never packed here)
+        # the kernels' view of the weight: the blocks in place, then, from the first product on where
+        # that is faster, their packed copy (`_pack`)
         self._plan = kernels.plan(self.ggml_type, _ptr(blocks), self.row_bytes, *shape) if self.fast else None
+        self._unpacked = self.fast and kernels.pack_rows(self.ggml_type) > 0
+        self._packed: np.ndarray | None = None
+
+    def _pack(self) -> None:
+        """The packed copy of the blocks, once, read from then on (quant_torch.QuantWeight._pack)."""
+        with kernels.PACKING:
+            if self._unpacked:
+                packed = np.empty(self.blocks.nbytes, dtype=np.uint8)
+                self._plan = kernels.packed_copy(self._plan, self.blocks, _ptr(packed))
+                self._packed, self._unpacked = packed, False
 
     def __repr__(self) -> str:
         return f"QuantWeight({self.name}: type {self.ggml_type} {self.shape}, {self.blocks.nbytes} bytes)"
@@ -91,6 +104,8 @@ class QuantWeight:
         x = np.asarray(x)
         if not self.fast:
             return x @ self.dequantize().T
+        if self._unpacked:
+            self._pack()
         lead = x.shape[:-1]
         x2 = np.ascontiguousarray(x.reshape(-1, k), dtype=np.float32)  # (T, K)
         y = np.empty((x2.shape[0], n), dtype=np.float32)  # (T, N)

@@ -35,10 +35,7 @@ costs its size in memory once.
 from __future__ import annotations
 
 import ctypes
-import mmap
 import os
-import sys
-import threading
 import warnings
 
 import numpy as np
@@ -187,33 +184,6 @@ def _unwrap(value):
     if isinstance(value, dict):
         return {k: _unwrap(v) for k, v in value.items()}
     return value
-
-
-_PACKING = threading.Lock()  # one weight packed at a time, and each once
-_PACK_BYTES = 1 << 20  # bytes of a weight packed (and handed back) at a time
-
-
-def _hand_back_pages(blocks: np.ndarray) -> None:
-    """Drop this process's mapping of the whole pages under `blocks` when they are a read-only view
-    of a file (reading them again maps them again, from the file: nothing is lost); memory of any
-    other kind is left alone (there, MADV_DONTNEED would zero writable private pages)."""
-    if not sys.platform.startswith("linux") or blocks.flags.writeable or not hasattr(mmap, "MADV_DONTNEED"):
-        return
-    base, mapping = blocks, None
-    while base is not None and mapping is None:  # the ndarray over the whole file, then its mmap
-        nxt = getattr(base, "base", None)
-        if isinstance(nxt, mmap.mmap):
-            mapping = nxt
-        else:
-            base = nxt
-    if mapping is None or not isinstance(base, np.ndarray):
-        return
-    page = mmap.PAGESIZE
-    offset = blocks.ctypes.data - base.ctypes.data
-    start = -(-offset // page) * page
-    end = (offset + blocks.nbytes) // page * page
-    if end > start:
-        mapping.madvise(mmap.MADV_DONTNEED, start, end - start)
 
 
 class _Held:
@@ -383,18 +353,11 @@ class QuantWeight:
         """Copy the blocks into the packed layout, once (the first product), and read the copy from
         then on; the file's pages of the weight go back to the page cache. A new plan, never a changed
         one: a product already running on another thread keeps a consistent view of the weight."""
-        with _PACKING:
+        with kernels.PACKING:
             if not self._unpacked:
                 return
-            n, k = self.shape
             packed = torch.empty(self.blocks.numel(), dtype=torch.uint8)
-            step = max(1, _PACK_BYTES // (self._group * self.row_bytes)) * self._group
-            for r0 in range(0, n, step):  # a slice at a time: the file's pages go as the copy grows
-                r1 = min(n, r0 + step)
-                kernels.pack(self._plan, r0, r1, packed.data_ptr())
-                _hand_back_pages(self._np[r0:r1])
-            plan = kernels.plan(self.ggml_type, packed.data_ptr(), self.row_bytes, n, k)
-            plan.packed = 1
+            plan = kernels.packed_copy(self._plan, self._np, packed.data_ptr())
             self._packed, self._plan, self._plan_ref = packed, plan, ctypes.byref(plan)
             self._unpacked = False
 
