@@ -56,6 +56,22 @@ def test_header_commands_import_nothing_heavy(args, tmp_path):
     assert not second & set(HEAVY), sorted(second & set(HEAVY))
 
 
+def test_numpy_target_runs_without_gguf_or_torch(tmp_path):
+    """Loading a file on the NumPy target, its tokenizer included, and running it import neither
+    `gguf` (its tables come from gguf/facts.py; ~7 MiB resident with yaml and sentencepiece) nor
+    torch: the NumPy target's memory is the file's and NumPy's."""
+    code = (
+        "import numpy as np, toycards\n"
+        f"m = toycards.load({str(EXAMPLE)!r}, target='numpy')\n"
+        "ids = m.tokenizer.encode('hello world')\n"
+        "print(int(m(np.array([ids]), m.new_cache(), last=True)[0, -1].argmax()) >= 0)\n"
+    )
+    imported_modules(["-c", code], tmp_path)  # fills the cache (the facts, the library cards)
+    names, out = imported_modules(["-c", code], tmp_path)
+    assert out.strip() == "True"
+    assert not names & {"gguf", "torch"}, sorted(names & {"gguf", "torch"})
+
+
 def test_cache_off_still_works(tmp_path):
     args = ["-m", "toycards", "describe", str(EXAMPLE), "--format", "json"]
     off, out_off = imported_modules(args, tmp_path / "unused")
@@ -78,6 +94,7 @@ def test_facts_match_the_gguf_package():
         }
         ours = getattr(ggml_facts.Keys, group)
         assert theirs and all(getattr(ours, k) == v for k, v in theirs.items())
+    assert all(getattr(ggml_facts.TokenType, t.name) == int(t) for t in gguf.TokenType)
     assert ggml_facts.file_type_name(int(gguf.LlamaFileType.MOSTLY_Q4_K_M)) == "Q4_K_M"
     assert ggml_facts.file_type_name(10_000) is None
 
