@@ -81,7 +81,7 @@ def attention(Q, K, V, Mask, c=0, ctx=None, kv_index=None):
     S = (ops.matmul(Q, ops.mT(K))) / math.sqrt(d_h)
     # 2  if c > 0 then S ← c · tanh(S / c)
     if c > 0:
-        S = c * ops.tanh(S / c)
+        S = ops.scale(c, ops.tanh(S / c))
     # 3  for t_z ∈ [ℓ_z], t_x ∈ [ℓ_x] do
     t_z = ops.as_float(ops.index_vector(ops.arange(1, ell_z + 1), 0))  # t_z ∈ [ell_z]
     t_x = ops.as_float(ops.index_vector(runtime.positions(ctx, ell_x), 1))  # t_x ∈ [ell_x]

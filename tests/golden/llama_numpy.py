@@ -76,7 +76,7 @@ def rope_divisors(rho, scaling, theta, s, n_orig, beta_fast=32, beta_slow=1, ctx
     rho_tilde = rho
     # 2  if scaling = linear ∨ scaling = longrope then ρ̃ ← ρ · s
     if (scaling == 'linear') or (scaling == 'longrope'):
-        rho_tilde = rho * s
+        rho_tilde = ops.scale(s, rho)
     # 3  if scaling = yarn then ρ̃ ← yarn_divisors(ρ | θ, s, n_orig, β_fast, β_slow)
     if scaling == 'yarn':
         rho_tilde = yarn_divisors(rho, theta, s, n_orig, beta_fast, beta_slow, ctx=ctx)
@@ -112,7 +112,7 @@ def attention(Q, K, V, Mask, c=0, ctx=None, kv_index=None):
     S = (ops.matmul(Q, ops.mT(K))) / math.sqrt(d_h)
     # 2  if c > 0 then S ← c · tanh(S / c)
     if c > 0:
-        S = c * ops.tanh(S / c)
+        S = ops.scale(c, ops.tanh(S / c))
     # 3  for t_z ∈ [ℓ_z], t_x ∈ [ℓ_x] do
     t_z = ops.as_float(ops.index_vector(ops.arange(1, ell_z + 1), 0))  # t_z ∈ [ell_z]
     t_x = ops.as_float(ops.index_vector(runtime.positions(ctx, ell_x), 1))  # t_x ∈ [ell_x]
@@ -270,7 +270,7 @@ class Model(NumpyModel):
             # 10  V ← W_v^l · X̃
             V = ops.linear(X_tilde, self.w[f"blk.{l - 1}.attn_v.weight"])
             # 11  Y ← GQAttention(m · Q, m · K, V | H, H_kv, pairs, θ_base, ρ̃, Mask[t_z, t_x] = ⟦t_z ≤ t_x⟧)
-            Y = GQAttention(m * Q, m * K, V, H, H_kv, 'pairs', theta_base, rho_tilde, lambda t_z, t_x: t_z <= t_x, ctx=ctx)
+            Y = GQAttention(ops.scale(m, Q), ops.scale(m, K), V, H, H_kv, 'pairs', theta_base, rho_tilde, lambda t_z, t_x: t_z <= t_x, ctx=ctx)
             # 12  X ← X + W_o^l · Y
             X = X + ops.linear(Y, self.w[f"blk.{l - 1}.attn_output.weight"])
             # 13  for t ∈ [ℓ]: X̃[:, t] ← rms_norm(X[:, t] | γ_l^2, ε)

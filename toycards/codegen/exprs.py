@@ -300,7 +300,8 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
         op = {"+": "+", "-": "-", "⊙": "*", "/": "/"}[e.op]
         return self._elementwise(a, b, op)
 
-    def _elementwise(self, a: Val, b: Val, op: str) -> Val:
+    def _elementwise(self, a: Val, b: Val, op: str, call: str | None = None) -> Val:
+        """`a op b` entry by entry (broadcast), or `call(a, b)` when given."""
         if a.ones_row or b.ones_row:
             raise ToycardsError("`1^⊺` is only meaningful as `b · 1^⊺`")
         rank = max(a.rank, b.rank)
@@ -317,7 +318,7 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
             bc = self.code_layout(b)
         ac, bc = self._align(a, ac, b, bc)
         return Val(
-            f"{paren(ac)} {op} {paren(bc)}",
+            f"{call}({ac}, {bc})" if call else f"{paren(ac)} {op} {paren(bc)}",
             rank,
             py=a.py and b.py,
             layout=layout,
@@ -356,6 +357,9 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
                 return a.with_(code=f"{paren(a.code)}[..., None, :]", rank=2, layout="code")  # per column
             return a.with_(rank=2, layout="code")
         if a.rank == 0 or b.rank == 0:
+            number, array = (a, b) if a.py else (b, a)
+            if a.py != b.py and number.rank == 0 and number.code.isidentifier():  # `m · Q`: ops.scale,
+                return self._elementwise(number, array, "*", call="ops.scale")  # which skips m = 1
             return self._elementwise(a, b, "*")
         if a.rank == 1 and a.row and b.rank == 1:
             ac, bc = self._align(a, a.code, b, b.code)

@@ -81,6 +81,18 @@ def linear(x, W):
     return x @ (W.T if W.ndim == 2 else np.swapaxes(W, -1, -2))
 
 
+def scale(c, x):
+    """c · x for a number c (`m · Q`): x itself when c is 1 (as ops_torch.scale).
+
+    >>> x = np.array([1.5, -0.0], dtype=np.float32)
+    >>> scale(1.0, x) is x, scale(2, x), scale(1.0, np.arange(2))  # an integer x times 1.0: floats
+    (True, array([ 3., -0.], dtype=float32), array([0., 1.]))
+    """
+    if c == 1 and (isinstance(c, int) or getattr(x, "dtype", np.dtype(int)).kind in "fc"):
+        return x
+    return c * x
+
+
 def maximum(a, b):
     return np.maximum(a, b)
 

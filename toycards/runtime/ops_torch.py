@@ -60,6 +60,19 @@ def linears(x, *Ws):
     return ys if ys is not None else tuple(linear(x, W) for W in Ws)
 
 
+def scale(c, x):
+    """c · x for a number c (`m · Q`): x itself when c is 1, the same numbers (1·x = x exactly for
+    every float, and an integer x keeps its type under an integer 1), without a new tensor.
+
+    >>> x = torch.tensor([1.5, -0.0])
+    >>> scale(1.0, x) is x, scale(2, x), scale(1.0, torch.arange(2))
+    (True, tensor([3., -0.]), tensor([0., 1.]))
+    """
+    if c == 1 and (isinstance(c, int) or x.dtype.is_floating_point):
+        return x
+    return c * x
+
+
 def maximum(a, b):
     if not torch.is_tensor(b):
         return torch.clamp_min(a, b)
