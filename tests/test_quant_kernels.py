@@ -271,7 +271,7 @@ PACKED_CASES = [
 
 
 def split_step(step: np.ndarray, qtype: Q) -> np.ndarray:
-    """One row's step of 8 blocks (uint8, as stored) as quant.c's repack_step regroups it for Q4_0,
+    """One row's step of 8 blocks (uint8, as stored) as quant.c's pack_step regroups it for Q4_0,
     Q4_1 and Q8_0: the 8 scales d, the 8 mins m (Q4_1), then the quants (Q8_0's in order; Q4's as
     two runs of 64 bytes, byte i of run h: element i of blocks 4h, 4h + 1 in its low nibble, element
     i of blocks 4h + 2, 4h + 3 in its high nibble). Other types: the step unchanged."""

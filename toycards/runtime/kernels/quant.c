@@ -915,7 +915,7 @@ static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t
  * ROWS − 1's; then each row's bytes past its last whole step (the last K/32 mod 8 blocks of a
  * 32-element type), row after row. The last N mod ROWS rows stay as stored.
  * A row's bytes of one step are its 8 (or 1) blocks as stored, except for the SPLIT types (Q4_0, Q4_1,
- * Q8_0), whose step holds the same bytes regrouped (repack_step): the 8 blocks' float16 scales d, then
+ * Q8_0), whose step holds the same bytes regrouped (pack_step): the 8 blocks' float16 scales d, then
  * (Q4_1) their 8 mins m, then their quants: Q8_0's 8 × 32 int8 in order; Q4_0's and Q4_1's as two
  * runs of 64 bytes, run h holding element i (0 … 63) of blocks 4h, 4h + 1 in byte i's low nibble and
  * element i of blocks 4h + 2, 4h + 3 in its high nibble.
@@ -928,7 +928,7 @@ static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t
 /* 16 bytes x, y → 16 bytes each of lo, hi: lo[e] = x[e]'s low nibble | y[e]'s low nibble << 4,
  * hi[e] = x[e]'s high nibble | y[e]'s high nibble << 4. For two Q4 blocks' quants x, y (elements e,
  * e + 16 of a block in byte e) it gives a run's 32 bytes (lo: element e of both blocks, hi: element
- * e + 16); applied to those 32 bytes it gives the blocks' quants back. */
+ * e + 16). */
 static inline void swap_nibbles(const uint8_t *x, const uint8_t *y, uint8_t *lo, uint8_t *hi) {
     for (int e = 0; e < 16; e++) {
         const uint8_t a = x[e], c = y[e];
@@ -936,24 +936,44 @@ static inline void swap_nibbles(const uint8_t *x, const uint8_t *y, uint8_t *lo,
     }
 }
 
-/* one row's step of 8 blocks between as stored (b) and packed (o), as the comment above describes:
- * packs when `to_packed`, else unpacks */
-static void repack_step(int type, uint8_t *b, uint8_t *o, int to_packed) {
+/* one row's step of 8 blocks of a SPLIT type as stored (b) → its packed bytes (o), as the comment
+ * above describes */
+static void pack_step(int type, const uint8_t *b, uint8_t *o) {
     const int bs = type == Q8_0 ? 34 : type == Q4_0 ? 18 : 20, hb = type == Q4_1 ? 4 : 2;
     uint8_t *q = o + 8 * hb;
     for (int j = 0; j < 8; j++) {
-        uint8_t *blk = b + j * bs;
-        for (int f = 0; f < hb; f += 2) /* d, then m (Q4_1) */
-            memcpy(to_packed ? o + 8 * f + 2 * j : blk + f, to_packed ? blk + f : o + 8 * f + 2 * j, 2);
-        if (type == Q8_0) memcpy(to_packed ? q + 32 * j : blk + 2, to_packed ? blk + 2 : q + 32 * j, 32);
+        const uint8_t *blk = b + j * bs;
+        for (int f = 0; f < hb; f += 2) memcpy(o + 8 * f + 2 * j, blk + f, 2); /* d, then m (Q4_1) */
+        if (type == Q8_0) memcpy(q + 32 * j, blk + 2, 32);
     }
     if (type == Q8_0) return;
     for (int h = 0; h < 2; h++)
         for (int k = 0; k < 2; k++) { /* blocks 4h + k (low nibbles) and 4h + k + 2 (high) */
-            uint8_t *x = b + (4 * h + k) * bs + hb, *y = b + (4 * h + k + 2) * bs + hb, *run = q + 64 * h + 32 * k;
-            if (to_packed) swap_nibbles(x, y, run, run + 16);
-            else swap_nibbles(run, run + 16, x, y);
+            uint8_t *run = q + 64 * h + 32 * k;
+            swap_nibbles(b + (4 * h + k) * bs + hb, b + (4 * h + k + 2) * bs + hb, run, run + 16);
         }
+}
+
+/* 256 elements of a packed step of a SPLIT type (o) dequantized into y, read where the packed
+ * layout has them: the same numbers as the row kernel on the step's blocks as stored */
+static void row_split_step(int type, const uint8_t *o, float *y) {
+    const uint8_t *q = o + (type == Q4_1 ? 32 : 16);
+    for (int j = 0; j < 8; j++, y += 32) {
+        const float d = f16(o + 2 * j);
+        if (type == Q8_0) {
+            const int8_t *v = (const int8_t *)(q + 32 * j);
+            for (int e = 0; e < 32; e++) y[e] = (float)v[e] * d;
+            continue;
+        }
+        const uint8_t *run = q + 64 * (j / 4) + 32 * (j % 2); /* element e of block j: byte e */
+        const int shift = j % 4 >= 2 ? 4 : 0;
+        if (type == Q4_0) {
+            for (int e = 0; e < 32; e++) y[e] = (float)((int)((run[e] >> shift) & 0x0F) - 8) * d;
+        } else {
+            const float m = f16(o + 16 + 2 * j);
+            for (int e = 0; e < 32; e++) y[e] = (float)((run[e] >> shift) & 0x0F) * d + m;
+        }
+    }
 }
 
 /* the rows of a packed group (ROWS) when weights of `type` are multiplied faster packed (the types
@@ -976,7 +996,7 @@ int tc_pack(const tc_weight *p, int64_t r0, int64_t r1, uint8_t *out) {
             uint8_t *group = out + n0 * rb;
             for (int64_t st = 0; st < steps; st++) {
                 uint8_t *to = group + (st * ROWS + r) * sb;
-                if (SPLIT(p->type)) repack_step((int)p->type, (uint8_t *)(row + st * sb), to, 1);
+                if (SPLIT(p->type)) pack_step((int)p->type, row + st * sb, to);
                 else memcpy(to, row + st * sb, (size_t)sb);
             }
             memcpy(group + steps * ROWS * sb + r * tail, row + steps * sb, (size_t)tail);
@@ -994,11 +1014,10 @@ static void dequant_row(const tc_weight *p, row_fn row, int64_t n, float *out) {
     }
     const int64_t sb = step_bytes(p->type), steps = p->k / 256, r = n % ROWS;
     const uint8_t *group = p->w + (n - r) * rb;
-    uint8_t blocks[8 * 34]; /* a SPLIT type's step as stored */
     for (int64_t st = 0; st < steps; st++) {
         const uint8_t *from = group + (st * ROWS + r) * sb;
-        if (SPLIT(p->type)) repack_step((int)p->type, blocks, (uint8_t *)from, 0), from = blocks;
-        row(from, out + 256 * st, 256);
+        if (SPLIT(p->type)) row_split_step((int)p->type, from, out + 256 * st);
+        else row(from, out + 256 * st, 256);
     }
     if (p->k > 256 * steps)
         row(group + steps * ROWS * sb + r * (rb - steps * sb), out + 256 * steps, p->k - 256 * steps);
