@@ -111,8 +111,8 @@ def _random_weights(bound: Bound, seed: int) -> dict[str, np.ndarray]:
 
 def _kept(f, p: BoundParam, target: str):
     """Parameter p's tensor as the target keeps it: a quantized (or F16/BF16) matrix in its blocks (a
-    read-only view of the file: the kernels only read them, and the torch target hands the pages of
-    a weight it has packed back to the page cache), an F32 tensor as a copy-on-write view of the
+    read-only view of the file: the kernels only read them, and either target hands the pages of a
+    weight it has packed back to the page cache), an F32 tensor as a copy-on-write view of the
     file (torch) or a read-only one (numpy); None when
     the tensor is dequantized to float32 instead (other types, other ranks, the reference target).
     A part of a fused tensor is its rows' blocks (a row's blocks never cross into the next row)."""

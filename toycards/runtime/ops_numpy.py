@@ -88,7 +88,8 @@ def scale(c, x):
     >>> scale(1.0, x) is x, scale(2, x), scale(1.0, np.arange(2))  # an integer x times 1.0: floats
     (True, array([ 3., -0.], dtype=float32), array([0., 1.]))
     """
-    if c == 1 and (isinstance(c, int) or getattr(x, "dtype", np.dtype(int)).kind in "fc"):
+    kind = getattr(x, "dtype", np.dtype(bool)).kind  # a bool array (or no array): 1·x is not x
+    if c == 1 and (kind in "fc" or (isinstance(c, int) and kind in "iu")):
         return x
     return c * x
 

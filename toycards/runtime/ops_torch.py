@@ -62,14 +62,16 @@ def linears(x, *Ws):
 
 def scale(c, x):
     """c · x for a number c (`m · Q`): x itself when c is 1, the same numbers (1·x = x exactly for
-    every float, and an integer x keeps its type under an integer 1), without a new tensor.
+    every float, and an integer x keeps its type under an integer 1; a bool x does not, 1·x is an
+    integer tensor), without a new tensor.
 
     >>> x = torch.tensor([1.5, -0.0])
     >>> scale(1.0, x) is x, scale(2, x), scale(1.0, torch.arange(2))
     (True, tensor([3., -0.]), tensor([0., 1.]))
     """
-    if c == 1 and (isinstance(c, int) or x.dtype.is_floating_point):
-        return x
+    if c == 1 and torch.is_tensor(x) and x.dtype is not torch.bool:
+        if isinstance(c, int) or x.dtype.is_floating_point:
+            return x
     return c * x
 
 

@@ -5,7 +5,9 @@ Owns: compiling kernels/quant.c (`cc -O3 -march=native -fopenmp -shared`) into t
 afresh), loading it, and the calls on a weight's `Plan` (its type, shape and where its bytes are):
 `linear_fn` (few tokens), `dequant_rows` (a tile of rows, for a float GEMM on many tokens, or the
 whole matrix), `gather_rows` (embedding lookups) and `pack` (a copy in the layout the few-token
-product reads fastest, where `pack_rows`). Which ggml types have a kernel is `SUPPORTED`.
+product reads fastest, where `pack_rows`; `packed_copy` makes a weight's whole copy for either
+target, handing the file's pages back as it goes, under the `PACKING` lock). Which ggml types have
+a kernel is `SUPPORTED`.
 Leaves out: torch and NumPy weights (quant_torch.py, quant_numpy.py), the reference
 (gguf.quants.dequantize, which the tests hold these kernels to).
 

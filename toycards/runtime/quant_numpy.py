@@ -20,12 +20,12 @@ TILE_FLOATS = 1 << 20  # floats of one dequantized tile (4 MiB)
 
 
 def reference_dequantize(blocks: np.ndarray, ggml_type: int, shape: tuple[int, ...]) -> np.ndarray:
-    """gguf.quants.dequantize of the blocks, float32 of `shape`."""
-    from gguf import GGMLQuantizationType, quants
+    """The blocks dequantized to float32 of `shape` without the kernels: gguf/dequant.py, which the
+    tests hold bit-identical to gguf.quants (and which imports gguf.quants only for the types it has
+    no code of its own for)."""
+    from toycards.gguf.dequant import dequantize
 
-    return np.asarray(quants.dequantize(blocks, GGMLQuantizationType(ggml_type)), dtype=np.float32).reshape(
-        shape
-    )
+    return dequantize(blocks, ggml_type, shape)
 
 
 def _ptr(a: np.ndarray) -> int:

@@ -27,7 +27,8 @@ again a tile at a time, so autograd keeps no float copy of it (`_ThroughBlocks`)
 
 Where the few-token kernel reads a packed weight faster (`quant_kernels.pack_rows`: the types whose x
 it rounds to int8, with the AVX-512 kernels), the first product copies the blocks into that layout
-(groups of rows side by side, the same blocks in another order) and every later use reads the copy;
+(groups of rows side by side, the same bytes in another order: quant_kernels.pack) and every later
+use reads the copy;
 the file's pages of the weight are handed back as the copy grows (madvise), so the weight still
 costs its size in memory once.
 """
@@ -245,8 +246,7 @@ class QuantWeight:
         # then, from the first product on where that is faster, their packed copy (`_pack`)
         self._plan = kernels.plan(self.ggml_type, self.blocks.data_ptr(), self.row_bytes, n, k)
         self._plan_ref = ctypes.byref(self._plan)
-        self._group = kernels.pack_rows(self.ggml_type) if self.fast else 0  # rows a packed group
-        self._unpacked = self._group > 0
+        self._unpacked = self.fast and kernels.pack_rows(self.ggml_type) > 0  # packs at its first product
         self._packed: torch.Tensor | None = None
 
     # ── what a tensor would say about itself ────────────────────────────────────────────

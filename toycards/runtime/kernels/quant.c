@@ -450,13 +450,13 @@ static inline __m512i unsigned_pair512(int type, const uint8_t *w, int bs) {
     return _mm512_mask_add_epi8(u, _cvtu64_mask64((uint64_t)h0 | (uint64_t)h1 << 32), u, _mm512_set1_epi8(16));
 }
 
-/* one pair of blocks' Σ q·qx (w and w + bs, against x blocks y), 8 int32 partial sums each */
 /* Σ q·y of 64 signed quants q (two Q8_0 blocks) against x blocks y, 8 int32 partial sums a block */
 static inline __m512i signed_products(__m512i q, __m512i y) {
     const __m512i sy = _mm512_mask_sub_epi8(y, _mm512_movepi8_mask(q), _mm512_setzero_si512(), y);
     return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(q), sy);
 }
 
+/* one pair of blocks' Σ q·qx (w and w + bs, against x blocks y), 8 int32 partial sums each */
 static inline __m512i pair_products(int type, const uint8_t *w, int bs, __m512i y) {
     if (type == Q8_0)
         return signed_products(pair512(_mm256_loadu_si256((const __m256i *)(w + 2)),
