@@ -262,8 +262,9 @@ def test_other_uses_get_the_dequantized_tensor():
 # ── packed weights (quant_kernels.pack_rows: groups of rows with their blocks side by side) ──
 PACKED = [t for t in TYPES if quant_kernels.pack_rows(t)]
 # rows: one short of a group, groups and a remainder; blocks of 32 per row: 1, 8 (one step, no tail),
-# 9 (a step and an odd block), 19 (two steps, a pair and an odd block); the K-quants: 1 to 3 steps
-PACKED_SHAPES = ((3, 608), (4, 256), (13, 288), (9, 32), (37, 608))
+# 9 (a step and an odd block), 19 (two steps, a pair and an odd block), 18 and 2 (a tail of two
+# blocks: SmolLM2's 576, split with the group's other tails); the K-quants: 1 to 3 steps
+PACKED_SHAPES = ((3, 608), (4, 256), (13, 288), (9, 32), (37, 608), (13, 576), (8, 64))
 PACKED_SHAPES_K = ((3, 512), (4, 256), (13, 768), (37, 512))
 PACKED_CASES = [
     (t, shape) for t in PACKED for shape in (PACKED_SHAPES_K if t in K_QUANTS else PACKED_SHAPES)
@@ -291,7 +292,8 @@ def split_step(step: np.ndarray, qtype: Q) -> np.ndarray:
 def packed_layout(blocks: np.ndarray, qtype: Q, k: int, rows: int) -> np.ndarray:
     """The packed layout as quant.c's tc_pack describes it, built step by step: groups of `rows`
     rows, for each step of 256 elements each row's bytes of it in turn (`split_step`), then each
-    row's bytes past its last whole step; the rows after the last whole group as stored."""
+    row's bytes past its last whole step (when that is two blocks a row, the group's 8 split as one
+    step); the rows after the last whole group as stored."""
     n, row_bytes = blocks.shape
     per_block, block_bytes = GGML_QUANT_SIZES[qtype]
     steps, step = k // 256, 256 // per_block * block_bytes
@@ -300,7 +302,10 @@ def packed_layout(blocks: np.ndarray, qtype: Q, k: int, rows: int) -> np.ndarray
     for g in range(0, full, rows):
         for s in range(steps):
             out += [split_step(blocks[g + r, s * step : (s + 1) * step], qtype) for r in range(rows)]
-        out += [blocks[g + r, steps * step :] for r in range(rows)]
+        tails = np.concatenate([blocks[g + r, steps * step :] for r in range(rows)])
+        if rows == 4 and k % 256 == 64:  # each row's two tail blocks: the group's 8 split as one step
+            tails = split_step(tails, qtype)
+        out.append(tails)
     out += [blocks[r] for r in range(full, n)]
     return np.concatenate(out)
 

@@ -542,12 +542,29 @@ static inline __attribute__((always_inline)) void dot_rows(const int type, const
             acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[3]), halves_of(s, 6), acc1[r]);
         }
     }
+    float split_extra[ROWS]; /* a packed group's two-block tail as one split step (see tc_pack) */
+    const int split_tail = R == ROWS && SPLIT(type) && n_blocks % 8 == 2;
+    if (split_tail) {
+        const int64_t c = 8 * steps;
+        const __m512i xt = _mm512_loadu_si512((const void *)(qx + 32 * c)), ys[4] = {xt, xt, xt, xt};
+        __m512i p[4];
+        __m256 d, m;
+        split_products(type, tw, ys, p, &d, &m); /* p[r]: row r's two tail blocks */
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const float d0 = f16(tw + 4 * r), d1 = f16(tw + 4 * r + 2);
+            if (type == Q8_0) split_extra[r] = 0.0f;
+            else if (HAS_MIN(type)) split_extra[r] = f16(tw + 16 + 4 * r) * sx[c] + f16(tw + 18 + 4 * r) * sx[c + 1];
+            else split_extra[r] = -BIAS(type) * d0 * sx[c] + -BIAS(type) * d1 * sx[c + 1];
+            acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[r]), scales512(d0 * dx[c], d1 * dx[c + 1]), acc0[r]);
+        }
+    }
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         const uint8_t *wr = tw + r * ts;
         const int8_t *q = qx + 32 * 8 * steps;
-        float extra = 0.0f, tail = 0.0f;
-        int64_t c = 8 * steps;
+        float extra = split_tail ? split_extra[r] : 0.0f, tail = 0.0f;
+        int64_t c = split_tail ? n_blocks : 8 * steps;
         for (; c + 2 <= n_blocks; c += 2, wr += 2 * bs, q += 64) {
             const float d0 = f16(wr), d1 = f16(wr + bs);
             const __m512i p = pair_products(type, wr, bs, _mm512_loadu_si512((const void *)q));
@@ -918,7 +935,8 @@ static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t
  * Q8_0), whose step holds the same bytes regrouped (pack_step): the 8 blocks' float16 scales d, then
  * (Q4_1) their 8 mins m, then their quants: Q8_0's 8 × 32 int8 in order; Q4_0's and Q4_1's as two
  * runs of 64 bytes, run h holding element i (0 … 63) of blocks 4h, 4h + 1 in byte i's low nibble and
- * element i of blocks 4h + 2, 4h + 3 in its high nibble.
+ * element i of blocks 4h + 2, 4h + 3 in its high nibble. When each row ends in two blocks past its
+ * last step (SPLIT_TAIL), the group's 8 tail blocks (row 0's two, row 1's, …) are split likewise.
  * Why: the kernels multiply ROWS rows against the same x blocks at once (x is loaded once, and the
  * rows' closing reductions overlap), but reading ROWS rows as stored means ROWS interleaved streams,
  * which ran at half speed here once the weight was not in cache; packed, a group is read front to
@@ -976,6 +994,12 @@ static void row_split_step(int type, const uint8_t *o, float *y) {
     }
 }
 
+/* whether a packed group's tail (its rows' bytes past their last whole step) is split too: a SPLIT
+ * type whose rows end in two blocks past their last step (K mod 256 = 64, as SmolLM2's 576), four
+ * rows to a group, so that the tail is 8 blocks, split as one step would be (rows 0 … 3: slots 2r,
+ * 2r + 1), and the four rows' tails multiply as one step does */
+#define SPLIT_TAIL(TYPE, K) (SPLIT(TYPE) && ROWS == 4 && (K) % 256 == 64)
+
 /* the rows of a packed group (ROWS) when weights of `type` are multiplied faster packed (the types
  * whose x is quantized, AVX-512 kernels), else 0 */
 int tc_packs(int type) { return ROWS > 1 && HAVE_INT8_DOT && step_bytes(type) > 0 ? ROWS : 0; }
@@ -1000,6 +1024,11 @@ int tc_pack(const tc_weight *p, int64_t r0, int64_t r1, uint8_t *out) {
                 else memcpy(to, row + st * sb, (size_t)sb);
             }
             memcpy(group + steps * ROWS * sb + r * tail, row + steps * sb, (size_t)tail);
+            if (r == ROWS - 1 && SPLIT_TAIL(p->type, p->k)) { /* the group's 8 tail blocks, split */
+                uint8_t blocks[8 * 34], *at = group + steps * ROWS * sb;
+                memcpy(blocks, at, (size_t)(ROWS * tail));
+                pack_step((int)p->type, blocks, at);
+            }
         }
     return 0;
 }
@@ -1019,8 +1048,14 @@ static void dequant_row(const tc_weight *p, row_fn row, int64_t n, float *out) {
         if (SPLIT(p->type)) row_split_step((int)p->type, from, out + 256 * st);
         else row(from, out + 256 * st, 256);
     }
-    if (p->k > 256 * steps)
-        row(group + steps * ROWS * sb + r * (rb - steps * sb), out + 256 * steps, p->k - 256 * steps);
+    const uint8_t *tail = group + steps * ROWS * sb;
+    if (SPLIT_TAIL(p->type, p->k)) { /* row r's two blocks of the group's split tail step */
+        float all[256];
+        row_split_step((int)p->type, tail, all);
+        memcpy(out + 256 * steps, all + 64 * r, 64 * sizeof(float));
+    } else if (p->k > 256 * steps) {
+        row(tail + r * (rb - steps * sb), out + 256 * steps, p->k - 256 * steps);
+    }
 }
 
 /* rows [r0, r1) of the plan's weight dequantized to out [(r1 − r0), K] */
