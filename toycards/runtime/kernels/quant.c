@@ -54,6 +54,11 @@ enum { F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_
        BF16 = 30 };
 /* the types whose packed steps keep their scales apart from their quants (see tc_pack) */
 #define SPLIT(TYPE) ((TYPE) == Q4_0 || (TYPE) == Q4_1 || (TYPE) == Q8_0)
+/* whether a packed group's tail (its rows' bytes past their last whole step) is split too: a SPLIT
+ * type whose rows end in two blocks past their last step (K mod 256 = 64, as SmolLM2's 576), four
+ * rows to a group, so that the tail is 8 blocks, split as one step would be (rows 0 … 3: slots 2r,
+ * 2r + 1), and the four rows' tails multiply as one step does */
+#define SPLIT_TAIL(TYPE, K) (SPLIT(TYPE) && ROWS == 4 && (K) % 256 == 64)
 
 /* A weight's fixed arguments, built once (quant_kernels.Plan): a decoding step passes four arguments
  * per product instead of eight, which is most of what ctypes costs per call. Its bytes are at w, in
@@ -500,10 +505,12 @@ static inline void x_step(const int8_t *q, __m512i y[4]) {
 /* R rows at once against one token (R = ROWS for a packed weight's groups, else 1): the x blocks and
  * their scales are loaded once for all R rows, whose sums stay independent. Row r's blocks 8s … 8s + 7
  * are at w + r·rs + s·ss, its last n_blocks mod 8 blocks at tw + r·ts (a weight as stored: rs = ts =
- * row_bytes, ss = 8 blocks; packed: see tc_pack). Eight blocks per step: their scales d and the x
- * blocks' dx as one vector product, spread to each pair's two halves by a permute; the bias or min
- * part, Σ d·sx or Σ m·sx, as one vector FMA (a block's scalar scale arithmetic cost as much as its 32
- * products). Then the last pairs, then an odd last block in 256 bits. Two accumulators a row: the FMA
+ * row_bytes, ss = 8 blocks; packed: see tc_pack), or, for a packed group with a split tail
+ * (SPLIT_TAIL), the group's 8 tail blocks as one split step at tw. Eight blocks per step: their
+ * scales d and the x blocks' dx as one vector product, spread to each pair's two halves by a
+ * permute; the bias or min part, Σ d·sx or Σ m·sx, as one vector FMA (a block's scalar scale
+ * arithmetic cost as much as its 32 products). Then the last pairs, then an odd last block in 256
+ * bits. Two accumulators a row: the FMA
  * latency, not its throughput, bounds one. A row's sum does not depend on R or on the layout. */
 #define ROWS 4
 static inline __attribute__((always_inline)) void dot_rows(const int type, const int R, const uint8_t *w,
@@ -543,7 +550,7 @@ static inline __attribute__((always_inline)) void dot_rows(const int type, const
         }
     }
     float split_extra[ROWS]; /* a packed group's two-block tail as one split step (see tc_pack) */
-    const int split_tail = R == ROWS && SPLIT(type) && n_blocks % 8 == 2;
+    const int split_tail = R == ROWS && SPLIT_TAIL(type, 32 * n_blocks);
     if (split_tail) {
         const int64_t c = 8 * steps;
         const __m512i xt = _mm512_loadu_si512((const void *)(qx + 32 * c)), ys[4] = {xt, xt, xt, xt};
@@ -553,9 +560,11 @@ static inline __attribute__((always_inline)) void dot_rows(const int type, const
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const float d0 = f16(tw + 4 * r), d1 = f16(tw + 4 * r + 2);
-            if (type == Q8_0) split_extra[r] = 0.0f;
-            else if (HAS_MIN(type)) split_extra[r] = f16(tw + 16 + 4 * r) * sx[c] + f16(tw + 18 + 4 * r) * sx[c + 1];
-            else split_extra[r] = -BIAS(type) * d0 * sx[c] + -BIAS(type) * d1 * sx[c + 1];
+            /* each block's part as block_extra gives it, a statement each (no contraction across the
+             * two: the sum stays the unpacked path's, whatever the compiler fuses) */
+            const float e0 = HAS_MIN(type) ? f16(tw + 16 + 4 * r) * sx[c] : -BIAS(type) * d0 * sx[c];
+            const float e1 = HAS_MIN(type) ? f16(tw + 18 + 4 * r) * sx[c + 1] : -BIAS(type) * d1 * sx[c + 1];
+            split_extra[r] = type == Q8_0 ? 0.0f : e0 + e1;
             acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[r]), scales512(d0 * dx[c], d1 * dx[c + 1]), acc0[r]);
         }
     }
@@ -563,7 +572,8 @@ static inline __attribute__((always_inline)) void dot_rows(const int type, const
     for (int r = 0; r < R; r++) {
         const uint8_t *wr = tw + r * ts;
         const int8_t *q = qx + 32 * 8 * steps;
-        float extra = split_tail ? split_extra[r] : 0.0f, tail = 0.0f;
+        float extra = 0.0f, tail = 0.0f;
+        if (split_tail) extra += split_extra[r]; /* as the pair loop below adds a pair's part */
         int64_t c = split_tail ? n_blocks : 8 * steps;
         for (; c + 2 <= n_blocks; c += 2, wr += 2 * bs, q += 64) {
             const float d0 = f16(wr), d1 = f16(wr + bs);
@@ -993,12 +1003,6 @@ static void row_split_step(int type, const uint8_t *o, float *y) {
         }
     }
 }
-
-/* whether a packed group's tail (its rows' bytes past their last whole step) is split too: a SPLIT
- * type whose rows end in two blocks past their last step (K mod 256 = 64, as SmolLM2's 576), four
- * rows to a group, so that the tail is 8 blocks, split as one step would be (rows 0 … 3: slots 2r,
- * 2r + 1), and the four rows' tails multiply as one step does */
-#define SPLIT_TAIL(TYPE, K) (SPLIT(TYPE) && ROWS == 4 && (K) % 256 == 64)
 
 /* the rows of a packed group (ROWS) when weights of `type` are multiplied faster packed (the types
  * whose x is quantized, AVX-512 kernels), else 0 */
