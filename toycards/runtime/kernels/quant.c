@@ -52,6 +52,10 @@ static inline void ahead(const void *p, int64_t n) {
 
 enum { F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14,
        BF16 = 30 };
+/* the block layout of each type whose x is quantized (TYPE a compile-time constant where used) */
+#define BLOCK_BYTES(TYPE) (TYPE == Q8_0 ? 34 : TYPE == Q4_0 ? 18 : TYPE == Q4_1 ? 20 : TYPE == Q5_0 ? 22 : 24)
+#define HAS_MIN(TYPE) (TYPE == Q4_1 || TYPE == Q5_1)
+#define BIAS(TYPE) (TYPE == Q4_0 ? 8.0f : TYPE == Q5_0 ? 16.0f : 0.0f)
 /* the types whose packed steps keep their scales apart from their quants (see tc_pack) */
 #define SPLIT(TYPE) ((TYPE) == Q4_0 || (TYPE) == Q4_1 || (TYPE) == Q8_0)
 /* whether a packed group's tail (its rows' bytes past their last whole step) is split too: a SPLIT
@@ -399,10 +403,6 @@ static inline __m256i fifth_bits(const uint8_t *qh) { /* byte j: 16 when bit j o
     return _mm256_and_si256(_mm256_cmpeq_epi8(b, bit), _mm256_set1_epi8(0x10));
 }
 
-/* the block layout of each type whose x is quantized (TYPE a compile-time constant where used) */
-#define BLOCK_BYTES(TYPE) (TYPE == Q8_0 ? 34 : TYPE == Q4_0 ? 18 : TYPE == Q4_1 ? 20 : TYPE == Q5_0 ? 22 : 24)
-#define HAS_MIN(TYPE) (TYPE == Q4_1 || TYPE == Q5_1)
-#define BIAS(TYPE) (TYPE == Q4_0 ? 8.0f : TYPE == Q5_0 ? 16.0f : 0.0f)
 
 /* the unsigned quants of a Q4_* / Q5_* block, elements 0…31 */
 static inline __m256i unsigned_quants(int type, const uint8_t *w) {
@@ -967,7 +967,7 @@ static inline void swap_nibbles(const uint8_t *x, const uint8_t *y, uint8_t *lo,
 /* one row's step of 8 blocks of a SPLIT type as stored (b) → its packed bytes (o), as the comment
  * above describes */
 static void pack_step(int type, const uint8_t *b, uint8_t *o) {
-    const int bs = type == Q8_0 ? 34 : type == Q4_0 ? 18 : 20, hb = type == Q4_1 ? 4 : 2;
+    const int bs = BLOCK_BYTES(type), hb = HAS_MIN(type) ? 4 : 2; /* a block's bytes, its d (and m) */
     uint8_t *q = o + 8 * hb;
     for (int j = 0; j < 8; j++) {
         const uint8_t *blk = b + j * bs;
