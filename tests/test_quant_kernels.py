@@ -147,6 +147,29 @@ def test_bf16_tiles_equal_the_reference_rounded(weight):
     assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))
 
 
+def test_tiles_of_two_weights_at_once_keep_their_own_buffers(monkeypatch):
+    """A thread's tile buffer is kept between products; a second weight's tiles taken while the
+    first's are still in use (a generator not finished) get a buffer of their own, and the kept one
+    is whole afterwards. Tiles of 3 rows make each weight several tiles."""
+    monkeypatch.setattr(quant_torch, "TILE_FLOATS", 3 * 160)
+    rng = np.random.default_rng(5)
+    a_blocks, b_blocks = (small_blocks(Q.Q8_0, (10, 160), rng) for _ in range(2))
+    a, b = (quant_torch.QuantWeight(bl, Q.Q8_0, (10, 160)) for bl in (a_blocks, b_blocks))
+    a_want, b_want = (quant_torch.reference_dequantize(bl, Q.Q8_0, (10, 160)) for bl in (a_blocks, b_blocks))
+    for _ in b._tiles(torch.float32):  # the thread now keeps a buffer
+        pass
+    seen = 0
+    for r0, r1, tile in a._tiles(torch.float32):
+        for s0, s1, other in b._tiles(torch.float32):
+            assert np.array_equal(other.numpy(), b_want[s0:s1])
+        assert np.array_equal(tile.numpy(), a_want[r0:r1])  # b's tiles did not overwrite a's
+        seen += r1 - r0
+    assert seen == 10
+    kept = quant_torch._spare_tiles.__dict__[torch.float32]
+    assert kept.numel() == 3 * 160
+    assert [t.data_ptr() for _, _, t in a._tiles(torch.float32)][0] == kept.data_ptr()  # reused
+
+
 def test_bf16_prefill_only_where_x_is_rounded_to_int8_anyway():
     """bfloat16 GEMMs are for the types whose decoding kernel already rounds x to int8 (as
     llama.cpp does); float weights (F16, BF16, F32 files) keep float32 products."""
