@@ -59,7 +59,8 @@ def test_header_commands_import_nothing_heavy(args, tmp_path):
 def test_numpy_target_runs_without_gguf_or_torch(tmp_path):
     """Loading a file on the NumPy target, its tokenizer included, and running it import neither
     `gguf` (its tables come from gguf/facts.py; ~7 MiB resident with yaml and sentencepiece) nor
-    torch: the NumPy target's memory is the file's and NumPy's."""
+    torch: the NumPy target's memory is the file's and NumPy's. The file's embedded card and its
+    generated module come from the cache, so neither lark nor jinja2 either."""
     code = (
         "import numpy as np, toycards\n"
         f"m = toycards.load({str(EXAMPLE)!r}, target='numpy')\n"
@@ -69,7 +70,50 @@ def test_numpy_target_runs_without_gguf_or_torch(tmp_path):
     imported_modules(["-c", code], tmp_path)  # fills the cache (the facts, the library cards)
     names, out = imported_modules(["-c", code], tmp_path)
     assert out.strip() == "True"
-    assert not names & {"gguf", "torch"}, sorted(names & {"gguf", "torch"})
+    # nor, once its module is in the cache, the code generator (jinja2) or the parser (lark)
+    unwanted = names & {"gguf", "torch", "jinja2", "lark"}
+    assert not unwanted, sorted(unwanted)
+
+
+def test_generated_modules_are_cached_by_card_and_generator(tmp_path, monkeypatch):
+    """`load`'s module source comes from the disk cache only for the same card IR, target and
+    generator sources; each of those changed generates afresh (generate_source is the oracle)."""
+    import dataclasses
+
+    from toycards.codegen import generate_source
+    from toycards.library import library_card
+    from toycards.models import load as loading
+
+    monkeypatch.setenv("TOYCARDS_CACHE", str(tmp_path))
+    card = library_card("gpt2")
+    first = loading.module_source(card, "numpy")
+    assert first == generate_source(card, "numpy")
+    assert len(list(tmp_path.glob("module-numpy-*.pickle"))) == 1
+    calls = []
+    real = generate_source
+
+    def counted(c, target):
+        calls.append(target)
+        return real(c, target)
+
+    monkeypatch.setattr("toycards.codegen.generate_source", counted)
+    assert loading.module_source(card, "numpy") == first and calls == []  # a hit
+    assert loading.module_source(card, "torch") == real(card, "torch") and calls == ["torch"]
+    renamed = dataclasses.replace(
+        card, algorithms=(*card.algorithms[:-1], dataclasses.replace(card.main, name="GPT2b"))
+    )
+    assert loading.module_source(renamed, "numpy") == real(renamed, "numpy") != first
+    assert calls == ["torch", "numpy"]  # the card changed in code, not in its text: a new key
+    copies = []
+    for i, src in enumerate(loading.GENERATOR):
+        copy = tmp_path / "gen" / f"{i}-{src.name}"
+        copy.parent.mkdir(exist_ok=True)
+        copy.write_text(src.read_text(encoding="utf-8"), encoding="utf-8")
+        copies.append(copy)
+    monkeypatch.setattr(loading, "GENERATOR", tuple(copies))
+    assert loading.module_source(card, "numpy") == first and calls == ["torch", "numpy"]  # same texts
+    copies[0].write_text(copies[0].read_text(encoding="utf-8") + "\n# changed\n", encoding="utf-8")
+    assert loading.module_source(card, "numpy") == first and calls == ["torch", "numpy", "numpy"]
 
 
 def test_cache_off_still_works(tmp_path):

@@ -5,7 +5,8 @@ Owns: where cached files live (`$TOYCARDS_CACHE`, else `$XDG_CACHE_HOME/toycards
 them. Callers name an entry and give a key that changes whenever its inputs change
 (library cards: the card text, grammar and version; ggml facts: the installed `gguf`
 package), so a stale entry is never found, only left behind.
-Leaves out: what is cached (library/, gguf/facts.py).
+Leaves out: what is cached (library/: parsed cards; models/load.py: generated modules;
+gguf/facts.py).
 
 Everything here is best effort: a cache that cannot be read or written costs the next
 process the work it would have saved, never an error.

@@ -204,7 +204,13 @@ def read_card_file(path: str | os.PathLike) -> ir.Card:
     from toycards.lang.reading import read
 
     text, file = read(Path(path), None)
-    where = cache.cache_file(f"user-{Path(file).stem[:40]}", cache.cache_key(*_language_key(), file, text))
+    return parse_cached(text, file, f"user-{Path(file).stem[:40]}")
+
+
+def parse_cached(text: str, file: str, entry: str) -> ir.Card:
+    """`parse(text, file=file)`, cached on disk as `entry` (keyed by the card language's sources,
+    the file name and the text); errors are never cached."""
+    where = cache.cache_file(entry, cache.cache_key(*_language_key(), file, text))
     card = cache.load(where)
     if isinstance(card, ir.Card) and card.source == text and card.file == file:
         return card
@@ -236,10 +242,8 @@ def card_for_file(f, given: str | os.PathLike | None = None) -> CardChoice:
         return CardChoice(read_card_file(given), "given", path=os.fspath(given))
     embedded = f.get(CARD_KEY)
     if isinstance(embedded, str) and embedded.strip():
-        from toycards.lang.parse import parse  # only an embedded card needs the parser
-
         where = f"{f.path}:{CARD_KEY}"
-        return CardChoice(parse(embedded, file=where), "embedded", path=where)
+        return CardChoice(parse_cached(embedded, where, "embedded"), "embedded", path=where)
     arch = f.get("general.architecture")
     if not isinstance(arch, str) or not arch:
         return CardChoice(None, reason="the file has no general.architecture")
