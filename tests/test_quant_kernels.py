@@ -151,7 +151,7 @@ def test_tiles_of_two_weights_at_once_keep_their_own_buffers(monkeypatch):
     """A thread's tile buffer is kept between products; a second weight's tiles taken while the
     first's are still in use (a generator not finished) get a buffer of their own, and the kept one
     is whole afterwards. Tiles of 3 rows make each weight several tiles."""
-    monkeypatch.setattr(quant_torch, "TILE_FLOATS", 3 * 160)
+    monkeypatch.setattr(quant_kernels, "TILE_FLOATS", 3 * 160)
     rng = np.random.default_rng(5)
     a_blocks, b_blocks = (small_blocks(Q.Q8_0, (10, 160), rng) for _ in range(2))
     a, b = (quant_torch.QuantWeight(bl, Q.Q8_0, (10, 160)) for bl in (a_blocks, b_blocks))
@@ -165,9 +165,27 @@ def test_tiles_of_two_weights_at_once_keep_their_own_buffers(monkeypatch):
         assert np.array_equal(tile.numpy(), a_want[r0:r1])  # b's tiles did not overwrite a's
         seen += r1 - r0
     assert seen == 10
-    kept = quant_torch._spare_tiles.__dict__[torch.float32]
+    kept = quant_kernels._spare_tiles.__dict__[torch.float32]
     assert kept.numel() == 3 * 160
     assert [t.data_ptr() for _, _, t in a._tiles(torch.float32)][0] == kept.data_ptr()  # reused
+
+
+def test_numpy_products_keep_their_tile_buffer(monkeypatch):
+    """The NumPy target's many-token products reuse the thread's tile buffer (kernels.tile_buffer)
+    and still equal the reference, tile after tile (3 rows a tile: several tiles a product)."""
+    monkeypatch.setattr(quant_kernels, "TILE_FLOATS", 3 * 160)
+    monkeypatch.delitem(quant_kernels._spare_tiles.__dict__, np.float32, raising=False)
+    rng = np.random.default_rng(6)
+    blocks = small_blocks(Q.Q8_0, (10, 160), rng)
+    w = quant_torch.reference_dequantize(blocks, Q.Q8_0, (10, 160))
+    q = quant_numpy.QuantWeight(blocks, Q.Q8_0, (10, 160))
+    x = rng.normal(size=(quant_numpy.FEW_TOKENS + 2, 160)).astype(np.float32)
+    if not q.fast:
+        pytest.skip("no C kernels here")
+    check_product(q.linear(x), x, w, Q.Q8_0, x.shape[0])
+    kept = quant_kernels._spare_tiles.__dict__[np.float32]
+    check_product(q.linear(x[::-1].copy()), x[::-1], w, Q.Q8_0, x.shape[0])
+    assert quant_kernels._spare_tiles.__dict__[np.float32] is kept and kept.size == 3 * 160
 
 
 def test_bf16_prefill_only_where_x_is_rounded_to_int8_anyway():
@@ -289,9 +307,7 @@ PACKED = [t for t in TYPES if quant_kernels.pack_rows(t)]
 # blocks: SmolLM2's 576, split with the group's other tails); the K-quants: 1 to 3 steps
 PACKED_SHAPES = ((3, 608), (4, 256), (13, 288), (9, 32), (37, 608), (13, 576), (8, 64))
 PACKED_SHAPES_K = ((3, 512), (4, 256), (13, 768), (37, 512))
-PACKED_CASES = [
-    (t, shape) for t in PACKED for shape in (PACKED_SHAPES_K if t in K_QUANTS else PACKED_SHAPES)
-]
+PACKED_CASES = [(t, shape) for t in PACKED for shape in (PACKED_SHAPES_K if t in K_QUANTS else PACKED_SHAPES)]
 
 
 def split_step(step: np.ndarray, qtype: Q) -> np.ndarray:
@@ -351,6 +367,9 @@ def test_packed_weight_is_the_same_weight(qtype, shape, monkeypatch):
     assert q._packed is not None and q._plan.packed == 1
     layout = packed_layout(blocks, qtype, shape[1], quant_kernels.pack_rows(qtype))
     assert np.array_equal(q._packed.numpy(), layout)
+    on_one = quant_numpy.QuantWeight(blocks, qtype, shape)  # the NumPy target packs on one thread
+    assert np.array_equal(on_one.linear(x[:1]), stored.linear(x[:1]))
+    assert np.array_equal(on_one._packed, layout)
     assert np.array_equal(q.dequantize().numpy(), w)
     ids = np.array([0, shape[0] - 1, shape[0] // 2, 1 % shape[0]])
     assert np.array_equal(q.embed(torch.from_numpy(ids)).numpy(), w[ids])

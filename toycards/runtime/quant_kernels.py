@@ -20,6 +20,7 @@ the one torch then uses when the kernels came first.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import mmap
@@ -95,10 +96,10 @@ def _build() -> ctypes.CDLL | None:
             return None
         os.replace(tmp, target)  # atomic: another process may be building the same file
     lib = ctypes.CDLL(str(target))
-    lib.tc_dequant_rows.argtypes = [ctypes.POINTER(Plan), _I, _I, _P]
+    lib.tc_dequant_rows.argtypes = [ctypes.POINTER(Plan), _I, _I, _P, _I]
     lib.tc_dequant_rows_bf16.argtypes = [ctypes.POINTER(Plan), _I, _I, _P]
     lib.tc_gather_rows.argtypes = [ctypes.POINTER(Plan), _P, _I, _P]
-    lib.tc_pack.argtypes = [ctypes.POINTER(Plan), _I, _I, _P]
+    lib.tc_pack.argtypes = [ctypes.POINTER(Plan), _I, _I, _P, _I]
     lib.tc_quantizes_x.argtypes = [ctypes.c_int]
     lib.tc_float_direct.argtypes = [ctypes.c_int]
     lib.tc_packs.argtypes = [ctypes.c_int]
@@ -172,19 +173,40 @@ def pack_rows(ggml_type: int) -> int:
     return 0 if lib is None else int(lib.tc_packs(ggml_type))
 
 
-def pack(p: Plan, r0: int, r1: int, out_ptr: int) -> None:
+def pack(p: Plan, r0: int, r1: int, out_ptr: int, one_thread: bool = False) -> None:
     """Rows [r0, r1) of plan p's weight (as stored) in the packed layout, into the same bytes of out
     [n · row_bytes] that they take there (a group of rows takes its rows' bytes as stored); r0 and
     r1 multiples of `pack_rows`, or r1 = n. Then a plan at out with `packed` 1 reads the weight; every
-    call here reads either layout."""
-    _check(library().tc_pack(ctypes.byref(p), r0, r1, out_ptr), "pack")
+    call here reads either layout. `one_thread`: on the calling thread alone (see tc_dequant_rows)."""
+    _check(library().tc_pack(ctypes.byref(p), r0, r1, out_ptr, int(one_thread)), "pack")
+
+
+TILE_FLOATS = 1 << 20  # elements of one dequantized tile (4 MiB of float32, 2 MiB of bfloat16)
+_spare_tiles = threading.local()  # a thread's tile buffer of TILE_FLOATS elements per dtype, between products
+
+
+@contextlib.contextmanager
+def tile_buffer(dtype, numel: int, make):
+    """A flat buffer of at least `numel` elements of `dtype` for one product's dequantized tiles
+    (both targets' many-token products): the thread's spare one, taken out while the product uses
+    it, so tiles of two weights at once get two, and kept again afterwards when it is TILE_FLOATS
+    long; `make(size)` makes a new one. A new 2–4 MiB buffer each product faulted its pages in
+    anew, a tenth of a warm prefill."""
+    buffer = _spare_tiles.__dict__.pop(dtype, None)
+    if buffer is None or len(buffer) < numel:
+        buffer = make(max(TILE_FLOATS, numel))
+    try:
+        yield buffer
+    finally:
+        if len(buffer) == TILE_FLOATS:
+            _spare_tiles.__dict__[dtype] = buffer
 
 
 PACKING = threading.Lock()  # one weight packed at a time (each weight packs once, under this lock)
 PACK_BYTES = 1 << 20  # bytes of a weight packed (and its file pages handed back) at a time
 
 
-def packed_copy(p: Plan, blocks: np.ndarray, out_ptr: int) -> Plan:
+def packed_copy(p: Plan, blocks: np.ndarray, out_ptr: int, one_thread: bool = False) -> Plan:
     """Copy plan p's weight (`blocks`: its bytes as stored, uint8 [n, row_bytes]) into out (as many
     bytes) in the packed layout, about PACK_BYTES at a time, the file's pages of each slice handed
     back as it is copied (`hand_back_pages`), so the weight costs its size once; the plan that reads
@@ -193,7 +215,7 @@ def packed_copy(p: Plan, blocks: np.ndarray, out_ptr: int) -> Plan:
     step = max(1, PACK_BYTES // (group * p.row_bytes)) * group
     for r0 in range(0, p.n, step):
         r1 = min(p.n, r0 + step)
-        pack(p, r0, r1, out_ptr)
+        pack(p, r0, r1, out_ptr, one_thread)
         hand_back_pages(blocks[r0:r1])
     packed = plan(p.type, out_ptr, p.row_bytes, p.n, p.k)
     packed.packed = 1
@@ -241,9 +263,10 @@ def linear(p: Plan, x_ptr: int, t: int, y_ptr: int) -> None:
     _check(library().tc_linear(ctypes.byref(p), _P(x_ptr), _I(t), _P(y_ptr)), "linear")
 
 
-def dequant_rows(p: Plan, r0: int, r1: int, out_ptr: int) -> None:
-    """Rows [r0, r1) of plan p's weight as float32 into out [(r1 − r0), k]."""
-    _check(library().tc_dequant_rows(ctypes.byref(p), r0, r1, out_ptr), "dequant_rows")
+def dequant_rows(p: Plan, r0: int, r1: int, out_ptr: int, one_thread: bool = False) -> None:
+    """Rows [r0, r1) of plan p's weight as float32 into out [(r1 − r0), k]; `one_thread`: on the
+    calling thread alone (see tc_dequant_rows)."""
+    _check(library().tc_dequant_rows(ctypes.byref(p), r0, r1, out_ptr, int(one_thread)), "dequant_rows")
 
 
 def dequant_rows_bf16(p: Plan, r0: int, r1: int, out_ptr: int) -> None:

@@ -16,7 +16,6 @@ import numpy as np
 from toycards.runtime import quant_kernels as kernels
 
 FEW_TOKENS = 8  # x rows up to which the row-at-a-time kernel beats dequantize-then-GEMM
-TILE_FLOATS = 1 << 20  # floats of one dequantized tile (4 MiB)
 
 
 def reference_dequantize(blocks: np.ndarray, ggml_type: int, shape: tuple[int, ...]) -> np.ndarray:
@@ -64,7 +63,9 @@ class QuantWeight:
         with kernels.PACKING:
             if self._unpacked:
                 packed = np.empty(self.blocks.nbytes, dtype=np.uint8)
-                self._plan = kernels.packed_copy(self._plan, self.blocks, _ptr(packed))
+                # on one thread: NumPy's BLAS threads, spinning after the last product, and these
+                # would fight for the cores (about 1 s to pack SmolLM2 Q4_0 on two threads, not 0.1)
+                self._plan = kernels.packed_copy(self._plan, self.blocks, _ptr(packed), one_thread=True)
                 self._packed, self._unpacked = packed, False
 
     def __repr__(self) -> str:
@@ -112,12 +113,13 @@ class QuantWeight:
         if x2.shape[0] <= FEW_TOKENS:
             kernels.linear(self._plan, _ptr(x2), x2.shape[0], _ptr(y))
         else:
-            rows = max(1, min(n, TILE_FLOATS // k))
-            tile = np.empty((rows, k), dtype=np.float32)  # (rows, K)
-            for r0 in range(0, n, rows):
-                r1 = min(n, r0 + rows)
-                kernels.dequant_rows(self._plan, r0, r1, _ptr(tile))
-                y[:, r0:r1] = x2 @ tile[: r1 - r0].T
+            rows = max(1, min(n, kernels.TILE_FLOATS // k))
+            with kernels.tile_buffer(np.float32, rows * k, lambda size: np.empty(size, np.float32)) as buffer:
+                tile = buffer[: rows * k].reshape(rows, k)  # (rows, K)
+                for r0 in range(0, n, rows):
+                    r1 = min(n, r0 + rows)
+                    kernels.dequant_rows(self._plan, r0, r1, _ptr(tile), one_thread=True)  # BLAS next
+                    y[:, r0:r1] = x2 @ tile[: r1 - r0].T
         return y.reshape(*lead, n).astype(np.result_type(x.dtype, np.float32), copy=False)
 
     def embed(self, ids) -> np.ndarray:

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import threading
 import warnings
 
 import numpy as np
@@ -49,8 +48,6 @@ from toycards.runtime import quant_kernels as kernels
 from toycards.runtime.glue_torch import plain
 
 FEW_TOKENS = 8  # x rows up to which the row-at-a-time kernel beats dequantize-then-GEMM
-TILE_FLOATS = 1 << 20  # elements of one dequantized tile (4 MiB of float32, 2 MiB of bfloat16)
-_spare_tiles = threading.local()  # a thread's tile buffer of TILE_FLOATS elements per dtype, between products
 _bf16_cpu: bool | None = None
 
 
@@ -329,23 +326,16 @@ class QuantWeight:
 
     def _tiles(self, dtype: torch.dtype):
         """(r0, r1, W[r0:r1] dequantized to `dtype`) for consecutive tiles of about TILE_FLOATS
-        elements; one buffer, overwritten from tile to tile, and kept for the thread's next weight:
-        a new one each product (2–4 MiB) faulted its pages in anew, a tenth of a warm prefill."""
+        elements, in one buffer (kernels.tile_buffer), overwritten from tile to tile."""
         n, k = self.shape
-        rows = max(1, min(n, TILE_FLOATS // k))
-        buffer = _spare_tiles.__dict__.pop(dtype, None)  # this thread's, unless a caller holds it
-        if buffer is None or buffer.numel() < rows * k:
-            buffer = torch.empty(max(TILE_FLOATS, rows * k), dtype=dtype)
-        tile = buffer[: rows * k].view(rows, k)  # (rows, K)
+        rows = max(1, min(n, kernels.TILE_FLOATS // k))
         dequant = kernels.dequant_rows_bf16 if dtype is torch.bfloat16 else kernels.dequant_rows
-        try:
+        with kernels.tile_buffer(dtype, rows * k, lambda size: torch.empty(size, dtype=dtype)) as buffer:
+            tile = buffer[: rows * k].view(rows, k)  # (rows, K)
             for r0 in range(0, n, rows):
                 r1 = min(n, r0 + rows)
                 dequant(self._plan, r0, r1, tile.data_ptr())
                 yield r0, r1, tile[: r1 - r0]
-        finally:
-            if buffer.numel() == TILE_FLOATS:
-                _spare_tiles.__dict__[dtype] = buffer
 
     def grad_of_x(self, gy: torch.Tensor) -> torch.Tensor:
         """gy [..., N] · W → [..., K]: the gradient of x in y = W · x, W dequantized a tile at a

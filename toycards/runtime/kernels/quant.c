@@ -1010,14 +1010,14 @@ int tc_packs(int type) { return ROWS > 1 && HAVE_INT8_DOT && step_bytes(type) > 
 
 /* rows [r0, r1) of the plan's weight (as stored) in the packed layout, into the same bytes of out
  * [N · row_bytes] that they take in it (a group's bytes are its rows' bytes as stored); r0 and r1 are
- * multiples of ROWS, or r1 = N */
-int tc_pack(const tc_weight *p, int64_t r0, int64_t r1, uint8_t *out) {
+ * multiples of ROWS, or r1 = N; on the calling thread alone when `one_thread` (as tc_dequant_rows) */
+int tc_pack(const tc_weight *p, int64_t r0, int64_t r1, uint8_t *out, int64_t one_thread) {
     if (!tc_packs((int)p->type) || p->packed || r0 % ROWS || (r1 % ROWS && r1 != p->n) || r0 > r1 || r1 > p->n)
         return -1;
     const int64_t rb = p->row_bytes, sb = step_bytes(p->type), steps = p->k / 256, tail = rb - steps * sb;
     const int64_t full = p->n - p->n % ROWS, last = r1 < full ? r1 : full;
     if (r1 > full) memcpy(out + full * rb, p->w + full * rb, (size_t)((r1 - full) * rb));
-#pragma omp parallel for schedule(static) if ((last - r0) * rb >= PARALLEL_BYTES)
+#pragma omp parallel for schedule(static) if (!one_thread && (last - r0) * rb >= PARALLEL_BYTES)
     for (int64_t n0 = r0; n0 < last; n0 += ROWS)
         for (int64_t r = 0; r < ROWS; r++) {
             const uint8_t *row = p->w + (n0 + r) * rb;
@@ -1062,11 +1062,13 @@ static void dequant_row(const tc_weight *p, row_fn row, int64_t n, float *out) {
     }
 }
 
-/* rows [r0, r1) of the plan's weight dequantized to out [(r1 − r0), K] */
-int tc_dequant_rows(const tc_weight *p, int64_t r0, int64_t r1, float *out) {
+/* rows [r0, r1) of the plan's weight dequantized to out [(r1 − r0), K], on the calling thread alone
+ * when `one_thread` (a caller whose next step runs on another thread pool: NumPy's BLAS, whose
+ * threads and these would spin against each other on the same cores) */
+int tc_dequant_rows(const tc_weight *p, int64_t r0, int64_t r1, float *out, int64_t one_thread) {
     row_fn row = row_kernel((int)p->type);
     if (!row) return -1;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (!one_thread)
     for (int64_t r = r0; r < r1; r++) dequant_row(p, row, r, out + (r - r0) * p->k);
     return 0;
 }
