@@ -8,11 +8,15 @@ sequences must equal the sequences run one by one, with and without a cache.
 
 from __future__ import annotations
 
+import mmap
+import os
+
 import numpy as np
 import pytest
 from test_models_oracle import assert_logits_close
 
 from toycards.models.load import load
+from toycards.runtime import context
 
 TARGETS = ("numpy", "torch")
 # qwen3: per-head q/k norm on the cached keys; granite: scaled queries; smollm3: a layer whose
@@ -27,6 +31,8 @@ CASES += ("phi3-partial", "phi2")
 CASES += ("stablelm",)  # q/k/v biases, a quarter of each head rotated
 CASES += ("stablelm2-12b",)  # per-head q/k LayerNorms on the cached keys, parallel attention and MLP
 CASES += ("olmo3",)  # a window of 4 on 3 blocks of 4, over the cache
+
+
 def tol(want: np.ndarray) -> float:
     """Same model, same weights: only the order of float32 sums changes, which moves a logit by a few
     units in the last place of the largest (~1e-6 of it; BLAS kernels differ between CPUs)."""
@@ -145,7 +151,9 @@ def test_last_token_alone_equals_the_full_pass(model, target, case):
             assert_logits_close(got[b], want, tol(want), f"{case} {target} last of {start}")
     uncached = run_last(m, ids[:, :7])
     for b in range(2):
-        assert_logits_close(uncached[b], full[b, 6:7], tol(full[b, 6:7]), f"{case} {target} last of 7, no cache")
+        assert_logits_close(
+            uncached[b], full[b, 6:7], tol(full[b, 6:7]), f"{case} {target} last of 7, no cache"
+        )
 
 
 def test_every_library_card_computes_the_last_token_alone_when_asked():
@@ -158,3 +166,55 @@ def test_every_library_card_computes_the_last_token_alone_when_asked():
         for target in TARGETS:
             src = generate_source(library_card(name), target)
             assert "if last:" in src and "ctx.keep_last()" in src, (name, target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_cache_in_zero_pages_equals_the_full_pass(model, target, monkeypatch):
+    """Cache buffers made of on-demand zero pages (context.zero_pages; here every buffer, whatever
+    its size) decode as the full pass does."""
+    monkeypatch.setattr(context, "LAZY_BYTES", 1)
+    m = model("qwen3", target)
+    ids = token_ids(m.hp["N_V"], 2, 40, seed=3)
+    full = run(m, ids)
+    cache = m.new_cache()
+    got = np.concatenate(
+        [run(m, ids[:, :5], cache)] + [run(m, ids[:, t : t + 1], cache) for t in range(5, 40)], 1
+    )
+    if target == "numpy":  # torch.frombuffer keeps no Python base to look at
+        buffers = [b for slot in cache.slots for b in slot[0] if b is not None]
+        assert buffers and all(isinstance(_memory_of(b), mmap.mmap) for b in buffers)
+    for b in range(2):
+        assert_logits_close(got[b], full[b], tol(full[b]), f"qwen3 {target} zero-page cache, sequence {b}")
+
+
+def _memory_of(a: np.ndarray):
+    while isinstance(a, np.ndarray):
+        a = a.base
+    return a.obj if isinstance(a, memoryview) else a
+
+
+def _anon_kib() -> int:
+    with open("/proc/self/status", encoding="ascii") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("RssAnon:"))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="no /proc/self/status")
+@pytest.mark.parametrize("target", TARGETS)
+def test_cache_rows_not_yet_written_take_no_memory(target):
+    """A 64 MiB cache buffer (ops.zeros_rows) costs memory only for the rows written: the doubling
+    leaves up to half of every buffer unused."""
+    import importlib
+
+    ops = importlib.import_module(f"toycards.runtime.ops_{target}")
+    like = np.zeros((2, 3, 1, 64), np.float32)
+    if target == "torch":
+        import torch
+
+        like = torch.from_numpy(like)
+    before = _anon_kib()
+    buf = ops.zeros_rows(like, 1 << 14)  # 2·3·16384·64 float32: 24 MiB
+    assert tuple(buf.shape) == (2, 3, 1 << 14, 64)
+    buf[..., :16, :] = 1.0
+    grown = _anon_kib() - before
+    assert grown < 4 * 1024, f"{grown} KiB resident for 16 rows written"
+    assert float(buf[..., 16:, :].sum()) == 0.0 and float(buf[..., :16, :].sum()) == 2 * 3 * 16 * 64

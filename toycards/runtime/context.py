@@ -14,6 +14,19 @@ i-th such call of a pass owns slot i of the cache.
 
 from __future__ import annotations
 
+import mmap
+
+LAZY_BYTES = 1 << 16  # cache buffers from this size on are zero pages mapped on demand
+
+
+def zero_pages(nbytes: int) -> mmap.mmap | None:
+    """`nbytes` of zeros that take memory only where written (an anonymous mapping: the kernel maps
+    a zeroed page at its first write), for a cache buffer of at least LAZY_BYTES, else None (the
+    caller allocates as usual). A cache grows by doubling, so half a buffer is rows not yet used:
+    zeros from the allocator are written out at once (malloc reuses pages, torch fills them), and
+    SmolLM2's 30 layers held ~12 MB of unused rows after a 128-token prompt."""
+    return mmap.mmap(-1, nbytes) if nbytes >= LAZY_BYTES else None
+
 
 class KVCache:
     """Keys and values per attention call; `length` tokens are stored."""

@@ -8,8 +8,11 @@ Leaves out: anything torch (ops_torch.py mirrors these names), caching (context.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from toycards.runtime.context import zero_pages
 from toycards.runtime.quant_numpy import QuantWeight
 
 fast = True  # use the single kernels below (moe) in place of a prelude algorithm's steps
@@ -284,5 +287,10 @@ def moe(X, W_r, W_gate, W_up, W_down, k, norm):
 
 
 def zeros_rows(like, n):
-    """Zeros shaped like `like` but with n rows (axis −2), laid out row by row."""
-    return np.zeros(like.shape[:-2] + (n, like.shape[-1]), dtype=like.dtype)
+    """Zeros shaped like `like` but with n rows (axis −2), laid out row by row (a cache buffer:
+    memory only where written, context.zero_pages)."""
+    shape = like.shape[:-2] + (n, like.shape[-1])
+    pages = zero_pages(math.prod(shape) * like.dtype.itemsize)
+    if pages is None:
+        return np.zeros(shape, dtype=like.dtype)
+    return np.frombuffer(pages, dtype=like.dtype).reshape(shape)

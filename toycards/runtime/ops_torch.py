@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from toycards.runtime import glue_torch, quant_torch
+from toycards.runtime.context import zero_pages
 from toycards.runtime.quant_torch import QuantWeight, float_linear
 
 inf = math.inf
@@ -477,5 +478,10 @@ def moe(X, W_r, W_gate, W_up, W_down, k, norm):
 
 
 def zeros_rows(like, n):
-    """Zeros shaped like `like` but with n rows (axis −2), laid out row by row."""
-    return like.new_zeros(tuple(like.shape[:-2]) + (n, like.shape[-1]))
+    """Zeros shaped like `like` but with n rows (axis −2), laid out row by row (a cache buffer: on
+    the CPU, memory only where written, context.zero_pages)."""
+    shape = (*like.shape[:-2], n, like.shape[-1])
+    pages = zero_pages(math.prod(shape) * like.element_size()) if like.is_cpu else None
+    if pages is None:
+        return like.new_zeros(shape)
+    return torch.frombuffer(pages, dtype=like.dtype).view(shape)
