@@ -241,27 +241,74 @@ static void row_q5_k(const uint8_t *b, float *y, int64_t k) {
     }
 }
 
+#if defined(__AVX2__)
+static inline __m256i low_nibbles32(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0F)); }
+static inline __m256i high_nibbles32(__m256i v) {
+    return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
+}
+
+/* the four chunks of 32 six-bit quants (0…63) of half a Q6_K block: low nibbles from ql [64], two
+ * high bits each from qh [32] */
+static inline void q6_chunks(const uint8_t *ql, const uint8_t *qh, __m256i q[4]) {
+    const __m256i three = _mm256_set1_epi8(3);
+    const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+    const __m256i h = _mm256_loadu_si256((const __m256i *)qh);
+    q[0] = _mm256_or_si256(low_nibbles32(l0), _mm256_slli_epi16(_mm256_and_si256(h, three), 4));
+    q[1] = _mm256_or_si256(low_nibbles32(l1), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), three), 4));
+    q[2] = _mm256_or_si256(high_nibbles32(l0), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), three), 4));
+    q[3] = _mm256_or_si256(high_nibbles32(l1), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), three), 4));
+}
+
+#endif
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+/* AVX-512: half a block (128 elements) a step, its four chunks of 32 from q6_chunks, each chunk's two
+ * groups of 16 widened to floats and multiplied by (d · scale) as the scalar loop below does */
+static void row_q6_k(const uint8_t *b, float *y, int64_t k) {
+    const __m256i bias = _mm256_set1_epi8(32);
+    for (int64_t s = 0; s < k; s += 256, b += 210) {
+        const float d = f16(b + 208);
+        const int8_t *sc = (const int8_t *)(b + 192);
+        for (int n = 0; n < 2; n++) {
+            __m256i q[4];
+            q6_chunks(b + 64 * n, b + 128 + 32 * n, q);
+            float *out = y + s + 128 * n;
+            for (int c = 0; c < 4; c++) { /* elements 32c … 32c + 31: scales sc[2c] and sc[2c + 1] */
+                const __m256i v = _mm256_sub_epi8(q[c], bias);
+                const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(v)));
+                const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(v, 1)));
+                _mm512_storeu_ps(out + 32 * c, _mm512_mul_ps(_mm512_set1_ps(d * (float)sc[8 * n + 2 * c]), lo));
+                _mm512_storeu_ps(out + 32 * c + 16,
+                                 _mm512_mul_ps(_mm512_set1_ps(d * (float)sc[8 * n + 2 * c + 1]), hi));
+            }
+        }
+    }
+}
+#else
 static void row_q6_k(const uint8_t *b, float *y, int64_t k) {
     for (int64_t s = 0; s < k; s += 256, b += 210) {
         const float d = f16(b + 208);
         const uint8_t *ql = b, *qh = b + 128;
         const int8_t *sc = (const int8_t *)(b + 192);
         float *out = y + s;
-        for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8, out += 128) {
-            for (int l = 0; l < 32; l++) {
-                const int is = l / 16;
-                const int q1 = (int)((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-                const int q2 = (int)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-                const int q3 = (int)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-                const int q4 = (int)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-                out[l] = d * (float)sc[is] * (float)q1;
-                out[l + 32] = d * (float)sc[is + 2] * (float)q2;
-                out[l + 64] = d * (float)sc[is + 4] * (float)q3;
-                out[l + 96] = d * (float)sc[is + 6] * (float)q4;
+        for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8, out += 128)
+            for (int is = 0; is < 2; is++) { /* elements l = 16·is … 16·is + 15 share their 4 scales */
+                const float s1 = d * (float)sc[is], s2 = d * (float)sc[is + 2];
+                const float s3 = d * (float)sc[is + 4], s4 = d * (float)sc[is + 6];
+                for (int l = 16 * is; l < 16 * is + 16; l++) { /* (d · scale) · q, as gguf.quants */
+                    const int q1 = (int)((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                    const int q2 = (int)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                    const int q3 = (int)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                    const int q4 = (int)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                    out[l] = s1 * (float)q1;
+                    out[l + 32] = s2 * (float)q2;
+                    out[l + 64] = s3 * (float)q3;
+                    out[l + 96] = s4 * (float)q4;
+                }
             }
-        }
     }
 }
+#endif
 
 typedef void (*row_fn)(const uint8_t *, float *, int64_t);
 
@@ -643,23 +690,6 @@ typedef void (*rows_fn)(const uint8_t *, int64_t, int64_t, const uint8_t *, int6
  *   Σ w·x ≈ d·sc_j·dx·Σ q·qx − dmin·m_j·dx·Σ qx
  * and a Q6_K chunk of 32 (two groups of 16 with their own int8 scales) is one x block,
  *   Σ w·x ≈ d·dx·(sc_a·Σ_{first 16} (q − 32)·qx + sc_b·Σ_{last 16} (q − 32)·qx). */
-static inline __m256i low_nibbles32(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0F)); }
-static inline __m256i high_nibbles32(__m256i v) {
-    return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
-}
-
-/* the four chunks of 32 six-bit quants (0…63) of half a Q6_K block: low nibbles from ql [64], two
- * high bits each from qh [32] */
-static inline void q6_chunks(const uint8_t *ql, const uint8_t *qh, __m256i q[4]) {
-    const __m256i three = _mm256_set1_epi8(3);
-    const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-    const __m256i h = _mm256_loadu_si256((const __m256i *)qh);
-    q[0] = _mm256_or_si256(low_nibbles32(l0), _mm256_slli_epi16(_mm256_and_si256(h, three), 4));
-    q[1] = _mm256_or_si256(low_nibbles32(l1), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), three), 4));
-    q[2] = _mm256_or_si256(high_nibbles32(l0), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), three), 4));
-    q[3] = _mm256_or_si256(high_nibbles32(l1), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), three), 4));
-}
-
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 /* AVX-512: two sub-blocks of 32 (one x block each) per 512-bit step, their scales d·sc_j·dx as one
  * vector per weight block (8 lanes) spread to the step's two halves by a permute, the mins' part
