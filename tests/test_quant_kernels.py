@@ -173,7 +173,7 @@ def test_tiles_of_two_weights_at_once_keep_their_own_buffers(monkeypatch):
 def test_numpy_products_keep_their_tile_buffer(monkeypatch):
     """The NumPy target's many-token products reuse the thread's tile buffer (kernels.tile_buffer)
     and still equal the reference, tile after tile (3 rows a tile: several tiles a product)."""
-    monkeypatch.setattr(quant_kernels, "TILE_FLOATS", 3 * 160)
+    monkeypatch.setattr(quant_numpy, "TILE_FLOATS", 3 * 160)
     monkeypatch.delitem(quant_kernels._spare_tiles.__dict__, np.float32, raising=False)
     rng = np.random.default_rng(6)
     blocks = small_blocks(Q.Q8_0, (10, 160), rng)

@@ -186,19 +186,20 @@ _spare_tiles = threading.local()  # a thread's tile buffer of TILE_FLOATS elemen
 
 
 @contextlib.contextmanager
-def tile_buffer(dtype, numel: int, make):
+def tile_buffer(dtype, numel: int, make, size: int | None = None):
     """A flat buffer of at least `numel` elements of `dtype` for one product's dequantized tiles
     (both targets' many-token products): the thread's spare one, taken out while the product uses
-    it, so tiles of two weights at once get two, and kept again afterwards when it is TILE_FLOATS
-    long; `make(size)` makes a new one. A new 2–4 MiB buffer each product faulted its pages in
-    anew, a tenth of a warm prefill."""
+    it, so tiles of two weights at once get two, and kept again afterwards when it has `size`
+    elements (default TILE_FLOATS); `make(n)` makes a new one. A new 2–4 MiB buffer each product
+    faulted its pages in anew, a tenth of a warm prefill."""
+    size = TILE_FLOATS if size is None else size
     buffer = _spare_tiles.__dict__.pop(dtype, None)
     if buffer is None or len(buffer) < numel:
-        buffer = make(max(TILE_FLOATS, numel))
+        buffer = make(max(size, numel))
     try:
         yield buffer
     finally:
-        if len(buffer) == TILE_FLOATS:
+        if len(buffer) == size:
             _spare_tiles.__dict__[dtype] = buffer
 
 
