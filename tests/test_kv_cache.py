@@ -201,7 +201,7 @@ def _anon_kib() -> int:
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="no /proc/self/status")
 @pytest.mark.parametrize("target", TARGETS)
 def test_cache_rows_not_yet_written_take_no_memory(target):
-    """A 64 MiB cache buffer (ops.zeros_rows) costs memory only for the rows written: the doubling
+    """A 24 MiB cache buffer (ops.zeros_rows) costs memory only for the rows written: the doubling
     leaves up to half of every buffer unused."""
     import importlib
 
