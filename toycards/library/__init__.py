@@ -131,7 +131,7 @@ def library_card(name: str) -> ir.Card:
     changed parser or IR, is parsed afresh.
     """
     text = (CARDS / f"{name}.card").read_text(encoding="utf-8")
-    path = cache.cache_file(name, cache.cache_key(*_language_key(), text))
+    path = cache.cache_file(name, cache.cache_key(*language_key(), text))
     card = cache.load(path)
     if isinstance(card, ir.Card) and card.source == text:
         return card
@@ -140,7 +140,7 @@ def library_card(name: str) -> ir.Card:
     return card
 
 
-def _language_key() -> list[str]:
+def language_key() -> list[str]:
     """What a parsed card depends on besides its text: the version and the card language's sources."""
     from toycards.version import __version__
 
@@ -210,7 +210,7 @@ def read_card_file(path: str | os.PathLike) -> ir.Card:
 def parse_cached(text: str, file: str, entry: str) -> ir.Card:
     """`parse(text, file=file)`, cached on disk as `entry` (keyed by the card language's sources,
     the file name and the text); errors are never cached."""
-    where = cache.cache_file(entry, cache.cache_key(*_language_key(), file, text))
+    where = cache.cache_file(entry, cache.cache_key(*language_key(), file, text))
     card = cache.load(where)
     if isinstance(card, ir.Card) and card.source == text and card.file == file:
         return card

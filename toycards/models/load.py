@@ -67,10 +67,9 @@ def check_fits(card: ir.Card, f) -> None:
 
 
 PACKAGE = Path(__file__).resolve().parents[1]
-# the sources a generated module depends on besides its card: the IR, the checker, the code
-# generator and its template, the prelude's algorithms (a card calls them)
+# what a generated module depends on besides its card and the card language (library.language_key):
+# the checker, the code generator and its template, the prelude's algorithms (a card calls them)
 GENERATOR = (
-    *sorted((PACKAGE / "lang").glob("*.py")), PACKAGE / "lang" / "card.lark",
     *sorted((PACKAGE / "checker").glob("*.py")), *sorted((PACKAGE / "codegen").glob("*.py")),
     *sorted((PACKAGE / "codegen" / "templates").glob("*.jinja")), PACKAGE / "library" / "cards" / "prelude.card",
 )  # fmt: skip
@@ -80,14 +79,15 @@ def module_source(card: ir.Card, target: str) -> str:
     """codegen.generate_source(card, target), kept in the disk cache (toycards/cache.py) between
     processes. The key is the card itself (its IR as repr writes it, which is everything but the
     spans, and its file name and text, which the spans come from: a card changed in code after it
-    was parsed is a new key), the target, the version and the text of every GENERATOR source, so
-    an edited card or an edited toycards generates afresh. A hit never imports the generator
-    (jinja2, lark, the checker): a fresh process loads a file in about half the time, ~9 MB less."""
+    was parsed is a new key), the target, the version and the card language's sources (the key of
+    parsed cards, library.language_key) and the text of every GENERATOR source, so an edited card
+    or an edited toycards generates afresh. A hit never imports the generator (jinja2, lark, the
+    checker): a fresh process loads a file in about half the time, ~9 MB less."""
     from toycards import cache
-    from toycards.version import __version__
+    from toycards.library import language_key
 
     sources = [p.read_text(encoding="utf-8") if p.is_file() else "" for p in GENERATOR]
-    key = cache.cache_key(__version__, target, repr(card), card.file, card.source, *sources)
+    key = cache.cache_key(*language_key(), target, repr(card), card.file, card.source, *sources)
     path = cache.cache_file(f"module-{target}", key)
     source = cache.load(path)
     if isinstance(source, str):

@@ -5,7 +5,9 @@ memory-mapped; products by the C kernels of quant_kernels.py, or gguf.quants wit
 dequantized array for any other use, through `__array__`), so that a quantized file costs about
 its own size in memory on the NumPy target too. Where the few-token kernel reads a packed copy
 faster (`quant_kernels.pack_rows`), the first product makes that copy and hands the file's pages
-back, as quant_torch does.
+back, as quant_torch does. Its kernels run on the calling thread where NumPy comes next (dequantizing,
+packing): OpenBLAS's threads, still spinning after a GEMM, and the kernels' OpenMP threads fought over
+the cores (packing SmolLM2 Q4_0 took ~1 s on two threads, 0.1 s on one).
 Leaves out: torch (quant_torch.py), the kernels themselves.
 """
 
@@ -68,8 +70,6 @@ class QuantWeight:
         with kernels.PACKING:
             if self._unpacked:
                 packed = np.empty(self.blocks.nbytes, dtype=np.uint8)
-                # on one thread: NumPy's BLAS threads, spinning after the last product, and these
-                # would fight for the cores (about 1 s to pack SmolLM2 Q4_0 on two threads, not 0.1)
                 self._plan = kernels.packed_copy(self._plan, self.blocks, _ptr(packed), one_thread=True)
                 self._packed, self._unpacked = packed, False
 
@@ -81,7 +81,7 @@ class QuantWeight:
         if not self.fast:
             return reference_dequantize(self.blocks, self.ggml_type, self.shape)
         out = np.empty((n, k), dtype=np.float32)
-        kernels.dequant_rows(self._plan, 0, n, _ptr(out))
+        kernels.dequant_rows(self._plan, 0, n, _ptr(out), one_thread=True)
         return out
 
     def __array__(self, dtype=None, copy=None):
@@ -124,7 +124,7 @@ class QuantWeight:
                 tile = buffer[: rows * k].reshape(rows, k)  # (rows, K)
                 for r0 in range(0, n, rows):
                     r1 = min(n, r0 + rows)
-                    kernels.dequant_rows(self._plan, r0, r1, _ptr(tile), one_thread=True)  # BLAS next
+                    kernels.dequant_rows(self._plan, r0, r1, _ptr(tile), one_thread=True)
                     y[:, r0:r1] = x2 @ tile[: r1 - r0].T
         return y.reshape(*lead, n).astype(np.result_type(x.dtype, np.float32), copy=False)
 

@@ -258,7 +258,6 @@ static inline void q6_chunks(const uint8_t *ql, const uint8_t *qh, __m256i q[4])
     q[2] = _mm256_or_si256(high_nibbles32(l0), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), three), 4));
     q[3] = _mm256_or_si256(high_nibbles32(l1), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), three), 4));
 }
-
 #endif
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
