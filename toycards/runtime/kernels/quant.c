@@ -338,8 +338,19 @@ static inline uint16_t bf16_of(float f) {
     return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
-static _Thread_local float *scratch_row;
-static _Thread_local int64_t scratch_row_cap;
+/* *buf with room for `bytes`: a thread's scratch buffer, grown as needed and kept from call to call
+ * (no malloc per product); NULL when out of memory */
+static void *grown(void **buf, int64_t *cap, int64_t bytes) {
+    if (bytes > *cap) {
+        free(*buf);
+        *buf = malloc((size_t)bytes);
+        *cap = *buf ? bytes : 0;
+    }
+    return *buf;
+}
+
+static _Thread_local void *scratch_row, *scratch_bytes;
+static _Thread_local int64_t scratch_row_cap, scratch_bytes_cap;
 
 /* ── version 3, for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the K-quants on CPUs with AVX2: integer dot products, as llama.cpp does ──
  * x is quantized per block of 32 to int8 first (qx = round(x / dx), dx = max|x| / 127, dx kept in
@@ -356,23 +367,14 @@ static _Thread_local int64_t scratch_row_cap;
 #define HAVE_INT8_DOT 1
 
 /* the calling thread's buffers for quantized x, grown as needed and kept (no malloc per product) */
-static _Thread_local int8_t *scratch_q;
-static _Thread_local float *scratch_f;
+static _Thread_local void *scratch_q, *scratch_f;
 static _Thread_local int64_t scratch_q_cap, scratch_f_cap;
 
 static int scratch_x(int64_t n_q, int64_t n_blocks, int8_t **qx, float **dx, float **sx) {
-    if (n_q > scratch_q_cap) {
-        free(scratch_q);
-        scratch_q = (int8_t *)malloc((size_t)n_q);
-        scratch_q_cap = scratch_q ? n_q : 0;
-    }
-    if (2 * n_blocks > scratch_f_cap) {
-        free(scratch_f);
-        scratch_f = (float *)malloc(sizeof(float) * (size_t)(2 * n_blocks));
-        scratch_f_cap = scratch_f ? 2 * n_blocks : 0;
-    }
-    if (!scratch_q || !scratch_f) return 0;
-    *qx = scratch_q, *dx = scratch_f, *sx = scratch_f + n_blocks;
+    *qx = (int8_t *)grown(&scratch_q, &scratch_q_cap, n_q);
+    *dx = (float *)grown(&scratch_f, &scratch_f_cap, (int64_t)sizeof(float) * 2 * n_blocks);
+    if (!*qx || !*dx) return 0;
+    *sx = *dx + n_blocks;
     return 1;
 }
 
@@ -1011,26 +1013,23 @@ static void pack_step(int type, const uint8_t *b, uint8_t *o) {
         }
 }
 
-/* 256 elements of a packed step of a SPLIT type (o) dequantized into y, read where the packed
- * layout has them: the same numbers as the row kernel on the step's blocks as stored */
-static void row_split_step(int type, const uint8_t *o, float *y) {
-    const uint8_t *q = o + (type == Q4_1 ? 32 : 16);
-    for (int j = 0; j < 8; j++, y += 32) {
-        const float d = f16(o + 2 * j);
-        if (type == Q8_0) {
-            const int8_t *v = (const int8_t *)(q + 32 * j);
-            for (int e = 0; e < 32; e++) y[e] = (float)v[e] * d;
-            continue;
-        }
-        const uint8_t *run = q + 64 * (j / 4) + 32 * (j % 2); /* element e of block j: byte e */
-        const int shift = j % 4 >= 2 ? 4 : 0;
-        if (type == Q4_0) {
-            for (int e = 0; e < 32; e++) y[e] = (float)((int)((run[e] >> shift) & 0x0F) - 8) * d;
-        } else {
-            const float m = f16(o + 16 + 2 * j);
-            for (int e = 0; e < 32; e++) y[e] = (float)((run[e] >> shift) & 0x0F) * d + m;
-        }
+/* the inverse of pack_step: a packed step of a SPLIT type (o) → its 8 blocks as stored (b) */
+static void unpack_step(int type, const uint8_t *o, uint8_t *b) {
+    const int bs = BLOCK_BYTES(type), hb = HAS_MIN(type) ? 4 : 2;
+    const uint8_t *q = o + 8 * hb;
+    for (int j = 0; j < 8; j++) {
+        uint8_t *blk = b + j * bs;
+        for (int f = 0; f < hb; f += 2) memcpy(blk + f, o + 8 * f + 2 * j, 2);
+        if (type == Q8_0) memcpy(blk + 2, q + 32 * j, 32);
     }
+    if (type == Q8_0) return;
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 2; k++) { /* swap_nibbles undone: lo, hi → blocks 4h + k and 4h + k + 2 */
+            const uint8_t *lo = q + 64 * h + 32 * k, *hi = lo + 16;
+            uint8_t *x = b + (4 * h + k) * bs + hb, *y = b + (4 * h + k + 2) * bs + hb;
+            for (int e = 0; e < 16; e++)
+                x[e] = (uint8_t)((lo[e] & 15) | (hi[e] & 15) << 4), y[e] = (uint8_t)((lo[e] >> 4) | (hi[e] & 0xF0));
+        }
 }
 
 /* the rows of a packed group (ROWS) when weights of `type` are multiplied faster packed (the types
@@ -1066,29 +1065,43 @@ int tc_pack(const tc_weight *p, int64_t r0, int64_t r1, uint8_t *out, int64_t on
     return 0;
 }
 
-/* row n of the plan's weight dequantized into out [K]: as stored in one piece, packed a step of 256
- * elements at a time from its group (then its bytes past the last whole step) */
-static void dequant_row(const tc_weight *p, row_fn row, int64_t n, float *out) {
+/* row n of the plan's weight as the file stores it (row_bytes): in place, or put back together into
+ * buf [row_bytes] from its packed group (a step of 256 elements at a time, then its bytes past the
+ * last whole step); NULL when buf is NULL and the row needs it */
+static const uint8_t *stored_row(const tc_weight *p, int64_t n, uint8_t *buf) {
     const int64_t rb = p->row_bytes, full = p->n - p->n % ROWS;
-    if (!p->packed || n >= full) {
-        row(p->w + n * rb, out, p->k);
-        return;
-    }
-    const int64_t sb = step_bytes(p->type), steps = p->k / 256, r = n % ROWS;
-    const uint8_t *group = p->w + (n - r) * rb;
+    if (!p->packed || n >= full) return p->w + n * rb;
+    if (!buf) return 0;
+    const int type = (int)p->type;
+    const int64_t sb = step_bytes(type), steps = p->k / 256, r = n % ROWS, tail = rb - steps * sb;
+    const uint8_t *group = p->w + (n - r) * rb, *at = group + steps * ROWS * sb;
     for (int64_t st = 0; st < steps; st++) {
         const uint8_t *from = group + (st * ROWS + r) * sb;
-        if (SPLIT(p->type)) row_split_step((int)p->type, from, out + 256 * st);
-        else row(from, out + 256 * st, 256);
+        if (SPLIT(type)) unpack_step(type, from, buf + st * sb);
+        else memcpy(buf + st * sb, from, (size_t)sb);
     }
-    const uint8_t *tail = group + steps * ROWS * sb;
-    if (SPLIT_TAIL(p->type, p->k)) { /* row r's two blocks of the group's split tail step */
-        float all[256];
-        row_split_step((int)p->type, tail, all);
-        memcpy(out + 256 * steps, all + 64 * r, 64 * sizeof(float));
-    } else if (p->k > 256 * steps) {
-        row(tail + r * (rb - steps * sb), out + 256 * steps, p->k - 256 * steps);
+    if (SPLIT_TAIL(type, p->k)) { /* row r's two blocks of the group's split tail step */
+        uint8_t blocks[8 * 34];
+        unpack_step(type, at, blocks);
+        memcpy(buf + steps * sb, blocks + r * tail, (size_t)tail);
+    } else {
+        memcpy(buf + steps * sb, at + r * tail, (size_t)tail);
     }
+    return buf;
+}
+
+/* the calling thread's buffer for one row as stored (stored_row), NULL when out of memory */
+static uint8_t *row_buffer(const tc_weight *p) {
+    return (uint8_t *)grown(&scratch_bytes, &scratch_bytes_cap, p->row_bytes);
+}
+
+/* row n of the plan's weight dequantized into out [K] (the row kernel on its bytes as stored); 0, or
+ * −2 when out of memory */
+static int dequant_row(const tc_weight *p, row_fn row, int64_t n, float *out) {
+    const uint8_t *b = stored_row(p, n, p->packed ? row_buffer(p) : 0);
+    if (!b) return -2;
+    row(b, out, p->k);
+    return 0;
 }
 
 /* rows [r0, r1) of the plan's weight dequantized to out [(r1 − r0), K], on the calling thread alone
@@ -1097,9 +1110,11 @@ static void dequant_row(const tc_weight *p, row_fn row, int64_t n, float *out) {
 int tc_dequant_rows(const tc_weight *p, int64_t r0, int64_t r1, float *out, int64_t one_thread) {
     row_fn row = row_kernel((int)p->type);
     if (!row) return -1;
+    int failed = 0;
 #pragma omp parallel for schedule(static) if (!one_thread)
-    for (int64_t r = r0; r < r1; r++) dequant_row(p, row, r, out + (r - r0) * p->k);
-    return 0;
+    for (int64_t r = r0; r < r1; r++)
+        if (dequant_row(p, row, r, out + (r - r0) * p->k)) failed = 1;
+    return failed ? -2 : 0;
 }
 
 /* rows [r0, r1) of the plan's weight dequantized and rounded to bfloat16 into out [(r1 − r0), K]
@@ -1111,19 +1126,14 @@ int tc_dequant_rows_bf16(const tc_weight *p, int64_t r0, int64_t r1, uint16_t *o
     int failed = 0;
 #pragma omp parallel for schedule(static)
     for (int64_t r = r0; r < r1; r++) {
-        if (K > scratch_row_cap) {
-            free(scratch_row);
-            scratch_row = (float *)malloc(sizeof(float) * (size_t)K);
-            scratch_row_cap = scratch_row ? K : 0;
-        }
-        if (!scratch_row) {
+        float *f = (float *)grown(&scratch_row, &scratch_row_cap, (int64_t)sizeof(float) * K);
+        if (!f || dequant_row(p, row, r, f)) {
             failed = 1;
             continue;
         }
-        dequant_row(p, row, r, scratch_row);
         uint16_t *o = out + (r - r0) * K;
 #pragma omp simd
-        for (int64_t i = 0; i < K; i++) o[i] = bf16_of(scratch_row[i]);
+        for (int64_t i = 0; i < K; i++) o[i] = bf16_of(f[i]);
     }
     return failed ? -2 : 0;
 }
@@ -1132,7 +1142,8 @@ int tc_dequant_rows_bf16(const tc_weight *p, int64_t r0, int64_t r1, uint16_t *o
 int tc_gather_rows(const tc_weight *p, const int64_t *ids, int64_t n_ids, float *out) {
     row_fn row = row_kernel((int)p->type);
     if (!row) return -1;
-    for (int64_t i = 0; i < n_ids; i++) dequant_row(p, row, ids[i], out + i * p->k);
+    for (int64_t i = 0; i < n_ids; i++)
+        if (dequant_row(p, row, ids[i], out + i * p->k)) return -2;
     return 0;
 }
 
