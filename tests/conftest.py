@@ -5,10 +5,10 @@ built once per session; `oracle_files("llama", "Q8_0")` → `OracleFile` with `.
 `.expected_logits(ids)`, `.model`, `.config`. torch and transformers are imported only when a test
 asks for it.
 
-The suite multiplies prefill products in float32 (`TOYCARDS_BF16_PREFILL=off`, also for the
+The suite multiplies prefill products in float32 (`TOYCARDS_PREFILL=float32`, also for the
 subprocesses it starts), so that the oracle tests compare the card's exact arithmetic with
-transformers to 1e-4; tests/test_quant_kernels.py turns the shipped bfloat16 prefill back on and
-holds it to its own references.
+transformers to 1e-4; tests/test_quant_kernels.py turns the shipped prefill (the int8 GEMM, or
+bfloat16 GEMMs) back on and holds it to its own references.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import os
 
 import pytest
 
-os.environ["TOYCARDS_BF16_PREFILL"] = "off"
+os.environ["TOYCARDS_PREFILL"] = "float32"
 
 
 @pytest.fixture(scope="session")

@@ -2,11 +2,13 @@
 
 llm.c's discipline: version 1 is `gguf.quants.dequantize` followed by a matmul in float64 (the
 exact value of the product the file defines), version 2 the C kernel that multiplies in float32
-(F32, F16 and BF16 read in place, and every type for more than FEW_TOKENS tokens), version 3 the
-C kernel that quantizes x to int8 blocks of 32 first, as llama.cpp does (Q8_0, Q4_*, Q5_* and the
-K-quants for few tokens). Version 2 must equal version 1 to float32 rounding; version 3 must equal
-version 1 applied to the int8-rounded x to float32 rounding, and version 1 on the exact x to within the
-rounding bound Σ_k |w_k| · dx_k / 2 (each x_k moves by at most half its block's step dx_k).
+(F32, F16 and BF16 read in place, and, on dequantized tiles, every type for more than FEW_TOKENS
+tokens where there is no version 4), version 3 the C kernel that quantizes x to int8 blocks of 32
+first, as llama.cpp does (Q8_0, Q4_*, Q5_* and the K-quants for few tokens), version 4 the int8 GEMM
+that takes the same x blocks for more tokens (those types, on CPUs with AVX-512 VNNI). Version 2
+must equal version 1 to float32 rounding; versions 3 and 4 must equal version 1 applied to the
+int8-rounded x to float32 rounding, and version 1 on the exact x to within the rounding bound
+Σ_k |w_k| · dx_k / 2 (each x_k moves by at most half its block's step dx_k).
 Shapes are odd on purpose: 37 rows (no tile divides it), one token, a few, FEW_TOKENS, one more,
 and many. Then whole models: a quantized file on the torch target gives the logits of the same
 file dequantized at load, for the full pass and for cached decoding, and the NumPy target agrees.
@@ -41,10 +43,10 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(autouse=True)
-def bf16_prefill_as_shipped(monkeypatch):
-    """These tests hold the products as shipped, bfloat16 prefill included, to their references (the
-    rest of the suite multiplies in float32: see conftest.py)."""
-    monkeypatch.delenv("TOYCARDS_BF16_PREFILL", raising=False)
+def prefill_as_shipped(monkeypatch):
+    """These tests hold the products as shipped, the int8 GEMM and bfloat16 prefill included, to
+    their references (the rest of the suite multiplies in float32: see conftest.py)."""
+    monkeypatch.delenv("TOYCARDS_PREFILL", raising=False)
     monkeypatch.setattr(quant_torch, "_bf16_cpu", None)
 
 
@@ -87,7 +89,8 @@ def check_product(y: np.ndarray, x: np.ndarray, w: np.ndarray, qtype: int, n_tok
     from_torch = torch.is_tensor(y)
     y = y.double().numpy() if from_torch else y
     x64, w64 = x.astype(np.float64), w.astype(np.float64)
-    if n_tokens <= quant_torch.FEW_TOKENS and quant_kernels.quantizes_x(qtype):
+    few = n_tokens <= quant_torch.FEW_TOKENS
+    if quant_kernels.quantizes_x(qtype) and (few or quant_kernels.many_tokens(qtype)):  # versions 3, 4
         x_hat, dx = q8_blocks(x)
         want = x_hat.astype(np.float64) @ w64.T
         scale = np.abs(x_hat) @ np.abs(w64).T
@@ -134,6 +137,46 @@ def test_linear_torch(weight, n_tokens):
     check_product(y, x, w, qtype, n_tokens)
 
 
+@pytest.mark.parametrize("n_tokens", (quant_torch.FEW_TOKENS + 1, 33))
+def test_linear_torch_tiled(weight, n_tokens, monkeypatch):
+    """Where the CPU has no int8 GEMM (no AVX-512 VNNI), many tokens take dequantized tiles and a
+    GEMM, in bfloat16 where `bf16_prefill`: held to the same references (here with the GEMM off)."""
+    monkeypatch.setattr(quant_kernels, "many_tokens", lambda ggml_type: False)
+    qtype, blocks, w = weight
+    x = np.random.default_rng(n_tokens).normal(size=(n_tokens, w.shape[1])).astype(np.float32)
+    q = quant_torch.QuantWeight(blocks, qtype, w.shape)
+    assert not q._gemm
+    check_product(q.linear(torch.from_numpy(x)), x, w, qtype, n_tokens)
+
+
+INT8 = [t for t in TYPES if quant_kernels.many_tokens(t)]
+# rows: fewer than a tile of 16, one tile, one more, two and one; quads of 4 elements per row: 24
+# (one transposed 16 and 8 more), 16, 40, 256; tokens: one more than FEW_TOKENS, 16, 23 (8 and 7 more)
+GEMM_SHAPES = ((3, 96), (16, 64), (17, 160), (33, 1024))
+GEMM_SHAPES_K = ((3, 256), (16, 512), (17, 256), (33, 1024))
+GEMM_CASES = [(t, shape) for t in INT8 for shape in (GEMM_SHAPES_K if t in K_QUANTS else GEMM_SHAPES)]
+
+
+@pytest.mark.skipif(not INT8, reason="no int8 GEMM on this CPU (AVX-512 VNNI)")
+@pytest.mark.parametrize(("qtype", "shape"), GEMM_CASES, ids=lambda c: getattr(c, "name", str(c)))
+@pytest.mark.parametrize("n_tokens", (quant_torch.FEW_TOKENS + 1, 16, 23))
+def test_int8_gemm_tiles_and_token_groups(qtype, shape, n_tokens):
+    """Version 4 on the shapes its tiles cut unevenly: rows that fill no tile or leave a partial
+    one, quads past the last transposed 16, tokens past the last group of 8; on the blocks as
+    stored and on their packed copy (which it reads back as stored), which must agree exactly."""
+    rng = np.random.default_rng(shape[0] * 7 + shape[1] + n_tokens)
+    blocks = small_blocks(qtype, shape, rng)
+    w = quant_torch.reference_dequantize(blocks, qtype, shape)
+    x = rng.normal(size=(n_tokens, shape[1])).astype(np.float32)
+    in_place = quant_torch.QuantWeight(blocks, qtype, shape)
+    in_place._unpacked = False
+    y = in_place.linear(torch.from_numpy(x))
+    check_product(y, x, w, qtype, n_tokens)
+    packed = quant_torch.QuantWeight(blocks, qtype, shape)
+    packed.linear(torch.from_numpy(x[:1]))  # the first product packs it (where the CPU packs)
+    assert torch.equal(packed.linear(torch.from_numpy(x)), y)
+
+
 def test_bf16_tiles_equal_the_reference_rounded(weight):
     """The prefill tiles in bfloat16 are gguf.quants' values rounded as torch rounds float32 to
     bfloat16 (to nearest, ties to even), NaN where they are NaN."""
@@ -171,29 +214,35 @@ def test_tiles_of_two_weights_at_once_keep_their_own_buffers(monkeypatch):
 
 
 def test_numpy_products_keep_their_tile_buffer(monkeypatch):
-    """The NumPy target's many-token products reuse the thread's tile buffer (kernels.tile_buffer)
-    and still equal the reference, tile after tile (3 rows a tile: several tiles a product)."""
+    """The NumPy target's many-token products on tiles (F16 here: a type with no int8 GEMM) reuse
+    the thread's tile buffer (kernels.tile_buffer) and still equal the reference, tile after tile
+    (3 rows a tile: several tiles a product)."""
     monkeypatch.setattr(quant_numpy, "TILE_FLOATS", 3 * 160)
     monkeypatch.delitem(quant_kernels._spare_tiles.__dict__, np.float32, raising=False)
     rng = np.random.default_rng(6)
-    blocks = small_blocks(Q.Q8_0, (10, 160), rng)
-    w = quant_torch.reference_dequantize(blocks, Q.Q8_0, (10, 160))
-    q = quant_numpy.QuantWeight(blocks, Q.Q8_0, (10, 160))
+    blocks = small_blocks(Q.F16, (10, 160), rng)
+    w = quant_torch.reference_dequantize(blocks, Q.F16, (10, 160))
+    q = quant_numpy.QuantWeight(blocks, Q.F16, (10, 160))
     x = rng.normal(size=(quant_numpy.FEW_TOKENS + 2, 160)).astype(np.float32)
     if not q.fast:
         pytest.skip("no C kernels here")
-    check_product(q.linear(x), x, w, Q.Q8_0, x.shape[0])
+    check_product(q.linear(x), x, w, Q.F16, x.shape[0])
     kept = quant_kernels._spare_tiles.__dict__[np.float32]
-    check_product(q.linear(x[::-1].copy()), x[::-1], w, Q.Q8_0, x.shape[0])
+    check_product(q.linear(x[::-1].copy()), x[::-1], w, Q.F16, x.shape[0])
     assert quant_kernels._spare_tiles.__dict__[np.float32] is kept and kept.size == 3 * 160
 
 
-def test_bf16_prefill_only_where_x_is_rounded_to_int8_anyway():
+def test_bf16_prefill_only_where_x_is_rounded_to_int8_anyway(monkeypatch):
     """bfloat16 GEMMs are for the types whose decoding kernel already rounds x to int8 (as
-    llama.cpp does); float weights (F16, BF16, F32 files) keep float32 products."""
+    llama.cpp does) and that have no int8 GEMM here; float weights (F16, BF16, F32 files) keep
+    float32 products. With AVX-512 VNNI the int8 GEMM takes every int8 type."""
     for qtype in (Q.F16, Q.BF16, Q.F32):
-        assert not quant_torch.bf16_prefill(qtype)
+        assert not quant_torch.bf16_prefill(qtype) and not quant_kernels.many_tokens(qtype)
+    assert not any(quant_torch.bf16_prefill(t) and quant_kernels.many_tokens(t) for t in TYPES)
     flags = quant_kernels._cpu_flags().split()
+    if "avx512_vnni" in flags and quant_kernels.quantizes_x(Q.Q8_0):
+        assert all(quant_kernels.many_tokens(t) == quant_kernels.quantizes_x(t) for t in TYPES)
+    monkeypatch.setattr(quant_kernels, "many_tokens", lambda ggml_type: False)  # a CPU without it
     if ("avx512_bf16" in flags or "amx_bf16" in flags) and quant_kernels.quantizes_x(Q.Q8_0):
         assert quant_torch.bf16_prefill(Q.Q8_0)  # bfloat16 instructions and int8 decoding: it is on
     if quant_torch.bf16_prefill(Q.Q8_0):  # and then for exactly the int8 types
@@ -445,7 +494,7 @@ def test_avx2_kernels_without_avx512(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:]
     n_types = len([t for t in TYPES if quant_kernels.quantizes_x(t)])
     ran = done.stdout.split("[")[0].strip()  # one "." per test passed, "s" per test skipped
-    assert ran == "." * n_types * (len(TOKENS) + 1), done.stdout[-500:]
+    assert ran == "." * n_types * (len(TOKENS) + 2 + 1), done.stdout[-500:]  # linear, tiled, embed
     floats = subprocess.run(  # the AVX2 in-place float products (F32, F16, BF16)
         [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", str(here), "-k",
          "test_float_weights_in_place"],
@@ -573,14 +622,15 @@ def test_model_logits_match_the_dequantized_path(tmp_path, mix):
     scale = np.abs(want).max()
     types = {t for kind, t in MIXES[mix].items()}
     int8 = any(quant_kernels.quantizes_x(t) for t in types)
-    bf16 = any(quant_torch.bf16_prefill(t) for t in types)
-    full = kept.logits(ids)  # 12 tokens: dequantized tiles and a GEMM
-    # float32 GEMM: rounding. bfloat16 (x, tile and result rounded, each relative to its own size):
-    # measured 1.8–2.3% of the logits' range for Q8_0/Q4_0/Q4_1, and 6.7% for Q4_K_M, whose blocks of
-    # random bytes give mins as large as the scales' whole range (real files: under the int8 path's
-    # deviation, test_real_file_prefill_deviation); a wrong tile or layout moves them by their range
+    gemm = any(quant_kernels.many_tokens(t) for t in types)
+    rounded = gemm or any(quant_torch.bf16_prefill(t) for t in types)
+    full = kept.logits(ids)  # 12 tokens: the int8 GEMM, or dequantized tiles and a GEMM
+    # float32 GEMM: rounding. int8 x (as decoding, below). bfloat16 (x, tile and result rounded, each
+    # relative to its own size): measured 1.8–2.3% of the logits' range for Q8_0/Q4_0/Q4_1, and 6.7%
+    # for Q4_K_M, whose blocks of random bytes give mins as large as the scales' whole range (real
+    # files: test_real_file_prefill_deviation); a wrong tile or layout moves them by their range
     full_err = np.abs(full - want).max() / scale
-    assert full_err <= (0.1 if bf16 else 1e-5), full_err
+    assert full_err <= (0.1 if rounded else 1e-5), full_err
     step = decode_logits(kept, ids)  # one token at a time: the few-token kernels
     err = np.abs(step - want).max() / scale
     # float32 kernels: rounding. int8 activations (as llama.cpp's): 3–5% of the logits' range on
@@ -591,7 +641,8 @@ def test_model_logits_match_the_dequantized_path(tmp_path, mix):
     # weights, 1.1e-5 with torch's glue; each glue kernel is held to the card's steps in test_kernels.py
     assert err <= (0.1 if int8 else 1e-4), err
     numpy_full = toycards.load(path, target="numpy").logits(ids)
-    assert np.abs(numpy_full - want).max() <= 3e-5 * scale  # float32 rounding, NumPy's order of sums
+    # float32 tiles: rounding, NumPy's order of sums; the int8 GEMM: as the torch target's
+    assert np.abs(numpy_full - want).max() <= (0.1 if gemm else 3e-5) * scale
 
 
 def test_decoding_with_autograd_on_keeps_no_weight(tmp_path):
@@ -630,11 +681,12 @@ def deviation(logits: np.ndarray, exact: np.ndarray) -> tuple[float, float]:
 
 
 def test_real_file_prefill_deviation():
-    """SmolLM2-135M Q4_1 (Q8_0 embedding), a prompt in one pass (the tiled products: bfloat16 GEMMs
-    where the CPU has them): its logits stay within llama.cpp's own deviation from exact float32 math
-    on the dequantized weights (3.5% of the logits' range at most, 0.76% rms: measured on this prompt
-    by test_real_file_deviation_within_llama_cpps), and every greedy pick is the exact one.
-    Measured: bfloat16 1.7% / 0.36%, float32 0."""
+    """SmolLM2-135M Q4_1 (Q8_0 embedding), a prompt in one pass (the many-token products: the int8
+    GEMM where the CPU has AVX-512 VNNI, else bfloat16 GEMMs where it has those): its logits deviate
+    from exact float32 math on the dequantized weights about as llama.cpp's own do, and it picks the
+    exact greedy token as often. llama.cpp on this prompt (test_real_file_deviation_within_llama_cpps,
+    which compares with it directly): 3.50% of the logits' range at most, 0.76% rms, 15 of 16 greedy
+    picks exact. Measured: int8 3.60% / 0.52%, 15 of 16; bfloat16 1.7% / 0.36%, 16; float32 0."""
     from real_model import smollm2_q4_1
 
     import toycards
@@ -645,16 +697,16 @@ def test_real_file_prefill_deviation():
     exact = toycards.load(path, target="torch", dequantize=True).logits(ids)
     full = model.logits(ids)
     worst, rms = deviation(full, exact)
-    assert worst <= 0.035 and rms <= 0.0076, (worst, rms)
-    assert (full.argmax(-1) == exact.argmax(-1)).all()
+    assert worst <= 1.25 * 0.035 and rms <= 0.0076, (worst, rms)  # as for decoding: within 1.25× of its max
+    assert (full.argmax(-1) == exact.argmax(-1)).sum() >= 15
 
 
 def test_real_file_deviation_within_llama_cpps(tmp_path):
     """SmolLM2-135M Q4_1 (Q8_0 embedding): decoding one token at a time (the int8 kernels) deviates
     from exact float32 math on the dequantized weights about as much as llama.cpp itself does (within
-    1.25× of its max and rms deviation; measured: max 4.1% vs 3.5% of the logits' range, rms 0.68%
-    vs 0.76%), and picks the exact greedy tokens at least as often; the prompt in one pass deviates
-    less than llama.cpp does."""
+    1.25× of its max and rms deviation; measured: max 3.3% vs 3.5% of the logits' range, rms 0.72%
+    vs 0.76%), and picks the exact greedy tokens at least as often (16 and 15 of 16); so does the
+    prompt in one pass (int8 GEMM: 3.6%, 0.52%, 15 of 16)."""
     import json
     import os
     import subprocess
@@ -682,7 +734,8 @@ def test_real_file_deviation_within_llama_cpps(tmp_path):
         "llama.cpp": deviation(theirs, exact),
         "prefill": deviation(full, exact),
     }
-    assert dev["ours"][0] <= 1.25 * dev["llama.cpp"][0] and dev["ours"][1] <= 1.25 * dev["llama.cpp"][1], dev
-    assert (ours.argmax(-1) == exact.argmax(-1)).mean() >= (theirs.argmax(-1) == exact.argmax(-1)).mean(), dev
-    # the whole prompt in one pass (bfloat16 GEMMs where the CPU has them): inside llama.cpp's deviation
-    assert dev["prefill"][0] <= dev["llama.cpp"][0] and dev["prefill"][1] <= dev["llama.cpp"][1], dev
+    picks = {name: (logits.argmax(-1) == exact.argmax(-1)).mean() for name, logits in
+             (("ours", ours), ("llama.cpp", theirs), ("prefill", full))}  # fmt: skip
+    for name in ("ours", "prefill"):
+        assert dev[name][0] <= 1.25 * dev["llama.cpp"][0] and dev[name][1] <= 1.25 * dev["llama.cpp"][1], dev
+        assert picks[name] >= picks["llama.cpp"], (picks, dev)

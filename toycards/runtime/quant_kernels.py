@@ -3,8 +3,8 @@
 Owns: compiling kernels/quant.c (`cc -O3 -march=native -fopenmp -shared`) into the toycards cache
 (a file named after the source, the compiler and the machine, so an edit or another CPU builds
 afresh), loading it, and the calls on a weight's `Plan` (its type, shape and where its bytes are):
-`linear_fn` (few tokens), `dequant_rows` (a tile of rows, for a float GEMM on many tokens, or the
-whole matrix), `gather_rows` (embedding lookups) and `pack` (a copy in the layout the few-token
+`linear_fn` (few tokens, or any number where `many_tokens`), `dequant_rows` (a tile of rows, for a
+float GEMM on many tokens, or the whole matrix), `gather_rows` (embedding lookups) and `pack` (a copy in the layout the few-token
 product reads fastest, where `pack_rows`; `packed_copy` makes a weight's whole copy for either
 target, handing the file's pages back as it goes, under the `PACKING` lock). Which ggml types have
 a kernel is `SUPPORTED`.
@@ -103,6 +103,7 @@ def _build() -> ctypes.CDLL | None:
     lib.tc_quantizes_x.argtypes = [ctypes.c_int]
     lib.tc_float_direct.argtypes = [ctypes.c_int]
     lib.tc_packs.argtypes = [ctypes.c_int]
+    lib.tc_gemm.argtypes = [ctypes.c_int]
     for fn in (
         lib.tc_pack,
         lib.tc_packs,
@@ -111,6 +112,7 @@ def _build() -> ctypes.CDLL | None:
         lib.tc_gather_rows,
         lib.tc_quantizes_x,
         lib.tc_float_direct,
+        lib.tc_gemm,
         lib.tc_linear,
         lib.tc_swiglu,
         lib.tc_linears,
@@ -140,6 +142,21 @@ def quantizes_x(ggml_type: int) -> bool:
     """Whether `matmul` quantizes x to int8 blocks of 32 for this type (as llama.cpp does), rather
     than multiplying in float32."""
     return available(ggml_type) and bool(library().tc_quantizes_x(ggml_type))
+
+
+def float32_prefill() -> bool:
+    """`TOYCARDS_PREFILL=float32`: many-token products on dequantized tiles in float32 (the exact
+    arithmetic of the dequantized weights, slower) instead of the int8 GEMM or bfloat16 GEMMs; read
+    when a weight is made."""
+    return os.environ.get("TOYCARDS_PREFILL", "").lower() == "float32"
+
+
+def many_tokens(ggml_type: int) -> bool:
+    """Whether `linear` multiplies any number of tokens of this type (more than FEW_TOKENS by the
+    int8 GEMM: x quantized as for few tokens, the weight's rows 16 at a time as unsigned bytes), so
+    that no dequantized tile is needed."""
+    lib = library()
+    return lib is not None and ggml_type in SUPPORTED and bool(lib.tc_gemm(ggml_type))
 
 
 def float_direct(ggml_type: int) -> bool:
@@ -260,7 +277,8 @@ def _check(code: int, what: str) -> None:
 
 
 def linear(p: Plan, x_ptr: int, t: int, y_ptr: int) -> None:
-    """y [t, n] = x [t, k] · Wᵀ for plan p's weight (x, y contiguous float32)."""
+    """y [t, n] = x [t, k] · Wᵀ for plan p's weight (x, y contiguous float32): t ≤ FEW_TOKENS, or
+    any t where `many_tokens`."""
     _check(library().tc_linear(ctypes.byref(p), _P(x_ptr), _I(t), _P(y_ptr)), "linear")
 
 

@@ -9,15 +9,14 @@ Leaves out: the kernels (quant_kernels.py) and the reference they are held to, g
 (`reference_dequantize` here calls it; tests/test_quant_kernels.py ties the two).
 
 The product picks its kernel by the number of tokens: up to `FEW_TOKENS` rows of x, the C kernel
-reads each weight row once and takes its dot products with every token (decoding); more, and the
-weight is dequantized a tile of rows at a time (a million elements) into a buffer that a GEMM
-multiplies by (prefill), so no full float copy of the matrix is ever made. For the types whose
-few-token kernel rounds x to int8 blocks (as llama.cpp's quantized products do), that GEMM runs in
-bfloat16 where the CPU has bfloat16 instructions (about twice float32's speed): tile and x rounded
-to bfloat16, sums in float32, the result rounded to bfloat16. On the real SmolLM2 Q4_1 file that
-moves the logits less than llama.cpp's own int8 products do
-(tests/test_quant_kernels.py::test_real_file_prefill_deviation);
-`TOYCARDS_BF16_PREFILL=off` keeps float32. F16 and BF16 rows are
+reads each weight row once and takes its dot products with every token (decoding). More (prefill):
+for the types whose x the kernels round to int8 blocks (as llama.cpp's quantized products do), the
+C int8 GEMM where the CPU has AVX-512 VNNI (`quant_kernels.many_tokens`: the sums decoding takes,
+for every token); otherwise the weight is dequantized a tile of rows at a time (a million
+elements) into a buffer that a GEMM multiplies by, so no full float copy of the matrix is ever
+made. For the int8 types that GEMM runs in bfloat16 where the CPU has bfloat16 instructions
+(about twice float32's speed): tile and x rounded to bfloat16, sums in float32, the result rounded
+to bfloat16. `TOYCARDS_PREFILL=float32` keeps every many-token product in float32 on tiles. F16 and BF16 rows are
 not dequantized for few tokens either: the kernel widens their elements in registers, and
 `float_linear` does the same for a float32 parameter (an F32 file's matrices, memory-mapped), which
 torch's own GEMV reads at about half the speed. Quantized weights
@@ -36,7 +35,6 @@ costs its size in memory once.
 from __future__ import annotations
 
 import ctypes
-import os
 import warnings
 
 import numpy as np
@@ -53,16 +51,17 @@ _bf16_cpu: bool | None = None
 
 def bf16_prefill(ggml_type: int) -> bool:
     """Whether many-token products of this type multiply in bfloat16 (see the module docstring):
-    a type whose few-token kernel quantizes x to int8, a CPU with bfloat16 GEMMs, not turned off."""
+    a type whose few-token kernel quantizes x to int8 but that has no int8 GEMM here, a CPU with
+    bfloat16 GEMMs, not turned off."""
     global _bf16_cpu
     if _bf16_cpu is None:
         try:
-            _bf16_cpu = os.environ.get("TOYCARDS_BF16_PREFILL", "").lower() != "off" and bool(
+            _bf16_cpu = not kernels.float32_prefill() and bool(
                 torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
             )
         except (AttributeError, RuntimeError):
             _bf16_cpu = False
-    return _bf16_cpu and kernels.quantizes_x(ggml_type)
+    return _bf16_cpu and kernels.quantizes_x(ggml_type) and not kernels.many_tokens(ggml_type)
 
 
 def reference_dequantize(blocks: np.ndarray, ggml_type: int, shape: tuple[int, ...]) -> np.ndarray:
@@ -86,11 +85,12 @@ def float_linear(x: torch.Tensor, W: torch.Tensor) -> torch.Tensor | None:
         return None
     n, k = W.shape
     plan = _few_token_plan(W, n, k)
-    return None if plan is None else _few_token_product(plan, x, t, n)
+    return None if plan is None else _c_product(plan, x, t, n)
 
 
-def _few_token_product(plan, x: torch.Tensor, t: int, n: int) -> torch.Tensor:
-    """x [..., K] (t rows, contiguous float32) · Wᵀ → [..., n] by the C product of W's plan."""
+def _c_product(plan, x: torch.Tensor, t: int, n: int) -> torch.Tensor:
+    """x [..., K] (t rows, contiguous float32) · Wᵀ → [..., n] by the C product of W's plan (t up to
+    FEW_TOKENS, or any t where `kernels.many_tokens`)."""
     global _c_linear
     if _c_linear is None:  # bound once: this is what a decoding step calls most
         _c_linear = kernels.linear_fn()
@@ -246,6 +246,8 @@ class QuantWeight:
         self._plan = kernels.plan(self.ggml_type, self.blocks.data_ptr(), self.row_bytes, n, k)
         self._plan_ref = ctypes.byref(self._plan)
         self._unpacked = self.fast and kernels.pack_rows(self.ggml_type) > 0  # packs at its first product
+        # the C product for any token count (the int8 GEMM), unless TOYCARDS_PREFILL=float32
+        self._gemm = self.fast and kernels.many_tokens(self.ggml_type) and not kernels.float32_prefill()
         self._packed: torch.Tensor | None = None
 
     # ── what a tensor would say about itself ────────────────────────────────────────────
@@ -297,7 +299,7 @@ class QuantWeight:
         if self._unpacked and self.fast:
             self._pack()
         if self.fast and x.shape[-1] == k and (t := _few_tokens(x)):  # decoding: one C call, no reshapes
-            return _few_token_product(self._plan_ref, x, t, n)
+            return _c_product(self._plan_ref, x, t, n)
         if x.shape[-1] != k:
             raise RuntimeError(f"{self.name}: x has {x.shape[-1]} entries per row, the weight {k} columns")
         if x.requires_grad and torch.is_grad_enabled():  # x's gradient, with nothing of W kept for it
@@ -309,7 +311,8 @@ class QuantWeight:
         if x2.dtype != torch.float32 or not x2.is_contiguous():
             x2 = x2.to(torch.float32).contiguous()
         t = x2.shape[0]
-        y = _few_token_product(self._plan_ref, x2, t, n) if t <= FEW_TOKENS else self._tiled(x2)  # (T, N)
+        c_product = t <= FEW_TOKENS or self._gemm  # few tokens, or the int8 GEMM for any number
+        y = _c_product(self._plan_ref, x2, t, n) if c_product else self._tiled(x2)  # (T, N)
         y = y.view(*lead, n)
         return y if x.dtype == torch.float32 else y.to(x.dtype)
 
