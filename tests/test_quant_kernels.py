@@ -163,7 +163,8 @@ GEMM_CASES = [(t, shape) for t in INT8 for shape in (GEMM_SHAPES_K if t in K_QUA
 def test_int8_gemm_tiles_and_token_groups(qtype, shape, n_tokens):
     """Version 4 on the shapes its tiles cut unevenly: rows that fill no tile or leave a partial
     one, quads past the last transposed 16, tokens past the last group of 8; on the blocks as
-    stored and on their packed copy (which it reads back as stored), which must agree exactly."""
+    stored and on their packed copy (which it reads back as stored), and on the NumPy target (on one
+    thread; each tile's sums are one thread's either way), which must all agree exactly."""
     rng = np.random.default_rng(shape[0] * 7 + shape[1] + n_tokens)
     blocks = small_blocks(qtype, shape, rng)
     w = quant_torch.reference_dequantize(blocks, qtype, shape)
@@ -175,6 +176,7 @@ def test_int8_gemm_tiles_and_token_groups(qtype, shape, n_tokens):
     packed = quant_torch.QuantWeight(blocks, qtype, shape)
     packed.linear(torch.from_numpy(x[:1]))  # the first product packs it (where the CPU packs)
     assert torch.equal(packed.linear(torch.from_numpy(x)), y)
+    assert np.array_equal(quant_numpy.QuantWeight(blocks, qtype, shape).linear(x), y.numpy())
 
 
 def test_bf16_tiles_equal_the_reference_rounded(weight):

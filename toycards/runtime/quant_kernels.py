@@ -104,6 +104,7 @@ def _build() -> ctypes.CDLL | None:
     lib.tc_float_direct.argtypes = [ctypes.c_int]
     lib.tc_packs.argtypes = [ctypes.c_int]
     lib.tc_gemm.argtypes = [ctypes.c_int]
+    lib.tc_gemm_linear.argtypes = [ctypes.POINTER(Plan), _P, _I, _P, _I]
     for fn in (
         lib.tc_pack,
         lib.tc_packs,
@@ -113,6 +114,7 @@ def _build() -> ctypes.CDLL | None:
         lib.tc_quantizes_x,
         lib.tc_float_direct,
         lib.tc_gemm,
+        lib.tc_gemm_linear,
         lib.tc_linear,
         lib.tc_swiglu,
         lib.tc_linears,
@@ -280,6 +282,12 @@ def linear(p: Plan, x_ptr: int, t: int, y_ptr: int) -> None:
     """y [t, n] = x [t, k] · Wᵀ for plan p's weight (x, y contiguous float32): t ≤ FEW_TOKENS, or
     any t where `many_tokens`."""
     _check(library().tc_linear(ctypes.byref(p), _P(x_ptr), _I(t), _P(y_ptr)), "linear")
+
+
+def gemm(p: Plan, x_ptr: int, t: int, y_ptr: int, one_thread: bool = False) -> None:
+    """y [t, n] = x [t, k] · Wᵀ by the int8 GEMM (any t, a type where `many_tokens`); `one_thread`:
+    on the calling thread alone (see tc_dequant_rows)."""
+    _check(library().tc_gemm_linear(ctypes.byref(p), x_ptr, t, y_ptr, int(one_thread)), "gemm")
 
 
 def dequant_rows(p: Plan, r0: int, r1: int, out_ptr: int, one_thread: bool = False) -> None:

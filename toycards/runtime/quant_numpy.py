@@ -4,12 +4,13 @@ Owns: the NumPy twin of quant_torch.QuantWeight (the file's bytes, uint8 [N, row
 memory-mapped; products by the C kernels of quant_kernels.py, or gguf.quants without them; the
 dequantized array for any other use, through `__array__`), so that a quantized file costs about
 its own size in memory on the NumPy target too. Many tokens take the int8 GEMM where
-`quant_kernels.many_tokens` (the same call as few), else (or with `TOYCARDS_PREFILL=float32`)
-dequantized tiles and NumPy's GEMM.
+`quant_kernels.many_tokens`, else (or with `TOYCARDS_PREFILL=float32`) dequantized tiles and
+NumPy's GEMM.
 Where the few-token kernel reads a packed copy faster (`quant_kernels.pack_rows`), the first
-product makes that copy and hands the file's pages back, as quant_torch does. Its kernels run on the calling thread where NumPy comes next (dequantizing,
-packing): OpenBLAS's threads, still spinning after a GEMM, and the kernels' OpenMP threads fought over
-the cores (packing SmolLM2 Q4_0 took ~1 s on two threads, 0.1 s on one).
+product makes that copy and hands the file's pages back, as quant_torch does. Its kernels run on the
+calling thread where NumPy comes next (the GEMM, dequantizing, packing): OpenBLAS's threads, still
+spinning after a GEMM, and the kernels' OpenMP threads fought over the cores (packing SmolLM2 Q4_0
+took ~1 s on two threads, 0.1 s on one; its warm prefill by the int8 GEMM ~0.6 s, ~0.2 s on one).
 Leaves out: torch (quant_torch.py), the kernels themselves.
 """
 
@@ -118,8 +119,10 @@ class QuantWeight:
         lead = x.shape[:-1]
         x2 = np.ascontiguousarray(x.reshape(-1, k), dtype=np.float32)  # (T, K)
         y = np.empty((x2.shape[0], n), dtype=np.float32)  # (T, N)
-        if x2.shape[0] <= FEW_TOKENS or self._gemm:  # few tokens, or the int8 GEMM for any number
+        if x2.shape[0] <= FEW_TOKENS:
             kernels.linear(self._plan, _ptr(x2), x2.shape[0], _ptr(y))
+        elif self._gemm:  # on this thread: NumPy's BLAS threads come next
+            kernels.gemm(self._plan, _ptr(x2), x2.shape[0], _ptr(y), one_thread=True)
         else:
             rows = max(1, min(n, TILE_FLOATS // k))
             make = functools.partial(np.empty, dtype=np.float32)

@@ -1349,8 +1349,9 @@ static const gemm_fn gemm_32[GEMM_TOKENS + 1] = {0, gemm_32_1, gemm_32_2, gemm_3
 static const gemm_fn gemm_16[GEMM_TOKENS + 1] = {0, gemm_16_1, gemm_16_2, gemm_16_3, gemm_16_4,
                                                  gemm_16_5, gemm_16_6, gemm_16_7, gemm_16_8};
 
-/* y [T, N] = x [T, K] · Wᵀ by tiles of 16 rows, each thread building its own (version 4) */
-static int gemm_int8(const tc_weight *p, const float *x, int64_t T, float *y) {
+/* y [T, N] = x [T, K] · Wᵀ by tiles of 16 rows, each thread building its own (version 4); on the
+ * calling thread alone when `one_thread` (as tc_dequant_rows) */
+static int gemm_int8(const tc_weight *p, const float *x, int64_t T, float *y, int64_t one_thread) {
     const int type = (int)p->type, L = gemm_group(type);
     const int64_t N = p->n, K = p->k, nb = K / 32, ng = K / L, tiles = (N + GEMM_ROWS - 1) / GEMM_ROWS;
     int8_t *qx;
@@ -1360,7 +1361,7 @@ static int gemm_int8(const tc_weight *p, const float *x, int64_t T, float *y) {
     if (L == 16 && !(halves = (float *)malloc(sizeof(float) * (size_t)(2 * T * ng)))) return -2;
     dxg = L == 16 ? halves : dx, sxg = L == 16 ? halves + T * ng : sx;
     int failed = 0;
-#pragma omp parallel
+#pragma omp parallel if (!one_thread)
     {
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < T; t++) {
@@ -1532,6 +1533,18 @@ int tc_quantizes_x(int type) {
 /* 1 when tc_linear multiplies many tokens (more than FEW_TOKENS) of `type` by the int8 GEMM */
 int tc_gemm(int type) { return HAVE_GEMM && tc_quantizes_x(type); }
 
+/* y [T, N] = x [T, K] · Wᵀ by the int8 GEMM (a type of tc_gemm, any T), on the calling thread alone
+ * when `one_thread` (the NumPy target: see tc_dequant_rows) */
+int tc_gemm_linear(const tc_weight *p, const float *x, int64_t T, float *y, int64_t one_thread) {
+    if (!tc_gemm((int)p->type) || (p->packed && !tc_packs((int)p->type))) return -1;
+#if HAVE_GEMM
+    return gemm_int8(p, x, T, y, one_thread);
+#else
+    (void)x, (void)T, (void)y, (void)one_thread;
+    return -1;
+#endif
+}
+
 /* y [T, N] = x [T, K] · Wᵀ of the plan's weight: for few tokens (FEW_TOKENS at most), any type; for
  * more, the types of tc_gemm (the caller uses a float GEMM on dequantized tiles for the others) */
 int tc_linear(const tc_weight *p, const float *x, int64_t T, float *y) {
@@ -1552,7 +1565,7 @@ int tc_linear(const tc_weight *p, const float *x, int64_t T, float *y) {
 #if HAVE_INT8_DOT
     if (tc_quantizes_x(type)) {
 #if HAVE_GEMM
-        if (T > FEW_TOKENS) return gemm_int8(p, x, T, y);
+        if (T > FEW_TOKENS) return gemm_int8(p, x, T, y, 0);
 #endif
         return tc_matmul_int8(type, W, row_bytes, N, K, (int)p->packed, x, T, y);
     }
