@@ -477,6 +477,21 @@ def test_packing_hands_the_file_pages_back(tmp_path, monkeypatch, target):
     assert np.array_equal(writable, blocks)
 
 
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="an x86-64 target")
+def test_kernels_build_for_a_cpu_without_avx(tmp_path):
+    """quant.c compiles for plain x86-64 (SSE2, no AVX, no F16C): the portable C paths, so that such
+    a CPU gets the kernels and not the slow reference path."""
+    import subprocess
+
+    flags = [f for f in quant_kernels.FLAGS if not f.startswith("-march=")]
+    done = subprocess.run(
+        [quant_kernels._compiler(), *flags, "-march=x86-64", "-Wall", "-Werror", str(quant_kernels.SOURCE),
+         "-o", str(tmp_path / "quant.so"), "-lm"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 @pytest.mark.skipif(not quant_kernels.quantizes_x(Q.Q8_0), reason="no int8 kernels on this CPU")
 def test_avx2_kernels_without_avx512(tmp_path):
     """The AVX2 version of the int8 kernels (what a CPU without AVX-512 runs) under the same tests."""
