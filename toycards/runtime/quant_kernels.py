@@ -3,11 +3,12 @@
 Owns: compiling kernels/quant.c (`cc -O3 -march=native -fopenmp -shared`) into the toycards cache
 (a file named after the source, the compiler and the machine, so an edit or another CPU builds
 afresh), loading it, and the calls on a weight's `Plan` (its type, shape and where its bytes are):
-`linear_fn` (few tokens, or any number where `many_tokens`), `dequant_rows` (a tile of rows, for a
-float GEMM on many tokens, or the whole matrix), `gather_rows` (embedding lookups) and `pack` (a copy in the layout the few-token
-product reads fastest, where `pack_rows`; `packed_copy` makes a weight's whole copy for either
-target, handing the file's pages back as it goes, under the `PACKING` lock). Which ggml types have
-a kernel is `SUPPORTED`.
+`linear_fn` (few tokens, or any number where `many_tokens`), `gemm` (the int8 GEMM, optionally on
+the calling thread), `dequant_rows` (a tile of rows, for a float GEMM on many tokens, or the whole
+matrix), `gather_rows` (embedding lookups) and `pack` (a copy in the layout the few-token product
+reads fastest, where `pack_rows`; `packed_copy` makes a weight's whole copy for either target,
+handing the file's pages back as it goes, under the `PACKING` lock). Which ggml types have a kernel
+is `SUPPORTED`.
 Leaves out: torch and NumPy weights (quant_torch.py, quant_numpy.py), the reference
 (gguf.quants.dequantize, which the tests hold these kernels to).
 

@@ -16,8 +16,9 @@ for every token); otherwise the weight is dequantized a tile of rows at a time (
 elements) into a buffer that a GEMM multiplies by, so no full float copy of the matrix is ever
 made. For the int8 types that GEMM runs in bfloat16 where the CPU has bfloat16 instructions
 (about twice float32's speed): tile and x rounded to bfloat16, sums in float32, the result rounded
-to bfloat16. `TOYCARDS_PREFILL=float32` keeps every many-token product in float32 on tiles. F16 and BF16 rows are
-not dequantized for few tokens either: the kernel widens their elements in registers, and
+to bfloat16. `TOYCARDS_PREFILL=float32` keeps every many-token product in float32 on tiles.
+F16 and BF16 rows are not dequantized for few tokens either: the kernel widens their elements in
+registers, and
 `float_linear` does the same for a float32 parameter (an F32 file's matrices, memory-mapped), which
 torch's own GEMV reads at about half the speed. Quantized weights
 are not trainable: training dequantizes at load (`toycards.load(..., dequantize=True)`). Gradients
