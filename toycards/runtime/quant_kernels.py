@@ -162,6 +162,13 @@ def many_tokens(ggml_type: int) -> bool:
     return lib is not None and ggml_type in SUPPORTED and bool(lib.tc_gemm(ggml_type))
 
 
+def int8_prefill(ggml_type: int) -> bool:
+    """Whether a weight of this type made now multiplies many tokens by the int8 GEMM: the kernel
+    exists (`many_tokens`) and `TOYCARDS_PREFILL=float32` does not ask for float32 tiles (both targets
+    decide so)."""
+    return many_tokens(ggml_type) and not float32_prefill()
+
+
 def float_direct(ggml_type: int) -> bool:
     """Whether `matmul` multiplies this float type (F32 0, F16 1, BF16 30) by its stored elements in
     place for up to FEW_FLOAT_TOKENS tokens (no dequantized row)."""

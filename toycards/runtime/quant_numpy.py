@@ -66,7 +66,7 @@ class QuantWeight:
         # that is faster, their packed copy (`_pack`)
         self._plan = kernels.plan(self.ggml_type, _ptr(blocks), self.row_bytes, *shape) if self.fast else None
         self._unpacked = self.fast and kernels.pack_rows(self.ggml_type) > 0
-        self._gemm = self.fast and kernels.many_tokens(self.ggml_type) and not kernels.float32_prefill()
+        self._gemm = self.fast and kernels.int8_prefill(self.ggml_type)
         self._packed: np.ndarray | None = None
 
     def _pack(self) -> None:

@@ -247,8 +247,7 @@ class QuantWeight:
         self._plan = kernels.plan(self.ggml_type, self.blocks.data_ptr(), self.row_bytes, n, k)
         self._plan_ref = ctypes.byref(self._plan)
         self._unpacked = self.fast and kernels.pack_rows(self.ggml_type) > 0  # packs at its first product
-        # the C product for any token count (the int8 GEMM), unless TOYCARDS_PREFILL=float32
-        self._gemm = self.fast and kernels.many_tokens(self.ggml_type) and not kernels.float32_prefill()
+        self._gemm = self.fast and kernels.int8_prefill(self.ggml_type)  # the C product for any token count
         self._packed: torch.Tensor | None = None
 
     # ── what a tensor would say about itself ────────────────────────────────────────────

@@ -1241,9 +1241,10 @@ static void gemm_row(int type, const uint8_t *b, int64_t K, uint8_t *q, float *d
     }
 }
 
-/* a thread's tile and row buffers (see gemm_tile), grown as needed and kept */
-static _Thread_local void *tile_q, *tile_f;
-static _Thread_local int64_t tile_q_cap, tile_f_cap;
+/* a thread's tile and row buffers (see gemm_tile), and the calling thread's half-block scales of x
+ * (Q6_K, see gemm_int8), grown as needed and kept */
+static _Thread_local void *tile_q, *tile_f, *halves_f;
+static _Thread_local int64_t tile_q_cap, tile_f_cap, halves_f_cap;
 
 /* 16 rows of 16 int32 each (rows[r], a row stride apart) transposed into out [16][16]: out[i][r] =
  * rows[r][i], four rounds of shuffles */
@@ -1359,7 +1360,8 @@ static int gemm_int8(const tc_weight *p, const float *x, int64_t T, float *y, in
     float *dx, *sx, *dxg, *sxg;
     if (!scratch_x(T * K, T * nb, &qx, &dx, &sx)) return -2;
     float *halves = 0; /* L = 16: each half block's dx and dx · Σ qx */
-    if (L == 16 && !(halves = (float *)malloc(sizeof(float) * (size_t)(2 * T * ng)))) return -2;
+    if (L == 16 && !(halves = (float *)grown(&halves_f, &halves_f_cap, (int64_t)sizeof(float) * 2 * T * ng)))
+        return -2;
     dxg = L == 16 ? halves : dx, sxg = L == 16 ? halves + T * ng : sx;
     int failed = 0;
 #pragma omp parallel if (!one_thread)
@@ -1391,7 +1393,6 @@ static int gemm_int8(const tc_weight *p, const float *x, int64_t T, float *y, in
             }
         }
     }
-    free(halves);
     return failed ? -2 : 0;
 }
 #else
