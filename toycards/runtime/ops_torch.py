@@ -51,7 +51,7 @@ def linear(x, W):
     return F.linear(x, W) if y is None else y
 
 
-swiglu = quant_torch.swiglu  # the prelude's SwiGLU as one C call for few tokens, or None
+swiglu = quant_torch.swiglu  # the prelude's SwiGLU: one C call for few tokens, SiLU·up in C for more; or None
 
 
 def linears(x, *Ws):

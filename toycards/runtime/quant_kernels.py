@@ -118,6 +118,7 @@ def _build() -> ctypes.CDLL | None:
         lib.tc_gemm_linear,
         lib.tc_linear,
         lib.tc_swiglu,
+        lib.tc_silu_mul,
         lib.tc_linears,
     ):
         fn.restype = ctypes.c_int

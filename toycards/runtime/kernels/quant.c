@@ -41,6 +41,10 @@
  * where it exists (quant_torch.FEW_TOKENS and quant_numpy.FEW_TOKENS say the same) */
 #define FEW_TOKENS 8
 
+/* Element-wise glue (a norm's rows, SiLU·up) is spread over the OpenMP threads from this many
+ * entries on (a prompt's) */
+#define PARALLEL_ROWS 65536
+
 /* Software prefetch: the weight streams of the few-token products ask for their lines this many bytes
  * ahead of use. The hardware prefetchers alone kept too few lines in flight on a two-core AMD EPYC:
  * with this, a decoding step's float32 products ran ~1.4× faster and Q8_0's SwiGLU ~1.4× (the Q4 types
@@ -1655,6 +1659,12 @@ static inline float exp_f32(float x) {
 static _Thread_local float *scratch_h;
 static _Thread_local int64_t scratch_h_cap;
 
+/* g [n] ← SiLU(g) · u = g / (1 + e^−g) · u, entry by entry */
+static inline void silu_mul(float *g, const float *u, int64_t n) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + exp_f32(-g[i])) * u[i];
+}
+
 /* The prelude's SwiGLU for few tokens: y [T, d_e] = W_down · (SiLU(W_gate · x) ⊙ (W_up · x)), x [T, d_e],
  * with each product as tc_linear computes it and SiLU(g) = g / (1 + e^−g). One call instead of three
  * products and two element-wise operations, each of which costs a Python call on every layer. */
@@ -1677,9 +1687,17 @@ int tc_swiglu(const tc_weight *gate, const tc_weight *up, const tc_weight *down,
         if (code == 0) code = tc_linear(up, x, T, u);
     }
     if (code != 0) return code;
-#pragma omp simd
-    for (int64_t i = 0; i < T * F; i++) g[i] = g[i] / (1.0f + exp_f32(-g[i])) * u[i];
+    silu_mul(g, u, T * F);
     return tc_linear(down, g, T, y);
+}
+
+/* g [n] ← SiLU(g) · u in place (SwiGLU's middle step on a prompt's rows, whose products ops_torch
+ * makes one at a time), spread over the threads when long */
+int tc_silu_mul(float *g, const float *u, int64_t n) {
+    const int64_t run = 4096;
+#pragma omp parallel for schedule(static) if (n >= PARALLEL_ROWS)
+    for (int64_t i = 0; i < n; i += run) silu_mul(g + i, u + i, n - i < run ? n - i : run);
+    return 0;
 }
 
 /* ── the per-token glue of a decoding step, for few rows (ops_torch calls these in place of torch's
@@ -1688,13 +1706,16 @@ int tc_swiglu(const tc_weight *gate, const tc_weight *up, const tc_weight *down,
 
 /* y [R, d] = x / √(Σ x² / d + ε) · γ, row by row */
 int tc_rms_norm(const float *x, const float *g, int64_t R, int64_t d, double eps, float *y) {
-    for (int64_t r = 0; r < R; r++, x += d, y += d) {
+#pragma omp parallel for schedule(static) if (R * d >= PARALLEL_ROWS)
+    for (int64_t r = 0; r < R; r++) {
+        const float *xr = x + r * d;
+        float *yr = y + r * d;
         float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
-        for (int64_t i = 0; i < d; i++) ss += x[i] * x[i];
+        for (int64_t i = 0; i < d; i++) ss += xr[i] * xr[i];
         const float s = sqrtf(ss / (float)d + (float)eps);
 #pragma omp simd
-        for (int64_t i = 0; i < d; i++) y[i] = x[i] / s * g[i];
+        for (int64_t i = 0; i < d; i++) yr[i] = xr[i] / s * g[i];
     }
     return 0;
 }
@@ -1771,46 +1792,97 @@ static float scores_row(const float *q, const float *Kh, int64_t S, int64_t d, c
     return m;
 }
 
-/* One query row q [d] against keys Kh, values Vh [S, d] (rows contiguous): the scores (scores_row),
- * a softmax over the allowed keys (ok [S]; NaN when none is allowed, as the card's −∞ mask makes
- * it), then the weighted sum of V into o [d]. p: scratch of S floats. */
-static void attend_row(const float *q, const float *Kh, const float *Vh, int64_t S, int64_t d, const uint8_t *ok,
-                       float scale, float cap, float *p, float *o) {
-    const float m = scores_row(q, Kh, S, d, ok, scale, cap, p);
+/* The keys a query row may read, from the first allowed one (*j0) to the last (*j1, exclusive): a
+ * causal row of a prompt reads its own past, a sliding window its width; the others weigh 0 */
+static inline void allowed_span(const uint8_t *ok, int64_t S, int64_t *j0, int64_t *j1) {
+    int64_t a = 0, b = S;
+    while (a < S && !ok[a]) a++;
+    while (b > a && !ok[b - 1]) b--;
+    *j0 = a, *j1 = b;
+}
+
+/* The rest of one query row once its scores p [n] over the keys of its span are known (scale, cap
+ * and the −∞ of masked keys applied; m their maximum): a softmax over the allowed keys (ok [n]; NaN
+ * when none is allowed, as the card's −∞ mask makes it), then the weighted sum of the values
+ * Vh [n, d] (rows contiguous) into o [d]. p is overwritten. */
+#if defined(__AVX512F__)
+/* exp_f32 on 16 lanes (the same steps, NaN kept: min/max with the constant first return x when x
+ * is NaN) */
+static inline __m512 exp_ps(__m512 x) {
+    x = _mm512_max_ps(_mm512_set1_ps(-88.0f), _mm512_min_ps(_mm512_set1_ps(88.8f), x));
+    const __m512 shift = _mm512_set1_ps(12582912.0f);
+    __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), shift), shift);
+    n = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(n, n, _CMP_ORD_Q), n);
+    const __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x));
+    __m512 q = _mm512_set1_ps(1.9875691500e-4f);
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.3981999507e-3f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(8.3334519073e-3f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(4.1665795894e-2f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.6666665459e-1f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(5.0000001201e-1f));
+    q = _mm512_add_ps(_mm512_fmadd_ps(q, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    const __m512i two_n = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(q, _mm512_castsi512_ps(two_n));
+}
+
+/* o [16·nv] = inv · Σ_j p[j] · Vh[j] (rows of 16·nv floats), the row held in registers: nv a
+ * constant where it is called, so that the loop over the row's vectors unrolls */
+static inline __attribute__((always_inline)) void weigh_values(const float *p, const float *Vh, int64_t n, float inv,
+                                                               const int64_t nv, float *o) {
+    __m512 ov[16];
+    for (int64_t v = 0; v < nv; v++) ov[v] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n; j++) {
+        const float *vr = Vh + j * 16 * nv;
+        const __m512 e = _mm512_set1_ps(p[j]);
+        for (int64_t v = 0; v < nv; v++) ov[v] = _mm512_fmadd_ps(e, _mm512_loadu_ps(vr + 16 * v), ov[v]);
+    }
+    for (int64_t v = 0; v < nv; v++) _mm512_storeu_ps(o + 16 * v, _mm512_mul_ps(ov[v], _mm512_set1_ps(inv)));
+}
+#endif
+
+static void weigh_row(float *p, float m, const float *Vh, int64_t n, int64_t d, const uint8_t *ok, float *o) {
     if (m == -INFINITY) { /* nothing allowed, or every score −∞: the card's softmax is NaN */
         for (int64_t i = 0; i < d; i++) o[i] = NAN;
         return;
     }
     float l = 0.0f;
-#pragma omp simd reduction(+ : l)
-    for (int64_t j = 0; j < S; j++) {
+    int64_t j = 0;
+#if defined(__AVX512F__)
+    __m512 lv = _mm512_setzero_ps();
+    for (; j + 16 <= n; j += 16) {
+        const __mmask16 allowed = _mm512_cmpneq_epi32_mask(
+            _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(ok + j))), _mm512_setzero_si512());
+        const __m512 e = _mm512_maskz_mov_ps(allowed, exp_ps(_mm512_sub_ps(_mm512_loadu_ps(p + j), _mm512_set1_ps(m))));
+        _mm512_storeu_ps(p + j, e);
+        lv = _mm512_add_ps(lv, e);
+    }
+    l = _mm512_reduce_add_ps(lv);
+#endif
+    for (; j < n; j++) {
         p[j] = ok[j] ? exp_f32(p[j] - m) : 0.0f;
         l += p[j];
     }
     const float inv = 1.0f / l;
 #if defined(__AVX512F__)
-    if (d % 16 == 0 && d <= 256) { /* the output row held in registers */
-        const int64_t nv = d / 16;
-        __m512 ov[16];
-        for (int64_t v = 0; v < nv; v++) ov[v] = _mm512_setzero_ps();
-        for (int64_t j = 0; j < S; j++) {
-            const float *vr = Vh + j * d;
-            const __m512 e = _mm512_set1_ps(p[j]);
-            for (int64_t v = 0; v < nv; v++) ov[v] = _mm512_fmadd_ps(e, _mm512_loadu_ps(vr + 16 * v), ov[v]);
-        }
-        for (int64_t v = 0; v < nv; v++) _mm512_storeu_ps(o + 16 * v, _mm512_mul_ps(ov[v], _mm512_set1_ps(inv)));
+    if (d % 16 == 0 && d <= 256) {
+        if (d == 64)
+            weigh_values(p, Vh, n, inv, 4, o);
+        else if (d == 128)
+            weigh_values(p, Vh, n, inv, 8, o);
+        else
+            weigh_values(p, Vh, n, inv, d / 16, o);
         return;
     }
 #endif
     for (int64_t i = 0; i < d; i++) o[i] = 0.0f;
-    int64_t j = 0;
-    for (; j + 4 <= S; j += 4) { /* four rows of V per pass over o */
+    j = 0;
+    for (; j + 4 <= n; j += 4) { /* four rows of V per pass over o */
         const float *v0 = Vh + j * d, *v1 = v0 + d, *v2 = v1 + d, *v3 = v2 + d;
         const float e0 = p[j], e1 = p[j + 1], e2 = p[j + 2], e3 = p[j + 3];
 #pragma omp simd
         for (int64_t i = 0; i < d; i++) o[i] += (e0 * v0[i] + e1 * v1[i]) + (e2 * v2[i] + e3 * v3[i]);
     }
-    for (; j < S; j++) {
+    for (; j < n; j++) {
         const float *v = Vh + j * d;
         const float e = p[j];
 #pragma omp simd
@@ -1818,6 +1890,74 @@ static void attend_row(const float *q, const float *Kh, const float *Vh, int64_t
     }
     for (int64_t i = 0; i < d; i++) o[i] *= inv;
 }
+
+/* One query row q [d] against keys Kh, values Vh [S, d] (rows contiguous), allowed keys ok [S]:
+ * the scores of its span (scores_row), then weigh_row into o [d]. p: scratch of S floats. */
+static void attend_row(const float *q, const float *Kh, const float *Vh, int64_t S, int64_t d, const uint8_t *ok,
+                       float scale, float cap, float *p, float *o) {
+    int64_t j0, j1;
+    allowed_span(ok, S, &j0, &j1);
+    const float m = j1 > j0 ? scores_row(q, Kh + j0 * d, j1 - j0, d, ok + j0, scale, cap, p) : -INFINITY;
+    weigh_row(p, m, Vh + j0 * d, j1 - j0, d, ok + j0, o);
+}
+
+#define QUERY_RUN 16 /* queries of one head per work item of tc_gqa */
+
+#if defined(__AVX512F__)
+#define RUN_KEYS 16 /* keys per block of attend_run: one vector of scores */
+
+/* Up to QUERY_RUN query rows of one head at once, Qr [nr, d] (d a multiple of 16, at most 256),
+ * against keys Kh, values Vh [S, d]; allowed [nr, S] (row stride S); each row as attend_row, out
+ * row r at o + r·o_stride. The scores of every row over the keys of the rows' spans together come
+ * 16 keys at a time from a transposed block of K (Kt [d, 16], built once for the run), 16 scores
+ * a vector with no horizontal sums; P: scratch of nr·S floats, Kt of 16·d. */
+static void attend_run(const float *Qr, int64_t nr, const float *Kh, const float *Vh, int64_t S, int64_t d,
+                       const uint8_t *allowed, float scale, float cap, float *P, float *Kt, float *o,
+                       int64_t o_stride) {
+    int64_t J0 = S, J1 = 0, j0[QUERY_RUN], j1[QUERY_RUN];
+    for (int64_t r = 0; r < nr; r++) {
+        allowed_span(allowed + r * S, S, &j0[r], &j1[r]);
+        if (j1[r] > j0[r]) J0 = j0[r] < J0 ? j0[r] : J0, J1 = j1[r] > J1 ? j1[r] : J1;
+    }
+    for (int64_t jb = J0; jb < J1; jb += RUN_KEYS) {
+        const int64_t nb = J1 - jb < RUN_KEYS ? J1 - jb : RUN_KEYS;
+        for (int64_t c = 0; c < RUN_KEYS; c++) {
+            const float *k = Kh + (jb + (c < nb ? c : 0)) * d; /* past the last key: any row, masked off below */
+            for (int64_t i = 0; i < d; i++) Kt[i * RUN_KEYS + c] = k[i];
+        }
+        const __mmask16 keep = (__mmask16)((1u << nb) - 1u);
+        int64_t r = 0;
+        for (; r < nr; r += 4) { /* four rows at a time, two sums each: eight chains of FMAs */
+            const int64_t g = nr - r < 4 ? nr - r : 4;
+            __m512 acc[4][2];
+            for (int64_t u = 0; u < 4; u++) acc[u][0] = acc[u][1] = _mm512_setzero_ps();
+            for (int64_t i = 0; i < d; i += 2) {
+                const __m512 k0 = _mm512_loadu_ps(Kt + i * RUN_KEYS), k1 = _mm512_loadu_ps(Kt + (i + 1) * RUN_KEYS);
+                for (int64_t u = 0; u < 4; u++) {
+                    const float *q = Qr + (r + (u < g ? u : 0)) * d;
+                    acc[u][0] = _mm512_fmadd_ps(_mm512_set1_ps(q[i]), k0, acc[u][0]);
+                    acc[u][1] = _mm512_fmadd_ps(_mm512_set1_ps(q[i + 1]), k1, acc[u][1]);
+                }
+            }
+            for (int64_t u = 0; u < g; u++)
+                _mm512_mask_storeu_ps(P + (r + u) * S + jb, keep,
+                                      _mm512_mul_ps(_mm512_add_ps(acc[u][0], acc[u][1]), _mm512_set1_ps(scale)));
+        }
+    }
+    for (int64_t r = 0; r < nr; r++) {
+        const uint8_t *ok = allowed + r * S + j0[r];
+        float *p = P + r * S + j0[r], m = -INFINITY;
+        const int64_t n = j1[r] - j0[r];
+        for (int64_t j = 0; j < n; j++) {
+            float sc = p[j];
+            if (cap > 0.0f) sc = cap * tanhf(sc / cap);
+            p[j] = ok[j] ? sc : -INFINITY;
+            m = p[j] > m ? p[j] : m;
+        }
+        weigh_row(p, m, Vh + j0[r] * d, n, d, ok, o + r * o_stride);
+    }
+}
+#endif
 
 /* Heads are spread over the OpenMP threads once a step has this many score·entry products */
 #define PARALLEL_ATTENTION 32768
@@ -1849,7 +1989,7 @@ int tc_attention(const float *Q, const float *K, const float *V, int64_t B, int6
 static _Thread_local float *scratch_head;
 static _Thread_local int64_t scratch_head_cap;
 
-/* One step of grouped-query attention for few new tokens (the prelude's GQAttention: RoPE on every
+/* One step of grouped-query attention for the new tokens (the prelude's GQAttention: RoPE on every
  * head of Q and K, then each query head attends with its key/value head), keys and values kept in a
  * cache. Q [B, T, H·d], K, V [B, T, Hkv·d] contiguous (a token's heads side by side, as the
  * projections give them); cos, sin [T, half] at the new tokens' positions; layout as rope_row.
@@ -1889,26 +2029,39 @@ int tc_gqa(const gqa_args *a) {
                 memcpy(Vc + b * vb + j * vh + (used + t) * d, v, sizeof(float) * (size_t)d);
             }
     const int64_t S = used + T;
+    /* the work: each head's queries in runs of QUERY_RUN (a prompt's many, a decoding step's one),
+     * handed out one at a time (a causal prompt's later runs read more keys) */
+    const int64_t runs = (T + QUERY_RUN - 1) / QUERY_RUN, items = B * H * runs;
     int failed = 0;
-#pragma omp parallel for collapse(2) schedule(static) if (B * H * T * S * d >= PARALLEL_ATTENTION)
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < H; h++) {
-            float *p = scores_scratch(S);
-            if (d > scratch_head_cap) {
-                free(scratch_head);
-                scratch_head = (float *)malloc(sizeof(float) * (size_t)d);
-                scratch_head_cap = scratch_head ? d : 0;
-            }
-            if (!p || !scratch_head) {
-                failed = 1;
-                continue;
-            }
-            const float *Kh = Kc + b * kb + kv[h] * kh, *Vh = Vc + b * vb + kv[h] * vh;
-            for (int64_t t = 0; t < T; t++) {
-                rope_row(Q + ((b * T + t) * H + h) * d, cos + t * half, sin + t * half, d, half, layout, scratch_head);
-                attend_row(scratch_head, Kh, Vh, S, d, allowed + t * S, (float)scale, (float)cap, p,
-                           out + ((b * T + t) * H + h) * d);
-            }
+#pragma omp parallel for schedule(dynamic, 1) if (B * H * T * S * d >= PARALLEL_ATTENTION)
+    for (int64_t it = 0; it < items; it++) {
+        const int64_t run = it / (B * H), b = it % (B * H) / H, h = it % H;
+        const int64_t t0 = run * QUERY_RUN, nr = T - t0 < QUERY_RUN ? T - t0 : QUERY_RUN;
+        float *P = scores_scratch(nr * S);
+        const int64_t head_floats = (nr + 16) * d; /* the run's rotated queries, then a block of K */
+        if (head_floats > scratch_head_cap) {
+            free(scratch_head);
+            scratch_head = (float *)malloc(sizeof(float) * (size_t)head_floats);
+            scratch_head_cap = scratch_head ? head_floats : 0;
         }
+        if (!P || !scratch_head) {
+            failed = 1;
+            continue;
+        }
+        const float *Kh = Kc + b * kb + kv[h] * kh, *Vh = Vc + b * vb + kv[h] * vh;
+        float *Qr = scratch_head, *o = out + ((b * T + t0) * H + h) * d;
+        for (int64_t r = 0; r < nr; r++) {
+            const int64_t t = t0 + r;
+            rope_row(Q + ((b * T + t) * H + h) * d, cos + t * half, sin + t * half, d, half, layout, Qr + r * d);
+        }
+#if defined(__AVX512F__)
+        if (nr >= 4 && d % 16 == 0 && d <= 256) { /* a prompt's queries: scores a block of keys at a time */
+            attend_run(Qr, nr, Kh, Vh, S, d, allowed + t0 * S, (float)scale, (float)cap, P, Qr + nr * d, o, H * d);
+            continue;
+        }
+#endif
+        for (int64_t r = 0; r < nr; r++)
+            attend_row(Qr + r * d, Kh, Vh, S, d, allowed + (t0 + r) * S, (float)scale, (float)cap, P, o + r * H * d);
+    }
     return failed ? -2 : 0;
 }
