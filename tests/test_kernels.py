@@ -387,8 +387,7 @@ def test_swiglu_kernel_equals_the_card_steps(funcs, monkeypatch, mix, lead, scal
     # float weights: SiLU's own rounding; int8 types: SiLU·up is rounded to int8 blocks again for the
     # down product, where an entry 1 ulp apart may round to the next step (1/127 of its block's max)
     assert_close(slow, fast, tol=2e-6 if mix in ("F32", "F16") else 2e-3)
-    few = int(np.prod(lead)) <= 8
-    assert ran == [few_token_kernels(kinds) if few else quant_kernels.library() is not None]
+    assert ran == [quant_kernels.library() is not None]  # one C call, or the products and SiLU·up in C
 
 
 def test_swiglu_kernel_declines_what_it_does_not_cover(funcs):

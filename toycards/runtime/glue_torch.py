@@ -1,4 +1,4 @@
-"""C kernels for the per-token glue: RMSNorm, RoPE, attention and the whole of grouped-query
+"""C kernels for the per-token glue: RMSNorm, SiLU·up, RoPE, attention and the whole of grouped-query
 attention (RoPE, the KV cache, attention).
 
 Owns: deciding when the C versions in kernels/quant.c apply (contiguous float32 CPU tensors of the
@@ -7,7 +7,7 @@ GQAttention kernel declines, only on few rows) and calling them; each function r
 they do not, and ops_torch then runs torch's own operator. On one token torch's composite operators
 cost 10–30 µs a call (rms_norm ~10, rope ~20, scaled_dot_product_attention ~30), a few hundred
 calls per token; these cost the ctypes call and one output tensor. On a prompt the C versions of
-RMSNorm and GQAttention spread rows (and heads' runs of queries) over the threads, and attention
+RMSNorm, SiLU·up and GQAttention spread rows (and heads' runs of queries) over the threads, and attention
 scores a block of keys for several queries at once (a 128-token prompt of SmolLM2's 9 heads: ~0.5
 ms a layer, against ~1.5–2 ms for the steps with torch's RoPE and SDPA).
 Leaves out: the meaning of each operation (ops_torch.py, whose torch versions these equal; the
@@ -73,6 +73,20 @@ def rms_norm(e, gamma, epsilon):
     y = torch.empty(*e.shape, dtype=torch.float32)  # sizes as arguments: half the cost of a tuple
     lib.tc_rms_norm(_P(e.data_ptr()), _P(gamma.data_ptr()), _I(rows), _I(d), _D(epsilon), _P(y.data_ptr()))
     return y
+
+
+def available() -> bool:
+    """Whether the C kernels are here at all."""
+    return _library() is not None
+
+
+def silu_mul(g, u):
+    """g ← SiLU(g) ⊙ u in place (SwiGLU's middle step; threads when long), g returned: g and u plain
+    tensors of one shape (ops_torch.swiglu's products), the kernels `available`."""
+    if g.shape != u.shape or not plain(g, u):
+        raise ValueError(f"SiLU·up takes two plain float32 tensors of one shape, not {g.shape} and {u.shape}")
+    _library().tc_silu_mul(_P(g.data_ptr()), _P(u.data_ptr()), _I(g.numel()))
+    return g
 
 
 def rope(x, cos, sin, pairs: bool):

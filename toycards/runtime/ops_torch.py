@@ -51,7 +51,21 @@ def linear(x, W):
     return F.linear(x, W) if y is None else y
 
 
-swiglu = quant_torch.swiglu  # the prelude's SwiGLU: one C call for few tokens, SiLU·up in C for more; or None
+def swiglu(x, W_gate, W_up, W_down):
+    """The prelude's SwiGLU with its glue in C, or None (the card's steps then run): one C call for
+    few tokens (quant_torch.swiglu); else the three products as `linear` makes them for the steps,
+    SiLU(gate) ⊙ up in place by glue_torch.silu_mul."""
+    y = quant_torch.swiglu(x, W_gate, W_up, W_down)
+    if y is not None or not glue_torch.available() or not glue_torch.plain(x):
+        return y
+    if not all(_plain_weight(W) for W in (W_gate, W_up, W_down)):
+        return None
+    return linear(glue_torch.silu_mul(linear(x, W_gate), linear(x, W_up)), W_down)
+
+
+def _plain_weight(W) -> bool:
+    """W a weight whose product by a plain x is a plain tensor: blocks, or a plain float32 tensor."""
+    return W.__class__ is QuantWeight or glue_torch.plain(W)
 
 
 def linears(x, *Ws):

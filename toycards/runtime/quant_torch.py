@@ -159,17 +159,14 @@ def linears(x: torch.Tensor, Ws) -> tuple | None:
 
 def swiglu(x: torch.Tensor, W_gate, W_up, W_down) -> torch.Tensor | None:
     """The prelude's SwiGLU, W_down · (SiLU(W_gate · x) ⊙ (W_up · x)) for x [..., d_e], as one C call
-    for few tokens (each product as `QuantWeight.linear` or `float_linear` computes it), and for more
-    (a prompt) each product as `ops.linear` makes it with SiLU(gate)·up in C, in place; None where
-    that does not apply (the card's steps then run)."""
+    for few tokens (each product as `QuantWeight.linear` or `float_linear` computes it); None where
+    that does not apply (ops_torch.swiglu then takes it)."""
     lib = kernels.library()
-    if lib is None or len(W_gate.shape) != 2:
+    if lib is None or len(W_gate.shape) != 2 or not (t := _few_tokens(x)):
         return None
     f, d = W_gate.shape
-    if x.dim() < 1 or x.shape[-1] != d:
+    if x.shape[-1] != d:
         return None
-    if not (t := _few_tokens(x)):
-        return _swiglu_many(lib, x, W_gate, W_up, W_down)
     gate, up, down = _few_token_plan(W_gate, f, d), _few_token_plan(W_up, f, d), _few_token_plan(W_down, d, f)
     if gate is None or up is None or down is None:
         return None
@@ -178,27 +175,6 @@ def swiglu(x: torch.Tensor, W_gate, W_up, W_down) -> torch.Tensor | None:
     if code != 0:
         raise RuntimeError(f"quant kernel swiglu failed with code {code}")
     return y
-
-
-def _swiglu_many(lib, x: torch.Tensor, W_gate, W_up, W_down) -> torch.Tensor | None:
-    """`swiglu` on more than FEW_TOKENS rows of x: the gate and up products as the card's steps make
-    them (`_product`), SiLU(gate)·up by the C kernel into the gate's result, then the down product;
-    None unless x and every weight are plain float32 (or blocks) of the right shapes, no autograd."""
-    f, d = W_gate.shape
-    for W, shape in ((W_gate, (f, d)), (W_up, (f, d)), (W_down, (d, f))):
-        if tuple(W.shape) != shape or (W.__class__ is not QuantWeight and not plain(W)):
-            return None
-    if not plain(x) or x.numel() == 0:
-        return None
-    g, u = _product(x, W_gate), _product(x, W_up)
-    lib.tc_silu_mul(_ptr(g.data_ptr()), _ptr(u.data_ptr()), _int(g.numel()))
-    return _product(g, W_down)
-
-
-def _product(x: torch.Tensor, W) -> torch.Tensor:
-    """x · Wᵀ as ops.linear makes it for a 2-D weight of many tokens: a QuantWeight's own product,
-    else torch's (a contiguous float32 result either way)."""
-    return W.linear(x) if W.__class__ is QuantWeight else F.linear(x, W)
 
 
 def _unwrap(value):

@@ -1700,9 +1700,9 @@ int tc_silu_mul(float *g, const float *u, int64_t n) {
     return 0;
 }
 
-/* ── the per-token glue of a decoding step, for few rows (ops_torch calls these in place of torch's
- * composite operators, which cost 10–30 µs each on one token; tests/test_kernels.py ties each to
- * the card steps it replaces) ─────────────────────────────────────────────────────────────────── */
+/* ── the per-token glue (ops_torch calls these in place of torch's composite operators, which cost
+ * 10–30 µs each on one token; on a prompt, rows spread over the threads; tests/test_kernels.py ties
+ * each to the card steps it replaces) ─────────────────────────────────────────────────────────────────── */
 
 /* y [R, d] = x / √(Σ x² / d + ε) · γ, row by row */
 int tc_rms_norm(const float *x, const float *g, int64_t R, int64_t d, double eps, float *y) {
@@ -1902,9 +1902,9 @@ static void attend_row(const float *q, const float *Kh, const float *Vh, int64_t
 }
 
 #define QUERY_RUN 16 /* queries of one head per work item of tc_gqa */
+#define RUN_KEYS 16  /* keys per block of attend_run: one vector of scores */
 
 #if defined(__AVX512F__)
-#define RUN_KEYS 16 /* keys per block of attend_run: one vector of scores */
 
 /* Up to QUERY_RUN query rows of one head at once, Qr [nr, d] (d a multiple of 16, at most 256),
  * against keys Kh, values Vh [S, d]; allowed [nr, S] (row stride S); each row as attend_row, out
@@ -2038,7 +2038,7 @@ int tc_gqa(const gqa_args *a) {
         const int64_t run = it / (B * H), b = it % (B * H) / H, h = it % H;
         const int64_t t0 = run * QUERY_RUN, nr = T - t0 < QUERY_RUN ? T - t0 : QUERY_RUN;
         float *P = scores_scratch(nr * S);
-        const int64_t head_floats = (nr + 16) * d; /* the run's rotated queries, then a block of K */
+        const int64_t head_floats = (nr + RUN_KEYS) * d; /* the run's rotated queries, then a block of K */
         if (head_floats > scratch_head_cap) {
             free(scratch_head);
             scratch_head = (float *)malloc(sizeof(float) * (size_t)head_floats);
