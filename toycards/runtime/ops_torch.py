@@ -58,14 +58,9 @@ def swiglu(x, W_gate, W_up, W_down):
     y = quant_torch.swiglu(x, W_gate, W_up, W_down)
     if y is not None or not glue_torch.available() or not glue_torch.plain(x):
         return y
-    if not all(_plain_weight(W) for W in (W_gate, W_up, W_down)):
-        return None
+    if not all(W.__class__ is QuantWeight or glue_torch.plain(W) for W in (W_gate, W_up, W_down)):
+        return None  # a product of x by these might not be a plain float32 tensor
     return linear(glue_torch.silu_mul(linear(x, W_gate), linear(x, W_up)), W_down)
-
-
-def _plain_weight(W) -> bool:
-    """W a weight whose product by a plain x is a plain tensor: blocks, or a plain float32 tensor."""
-    return W.__class__ is QuantWeight or glue_torch.plain(W)
 
 
 def linears(x, *Ws):
