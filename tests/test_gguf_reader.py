@@ -136,6 +136,9 @@ def test_tensor_table_and_data_match_gguf_reader(written):
             raw = f.raw(rt.name)
             assert raw.shape == rt.data.shape and raw.dtype == rt.data.dtype and not raw.flags.writeable
             assert raw.tobytes() == rt.data.tobytes()
+            read = f.read(rt.name)  # the same bytes, in fresh memory of the process
+            assert read.shape == raw.shape and read.dtype == raw.dtype and read.flags.writeable
+            assert read.tobytes() == rt.data.tobytes() and not np.shares_memory(read, raw)
             plain = rt.tensor_type == Q.I32  # gguf.quants does not cast integer tensors
             want = rt.data if plain else quants.dequantize(rt.data, rt.tensor_type)
             want = want.astype(np.float32).reshape(info.shape)
@@ -168,6 +171,8 @@ def test_close_keeps_what_was_read(written):
         f.metadata["t.arr_u8"]
     with pytest.raises(ToycardsError, match="closed"):
         f.tensor("w.F32")
+    with pytest.raises(ToycardsError, match="closed"):
+        f.read("w.F32")
     assert "closed" in repr(f)
 
 

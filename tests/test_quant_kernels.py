@@ -477,6 +477,48 @@ def test_packing_hands_the_file_pages_back(tmp_path, monkeypatch, target):
     assert np.array_equal(writable, blocks)
 
 
+def _file_ranges(path) -> list[tuple[int, int]]:
+    """The address ranges of this process's mappings of the file at `path` (/proc/self/maps)."""
+    ranges = []
+    with open("/proc/self/maps", encoding="utf-8") as fh:
+        for line in fh:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and fields[5].strip() == str(path):
+                start, end = fields[0].split("-")
+                ranges.append((int(start, 16), int(end, 16)))
+    return ranges
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="no /proc/self/maps")
+@pytest.mark.parametrize("target", ["torch", "numpy"])
+def test_small_f32_tensors_are_read_not_mapped(tmp_path, target):
+    """The norms' γ (and any F32 tensor up to load.SMALL_F32) live in the process's own memory, not in
+    a mapping of the file: a mapped 2 KB γ maps the page-cache folio it lies in, which on ext4's large
+    folios held 43 MB of SmolLM2 Q8_0's neighbouring weights, resident for the model's life. The
+    matrices stay mapped, and the copies hold the file's values."""
+    import toycards
+    from toycards.gguf.reader import open_gguf
+    from toycards.models.load import SMALL_F32
+
+    path = tiny_llama(tmp_path, "Q8_0")
+    model = toycards.load(path, target=target)
+    ranges = _file_ranges(path)
+    with open_gguf(path) as f:
+        small = {n: f.tensor(n, copy=True) for n, i in f.tensors.items() if i.type_name == "F32"}
+        assert all(f.tensors[n].n_bytes <= SMALL_F32 for n in small)
+    assert len(small) == 2 * 2 + 1  # two norms a layer, and the output norm
+
+    def mapped(x) -> bool:
+        at = x.data_ptr() if target == "torch" else x.ctypes.data
+        return any(a <= at < b for a, b in ranges)
+
+    assert mapped(model.w["blk.0.ffn_up.weight"].blocks)
+    for name, want in small.items():
+        w = model.w[name]
+        assert not mapped(w), f"{name} is mapped from the file"
+        np.testing.assert_array_equal(w.detach().numpy() if target == "torch" else w, want)
+
+
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="an x86-64 target")
 def test_kernels_build_for_a_cpu_without_avx(tmp_path):
     """quant.c compiles for plain x86-64 (SSE2, no AVX, no F16C): the portable C paths, so that such
@@ -630,7 +672,7 @@ def test_model_logits_match_the_dequantized_path(tmp_path, mix):
     ids = [int(i) for i in np.random.default_rng(1).integers(0, 300, size=12)]
     kept = toycards.load(path, target="torch")
     floats = toycards.load(path, target="torch", dequantize=True)
-    if mix == "F32":  # parameters memory-mapped from the file, multiplied in place by float_linear
+    if mix == "F32":  # float32 parameters (the file's pages or copies), multiplied in place by float_linear
         assert not any(isinstance(kept.w[n], quant_torch.QuantWeight) for n in kept.w)
     else:
         assert any(isinstance(kept.w[n], quant_torch.QuantWeight) for n in kept.w)

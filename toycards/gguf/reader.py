@@ -177,6 +177,12 @@ class GGUFFile:
             raise file_error(self.path, f"no tensor named '{name}'{_did_you_mean(name, self.tensors)}")
         return self.tensors[name]
 
+    def _readable(self, name: str) -> TensorInfo:
+        info = self.tensor_info(name)
+        if not info.known_type:
+            raise file_error(self.path, f"tensor '{name}' has unsupported type {info.type_name}")
+        return info
+
     def raw(self, name: str, private: bool = False) -> np.ndarray:
         """The tensor's bytes, memory-mapped and read-only, in the form `gguf.quants` expects.
 
@@ -186,15 +192,26 @@ class GGUFFile:
         until written; a write makes a private copy of its page and never reaches the file),
         for a model's parameters, which torch wants writable.
         """
-        from toycards.gguf.dequant import PLAIN_DTYPES
+        info = self._readable(name)
+        return _shaped(info, self._mapped(private)[info.offset : info.offset + info.n_bytes])
 
-        info = self.tensor_info(name)
-        if not info.known_type:
-            raise file_error(self.path, f"tensor '{name}' has unsupported type {info.type_name}")
-        data = self._mapped(private)[info.offset : info.offset + info.n_bytes]
-        if info.ggml_type in PLAIN_DTYPES:
-            return data.view(PLAIN_DTYPES[info.ggml_type]).reshape(info.shape)
-        return data.reshape(*info.shape[:-1], -1)
+    def read(self, name: str) -> np.ndarray:
+        """The tensor's bytes as `raw()` shapes them, read into a fresh, writable array of this
+        process's own memory: nothing of the file is mapped. Mapping a small tensor maps the whole
+        page-cache folio it lies in, which on filesystems with large folios holds megabytes of its
+        neighbours, and those pages then count in the process's resident memory."""
+        import numpy as np
+
+        info = self._readable(name)
+        if self._buf is None:
+            raise file_error(self.path, "file is closed")
+        out = np.empty(info.n_bytes, dtype=np.uint8)
+        with open(self.path, "rb") as fh:
+            fh.seek(info.offset)
+            n = fh.readinto(out)
+        if n != info.n_bytes:
+            raise file_error(self.path, f"tensor '{name}': the file ends {info.n_bytes - n} bytes early")
+        return _shaped(info, out)
 
     def tensor(self, name: str, dtype: npt.DTypeLike = "float32", copy: bool = False) -> np.ndarray:
         """The tensor dequantised and cast to `dtype`, in NumPy shape.
@@ -273,3 +290,13 @@ def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
     except BaseException:
         buf.close()
         raise
+
+
+def _shaped(info: TensorInfo, data: np.ndarray) -> np.ndarray:
+    """A tensor's bytes in the form `gguf.quants` expects: F32, F16, F64 and the integer types typed,
+    in NumPy shape; quantised types and BF16 as uint8 blocks of shape `(*shape[:-1], bytes_per_row)`."""
+    from toycards.gguf.dequant import PLAIN_DTYPES
+
+    if info.ggml_type in PLAIN_DTYPES:
+        return data.view(PLAIN_DTYPES[info.ggml_type]).reshape(info.shape)
+    return data.reshape(*info.shape[:-1], -1)

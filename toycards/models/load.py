@@ -13,6 +13,7 @@ Leaves out: the meaning of cards (checker/, lang/interpret/), code text (codegen
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import linecache
 import os
@@ -142,17 +143,25 @@ def _random_weights(bound: Bound, seed: int) -> dict[str, np.ndarray]:
     return out
 
 
-def _kept(f, p: BoundParam, target: str):
-    """Parameter p's tensor as the target keeps it: a quantized (or F16/BF16) matrix in its blocks (a
-    read-only view of the file: the kernels only read them, and either target hands the pages of a
-    weight it has packed back to the page cache), an F32 tensor as a copy-on-write view of the
-    file (torch) or a read-only one (numpy); None when
-    the tensor is dequantized to float32 instead (other types, other ranks, the reference target).
+SMALL_F32 = 1 << 20  # bytes: an F32 tensor up to this size is read into the process's memory, not mapped
+
+
+def _kept(f, p: BoundParam, target: str, read):
+    """Parameter p's tensor as the target keeps it, or None when it is dequantized to float32
+    instead (other types, other ranks, the reference target):
+    - a quantized (or F16/BF16) matrix in its blocks, a read-only view of the file (the kernels
+      only read them, and either target hands the pages of a weight it has packed back to the
+      page cache);
+    - a small F32 tensor (norm scales, biases) as a copy, `read(name)`: mapping it would map
+      its neighbours' bytes too (see `GGUFFile.read`);
+    - a larger F32 tensor as a copy-on-write view of the file (torch) or a read-only one (numpy).
     A part of a fused tensor is its rows' blocks (a row's blocks never cross into the next row)."""
     from toycards.runtime import quant_kernels
 
     name = p.tensor
     info = f.tensor_info(name)
+    if info.type_name == "F32" and info.n_bytes <= SMALL_F32:
+        return p.part(read(name))
     if target == "torch" and info.type_name == "F32":
         return p.part(f.raw(name, private=True))
     if (
@@ -176,6 +185,7 @@ def _file_weights(bound: Bound, f, keep: str | None = None) -> tuple[dict[str, n
     weights: dict[str, np.ndarray] = {}
     shared: dict[str, str] = {}
     by_tensor: dict[tuple[str, tuple[int, int] | None], str] = {}  # (tensor, rows) → module name
+    read = functools.cache(f.read)  # a fused tensor's parts share one copy
     for p in bound.params:
         if p.key in weights or p.key in shared:
             continue
@@ -185,7 +195,7 @@ def _file_weights(bound: Bound, f, keep: str | None = None) -> tuple[dict[str, n
             shared[p.key] = by_tensor[p.tensor, p.rows]
             weights[p.key] = weights[by_tensor[p.tensor, p.rows]]
         else:
-            kept = _kept(f, p, keep) if keep else None
+            kept = _kept(f, p, keep, read) if keep else None
             weights[p.key] = kept if kept is not None else p.part(f.tensor(p.tensor))
             by_tensor[p.tensor, p.rows] = p.key
     return weights, shared
@@ -205,7 +215,7 @@ def load(source, weights=None, target: str = "numpy", seed: int = 0, dequantize:
     """A runnable model: `load("m.gguf")`, `load(card, weights="m.gguf")`, or `load(card)` (random weights).
 
     Quantized matrices stay in their GGUF blocks (multiplied by kernels behind `ops.linear`) and
-    F32 tensors stay memory-mapped; `dequantize=True` makes float32 copies of every tensor
+    F32 matrices stay memory-mapped; `dequantize=True` makes float32 copies of every tensor
     instead (training: quantized weights are not trainable)."""
     from toycards.gguf.reader import open_gguf
 

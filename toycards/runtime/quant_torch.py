@@ -79,7 +79,7 @@ _ptr, _int = ctypes.c_void_p, ctypes.c_int64
 
 
 def float_linear(x: torch.Tensor, W: torch.Tensor) -> torch.Tensor | None:
-    """x [..., K] · Wᵀ for a float32 weight W [N, K] (a parameter, memory-mapped from the file) by
+    """x [..., K] · Wᵀ for a float32 weight W [N, K] (a parameter, usually memory-mapped from the file) by
     the C kernel that reads W in place, when that applies: up to FEW_TOKENS rows of x, no autograd,
     plain contiguous CPU float32 tensors. None otherwise (the caller uses torch's own product)."""
     if W.dim() != 2 or not (t := _few_tokens(x)) or x.shape[-1] != W.shape[1]:
