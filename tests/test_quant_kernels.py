@@ -598,6 +598,43 @@ def test_float_weights_in_place(qtype, shape, n_tokens):
     check_product(y.numpy()[0], x[0], w, Q.F32, n_tokens)
 
 
+@pytest.fixture
+def prefetch_restored():
+    """The library's prefetch setting as the environment says again after the test."""
+    yield quant_kernels.library()
+    quant_kernels.library().tc_set_prefetch(quant_kernels.prefetch_others())
+
+
+@pytest.mark.parametrize("qtype", [Q.F32, *(t for t in TYPES if t not in K_QUANTS)], ids=lambda t: t.name)
+def test_prefetch_setting_leaves_the_products_alone(qtype, prefetch_restored):
+    """Whether the types other than the K-quants prefetch their weight stream is the host's choice
+    ($TOYCARDS_QUANT_PREFETCH): their products are the same floats either way, packed or as stored,
+    so the other tests, run under one setting, hold both."""
+    lib = prefetch_restored
+    rng = np.random.default_rng(11)
+    shape = (37, 576)
+    floats = qtype in (Q.F32, Q.F16, Q.BF16)
+    blocks = float_blocks(qtype, shape, rng)[0] if floats else small_blocks(qtype, shape, rng)
+    xs = [torch.from_numpy(rng.normal(size=(1, t, shape[1])).astype(np.float32)) for t in (1, 3)]
+    ys = []
+    for on in (0, 1):
+        lib.tc_set_prefetch(on)
+        if qtype == Q.F32:
+            ys.append([quant_torch.float_linear(x, torch.from_numpy(blocks)) for x in xs])
+        else:
+            q = quant_torch.QuantWeight(blocks, qtype, shape)  # packed at its first product, where it packs
+            ys.append([q.linear(x) for x in xs])
+    assert all(a is not None and torch.equal(a, b) for a, b in zip(*ys))
+
+
+def test_prefetch_is_off_unless_asked_for(monkeypatch):
+    monkeypatch.delenv(quant_kernels.PREFETCH, raising=False)
+    assert quant_kernels.prefetch_others() == 0
+    for said, want in (("on", 1), (" ON\n", 1), ("off", 0), ("1", 0)):
+        monkeypatch.setenv(quant_kernels.PREFETCH, said)
+        assert quant_kernels.prefetch_others() == want
+
+
 def test_float_linear_leaves_other_cases_to_torch():
     """float_linear takes only few-token, autograd-free, contiguous float32 CPU products: the rest
     go through F.linear in ops.linear, with the same values."""

@@ -122,7 +122,19 @@ def _build() -> ctypes.CDLL | None:
         lib.tc_linears,
     ):
         fn.restype = ctypes.c_int
+    lib.tc_set_prefetch.argtypes = [ctypes.c_int]
+    lib.tc_set_prefetch(prefetch_others())
     return lib
+
+
+PREFETCH = "TOYCARDS_QUANT_PREFETCH"
+
+
+def prefetch_others() -> int:
+    """1 when the few-token products of the types other than the K-quants prefetch their weight
+    stream too ($TOYCARDS_QUANT_PREFETCH=on: the hosts where the hardware prefetchers alone fall
+    short, see quant.c's `ahead`), else 0."""
+    return int(os.environ.get(PREFETCH, "").strip().lower() == "on")
 
 
 def library() -> ctypes.CDLL | None:

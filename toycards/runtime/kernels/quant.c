@@ -46,16 +46,25 @@
 #define PARALLEL_ROWS 65536
 
 /* Software prefetch: the weight streams of the few-token products ask for their lines this many bytes
- * ahead of use. The hardware prefetchers alone kept too few lines in flight on a two-core AMD EPYC:
- * with this, a decoding step's float32 products ran ~1.4× faster and Q8_0's SwiGLU ~1.4× (the Q4 types
- * about the same); 1 … 2 KiB ahead measured alike. Locality 0 (non-temporal where the CPU has it): a
- * weight is read once a step, so it should not push the interpreter's data out of the caches. */
+ * ahead of use (locality 0, non-temporal where the CPU has it: a weight is read once a step, so it
+ * should not push the interpreter's data out of the caches). Whether it pays depends on the host. On
+ * one two-core AMD EPYC (Zen 4) the hardware prefetchers alone kept too few lines in flight, and
+ * SwiGLU on one token ran ~1.4× faster with it on F32 and Q8_0. On another (decoding steps of one
+ * model alternating between builds in one process), SmolLM2-135M decoded 1.10–1.29× slower with it
+ * on Q8_0, Q4_1, F16 and F32 and the same on Q4_0, and a Llama-3.2-1B-shaped Q4_K file ~1.5% faster.
+ * So the K-quants prefetch, and the other types only when tc_set_prefetch(1) says so
+ * (quant_kernels: TOYCARDS_QUANT_PREFETCH=on). */
 #ifndef PF_DIST
 #define PF_DIST 1536
 #endif
 static inline void ahead(const void *p, int64_t n) {
     if (PF_DIST)
         for (int64_t j = 0; j < n; j += 64) __builtin_prefetch((const char *)p + PF_DIST + j, 0, 0);
+}
+static int prefetch_others = 0; /* the types other than the K-quants prefetch too */
+void tc_set_prefetch(int on) { prefetch_others = on; }
+static inline void ahead_other(const void *p, int64_t n) {
+    if (prefetch_others) ahead(p, n);
 }
 
 enum { F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14,
@@ -584,7 +593,7 @@ static inline __attribute__((always_inline)) void dot_rows(const int type, const
         const __m256 dxv = _mm256_loadu_ps(dx + b), sxv = _mm256_loadu_ps(sx + b);
         __m512i ys[4];
         x_step(qx + 32 * b, ys);
-        ahead(w + st * ss, ss);
+        ahead_other(w + st * ss, ss);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const uint8_t *wr = w + r * rs + st * ss;
@@ -1480,7 +1489,7 @@ static inline __attribute__((always_inline)) void float_product(int type, const 
             vf a0 = VZERO(), a1 = VZERO(), a2 = VZERO(), a3 = VZERO();
             int64_t i = 0;
             for (; i + 4 * VL <= kv; i += 4 * VL) {
-                ahead(w + es * i, 4 * VL * es);
+                ahead_other(w + es * i, 4 * VL * es);
                 a0 = VFMA(vload_w(type, w, i), VLOAD(x + i), a0);
                 a1 = VFMA(vload_w(type, w, i + VL), VLOAD(x + i + VL), a1);
                 a2 = VFMA(vload_w(type, w, i + 2 * VL), VLOAD(x + i + 2 * VL), a2);
@@ -1499,7 +1508,7 @@ static inline __attribute__((always_inline)) void float_product(int type, const 
         vf acc[MAX_FLOAT_TOKENS];
         for (int64_t t = 0; t < T; t++) acc[t] = VZERO();
         for (int64_t i = 0; i < kv; i += VL) {
-            if (i % (4 * VL) == 0) ahead(w + es * i, 4 * VL * es);
+            if (i % (4 * VL) == 0) ahead_other(w + es * i, 4 * VL * es);
             const vf wv = vload_w(type, w, i);
             for (int64_t t = 0; t < T; t++) acc[t] = VFMA(wv, VLOAD(x + t * K + i), acc[t]);
         }
@@ -1600,6 +1609,7 @@ int tc_linear(const tc_weight *p, const float *x, int64_t T, float *y) {
     }
     return failed ? -2 : 0;
 }
+
 
 /* y_a, y_b, y_c = x · W_aᵀ, x · W_bᵀ, x · W_cᵀ (c, y_c may be NULL): consecutive card steps that
  * multiply one x (Q, K and V of attention), one call instead of one per weight */
