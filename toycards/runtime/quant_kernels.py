@@ -14,6 +14,8 @@ Leaves out: torch and NumPy weights (quant_torch.py, quant_numpy.py), the refere
 
 No compiler, or a build that fails: `available()` is False and the weights are dequantized per
 use with gguf.quants instead (correct, slower); `TOYCARDS_QUANT_KERNELS=off` forces that path.
+`TOYCARDS_QUANT_PREFETCH=on` has the few-token products of every type prefetch their weight stream,
+not only the K-quants' (`prefetch_others`: it pays on some hosts and costs on others).
 There is one OpenMP runtime in the process: the library asks for `libgomp.so.1`, which is the one
 torch ships when torch came first (so `torch.set_num_threads` also sets the kernels' threads), and
 the one torch then uses when the kernels came first.
