@@ -1610,7 +1610,6 @@ int tc_linear(const tc_weight *p, const float *x, int64_t T, float *y) {
     return failed ? -2 : 0;
 }
 
-
 /* y_a, y_b, y_c = x · W_aᵀ, x · W_bᵀ, x · W_cᵀ (c, y_c may be NULL): consecutive card steps that
  * multiply one x (Q, K and V of attention), one call instead of one per weight */
 /* y_i = x · W_iᵀ for n ≤ 3 weights of one x [T, K] as one int8 product (int8_products) when each is a
