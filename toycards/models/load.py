@@ -148,13 +148,14 @@ SMALL_F32 = 1 << 20  # bytes: an F32 tensor up to this size is read into the pro
 
 def _kept(f, p: BoundParam, target: str, read):
     """Parameter p's tensor as the target keeps it, or None when it is dequantized to float32
-    instead (other types, other ranks, the reference target):
+    instead (other types and ranks, and every larger tensor of the reference target):
     - a quantized (or F16/BF16) matrix in its blocks, a read-only view of the file (the kernels
       only read them, and either target hands the pages of a weight it has packed back to the
       page cache);
     - a small F32 tensor (norm scales, biases) as a copy, `read(name)`: mapping it would map
       its neighbours' bytes too (see `GGUFFile.read`);
-    - a larger F32 tensor as a copy-on-write view of the file (torch) or a read-only one (numpy).
+    - a larger F32 tensor as a copy-on-write view of the file for torch (numpy: None, and the
+      caller keeps the read-only view `f.tensor` gives).
     A part of a fused tensor is its rows' blocks (a row's blocks never cross into the next row)."""
     from toycards.runtime import quant_kernels
 
