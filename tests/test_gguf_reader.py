@@ -176,6 +176,18 @@ def test_close_keeps_what_was_read(written):
     assert "closed" in repr(f)
 
 
+def test_read_refuses_a_file_that_changed_size(written, tmp_path):
+    """`read` opens the path again: a file rewritten since (another size) is refused, as `raw` refuses it."""
+    import shutil
+
+    path = shutil.copy(written, tmp_path / "copy.gguf")
+    with open_gguf(path) as f:
+        with open(path, "ab") as fh:
+            fh.write(b"\0" * 64)
+        with pytest.raises(ToycardsError, match="changed size"):
+            f.read("w.F32")
+
+
 def test_alignment_is_respected(tmp_path):
     p = write_gguf(
         tmp_path / "a.gguf", tensors={"a": np.ones(3, np.float32), "b": np.ones(5, np.float32)}, alignment=64

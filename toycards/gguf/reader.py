@@ -207,6 +207,8 @@ class GGUFFile:
             raise file_error(self.path, "file is closed")
         out = np.empty(info.n_bytes, dtype=np.uint8)
         with open(self.path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size != self.file_size:  # as _mapped checks its mapping
+                raise file_error(self.path, "the file changed size since it was opened")
             fh.seek(info.offset)
             n = fh.readinto(out)
         if n != info.n_bytes:
