@@ -35,7 +35,7 @@ ROUNDING = 3e-6  # float32 sums of K ≤ 768 products, relative to Σ|x·w|: a f
 # Skipped only where the kernels cannot exist: no C compiler, or turned off. A source that fails to
 # build is a failure (test_the_kernels_build), not a silent skip of every kernel test.
 NO_KERNELS = (
-    quant_kernels._compiler() is None or os.environ.get("TOYCARDS_QUANT_KERNELS", "").lower() == "off"
+    quant_kernels.compiler() is None or os.environ.get("TOYCARDS_QUANT_KERNELS", "").lower() == "off"
 )
 pytestmark = pytest.mark.skipif(
     NO_KERNELS, reason="no C compiler (or TOYCARDS_QUANT_KERNELS=off): no kernels"
@@ -527,7 +527,7 @@ def test_kernels_build_for_a_cpu_without_avx(tmp_path):
 
     flags = [f for f in quant_kernels.FLAGS if not f.startswith("-march=")]
     done = subprocess.run(
-        [quant_kernels._compiler(), *flags, "-march=x86-64", "-Wall", "-Werror", str(quant_kernels.SOURCE),
+        [quant_kernels.compiler(), *flags, "-march=x86-64", "-Wall", "-Werror", str(quant_kernels.SOURCE),
          "-o", str(tmp_path / "quant.so"), "-lm"],
         capture_output=True, text=True,
     )  # fmt: skip

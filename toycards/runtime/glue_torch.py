@@ -21,7 +21,7 @@ import functools
 
 import torch
 
-from toycards.runtime import quant_kernels
+from toycards.runtime import glue_cpp, quant_kernels
 
 FEW_ROWS = 8  # query tokens (rows per head) up to which the C versions of RoPE and attention are used
 
@@ -56,6 +56,8 @@ def plain(*tensors) -> bool:
 
 def rms_norm(e, gamma, epsilon):
     """e / √(mean(e²) + ε) · γ over the last axis, or None."""
+    if (cx := glue_cpp.module()) is not None and (y := cx.rms_norm(e, gamma, epsilon)) is not None:
+        return y  # the call below, from C++ (glue_cpp.py)
     lib = _library()
     if (
         lib is None
@@ -171,17 +173,6 @@ def attention(Q, K, V, allowed, kv_index):
 _LAYOUTS = {"none": 0, "pairs": 1, "halves": 2}  # the prelude's rope layouts, as tc_gqa numbers them
 
 
-class GQAArgs(ctypes.Structure):
-    """tc_gqa's arguments (gqa_args in quant.c)."""
-
-    _fields_ = [
-        ("Q", _P), ("K", _P), ("V", _P), ("B", _I), ("T", _I), ("H", _I), ("Hkv", _I), ("d", _I),
-        ("cos", _P), ("sin", _P), ("half", _I), ("layout", _I), ("Kc", _P), ("Vc", _P), ("kb", _I),
-        ("kh", _I), ("vb", _I), ("vh", _I), ("used", _I), ("kv", _P), ("allowed", _P), ("scale", _D),
-        ("cap", _D), ("out", _P),
-    ]  # fmt: skip
-
-
 class _GQACall:
     """What the GQAttention calls of one pass with the same shapes share: the argument struct with
     its constant fields set (None where tc_gqa does not apply to these shapes), and the tensors its
@@ -192,6 +183,7 @@ class _GQACall:
         self.shapes, self.args, self.heads, self.width, self.kv = shapes, args, heads, width, kv
         self.lead = tuple(heads[:-2])  # the cache buffers' batch and head axes
         self.ref = ctypes.byref(args) if args is not None else None
+        self.addr = ctypes.addressof(args) if args is not None else 0
         self.like = torch.empty(*heads, dtype=torch.float32) if args is not None else None  # the cache's rows
         self.cos = self.mask = self.Kc = self.Vc = None
 
@@ -212,7 +204,7 @@ def _prepare(Q, K, V, H, H_kv, layout, cap) -> _GQACall:
     if kv is None:
         return declined
     B = Q.numel() // (T * width)
-    args = GQAArgs(
+    args = quant_kernels.GQAArgs(
         B=B, T=T, H=H, Hkv=H_kv, d=d, layout=_LAYOUTS[layout], kv=kv.data_ptr(), scale=d**-0.5, cap=cap
     )
     return _GQACall(declined.shapes, args, (*lead, H_kv, T, d), (*lead, T, width), kv)
@@ -284,15 +276,19 @@ def gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, ops):
         mask = mask.contiguous()
         call.mask = mask
         a.allowed = mask.data_ptr()
-    if Kc is not call.Kc or Vc is not call.Vc:
-        call.Kc, call.Vc = Kc, Vc
-        a.Kc, a.Vc, a.kh, a.vh = Kc.data_ptr(), Vc.data_ptr(), Kc.stride(-3), Vc.stride(-3)
-        a.kb, a.vb = a.kh * a.Hkv, a.vh * a.Hkv
-    out = torch.empty(*call.width, dtype=torch.float32)
-    a.Q, a.K, a.V, a.used, a.out = Q.data_ptr(), K.data_ptr(), V.data_ptr(), used, out.data_ptr()
-    code = lib.tc_gqa(call.ref)
-    if code != 0:
-        raise RuntimeError(f"grouped-query attention kernel failed with code {code}")
+    cx = glue_cpp.module()
+    if cx is not None:  # the rest in C++: the tensors' addresses, the output, the call
+        out = cx.gqa(call.addr, Q, K, V, Kc, Vc, used)
+    else:
+        if Kc is not call.Kc or Vc is not call.Vc:
+            call.Kc, call.Vc = Kc, Vc
+            a.Kc, a.Vc, a.kh, a.vh = Kc.data_ptr(), Vc.data_ptr(), Kc.stride(-3), Vc.stride(-3)
+            a.kb, a.vb = a.kh * a.Hkv, a.vh * a.Hkv
+        out = torch.empty(*call.width, dtype=torch.float32)
+        a.Q, a.K, a.V, a.used, a.out = Q.data_ptr(), K.data_ptr(), V.data_ptr(), used, out.data_ptr()
+        code = lib.tc_gqa(call.ref)
+        if code != 0:
+            raise RuntimeError(f"grouped-query attention kernel failed with code {code}")
     if cache is not None:
         cache.slots[slot][1] = used + a.T
     return out

@@ -25,20 +25,16 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import hashlib
 import mmap
 import os
 import platform
-import shutil
-import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
 
 import numpy as np
 
-from toycards import cache
+from toycards.runtime import compile
 
 SOURCE = Path(__file__).with_name("kernels") / "quant.c"
 # TOYCARDS_QUANT_MARCH: the -march to build for (default native; e.g. x86-64-v3 for the AVX2 kernels)
@@ -50,25 +46,7 @@ SUPPORTED = frozenset({1, 30, 8, 2, 3, 6, 7, 12, 13, 14})
 _lib: ctypes.CDLL | None = None
 _tried = False
 build_error = ""  # the compiler's last words when the build failed
-_P, _I = ctypes.c_void_p, ctypes.c_int64
-
-
-def _compiler() -> str | None:
-    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
-        if name and shutil.which(name):
-            return shutil.which(name)
-    return None
-
-
-def _target(cc: str) -> Path | None:
-    source = SOURCE.read_bytes()
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
-    machine = platform.machine() + platform.processor() + _cpu_flags()
-    key = hashlib.sha256(source + " ".join(FLAGS).encode() + version.encode() + machine.encode()).hexdigest()
-    where = cache.cache_file("quant-kernels", key[:24])
-    if where is None:  # cache off: a private folder for this process
-        where = Path(tempfile.mkdtemp(prefix="toycards-kernels-")) / "quant.pickle"
-    return where.with_suffix(".so")
+_P, _I, _D = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double
 
 
 def _cpu_flags() -> str:
@@ -79,25 +57,25 @@ def _cpu_flags() -> str:
         return ""
 
 
+def compiler() -> str | None:
+    """The C compiler the kernels are built with ($CC, else cc, gcc or clang), or None."""
+    return compile.compiler(os.environ.get("CC"), "cc", "gcc", "clang")
+
+
 def _build() -> ctypes.CDLL | None:
-    cc = _compiler()
+    global build_error
+    cc = compiler()
     if cc is None:
         return None
-    target = _target(cc)
-    if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(f".{os.getpid()}.tmp")
-        for flags in (FLAGS, tuple(f for f in FLAGS if f != "-fopenmp")):  # no OpenMP: one thread
-            cmd = [cc, *flags, str(SOURCE), "-o", str(tmp), "-lm"]
-            done = subprocess.run(cmd, capture_output=True, text=True)
-            if done.returncode == 0:
-                break
-        if done.returncode != 0:
-            global build_error
-            build_error = done.stderr[-2000:]
-            tmp.unlink(missing_ok=True)
-            return None
-        os.replace(tmp, target)  # atomic: another process may be building the same file
+    machine = platform.machine() + platform.processor() + _cpu_flags()
+    no_openmp = [f for f in FLAGS if f != "-fopenmp"]  # no OpenMP: one thread
+    try:
+        target = compile.shared_library(
+            "quant-kernels", cc, SOURCE, [[*FLAGS, "-lm"], [*no_openmp, "-lm"]], machine
+        )
+    except compile.BuildError as e:
+        build_error = str(e)
+        return None
     lib = ctypes.CDLL(str(target))
     lib.tc_dequant_rows.argtypes = [ctypes.POINTER(Plan), _I, _I, _P, _I]
     lib.tc_dequant_rows_bf16.argtypes = [ctypes.POINTER(Plan), _I, _I, _P]
@@ -200,6 +178,17 @@ class Plan(ctypes.Structure):
     stores them or, with `packed` 1, in the packed layout (`pack`)."""
 
     _fields_ = [("type", _I), ("row_bytes", _I), ("n", _I), ("k", _I), ("w", _P), ("packed", _I)]
+
+
+class GQAArgs(ctypes.Structure):
+    """tc_gqa's arguments (gqa_args in quant.c; glue_torch.gq_attention fills them in)."""
+
+    _fields_ = [
+        ("Q", _P), ("K", _P), ("V", _P), ("B", _I), ("T", _I), ("H", _I), ("Hkv", _I), ("d", _I),
+        ("cos", _P), ("sin", _P), ("half", _I), ("layout", _I), ("Kc", _P), ("Vc", _P), ("kb", _I),
+        ("kh", _I), ("vb", _I), ("vh", _I), ("used", _I), ("kv", _P), ("allowed", _P), ("scale", _D),
+        ("cap", _D), ("out", _P),
+    ]  # fmt: skip
 
 
 def plan(ggml_type: int, w_ptr: int, row_bytes: int, n: int, k: int) -> Plan:

@@ -43,10 +43,11 @@ import torch
 import torch.nn.functional as F
 
 from toycards.gguf.facts import QUANT_NAMES
+from toycards.runtime import glue_cpp
 from toycards.runtime import quant_kernels as kernels
 from toycards.runtime.glue_torch import plain
 
-FEW_TOKENS = 8  # x rows up to which the row-at-a-time kernel beats dequantize-then-GEMM
+FEW_TOKENS = glue_cpp.FEW_TOKENS  # x rows up to which the row-at-a-time kernel beats dequantize-then-GEMM
 _bf16_cpu: bool | None = None
 
 
@@ -82,6 +83,8 @@ def float_linear(x: torch.Tensor, W: torch.Tensor) -> torch.Tensor | None:
     """x [..., K] · Wᵀ for a float32 weight W [N, K] (a parameter, usually memory-mapped from the file) by
     the C kernel that reads W in place, when that applies: up to FEW_TOKENS rows of x, no autograd,
     plain contiguous CPU float32 tensors. None otherwise (the caller uses torch's own product)."""
+    if (cx := glue_cpp.module()) is not None and (y := cx.linear(x, W)) is not None:
+        return y  # the same call from C++ (glue_cpp.py)
     if W.dim() != 2 or not (t := _few_tokens(x)) or x.shape[-1] != W.shape[1]:
         return None
     n, k = W.shape
@@ -137,6 +140,8 @@ def linears(x: torch.Tensor, Ws) -> tuple | None:
     """W · x for two or three weights W [N_i, K] of one x [..., K], as one C call for few tokens
     (each product as `QuantWeight.linear` or `float_linear` computes it); None where that does not
     apply (the caller multiplies one weight at a time)."""
+    if (cx := glue_cpp.module()) is not None and (ys := cx.linears(x, *Ws)) is not None:
+        return ys  # the same call from C++ (glue_cpp.py)
     lib = kernels.library()
     if lib is None or not 2 <= len(Ws) <= 3 or not (t := _few_tokens(x)):
         return None
@@ -161,6 +166,8 @@ def swiglu(x: torch.Tensor, W_gate, W_up, W_down) -> torch.Tensor | None:
     """The prelude's SwiGLU, W_down · (SiLU(W_gate · x) ⊙ (W_up · x)) for x [..., d_e], as one C call
     for few tokens (each product as `QuantWeight.linear` or `float_linear` computes it); None where
     that does not apply (ops_torch.swiglu then takes it)."""
+    if (cx := glue_cpp.module()) is not None and (y := cx.swiglu(x, W_gate, W_up, W_down)) is not None:
+        return y  # the same call from C++ (glue_cpp.py)
     lib = kernels.library()
     if lib is None or len(W_gate.shape) != 2 or not (t := _few_tokens(x)):
         return None
@@ -247,6 +254,8 @@ class QuantWeight:
         self._plan = kernels.plan(self.ggml_type, self.blocks.data_ptr(), self.row_bytes, n, k)
         self._plan_ref = ctypes.byref(self._plan)
         self._unpacked = self.fast and kernels.pack_rows(self.ggml_type) > 0  # packs at its first product
+        # the plan's address where the C++ glue may read it (glue_cpp.py), else 0 (not packed yet)
+        self._cplan = ctypes.addressof(self._plan) if self.fast and not self._unpacked else 0
         self._gemm = self.fast and kernels.int8_prefill(self.ggml_type)  # the C product for any token count
         self._packed: torch.Tensor | None = None
 
@@ -295,6 +304,8 @@ class QuantWeight:
     # ── products ───────────────────────────────────────────────────────────────────────
     def linear(self, x: torch.Tensor) -> torch.Tensor:
         """W · X in the codegen layout: x [..., K] → [..., N]."""
+        if self._cplan and (cx := glue_cpp.module()) is not None and (y := cx.linear(x, self)) is not None:
+            return y  # few tokens: the call below, from C++ (glue_cpp.py)
         n, k = self.shape
         if self._unpacked and self.fast:
             self._pack()
@@ -363,6 +374,7 @@ class QuantWeight:
             plan = kernels.packed_copy(self._plan, self._np, packed.data_ptr())
             self._packed, self._plan, self._plan_ref = packed, plan, ctypes.byref(plan)
             self._unpacked = False
+            self._cplan = ctypes.addressof(plan)
 
     def embed(self, ids) -> torch.Tensor:
         """Rows of W by integer ids [...] → [..., K] (W stored [N_V, d_e])."""
@@ -393,3 +405,4 @@ class QuantWeight:
 
 
 kernels.forward_operators(QuantWeight, _unwrap)
+glue_cpp.register_weight_class(QuantWeight)

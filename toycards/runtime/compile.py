@@ -1,0 +1,65 @@
+"""Compiling toycards' native code once per machine: the C kernels (quant_kernels.py) and the C++ glue
+of the torch target (glue_cpp.py).
+
+Owns: finding a compiler, naming the built file after everything that changes its bytes (the source,
+the flags, the compiler's version and whatever the caller adds: the CPU, torch's version), building it
+into the toycards cache under a lock (two processes, such as pytest's workers, build once between
+them) and atomically (a reader never sees half a file), and keeping the compiler's last words.
+Leaves out: loading what was built, and what to do without it (the callers fall back to slower code).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from toycards import cache
+
+
+def compiler(*names: str) -> str | None:
+    """The first of `names` (None entries skipped) on PATH, as a full path."""
+    for name in names:
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def version(cc: str) -> str:
+    return subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
+
+
+class BuildError(Exception):
+    """The compiler refused (its last words are the message)."""
+
+
+def shared_library(kind: str, cc: str, source: Path, attempts: list[list[str]], key: str) -> Path:
+    """The shared library built from `source` by `cc` with the first of `attempts` (each a list of
+    flags and libraries) that compiles, cached as `kind` under a name made from the source, the
+    attempts, the compiler's version and `key`; BuildError when none compiles."""
+    digest = hashlib.sha256(
+        source.read_bytes() + repr(attempts).encode() + version(cc).encode() + key.encode()
+    ).hexdigest()
+    where = cache.cache_file(kind, digest[:24])
+    if where is None:  # cache off: a private folder for this process
+        where = Path(tempfile.mkdtemp(prefix=f"toycards-{kind}-")) / "lib.pickle"
+    target = where.with_suffix(".so")
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process building the same file: wait for it
+        if target.exists():
+            return target
+        tmp = target.with_suffix(f".{os.getpid()}.tmp")
+        for flags in attempts:
+            done = subprocess.run([cc, str(source), "-o", str(tmp), *flags], capture_output=True, text=True)
+            if done.returncode == 0:
+                os.replace(tmp, target)
+                return target
+        tmp.unlink(missing_ok=True)
+        raise BuildError(done.stderr[-2000:])

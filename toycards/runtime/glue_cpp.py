@@ -1,0 +1,101 @@
+"""The torch target's per-token glue in C++ (kernels/glue.cpp): built once against the installed torch.
+
+Owns: building glue.cpp with the system C++ compiler (torch's headers and libraries, Python's
+headers; ~15 s, once per machine and torch version, cached like the C kernels), loading it as the
+module `toycards_glue` and binding it to the C kernels, or None where any of that fails or
+`TOYCARDS_GLUE_CPP=off`.
+Leaves out: when its functions apply (each returns None where not, and glue_torch.py, quant_torch.py
+and ops_torch.py then take their Python path, which the tests hold it to) and the kernels themselves
+(quant_kernels.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import sys
+import sysconfig
+from pathlib import Path
+
+import torch
+
+from toycards.runtime import compile, quant_kernels
+
+SOURCE = Path(__file__).with_name("kernels") / "glue.cpp"
+SWITCH = "TOYCARDS_GLUE_CPP"  # "off": the Python glue alone
+FEW_TOKENS = 8  # x rows up to which the products run here (quant_torch.FEW_TOKENS, which is this)
+_module = None
+_weight_class: type | None = None
+_tried = False
+build_error = ""  # why there is no module: the compiler's last words, or what was missing
+
+
+def _flags() -> list[str] | None:
+    """The compile and link flags for torch's headers and libraries, or None without Python's headers."""
+    include = sysconfig.get_paths().get("include")
+    if not include or not (Path(include) / "Python.h").exists():
+        return None
+    root = Path(torch.__file__).parent
+    return [
+        "-O2", "-shared", "-fPIC", "-std=c++17", "-isystem", include,
+        "-isystem", str(root / "include"), "-isystem", str(root / "include" / "torch" / "csrc" / "api" / "include"),
+        f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+        f"-L{root / 'lib'}", f"-Wl,-rpath,{root / 'lib'}", "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python",
+    ]  # fmt: skip
+
+
+def _load():
+    global build_error
+    lib = quant_kernels.library()
+    cc = compile.compiler(os.environ.get("CXX"), "c++", "g++", "clang++")
+    flags = _flags()
+    if lib is None or cc is None or flags is None:
+        build_error = "no C kernels" if lib is None else "no C++ compiler" if cc is None else "no Python.h"
+        return None
+    key = f"{torch.__version__} {torch.__file__} {sys.version}"
+    try:
+        path = compile.shared_library("glue-cpp", cc, SOURCE, [flags], key)
+    except compile.BuildError as e:
+        build_error = str(e)
+        return None
+    spec = importlib.util.spec_from_file_location("toycards_glue", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if module.sizes() != (ctypes.sizeof(quant_kernels.Plan), ctypes.sizeof(quant_kernels.GQAArgs)):
+        build_error = "glue.cpp's structs are not quant_kernels.Plan and GQAArgs"
+        return None
+    kernels = (lib.tc_rms_norm, lib.tc_linear, lib.tc_linears, lib.tc_swiglu, lib.tc_gqa)
+    module.bind(
+        torch.Tensor,
+        torch.nn.Parameter,
+        tuple(ctypes.cast(f, ctypes.c_void_p).value for f in kernels),
+        int(quant_kernels.float_direct(0)),
+        FEW_TOKENS,
+    )
+    if _weight_class is not None:
+        module.weight_class(_weight_class)
+    return module
+
+
+def register_weight_class(cls: type) -> None:
+    """The class of weights kept in their blocks (quant_torch.QuantWeight, which registers itself):
+    its exact instances' `_cplan`, the address of their kernel plan or 0, is what the glue reads."""
+    global _weight_class
+    _weight_class = cls
+    if _module is not None:
+        _module.weight_class(cls)
+
+
+def module():
+    """The loaded `toycards_glue` module, built on first use; None when it cannot be (or is off)."""
+    global _module, _tried
+    if not _tried:
+        _tried = True
+        if os.environ.get(SWITCH, "").strip().lower() != "off":
+            try:
+                _module = _load()
+            except (OSError, ImportError) as e:
+                global build_error
+                build_error, _module = str(e), None
+    return _module
