@@ -189,7 +189,8 @@ def test_a_model_decodes_to_the_same_logits_with_and_without_it(cx, tmp_path, mo
         return out
 
     calls = []
-    counting = type("Counting", (), {n: _counted(getattr(cx, n), calls) for n in ("linear", "linears", "swiglu", "rms_norm", "gqa")})
+    counted = {n: _counted(getattr(cx, n), calls) for n in ("linear", "linears", "swiglu", "rms_norm", "gqa")}
+    counting = type("Counting", (), {**counted, "__getattr__": lambda self, n: getattr(cx, n)})()
     with_glue, without = decode(counting), decode(None)
     assert {c for c, taken in calls if taken} == {"linear", "linears", "swiglu", "rms_norm", "gqa"}
     for a, b in zip(with_glue, without, strict=True):
@@ -242,3 +243,20 @@ def test_attention_refuses_buffers_that_do_not_fit(cx):
     scores = torch.einsum("hd,jsd->hjs", Q.view(H, d), Kc[0])[torch.arange(H), torch.arange(H) // 2] / d**0.5
     want = torch.einsum("hs,hsd->hd", scores.softmax(-1), Vc[0][torch.arange(H) // 2])
     torch.testing.assert_close(out.view(H, d), want, rtol=1e-5, atol=1e-6)
+
+
+def test_plain_answers_as_the_python_check(cx):
+    x = torch.randn(2, 3)
+    cases = [
+        x, torch.nn.Parameter(x.clone(), requires_grad=False), x.T, x.double(), x.half(), x.as_subclass(Sub), torch.tensor(1.0),
+        torch.empty(0, 4), x[:, :2], x.to_sparse(), x.numpy(), "x", None, torch.randn(3, requires_grad=True),
+    ]  # fmt: skip
+    for grad in (False, True):
+        with torch.set_grad_enabled(grad):
+            for case in cases:
+                with python_glue():
+                    want = glue_torch.plain(case) if torch.is_tensor(case) and case.layout == torch.strided else False
+                assert cx.plain(case) == want, (grad, case)
+            with python_glue():
+                assert glue_torch.plain(*cases[:2]) and not glue_torch.plain(*cases[:3])
+            assert cx.plain(*cases[:2]) and not cx.plain(*cases[:3]) and cx.plain()

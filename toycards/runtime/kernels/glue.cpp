@@ -73,6 +73,13 @@ const at::Tensor *plain(PyObject *o) {
     return &t;
 }
 
+/* plain(*tensors): whether each is a tensor `plain` takes (glue_torch.plain's question, from C++) */
+PyObject *plain_all(PyObject *, PyObject *const *args, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!plain(args[i])) Py_RETURN_FALSE;
+    Py_RETURN_TRUE;
+}
+
 /* The kernel plan of weight o for few tokens of k entries: a QuantWeight's own (its `_cplan`, 0 until
  * it may be read: not packed yet, or no kernel), or one made here for a plain 2-D float32 tensor read
  * in place (quant_torch._few_token_plan). False where neither applies. */
@@ -289,6 +296,7 @@ PyMethodDef methods[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "bind the classes and kernels"},
     {"weight_class", weight_class, METH_O, "the class of weights kept in their blocks"},
     {"sizes", sizes, METH_NOARGS, "the sizes of the structs shared with quant.c"},
+    {"plain", (PyCFunction)(void (*)(void))plain_all, METH_FASTCALL, "plain(*tensors): all plain float32 CPU tensors"},
     {"rms_norm", (PyCFunction)(void (*)(void))rms_norm, METH_FASTCALL, "rms_norm(e, gamma, epsilon) or None"},
     {"linear", (PyCFunction)(void (*)(void))linear, METH_FASTCALL, "linear(x, W) or None"},
     {"linears", (PyCFunction)(void (*)(void))linears, METH_FASTCALL, "linears(x, W_1, W_2[, W_3]) or None"},
