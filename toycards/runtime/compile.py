@@ -37,13 +37,17 @@ class BuildError(Exception):
     """The compiler refused (its last words are the message)."""
 
 
+HEADERS = ("structs.h",)  # what the sources beside them include (part of every build's name)
+
+
 def shared_library(kind: str, cc: str, source: Path, attempts: list[list[str]], key: str) -> Path:
     """The shared library built from `source` by `cc` with the first of `attempts` (each a list of
-    flags and libraries) that compiles, cached as `kind` under a name made from the source, the
-    attempts, the compiler's version and `key`; BuildError when none compiles."""
-    digest = hashlib.sha256(
-        source.read_bytes() + repr(attempts).encode() + version(cc).encode() + key.encode()
-    ).hexdigest()
+    flags and libraries) that compiles, cached as `kind` under a name made from the source and the
+    HEADERS beside it, the attempts, the compiler's version and `key`; BuildError when none compiles."""
+    text = source.read_bytes() + b"".join(
+        (source.parent / h).read_bytes() for h in HEADERS if (source.parent / h).exists()
+    )
+    digest = hashlib.sha256(text + repr(attempts).encode() + version(cc).encode() + key.encode()).hexdigest()
     where = cache.cache_file(kind, digest[:24])
     if where is None:  # cache off: a private folder for this process
         where = Path(tempfile.mkdtemp(prefix=f"toycards-{kind}-")) / "lib.pickle"

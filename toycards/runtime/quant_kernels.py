@@ -173,7 +173,7 @@ FEW_FLOAT_TOKENS = 8  # the C side's MAX_FLOAT_TOKENS
 
 
 class Plan(ctypes.Structure):
-    """One weight's fixed arguments (tc_weight in quant.c): built once, passed by address to
+    """One weight's fixed arguments (tc_weight in kernels/structs.h): built once, passed by address to
     `linear`, so that a product costs a four-argument ctypes call. Its bytes are at `w`, as the file
     stores them or, with `packed` 1, in the packed layout (`pack`)."""
 
@@ -181,7 +181,7 @@ class Plan(ctypes.Structure):
 
 
 class GQAArgs(ctypes.Structure):
-    """tc_gqa's arguments (gqa_args in quant.c; glue_torch.gq_attention fills them in)."""
+    """tc_gqa's arguments (gqa_args in kernels/structs.h; glue_torch.gq_attention fills them in)."""
 
     _fields_ = [
         ("Q", _P), ("K", _P), ("V", _P), ("B", _I), ("T", _I), ("H", _I), ("Hkv", _I), ("d", _I),

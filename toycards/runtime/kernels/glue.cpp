@@ -23,14 +23,11 @@
 
 #include <cstdint>
 
+#include "structs.h"
+
 namespace {
 
-/* quant.c's tc_weight (quant_kernels.Plan): one weight's type, shape and bytes */
-struct Weight {
-    int64_t type, row_bytes, n, k;
-    const uint8_t *w;
-    int64_t packed;
-};
+using Weight = tc_weight; /* quant_kernels.Plan */
 
 using rms_norm_fn = int (*)(const float *, const float *, int64_t, int64_t, double, float *);
 using linear_fn = int (*)(const Weight *, const float *, int64_t, float *);
@@ -38,19 +35,7 @@ using linears_fn = int (*)(const Weight *, const Weight *, const Weight *, const
                            float *, float *);
 using swiglu_fn = int (*)(const Weight *, const Weight *, const Weight *, const float *, int64_t, float *);
 
-/* quant.c's gqa_args (glue_torch.GQAArgs) */
-struct GQAArgs {
-    const float *Q, *K, *V;
-    int64_t B, T, H, Hkv, d;
-    const float *cos, *sin;
-    int64_t half, layout;
-    float *Kc, *Vc;
-    int64_t kb, kh, vb, vh, used;
-    const int64_t *kv;
-    const uint8_t *allowed;
-    double scale, cap;
-    float *out;
-};
+using GQAArgs = gqa_args; /* quant_kernels.GQAArgs */
 using gqa_fn = int (*)(const GQAArgs *);
 
 rms_norm_fn k_rms_norm;

@@ -26,6 +26,8 @@
  *   Q6_K  ql[128] qh[64] sc[16]:int8 d   16 groups of 16 with int8 scales
  */
 #include <stdint.h>
+
+#include "structs.h"
 #if defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -81,14 +83,6 @@ enum { F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_
  * 2r + 1), and the four rows' tails multiply as one step does */
 #define SPLIT_TAIL(TYPE, K) (SPLIT(TYPE) && ROWS == 4 && (K) % 256 == 64)
 
-/* A weight's fixed arguments, built once (quant_kernels.Plan): a decoding step passes four arguments
- * per product instead of eight, which is most of what ctypes costs per call. Its bytes are at w, in
- * the file's layout, or in the packed layout (tc_pack) when `packed` is 1. */
-typedef struct {
-    int64_t type, row_bytes, n, k;
-    const uint8_t *w;
-    int64_t packed;
-} tc_weight;
 
 /* the bytes of 256 elements (a step of the few-token kernels: 8 blocks of a 32-element type, one block
  * of a K-quant) of the types whose x is quantized, 0 for the others */
@@ -2006,20 +2000,8 @@ static _Thread_local int64_t scratch_head_cap;
  * [B, Hkv, capacity, d] (strides kb, kh, vb, vh in floats, rows contiguous), and every query reads
  * the S = used + T rows there; kv [H], allowed [T, S], scale and cap as attend_row.
  * out [B, T, H·d]: the heads' results side by side again.
- * The arguments come as one struct (glue_torch.GQAArgs): the layers of a pass share most of them,
+ * The arguments come as one struct (gqa_args, structs.h): the layers of a pass share most of them,
  * so a call sets the few that differ instead of converting two dozen. */
-typedef struct {
-    const float *Q, *K, *V;
-    int64_t B, T, H, Hkv, d;
-    const float *cos, *sin;
-    int64_t half, layout;
-    float *Kc, *Vc;
-    int64_t kb, kh, vb, vh, used;
-    const int64_t *kv;
-    const uint8_t *allowed;
-    double scale, cap;
-    float *out;
-} gqa_args;
 
 int tc_gqa(const gqa_args *a) {
     const float *Q = a->Q, *K = a->K, *V = a->V, *cos = a->cos, *sin = a->sin;

@@ -1,0 +1,32 @@
+/* The structs that quant.c's entry points take and that their callers fill in: ctypes mirrors them
+ * in quant_kernels.py (Plan, GQAArgs), and glue.cpp includes this file (glue_cpp.py checks the
+ * mirrors' sizes against it when it loads). C and C++ alike. */
+#ifndef TOYCARDS_STRUCTS_H
+#define TOYCARDS_STRUCTS_H
+
+#include <stdint.h>
+
+/* A weight's fixed arguments, built once (quant_kernels.Plan): a decoding step passes four arguments
+ * per product instead of eight, which is most of what ctypes costs per call. Its bytes are at w, in
+ * the file's layout, or in the packed layout (tc_pack) when `packed` is 1. */
+typedef struct {
+    int64_t type, row_bytes, n, k;
+    const uint8_t *w;
+    int64_t packed;
+} tc_weight;
+
+/* tc_gqa's arguments (see tc_gqa in quant.c) */
+typedef struct {
+    const float *Q, *K, *V;
+    int64_t B, T, H, Hkv, d;
+    const float *cos, *sin;
+    int64_t half, layout;
+    float *Kc, *Vc;
+    int64_t kb, kh, vb, vh, used;
+    const int64_t *kv;
+    const uint8_t *allowed;
+    double scale, cap;
+    float *out;
+} gqa_args;
+
+#endif
