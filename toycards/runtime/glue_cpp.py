@@ -1,7 +1,7 @@
 """The torch target's per-token glue in C++ (kernels/glue.cpp): built once against the installed torch.
 
 Owns: building glue.cpp with the system C++ compiler (torch's headers and libraries, Python's
-headers; ~15 s, once per machine and torch version, cached like the C kernels), loading it as the
+headers; ~20 s, once per machine and torch version, cached like the C kernels), loading it as the
 module `toycards_glue` and binding it to the C kernels, or None where any of that fails or
 `TOYCARDS_GLUE_CPP=off`.
 Leaves out: when its functions apply (each returns None where not, and glue_torch.py, quant_torch.py
