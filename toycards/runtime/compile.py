@@ -15,6 +15,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -40,10 +41,11 @@ class BuildError(Exception):
 HEADERS = ("structs.h",)  # what the sources beside them include (part of every build's name)
 
 
-def shared_library(kind: str, cc: str, source: Path, attempts: list[list[str]], key: str) -> Path:
+def shared_library(kind: str, cc: str, source: Path, attempts: list[list[str]], key: str, title: str) -> Path:
     """The shared library built from `source` by `cc` with the first of `attempts` (each a list of
     flags and libraries) that compiles, cached as `kind` under a name made from the source and the
-    HEADERS beside it, the attempts, the compiler's version and `key`; BuildError when none compiles."""
+    HEADERS beside it, the attempts, the compiler's version and `key`; BuildError when none compiles.
+    While it compiles, a terminal's stderr says so, naming it as `title` (pipes and logs stay quiet)."""
     text = source.read_bytes() + b"".join(
         (source.parent / h).read_bytes() for h in HEADERS if (source.parent / h).exists()
     )
@@ -60,10 +62,19 @@ def shared_library(kind: str, cc: str, source: Path, attempts: list[list[str]], 
         if target.exists():
             return target
         tmp = target.with_suffix(f".{os.getpid()}.tmp")
+        tell = sys.stderr.isatty()
+        if tell:
+            print(
+                f"toycards: building {title}, once for this machine ...", end="", file=sys.stderr, flush=True
+            )
         for flags in attempts:
             done = subprocess.run([cc, str(source), "-o", str(tmp), *flags], capture_output=True, text=True)
             if done.returncode == 0:
                 os.replace(tmp, target)
+                if tell:
+                    print(" done", file=sys.stderr, flush=True)
                 return target
         tmp.unlink(missing_ok=True)
+        if tell:
+            print(" failed (the slower path runs instead)", file=sys.stderr, flush=True)
         raise BuildError(done.stderr[-2000:])

@@ -55,7 +55,9 @@ def _load():
         return None
     key = f"{torch.__version__} {torch.__file__} {sys.version}"
     try:
-        path = compile.shared_library("glue-cpp", cc, SOURCE, [flags], key)
+        path = compile.shared_library(
+            "glue-cpp", cc, SOURCE, [flags], key, f"the C++ glue for torch {torch.__version__} (~20 s)"
+        )
     except compile.BuildError as e:
         build_error = str(e)
         return None

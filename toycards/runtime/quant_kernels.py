@@ -71,7 +71,7 @@ def _build() -> ctypes.CDLL | None:
     no_openmp = [f for f in FLAGS if f != "-fopenmp"]  # no OpenMP: one thread
     try:
         target = compile.shared_library(
-            "quant-kernels", cc, SOURCE, [[*FLAGS, "-lm"], [*no_openmp, "-lm"]], machine
+            "quant-kernels", cc, SOURCE, [[*FLAGS, "-lm"], [*no_openmp, "-lm"]], machine, "the C kernels"
         )
     except compile.BuildError as e:
         build_error = str(e)
