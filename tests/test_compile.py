@@ -74,3 +74,8 @@ def test_a_failed_build_raises_with_the_compilers_words(source, monkeypatch):
     assert term.getvalue().endswith(" failed (the slower path runs instead)\n")
     cached = list((source.parent / "cache").rglob("*"))
     assert not [p for p in cached if p.suffix in (".so", ".tmp")]
+
+
+def test_no_stderr_at_all_is_quiet(source, monkeypatch):
+    monkeypatch.setattr(compile.sys, "stderr", None)  # pythonw, or a daemon that closed it
+    assert ctypes.CDLL(str(build(source))).seven() == 7

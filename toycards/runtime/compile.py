@@ -4,7 +4,8 @@ of the torch target (glue_cpp.py).
 Owns: finding a compiler, naming the built file after everything that changes its bytes (the source,
 the flags, the compiler's version and whatever the caller adds: the CPU, torch's version), building it
 into the toycards cache under a lock (two processes, such as pytest's workers, build once between
-them) and atomically (a reader never sees half a file), and keeping the compiler's last words.
+them) and atomically (a reader never sees half a file), saying so on a terminal while it builds,
+and keeping the compiler's last words.
 Leaves out: loading what was built, and what to do without it (the callers fall back to slower code).
 """
 
@@ -62,7 +63,7 @@ def shared_library(kind: str, cc: str, source: Path, attempts: list[list[str]], 
         if target.exists():
             return target
         tmp = target.with_suffix(f".{os.getpid()}.tmp")
-        tell = sys.stderr.isatty()
+        tell = bool(getattr(sys.stderr, "isatty", lambda: False)())  # None or a logger's stand-in: quiet
         if tell:
             print(
                 f"toycards: building {title}, once for this machine ...", end="", file=sys.stderr, flush=True
