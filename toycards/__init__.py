@@ -7,6 +7,7 @@ Public API (everything else is private by convention):
     card  = toycards.describe("model.gguf")                  # bound card for that file
     src   = toycards.generate_source(card, target="torch")   # or "numpy"
     model = toycards.load("model.gguf", target="numpy")      # or "torch", "reference"; or a card
+                                                             # torch: device="cuda" runs there
     tok   = toycards.load_tokenizer("vocab.gguf")
     path  = toycards.save(model, "out.gguf")                 # a GGUF file that embeds the card
 
@@ -98,15 +99,17 @@ def load(
     target: str = "numpy",
     seed: int = 0,
     dequantize: bool = False,
+    device: str | None = None,
 ) -> ModelAPI:
     """A runnable model: a GGUF file, or a card (object, text or path) with a GGUF's weights,
     or with random weights drawn from `seed` when no file is given. `target`: "numpy", "torch",
     or "reference" (the reference interpreter running the card: slow, float64, the definition).
     Quantized matrices stay in their GGUF blocks and F32 tensors memory-mapped;
-    `dequantize=True` makes float32 copies of every weight instead (what training needs)."""
+    `dequantize=True` makes float32 copies of every weight instead (what training needs).
+    `device` (torch target): "cuda", "cuda:1", "mps" …, every weight float32 there."""
     from toycards.models.load import load as _load
 
-    return _load(source, weights=weights, target=target, seed=seed, dequantize=dequantize)
+    return _load(source, weights=weights, target=target, seed=seed, dequantize=dequantize, device=device)
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from toycards.cli.options import card_option, given_card, run_target_option
+from toycards.cli.options import card_option, device_option, given_card, run_target_option
 from toycards.errors import ToycardsError
 from toycards.fileio import write_atomic
 
@@ -83,17 +83,24 @@ def gen_cmd(source: str, target: str, output: str | None, card: str | None) -> N
     click.echo(f"wrote {output} ({target}, {len(text.splitlines())} lines)", err=True)
 
 
-def _load(model: str, target: str, card: str | None):
-    """The model of a GGUF file, with its own card or with `--card FILE` bound to its weights."""
+def _load(model: str, target: str, card: str | None, device: str | None = None):
+    """The model of a GGUF file, with its own card or with `--card FILE` bound to its weights
+    (`--device`: the torch target's, checked before the file is read)."""
     from toycards.library import read_card_file
-    from toycards.models.load import load
+    from toycards.models.load import load, torch_device
 
     if not model.endswith(".gguf"):
         raise ToycardsError(f"{model}: expected a .gguf file")
+    if device is not None:
+        if target != "torch":
+            raise ToycardsError(
+                f"--device {device}: only the torch target runs on a device (add --target torch)"
+            )
+        device = torch_device(device, "--device")
     given = given_card(card)
     if given is not None:
-        return load(read_card_file(given), weights=model, target=target)
-    return load(model, target=target)
+        return load(read_card_file(given), weights=model, target=target, device=device)
+    return load(model, target=target, device=device)
 
 
 @click.command("run")
@@ -109,9 +116,19 @@ def _load(model: str, target: str, card: str | None):
 @click.option("--top-p", "top_p", type=click.FloatRange(0.0, 1.0, min_open=True), default=None)
 @click.option("--seed", type=int, default=None)
 @run_target_option
+@device_option
 @card_option
 def run_cmd(
-    model: str, prompt: str, max_tokens: int, temperature: float, top_k, top_p, seed, target: str, card
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    temperature: float,
+    top_k,
+    top_p,
+    seed,
+    target: str,
+    device,
+    card,
 ) -> None:
     """Generate text from MODEL.gguf, streaming it as it comes.
 
@@ -120,7 +137,7 @@ def run_cmd(
     """
     import numpy as np
 
-    m = _load(model, target, card)
+    m = _load(model, target, card, device)
     if m.RECOMPUTE:  # said once, as a note line rather than a Python warning
         m._recompute_said = True
         click.echo(f"note: decoding recomputes the whole sequence at each step: {m.RECOMPUTE}", err=True)
@@ -147,9 +164,17 @@ def run_cmd(
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @run_target_option
+@device_option
 @card_option
 def eval_cmd(
-    model: str, text_file: str | None, prompt: str | None, top_k: int, as_json: bool, target: str, card
+    model: str,
+    text_file: str | None,
+    prompt: str | None,
+    top_k: int,
+    as_json: bool,
+    target: str,
+    device,
+    card,
 ) -> None:
     """Per-token log-probabilities and perplexity of a text under MODEL.gguf."""
     from toycards.models.evaluate import evaluate
@@ -166,7 +191,7 @@ def eval_cmd(
     import numpy as np
 
     with np.errstate(all="ignore"):  # non-finite logits are one error line, not NumPy's warnings
-        result = evaluate(_load(model, target, card), text=prompt, top_k=top_k)
+        result = evaluate(_load(model, target, card, device), text=prompt, top_k=top_k)
     if as_json:
         click.echo(json.dumps(result.to_json(), ensure_ascii=False, indent=1))
         return

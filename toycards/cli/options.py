@@ -1,4 +1,4 @@
-"""Options that several commands share: `--card FILE`, and `--target` for running a model.
+"""Options that several commands share: `--card FILE`, and `--target` and `--device` for running a model.
 
 Owns: the `--card` option (`describe`, `gen`, `run`, `eval`: bind this card to the GGUF file
 instead of the file's own) and its check that the path names a file, before anything is read.
@@ -28,6 +28,14 @@ run_target_option = click.option(  # run and eval (gen has no reference target: 
     default="numpy",
     show_default=True,
     help="reference: the interpreter running the card itself (slow; the definition).",
+)
+
+
+device_option = click.option(  # run and eval
+    "--device",
+    default=None,
+    metavar="DEVICE",
+    help="torch target: run there (cuda, cuda:1, mps …), every weight as float32 (no block kernels).",
 )
 
 

@@ -212,16 +212,48 @@ def _check_vocabulary(model, path) -> None:
         )
 
 
-def load(source, weights=None, target: str = "numpy", seed: int = 0, dequantize: bool = False):
+def torch_device(device, what: str = "device"):
+    """`device` as a `torch.device` that torch can use here, or a one-line error naming it as
+    `what` does (a name torch does not know, CUDA or MPS where this torch sees none)."""
+    import torch
+
+    try:
+        d = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ToycardsError(f"{what} {device}: not a device torch knows (cpu, cuda, cuda:1, mps …)") from None
+    if d.type == "cuda" and not torch.cuda.is_available():
+        raise ToycardsError(
+            f"{what} {device}: this torch has no CUDA device (torch.cuda.is_available() is false)"
+        )
+    if d.type == "cuda" and d.index is not None and d.index >= torch.cuda.device_count():
+        raise ToycardsError(f"{what} {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if d.type == "mps" and not torch.backends.mps.is_available():
+        raise ToycardsError(
+            f"{what} {device}: this torch has no MPS device (torch.backends.mps.is_available() is false)"
+        )
+    return d
+
+
+def load(source, weights=None, target: str = "numpy", seed: int = 0, dequantize: bool = False,
+         device: str | None = None):  # fmt: skip
     """A runnable model: `load("m.gguf")`, `load(card, weights="m.gguf")`, or `load(card)` (random weights).
 
     Quantized matrices stay in their GGUF blocks (multiplied by kernels behind `ops.linear`) and
     F32 matrices stay memory-mapped; `dequantize=True` makes float32 copies of every tensor
-    instead (training: quantized weights are not trainable)."""
+    instead (training: quantized weights are not trainable). `device` (torch target: "cuda",
+    "cuda:1", "mps" …): the model's parameters and forward passes there, every weight float32
+    (the block kernels run on the CPU alone)."""
     from toycards.gguf.reader import open_gguf
 
     if target not in TARGETS:
         raise ToycardsError(f"unknown target {target!r}: choose {', '.join(TARGETS[:-1])} or {TARGETS[-1]}")
+    if device is not None and target != "torch":
+        raise ToycardsError(
+            f"device {device}: only the torch target runs on a device; the {target} target runs on the CPU"
+        )
+    if device is not None:
+        device = torch_device(device)
+        dequantize = dequantize or device.type != "cpu"
     if isinstance(source, str | os.PathLike) and str(source).endswith(".gguf"):
         if weights is not None:
             raise ToycardsError("give either a GGUF file or a card with weights=, not both")
@@ -251,6 +283,8 @@ def load(source, weights=None, target: str = "numpy", seed: int = 0, dequantize:
             model.tokenizer = tokenizer_of(f)
             _check_vocabulary(model, path)
         model.path = str(path) if path is not None else None
+        if device is not None:
+            model.to(device)
     finally:
         if f is not None:
             f.close()

@@ -104,14 +104,9 @@ class TrainConfig:
 
 def check_device(device: str) -> None:
     """A one-line error when torch cannot use `device` here."""
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ToycardsError(
-            f"--device {device}: this torch has no CUDA device (torch.cuda.is_available() is false)"
-        )
-    if device == "mps" and not torch.backends.mps.is_available():
-        raise ToycardsError(
-            "--device mps: this torch has no MPS device (torch.backends.mps.is_available() is false)"
-        )
+    from toycards.models.load import torch_device
+
+    torch_device(device, "--device")
 
 
 def fits_context(hyper: dict[str, object], seq: int) -> None:

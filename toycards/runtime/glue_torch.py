@@ -119,8 +119,8 @@ def _heads(kv_index: tuple, n_kv: int) -> torch.Tensor | None:
     """kv_index as an int64 tensor for the kernel, or None when it names a head that K lacks."""
     if any(int(i) != i or i < 0 or i >= n_kv for i in kv_index):
         return None
-    with torch.inference_mode(False):
-        return torch.tensor(kv_index, dtype=torch.int64)
+    with torch.inference_mode(False):  # on the CPU also under a model's `with torch.device(…)`
+        return torch.tensor(kv_index, dtype=torch.int64, device="cpu")
 
 
 @functools.lru_cache(maxsize=64)
@@ -228,7 +228,7 @@ def gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, ops):
     next slot (as `runtime.extend` would), else they are the only keys. Nothing is written to `ctx`
     when this returns None."""
     lib = _library()
-    if lib is None:
+    if lib is None or not Q.is_cpu:  # a model on another device: its shapes are not prepared here
         return None
     call = site.call
     if call is None or call.shapes[0] != Q.shape or call.shapes[1] != K.shape or call.shapes[2] != V.shape:

@@ -4,12 +4,18 @@ Owns: registering each tensor as an `nn.Parameter` at its GGUF name (`blk.0.attn
 is `state_dict()["blk.0.attn_q.weight"]`, through nested module dicts), tied tensors shared
 as one parameter, weights kept in their GGUF blocks (`QuantWeight`, not parameters: they do not
 train), `w` (the forward pass's view of those parameters and weights by name), `__call__` with a
-KV cache, and the torch side of `ModelAPI`.
+KV cache, the device its forward passes run on, and the torch side of `ModelAPI`.
 Leaves out: the forward pass (generated), loading files (models/load.py). Imported lazily.
 
 `w[name]` reads the parameter its module holds now, not the one registered at first: FSDP
 (`torch.distributed.fsdp.fully_shard`) swaps a module's parameters for sharded ones at rest
 and for gathered ones during the forward pass, and the forward pass must use what it swapped in.
+
+Devices: `model.to("cuda")` (or any move off the CPU) first turns each weight kept in its GGUF
+blocks into a float32 parameter (the block kernels run on the CPU alone), then moves the
+parameters as any module does; each forward pass then runs under `torch.device(...)`, so that
+what generated code makes from numbers (positions, masks, RoPE angles, the KV cache) is made
+there too. On the CPU nothing of this runs: a decoding step pays no device bookkeeping.
 """
 
 from __future__ import annotations
@@ -105,9 +111,46 @@ class TorchModel(nn.Module, ModelAPI):
     def forward(self, x, cache: KVCache | None = None):  # replaced by the generated class
         raise NotImplementedError
 
+    _device: torch.device | None = None  # where the parameters are, when not on the CPU (`_apply`)
+
+    def _apply(self, fn, recurse: bool = True):
+        """What `to`, `cuda`, `cpu`, `half` … run: `fn` converts each tensor. Where it moves them off
+        the CPU, the weights kept in their blocks first become float32 parameters."""
+        device = fn(torch.empty(0)).device
+        if device.type != "cpu":
+            self._float_kept()
+        moved = super()._apply(fn, recurse)
+        self._device = None if device.type == "cpu" else device
+        return moved
+
+    def _float_kept(self) -> None:
+        """Each weight kept in its GGUF blocks becomes a float32 parameter at its GGUF name (tied
+        names share one), as `load(..., dequantize=True)` would have made it."""
+        kept = self.w._quantized
+        if not kept:
+            return
+        holders = {name: module for name, (module, _) in self.w._at.items()}
+        made: dict[int, nn.Parameter] = {}
+        for name, q in kept.items():
+            if id(q) not in made:
+                made[id(q)] = nn.Parameter(q.dequantize())
+            holders[name] = _register(self, name, made[id(q)])
+        self.w = Weights(holders)
+
+    @property
+    def device(self) -> torch.device:
+        """Where the forward pass runs (and its logits are made)."""
+        return self._device or torch.device("cpu")
+
     def __call__(self, x, cache: KVCache | None = None, last: bool = False):
         """Logits [..., ℓ, N_V] of token ids x [..., ℓ] (with a cache: the new tokens); `last`: of the
-        last token alone, [..., 1, N_V]."""
+        last token alone, [..., 1, N_V]. On a model moved to a device, ids anywhere are moved there."""
+        if self._device is None:
+            return self._call(x, cache, last)
+        with self._device:  # tensors made from numbers during the pass are made on the device
+            return self._call(x, cache, last)
+
+    def _call(self, x, cache: KVCache | None, last: bool):
         x = torch.as_tensor(x, dtype=torch.long)
         if cache is not None and self.RECOMPUTE:
             n_new = 1 if last else x.shape[-1]
