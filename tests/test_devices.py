@@ -6,7 +6,8 @@ itself: tests/test_cuda.py).
   in its GGUF blocks into a float32 parameter at its GGUF name, tied names sharing one, with the
   values the blocks hold; `model.device` follows the parameters there and back;
 - a device torch does not know, CUDA where torch sees none, or a device for the NumPy or reference
-  target is one line and exit 1 from `run` and `eval`, and a ToycardsError from `load`.
+  target is one line and exit 1 from `run` and `eval` (`train --device cuda` too, writing
+  nothing), and a ToycardsError from `load`.
 """
 
 from __future__ import annotations
@@ -107,3 +108,16 @@ def test_run_on_the_cpu_device_is_the_torch_run():
     plain, on_cpu = CliRunner().invoke(main, args), CliRunner().invoke(main, [*args, "--device", "cpu"])
     assert plain.exit_code == on_cpu.exit_code == 0, on_cpu.output
     assert on_cpu.stdout == plain.stdout
+
+
+@NO_CUDA
+def test_train_refuses_cuda_without_one(tmp_path):
+    data = tmp_path / "count.txt"
+    data.write_text("one two three four.\n" * 50, encoding="utf-8")
+    out = tmp_path / "out.gguf"
+    args = ["train", "llama", "--tokenizer", str(EXAMPLE), "--data", str(data), "--out", str(out)]
+    result = CliRunner().invoke(main, [*args, "--set", "L=1", "--steps", "1", "--device", "cuda"])
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--device cuda: this torch has no CUDA device" in lines[0], result.stderr
+    assert not out.exists()

@@ -172,17 +172,17 @@ def train_cmd(source, data, out, tokenizer, sets, steps, batch, accumulate, seq,
     (a checkpoint written: continue with --resume)."""
     checkpoint = checkpoint or str(Path(out).with_suffix(".ckpt"))
     text = _check_paths(source, data, out, tokenizer, checkpoint)
+    from toycards.models.load import torch_device
     from toycards.models.start import parse_sets
 
     given = parse_sets(sets)
     training = _training()
-
     config = training.TrainConfig(
         steps=steps, batch=batch, accumulate=accumulate, seq=seq, lr=lr, warmup=-1 if warmup is None else warmup,
         weight_decay=weight_decay, grad_clip=grad_clip, seed=seed, eval_every=eval_every,
         save_every=save_every, device=device, dtype=dtype, fsdp=fsdp,
     )  # fmt: skip
-    training.check_device(device)
+    torch_device(device, "--device")  # a one-line error before the model is built
     trainer, begun = _trainer(source, given, tokenizer, config, text, data)
     if resume:
         trainer.resume(checkpoint)

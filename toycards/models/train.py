@@ -102,13 +102,6 @@ class TrainConfig:
         return {k: v for k, v in asdict(self).items() if k in keep}
 
 
-def check_device(device: str) -> None:
-    """A one-line error when torch cannot use `device` here."""
-    from toycards.models.load import torch_device
-
-    torch_device(device, "--device")
-
-
 def fits_context(hyper: dict[str, object], seq: int) -> None:
     """A window longer than the card's context (`ℓ_max`, learned positions) is refused."""
     ell_max = hyper.get("ℓ_max")
