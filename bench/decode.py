@@ -1,13 +1,14 @@
 """Benchmark: prefill and greedy decoding, toycards' generated modules against transformers.
 
-A SmolLM2-135M-shaped Llama (d_e 576, L 30, H 9, H_kv 3, d_ff 1536, N_V 49152, tied output)
-with random F32 weights is built with transformers, written to a temporary GGUF the way
-llama.cpp's converter writes it (`tests/oracle`), and run in the same process, with the same
-thread count (torch.set_num_threads and the BLAS thread variables), by:
+A SmolLM2-135M-shaped Llama (d_e 576, L 30, H 9, H_kv 3, d_ff 1536, N_V 49152, tied output; or
+with `--shape llama-1b` Llama 3.2 1B's shape) with random F32 weights is built with transformers,
+written to a temporary GGUF the way llama.cpp's converter writes it (`tests/oracle`), and run in
+the same process, with the same thread count (torch.set_num_threads and the BLAS thread
+variables), on the same device (`--device cuda`: both on the GPU, float32 without TF32), by:
 
 - toycards' generated torch module (`toycards.load(path, target="torch")`, KV cache),
 - transformers with eager attention and with SDPA (a DynamicCache, the same loop),
-- toycards' generated NumPy module.
+- toycards' generated NumPy module (on the CPU runs only).
 
 Each prefills the same prompt, then decodes greedily one token at a time; prefill is timed as
 the best of --repeat passes (each with a fresh cache), decoding once (the first new token comes
@@ -16,6 +17,7 @@ step by step, so that load from other processes on a shared machine hits them al
 tokens/s, the ratios against transformers, and whether every implementation chose the same tokens.
 
     .venv/bin/python bench/decode.py [--prefill 128] [--decode 64] [--threads 2] [--skip-numpy]
+        [--device cuda] [--shape smollm2-135m|llama-1b]
 """
 
 from __future__ import annotations
@@ -30,6 +32,34 @@ from pathlib import Path
 
 from _setup import prepare
 
+SMOLLM2_135M = dict(  # HuggingFaceTB/SmolLM2-135M's shape
+    hidden_size=576,
+    num_attention_heads=9,
+    num_key_value_heads=3,
+    num_hidden_layers=30,
+    intermediate_size=1536,
+    vocab_size=49152,
+    max_position_embeddings=2048,
+    tie_word_embeddings=True,
+    rope_theta=100000.0,
+    rms_norm_eps=1e-5,
+)
+
+
+LLAMA_1B = dict(  # meta-llama/Llama-3.2-1B's shape (its RoPE scaling left out: speed is the same)
+    hidden_size=2048,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    num_hidden_layers=16,
+    intermediate_size=8192,
+    vocab_size=128256,
+    max_position_embeddings=4096,
+    tie_word_embeddings=True,
+    rope_theta=500000.0,
+    rms_norm_eps=1e-5,
+)
+SHAPES = {"smollm2-135m": SMOLLM2_135M, "llama-1b": LLAMA_1B}
+
 
 def _parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -37,8 +67,10 @@ def _parse_args() -> argparse.Namespace:
     p.add_argument("--decode", type=int, default=64, help="tokens generated greedily")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--repeat", type=int, default=2, help="prefill passes; the best is kept")
-    p.add_argument("--layers", type=int, default=30, help="fewer layers for a quick run")
+    p.add_argument("--layers", type=int, default=0, help="fewer layers for a quick run (0: the shape's)")
     p.add_argument("--skip-numpy", action="store_true")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda: toycards and transformers both there")
+    p.add_argument("--shape", choices=sorted(SHAPES), default="smollm2-135m")
     return p.parse_args()
 
 
@@ -58,18 +90,11 @@ CACHE_ARG = (
     if "cache" in inspect.signature(transformers.LlamaForCausalLM.forward).parameters
     else "past_key_values"
 )
-SMOLLM2_135M = dict(  # HuggingFaceTB/SmolLM2-135M's shape
-    hidden_size=576,
-    num_attention_heads=9,
-    num_key_value_heads=3,
-    num_hidden_layers=30,
-    intermediate_size=1536,
-    vocab_size=49152,
-    max_position_embeddings=2048,
-    tie_word_embeddings=True,
-    rope_theta=100000.0,
-    rms_norm_eps=1e-5,
-)
+
+
+def where(device: str) -> str:
+    """The device in words: the GPU's name on CUDA."""
+    return torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
 
 
 class Toycards:
@@ -83,20 +108,21 @@ class Toycards:
 
     def step(self, ids: np.ndarray, cache) -> int:
         out = self.model(ids[None, :], cache)  # logits [1, T, N_V]
-        return int((out[0, -1].float().numpy() if torch.is_tensor(out) else out[0, -1]).argmax())
+        return int(out[0, -1].argmax())  # (on a GPU, .item() waits for the step to finish)
 
 
 class Transformers:
     """The same with a transformers model and its DynamicCache."""
 
-    def __init__(self, model) -> None:
-        self.model = model
+    def __init__(self, model, device: str) -> None:
+        self.model, self.device = model, device
 
     def new_cache(self):
         return transformers.DynamicCache()
 
     def step(self, ids: np.ndarray, cache) -> int:
-        out = self.model(torch.as_tensor(ids)[None, :], **{CACHE_ARG: cache}, use_cache=True)
+        x = torch.as_tensor(ids, device=self.device)[None, :]
+        out = self.model(x, **{CACHE_ARG: cache}, use_cache=True)
         return int(out.logits[0, -1].argmax())
 
 
@@ -133,28 +159,30 @@ def main() -> None:
     args = ARGS
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    shape = {**SMOLLM2_135M, "num_hidden_layers": args.layers}
+    shape = {**SHAPES[args.shape]}
+    shape["num_hidden_layers"] = args.layers or shape["num_hidden_layers"]
     t0 = time.perf_counter()
     hf, config = tiny_model("llama", seed=0, **shape)
     n_params = sum(p.numel() for p in hf.parameters())
     prompt = np.random.default_rng(0).integers(0, config.vocab_size, size=args.prefill)
     print(
-        f"SmolLM2-135M-shaped Llama, L={args.layers}: {n_params / 1e6:.1f}M parameters (F32), "
-        f"prefill {args.prefill}, decode {args.decode}, {args.threads} threads, torch {torch.__version__}, "
-        f"transformers {transformers.__version__}"
+        f"{args.shape}-shaped Llama, L={shape['num_hidden_layers']}: {n_params / 1e6:.1f}M parameters (F32), "
+        f"prefill {args.prefill}, decode {args.decode}, {args.threads} threads, {where(args.device)}, "
+        f"torch {torch.__version__}, transformers {transformers.__version__}"
     )
     with tempfile.TemporaryDirectory() as tmp:
-        path = write_gguf(hf, config, Path(tmp) / "smollm2-135m-shaped.gguf", "llama", "F32")
+        path = write_gguf(hf, config, Path(tmp) / f"{args.shape}-shaped.gguf", "llama", "F32")
         print(f"built and wrote {path.stat().st_size / 2**20:.0f} MiB in {time.perf_counter() - t0:.1f} s")
         sdpa = copy.deepcopy(hf)
         sdpa.set_attn_implementation("sdpa")
         hf.set_attn_implementation("eager")
+        hf.to(args.device), sdpa.to(args.device)
         runners = {
-            "toycards torch": Toycards(toycards.load(path, target="torch")),
-            "transformers eager": Transformers(hf),
-            "transformers sdpa": Transformers(sdpa),
+            "toycards torch": Toycards(toycards.load(path, target="torch", device=args.device)),
+            "transformers eager": Transformers(hf, args.device),
+            "transformers sdpa": Transformers(sdpa, args.device),
         }
-        if not args.skip_numpy:
+        if not args.skip_numpy and args.device == "cpu":
             runners["toycards numpy"] = Toycards(toycards.load(path, target="numpy"))
         runs = race(runners, prompt, args.decode, args.repeat)
     for name, (prefill, decode, _) in runs.items():
