@@ -394,7 +394,8 @@ def _rope_angles(t, theta, rho, d_h):
     The cache key holds ρ's values (`tolist()`): `numpy()` on ρ itself would mark its storage as not
     resizable, and FSDP frees a gathered parameter (ρ is one) by resizing its storage to 0."""
     t = torch.as_tensor(t)
-    if torch.is_grad_enabled():  # training: no sharing of angles between passes
+    if torch.is_grad_enabled() or not rho.is_cpu:  # training, or a GPU: no sharing of angles (its
+        # key would read the positions and ρ back to the host, a wait for the device at every call)
         i = torch.arange(1, d_h // 2 + 1, dtype=torch.float32, device=rho.device)
         phi = (t.to(torch.float32) - 1) / ((theta ** ((2 * (i - 1)) / d_h)) * rho)
         return torch.cos(phi), torch.sin(phi)
