@@ -46,19 +46,7 @@ SMOLLM2_135M = dict(  # HuggingFaceTB/SmolLM2-135M's shape
 )
 
 
-LLAMA_1B = dict(  # meta-llama/Llama-3.2-1B's shape (its RoPE scaling left out: speed is the same)
-    hidden_size=2048,
-    num_attention_heads=32,
-    num_key_value_heads=8,
-    num_hidden_layers=16,
-    intermediate_size=8192,
-    vocab_size=128256,
-    max_position_embeddings=4096,
-    tie_word_embeddings=True,
-    rope_theta=500000.0,
-    rms_norm_eps=1e-5,
-)
-SHAPES = {"smollm2-135m": SMOLLM2_135M, "llama-1b": LLAMA_1B}
+SHAPES = ("smollm2-135m", "llama-1b")
 
 
 def _parse_args() -> argparse.Namespace:
@@ -70,7 +58,7 @@ def _parse_args() -> argparse.Namespace:
     p.add_argument("--layers", type=int, default=0, help="fewer layers for a quick run (0: the shape's)")
     p.add_argument("--skip-numpy", action="store_true")
     p.add_argument("--device", default="cpu", help="cpu, or cuda: toycards and transformers both there")
-    p.add_argument("--shape", choices=sorted(SHAPES), default="smollm2-135m")
+    p.add_argument("--shape", choices=SHAPES, default="smollm2-135m")
     return p.parse_args()
 
 
@@ -80,6 +68,8 @@ prepare(ARGS.threads if ARGS is not None else None)  # before numpy and torch ar
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
+from llama_1b import N_CTX  # noqa: E402
+from llama_1b import SHAPE as LLAMA_1B  # noqa: E402
 from oracle.hf_gguf import tiny_model, write_gguf  # noqa: E402
 
 import toycards  # noqa: E402
@@ -90,6 +80,19 @@ CACHE_ARG = (
     if "cache" in inspect.signature(transformers.LlamaForCausalLM.forward).parameters
     else "past_key_values"
 )
+
+
+def config_of(shape: str) -> dict:
+    """transformers' LlamaConfig arguments for a shape: SmolLM2-135M's, or Llama 3.2 1B's as
+    tests/llama_1b.py writes it (its RoPE scaling left out: the speed is the same)."""
+    if shape == "smollm2-135m":
+        return dict(SMOLLM2_135M)
+    hp = LLAMA_1B
+    return dict(
+        hidden_size=hp.d_e, num_attention_heads=hp.n_head, num_key_value_heads=hp.n_head_kv,
+        num_hidden_layers=hp.n_layer, intermediate_size=hp.d_ff, vocab_size=hp.n_vocab,
+        max_position_embeddings=N_CTX, tie_word_embeddings=True, rope_theta=hp.rope_base, rms_norm_eps=1e-5,
+    )  # fmt: skip
 
 
 def where(device: str) -> str:
@@ -159,7 +162,7 @@ def main() -> None:
     args = ARGS
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    shape = {**SHAPES[args.shape]}
+    shape = config_of(args.shape)
     shape["num_hidden_layers"] = args.layers or shape["num_hidden_layers"]
     t0 = time.perf_counter()
     hf, config = tiny_model("llama", seed=0, **shape)
