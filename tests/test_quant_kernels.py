@@ -660,6 +660,43 @@ def test_float_linear_leaves_other_cases_to_torch():
     assert fast is not None and torch.allclose(fast, many[:2] @ w.T, atol=1e-6)
 
 
+@pytest.mark.parametrize("shape", [(37, 576), (1536, 576), (5, 1000)], ids=str)
+@pytest.mark.parametrize("n_tokens", (quant_kernels.FEW_FLOAT_TOKENS + 1, 45, 128))
+def test_float_gemm_is_a_float32_product(shape, n_tokens, monkeypatch):
+    """Many tokens by a float32 weight (an F32 file's matrices, F16/BF16 tiles): oneDNN's linear where
+    torch has it, with the float32 sums torch's own product has, for odd shapes, x of 3 dimensions
+    and x not contiguous, and the same with oneDNN switched off (torch's product)."""
+    rng = np.random.default_rng(n_tokens + shape[0])
+    w = rng.normal(size=shape).astype(np.float32)
+    x = rng.normal(size=(2, n_tokens, shape[1])).astype(np.float32)
+    cases = [x, np.ascontiguousarray(x.transpose(0, 2, 1)).transpose(0, 2, 1)]  # the same x, strided
+    with torch.no_grad():
+        for xx in cases:
+            for onednn in (True, False):
+                monkeypatch.setattr(torch.backends.mkldnn, "enabled", onednn)
+                y = quant_torch.float_gemm(torch.from_numpy(xx), torch.from_numpy(w))
+                assert y.shape == (2, n_tokens, shape[0]) and y.dtype == torch.float32
+                for b in range(2):
+                    check_product(y[b], x[b], w, Q.F32, n_tokens)
+    if torch.backends.mkldnn.is_available():
+        assert quant_torch._onednn_linear, "oneDNN's linear is in this torch but was not taken"
+
+
+def test_float_gemm_with_autograd_is_torchs_product():
+    """oneDNN's linear has no backward: with a gradient to record, float_gemm is F.linear, and the
+    gradients are torch's."""
+    rng = np.random.default_rng(5)
+    w = torch.nn.Parameter(torch.from_numpy(rng.normal(size=(24, 40)).astype(np.float32)))
+    x = torch.from_numpy(rng.normal(size=(30, 40)).astype(np.float32)).requires_grad_()
+    y = quant_torch.float_gemm(x, w)
+    assert y.requires_grad
+    y.square().sum().backward()
+    x2, w2 = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    torch.nn.functional.linear(x2, w2).square().sum().backward()
+    assert torch.allclose(x.grad, x2.grad, rtol=1e-5, atol=1e-5)
+    assert torch.allclose(w.grad, w2.grad, rtol=1e-5, atol=1e-5)
+
+
 # ── whole models ─────────────────────────────────────────────────────────────────────────
 MIXES = {  # tensor kind → type; "Q4_K_M" as llama.cpp's mix: Q6_K for attn_v, ffn_down and the output
     "Q8_0": {"": Q.Q8_0},

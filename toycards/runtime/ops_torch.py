@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from toycards.runtime import glue_torch, quant_torch
 from toycards.runtime.context import zero_pages
-from toycards.runtime.quant_torch import QuantWeight, float_linear
+from toycards.runtime.quant_torch import QuantWeight, float_gemm, float_linear
 
 inf = math.inf
 fast = True  # use the single kernels below in place of a prelude algorithm's steps
@@ -48,7 +48,7 @@ def linear(x, W):
     if W.dim() != 2:
         return x @ W.transpose(-1, -2)
     y = float_linear(x, W)  # few tokens of a float32 weight: the C kernel reading it in place
-    return F.linear(x, W) if y is None else y
+    return float_gemm(x, W) if y is None else y
 
 
 def swiglu(x, W_gate, W_up, W_down):

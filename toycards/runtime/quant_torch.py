@@ -92,6 +92,38 @@ def float_linear(x: torch.Tensor, W: torch.Tensor) -> torch.Tensor | None:
     return None if plan is None else _c_product(plan, x, t, n)
 
 
+_onednn_linear = None  # torch.ops.mkldnn._linear_pointwise where torch has it and oneDNN is on; False if not
+
+
+def float_gemm(x: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """x [..., K] · Wᵀ for float32 CPU tensors x and W [N, K] with many rows of x (prefill; few go to
+    `float_linear`): oneDNN's float32 linear where torch ships it, oneDNN is enabled and autograd has
+    nothing to record (the op has no backward), else `F.linear`. Both are float32 sums; torch's own
+    runs MKL's sgemm, which on AMD CPUs takes its AVX2 code, at about half the speed of oneDNN's AVX-512
+    kernels on an EPYC with AVX-512 (SmolLM2's prefill shapes, two threads: ~200 against ~420
+    GFLOPS); on Intel CPUs the two are alike."""
+    global _onednn_linear
+    if _onednn_linear is None:
+        try:
+            _onednn_linear = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._linear_pointwise
+        except (AttributeError, RuntimeError):
+            _onednn_linear = False
+    if (
+        _onednn_linear
+        and torch.backends.mkldnn.enabled
+        and x.dtype is torch.float32
+        and W.dtype is torch.float32
+        and W.dim() == 2
+        and x.dim() >= 2
+        and x.numel() > 0
+        and x.is_cpu
+        and W.is_cpu
+        and not (torch.is_grad_enabled() and (x.requires_grad or W.requires_grad))
+    ):
+        return _onednn_linear(x, W, None, "none", [], "")
+    return F.linear(x, W)
+
+
 def _c_product(plan, x: torch.Tensor, t: int, n: int) -> torch.Tensor:
     """x [..., K] (t rows, contiguous float32) · Wᵀ → [..., n] by the C product of W's plan (t up to
     FEW_TOKENS, or any t where `kernels.many_tokens`)."""
@@ -335,7 +367,7 @@ class QuantWeight:
         if bf16:
             x2 = x2.to(torch.bfloat16)
         for r0, r1, tile in self._tiles(torch.bfloat16 if bf16 else torch.float32):
-            y[:, r0:r1] = x2 @ tile.T
+            y[:, r0:r1] = x2 @ tile.T if bf16 else float_gemm(x2, tile)
         return y
 
     def _tiles(self, dtype: torch.dtype):
