@@ -88,3 +88,27 @@ def test_no_sub_package_or_module_bears_a_public_name():
 
     top = {info.name for info in pkgutil.iter_modules(toycards.__path__)}
     assert not top & set(PUBLIC + ["save"]), top & set(PUBLIC)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_load_leaves_the_cycle_collector_as_it_found_it(enabled):
+    """`load` pauses Python's cycle collector while it builds the model (see models/load.py) and
+    leaves it as it was: on or off, after a model and after a refused file alike."""
+    import gc
+
+    import toycards
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "tiny-llama.gguf"
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        assert toycards.load(example).tokenizer is not None
+        assert gc.isenabled() is enabled
+        with pytest.raises(toycards.ToycardsError):
+            toycards.load(example, target="tensorflow")
+        assert gc.isenabled() is enabled
+        with pytest.raises(toycards.ToycardsError):
+            toycards.load(Path(__file__))  # not a card
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
