@@ -363,16 +363,18 @@ PACKED_CASES = [(t, shape) for t in PACKED for shape in (PACKED_SHAPES_K if t in
 
 def split_step(step: np.ndarray, qtype: Q) -> np.ndarray:
     """One row's step of 8 blocks (uint8, as stored) as quant.c's pack_step regroups it for Q4_0,
-    Q4_1 and Q8_0: the 8 scales d, the 8 mins m (Q4_1), then the quants (Q8_0's in order; Q4's as
-    two runs of 64 bytes, byte i of run h: element i of blocks 4h, 4h + 1 in its low nibble, element
-    i of blocks 4h + 2, 4h + 3 in its high nibble). Other types: the step unchanged."""
+    Q4_1 and Q8_0: the 8 scales d, the 8 mins m (Q4_1), then the quants (Q8_0's in order, each int8
+    v as the byte v + 128; Q4's as two runs of 64 bytes, byte i of run h: element i of blocks 4h,
+    4h + 1 in its low nibble, element i of blocks 4h + 2, 4h + 3 in its high nibble). Other types:
+    the step unchanged."""
     if qtype not in (Q.Q4_0, Q.Q4_1, Q.Q8_0):
         return step
     b = step.reshape(8, -1)
     head = 4 if qtype == Q.Q4_1 else 2
     parts = [b[:, 0:2].ravel()] + ([b[:, 2:4].ravel()] if qtype == Q.Q4_1 else [])
     if qtype == Q.Q8_0:
-        return np.concatenate([*parts, b[:, 2:].ravel()])
+        unsigned = (b[:, 2:].view(np.int8).astype(np.int16) + 128).astype(np.uint8)
+        return np.concatenate([*parts, unsigned.ravel()])
     qs = b[:, head:]
     quants = np.concatenate([qs & 15, qs >> 4], axis=1)  # [8 blocks, 32 elements] in element order
     runs = [quants[4 * h : 4 * h + 2].ravel() | quants[4 * h + 2 : 4 * h + 4].ravel() << 4 for h in (0, 1)]

@@ -528,15 +528,24 @@ static inline __m512i pair_products(int type, const uint8_t *w, int bs, __m512i 
     return _mm512_dpbusd_epi32(_mm512_setzero_si512(), unsigned_pair512(type, w, bs), y);
 }
 
+/* −128 · Σ of each 4 bytes of x blocks y (a lane each, as vpdpbusd sums them): what a packed Q8_0
+ * step's quants, stored plus 128 (see tc_pack), add to Σ q·qx, to start its sums from */
+static inline __m512i minus_128_sums(__m512i y) {
+    return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                                                         _mm512_set1_epi8((char)0x80), y));
+}
+
 /* a packed step of a SPLIT type (see tc_pack) against its four pairs of x blocks ys: p[j] = Σ q·qx
- * of blocks 2j and 2j + 1; *d = the eight blocks' scales, *m = their mins (Q4_1) */
-static inline void split_products(int type, const uint8_t *wr, const __m512i ys[4], __m512i p[4], __m256 *d,
-                                  __m256 *m) {
+ * of blocks 2j and 2j + 1; *d = the eight blocks' scales, *m = their mins (Q4_1). Q8_0's quants are
+ * stored plus 128 (unsigned, one vpdpbusd a pair), its sums started from base[j] = minus_128_sums(ys[j]):
+ * the same integers as signed_products gives the file's quants. */
+static inline void split_products(int type, const uint8_t *wr, const __m512i ys[4], const __m512i base[4],
+                                  __m512i p[4], __m256 *d, __m256 *m) {
     *d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wr));
     if (HAS_MIN(type)) *m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wr + 16)));
     const uint8_t *q = wr + (HAS_MIN(type) ? 32 : 16);
     if (type == Q8_0) {
-        for (int j = 0; j < 4; j++) p[j] = signed_products(_mm512_loadu_si512((const void *)(q + 64 * j)), ys[j]);
+        for (int j = 0; j < 4; j++) p[j] = _mm512_dpbusd_epi32(base[j], _mm512_loadu_si512((const void *)(q + 64 * j)), ys[j]);
         return;
     }
     const __m512i low4 = _mm512_set1_epi8(0x0F);
@@ -585,8 +594,10 @@ static inline __attribute__((always_inline)) void dot_rows(const int type, const
     for (int64_t st = 0; st < steps; st++) {
         const int64_t b = 8 * st;
         const __m256 dxv = _mm256_loadu_ps(dx + b), sxv = _mm256_loadu_ps(sx + b);
-        __m512i ys[4];
+        __m512i ys[4], base[4];
         x_step(qx + 32 * b, ys);
+        if (R == ROWS && type == Q8_0)
+            for (int j = 0; j < 4; j++) base[j] = minus_128_sums(ys[j]);
         ahead_other(w + st * ss, ss);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
@@ -594,7 +605,7 @@ static inline __attribute__((always_inline)) void dot_rows(const int type, const
             __m512i p[4];
             __m256 d, m = _mm256_setzero_ps();
             if (R == ROWS && SPLIT(type)) { /* a packed group's step: scales apart from the quants */
-                split_products(type, wr, ys, p, &d, &m);
+                split_products(type, wr, ys, base, p, &d, &m);
             } else {
                 d = f16x8(wr, bs);
                 if (HAS_MIN(type)) m = f16x8(wr + 2, bs);
@@ -613,9 +624,10 @@ static inline __attribute__((always_inline)) void dot_rows(const int type, const
     if (split_tail) {
         const int64_t c = 8 * steps;
         const __m512i xt = _mm512_loadu_si512((const void *)(qx + 32 * c)), ys[4] = {xt, xt, xt, xt};
+        const __m512i bt = type == Q8_0 ? minus_128_sums(xt) : _mm512_setzero_si512(), base[4] = {bt, bt, bt, bt};
         __m512i p[4];
         __m256 d, m;
-        split_products(type, tw, ys, p, &d, &m); /* p[r]: row r's two tail blocks */
+        split_products(type, tw, ys, base, p, &d, &m); /* p[r]: row r's two tail blocks */
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const float d0 = f16(tw + 4 * r), d1 = f16(tw + 4 * r + 2);
@@ -985,7 +997,8 @@ static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t
  * 32-element type), row after row. The last N mod ROWS rows stay as stored.
  * A row's bytes of one step are its 8 (or 1) blocks as stored, except for the SPLIT types (Q4_0, Q4_1,
  * Q8_0), whose step holds the same bytes regrouped (pack_step): the 8 blocks' float16 scales d, then
- * (Q4_1) their 8 mins m, then their quants: Q8_0's 8 × 32 int8 in order; Q4_0's and Q4_1's as two
+ * (Q4_1) their 8 mins m, then their quants: Q8_0's 8 × 32 in order, each v stored as v + 128 (v XOR
+ * 0x80: unsigned, so that one vpdpbusd multiplies 64 of them); Q4_0's and Q4_1's as two
  * runs of 64 bytes, run h holding element i (0 … 63) of blocks 4h, 4h + 1 in byte i's low nibble and
  * element i of blocks 4h + 2, 4h + 3 in its high nibble. When each row ends in two blocks past its
  * last step (SPLIT_TAIL), the group's 8 tail blocks (row 0's two, row 1's, …) are split likewise.
@@ -1014,7 +1027,8 @@ static void pack_step(int type, const uint8_t *b, uint8_t *o) {
     for (int j = 0; j < 8; j++) {
         const uint8_t *blk = b + j * bs;
         for (int f = 0; f < hb; f += 2) memcpy(o + 8 * f + 2 * j, blk + f, 2); /* d, then m (Q4_1) */
-        if (type == Q8_0) memcpy(q + 32 * j, blk + 2, 32);
+        if (type == Q8_0)
+            for (int e = 0; e < 32; e++) q[32 * j + e] = (uint8_t)(blk[2 + e] ^ 0x80); /* v + 128 */
     }
     if (type == Q8_0) return;
     for (int h = 0; h < 2; h++)
@@ -1031,7 +1045,8 @@ static void unpack_step(int type, const uint8_t *o, uint8_t *b) {
     for (int j = 0; j < 8; j++) {
         uint8_t *blk = b + j * bs;
         for (int f = 0; f < hb; f += 2) memcpy(blk + f, o + 8 * f + 2 * j, 2);
-        if (type == Q8_0) memcpy(blk + 2, q + 32 * j, 32);
+        if (type == Q8_0)
+            for (int e = 0; e < 32; e++) blk[2 + e] = (uint8_t)(q[32 * j + e] ^ 0x80);
     }
     if (type == Q8_0) return;
     for (int h = 0; h < 2; h++)
