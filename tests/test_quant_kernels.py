@@ -17,6 +17,7 @@ file dequantized at load, for the full pass and for cached decoding, and the Num
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -24,6 +25,7 @@ import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
 from gguf_factory import F16_SCALE_OFFSETS, llama_inventory, random_blocks, typed, write_gguf
 
+import toycards
 from toycards.runtime import quant_kernels, quant_numpy, quant_torch
 
 Q = GGMLQuantizationType
@@ -602,16 +604,18 @@ def test_float_weights_in_place(qtype, shape, n_tokens):
 
 @pytest.fixture
 def prefetch_restored():
-    """The library's prefetch setting as the environment says again after the test."""
-    yield quant_kernels.library()
-    quant_kernels.library().tc_set_prefetch(quant_kernels.prefetch_others())
+    """The library's prefetch setting as it was again after the test."""
+    lib = quant_kernels.library()
+    was = lib.tc_prefetch()
+    yield lib
+    lib.tc_set_prefetch(was)
 
 
 @pytest.mark.parametrize("qtype", [Q.F32, *(t for t in TYPES if t not in K_QUANTS)], ids=lambda t: t.name)
 def test_prefetch_setting_leaves_the_products_alone(qtype, prefetch_restored):
-    """Whether the types other than the K-quants prefetch their weight stream is the host's choice
-    ($TOYCARDS_QUANT_PREFETCH): their products are the same floats either way, packed or as stored,
-    so the other tests, run under one setting, hold both."""
+    """Whether the types other than the K-quants prefetch their weight stream is chosen per model
+    by timing (quant_kernels.PrefetchChoice): their products are the same floats either way, packed
+    or as stored, so the other tests, run under either setting, hold both."""
     lib = prefetch_restored
     rng = np.random.default_rng(11)
     shape = (37, 576)
@@ -629,12 +633,69 @@ def test_prefetch_setting_leaves_the_products_alone(qtype, prefetch_restored):
     assert all(a is not None and torch.equal(a, b) for a, b in zip(*ys))
 
 
-def test_prefetch_is_off_unless_asked_for(monkeypatch):
+def test_prefetch_is_timed_unless_fixed(monkeypatch):
     monkeypatch.delenv(quant_kernels.PREFETCH, raising=False)
-    assert quant_kernels.prefetch_others() == 0
-    for said, want in (("on", 1), (" ON\n", 1), ("off", 0), ("1", 0)):
+    assert quant_kernels.prefetch_others() is None
+    for said, want in (("on", 1), (" ON\n", 1), ("off", 0), ("Off", 0), ("1", None), ("auto", None)):
         monkeypatch.setenv(quant_kernels.PREFETCH, said)
         assert quant_kernels.prefetch_others() == want
+
+
+def _steps_slower_when(slow_setting: int, lib, seen: list[int]):
+    """A stand-in for a decoding step: it notes the library's prefetch flag and takes 6 ms when the
+    flag is `slow_setting`, 1 ms otherwise (a gap no scheduler noise closes)."""
+
+    def step(token: int) -> int:
+        seen.append(lib.tc_prefetch())
+        time.sleep(0.006 if seen[-1] == slow_setting else 0.001)
+        return token + 1
+
+    return step
+
+
+@pytest.mark.parametrize("slow_setting", [0, 1])
+def test_prefetch_choice_keeps_the_faster_setting(slow_setting, monkeypatch, prefetch_restored):
+    """PrefetchChoice runs WARMUP steps, then TRIALS each way (on, off, off, on …), then the faster
+    setting for good; the step's result passes through."""
+    monkeypatch.delenv(quant_kernels.PREFETCH, raising=False)
+    lib, seen = prefetch_restored, []
+    choice = quant_kernels.PrefetchChoice()
+    step = _steps_slower_when(slow_setting, lib, seen)
+    timed = choice.WARMUP + 2 * choice.TRIALS
+    for i in range(timed + 5):
+        assert choice.run(step, i) == i + 1
+        assert choice.setting is (None if i + 1 < timed else 1 - slow_setting)
+    trials = seen[choice.WARMUP : timed]
+    assert trials[:8] == [1, 0, 0, 1, 1, 0, 0, 1] and sum(trials) == choice.TRIALS
+    assert seen[timed:] == [1 - slow_setting] * 5
+    assert sorted(len(t) for t in choice.times) == [choice.TRIALS, choice.TRIALS]
+
+
+@pytest.mark.parametrize(("said", "setting"), [("on", 1), ("off", 0)])
+def test_prefetch_fixed_by_the_environment_is_not_timed(said, setting, monkeypatch, prefetch_restored):
+    monkeypatch.setenv(quant_kernels.PREFETCH, said)
+    lib, seen = prefetch_restored, []
+    choice = quant_kernels.PrefetchChoice()
+    lib.tc_set_prefetch(1 - setting)
+    step = _steps_slower_when(setting, lib, seen)  # fixed, even where the other setting is faster
+    for i in range(choice.WARMUP + 2 * choice.TRIALS + 2):
+        choice.run(step, i)
+    assert seen == [setting] * len(seen) and choice.times == ([], [])
+
+
+def test_models_time_only_their_decoding_steps(tmp_path, monkeypatch, prefetch_restored):
+    """Both targets time their few-token passes (decoding) for the choice, never a prompt's."""
+    monkeypatch.delenv(quant_kernels.PREFETCH, raising=False)
+    path = tiny_llama(tmp_path, "Q8_0")
+    for target in ("torch", "numpy"):
+        model = toycards.load(path, target=target)
+        cache = model.new_cache()
+        with torch.inference_mode():
+            model(np.arange(20)[None], cache)  # a prompt of 20 tokens: not timed
+            assert model._prefetch.steps == 0
+            for t in range(3):
+                model(np.array([[t]]), cache, last=True)
+        assert model._prefetch.steps == 3
 
 
 def test_float_linear_leaves_other_cases_to_torch():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from toycards.runtime import quant_kernels
 from toycards.runtime.context import KVCache
 from toycards.runtime.model_base import ModelAPI
 from toycards.runtime.quant_numpy import QuantWeight
@@ -17,6 +18,7 @@ from toycards.runtime.quant_numpy import QuantWeight
 class NumpyModel(ModelAPI):
     def __init__(self, hp: dict, weights: dict[str, np.ndarray]) -> None:
         self.hp = dict(hp)
+        self._prefetch = quant_kernels.PrefetchChoice()  # for its decoding steps (quant_kernels)
         self.w = {
             k: v if isinstance(v, QuantWeight) else np.asarray(v, dtype=np.float32)
             for k, v in weights.items()
@@ -34,6 +36,8 @@ class NumpyModel(ModelAPI):
         if cache is not None and self.RECOMPUTE:
             n_new = 1 if last else x.shape[-1]
             out = self.forward(self._with_history(x, cache, np.concatenate), None, last)[..., -n_new:, :]
+        elif x.size <= quant_kernels.FEW_FLOAT_TOKENS:  # decoding
+            out = self._prefetch.run(self.forward, x, cache, last)
         else:
             out = self.forward(x, cache, last)
         if cache is not None:

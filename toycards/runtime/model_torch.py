@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from toycards.runtime import quant_kernels
 from toycards.runtime.context import KVCache
 from toycards.runtime.model_base import ModelAPI
 from toycards.runtime.quant_torch import QuantWeight
@@ -90,6 +91,7 @@ class TorchModel(nn.Module, ModelAPI):
         """`shared` maps a tensor name to another whose parameter it reuses (tied weights)."""
         super().__init__()
         self.hp = dict(hp)
+        self._prefetch = quant_kernels.PrefetchChoice()  # for its decoding steps (quant_kernels)
         params: dict[str, nn.Parameter] = {}
         holders: dict[str, nn.Module] = {}
         quantized: dict[str, QuantWeight] = {}
@@ -155,6 +157,8 @@ class TorchModel(nn.Module, ModelAPI):
         if cache is not None and self.RECOMPUTE:
             n_new = 1 if last else x.shape[-1]
             out = super().__call__(self._with_history(x, cache, torch.cat), None, last)[..., -n_new:, :]
+        elif x.numel() <= quant_kernels.FEW_FLOAT_TOKENS and self._device is None:  # decoding
+            out = self._prefetch.run(super().__call__, x, cache, last)
         else:
             out = super().__call__(x, cache, last)
         if cache is not None:

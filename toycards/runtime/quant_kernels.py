@@ -14,8 +14,9 @@ Leaves out: torch and NumPy weights (quant_torch.py, quant_numpy.py), the refere
 
 No compiler, or a build that fails: `available()` is False and the weights are dequantized per
 use with gguf.quants instead (correct, slower); `TOYCARDS_QUANT_KERNELS=off` forces that path.
-`TOYCARDS_QUANT_PREFETCH=on` has the few-token products of every type prefetch their weight stream,
-not only the K-quants' (`prefetch_others`: it pays on some hosts and costs on others).
+Whether the few-token products of every type prefetch their weight stream, not only the K-quants',
+is chosen per model by timing its first decoding steps both ways (`PrefetchChoice`: it pays on some
+hosts and costs on others); `TOYCARDS_QUANT_PREFETCH=on` or `off` fixes it.
 There is one OpenMP runtime in the process: the library asks for `libgomp.so.1`, which is the one
 torch ships when torch came first (so `torch.set_num_threads` also sets the kernels' threads), and
 the one torch then uses when the kernels came first.
@@ -28,8 +29,10 @@ import ctypes
 import mmap
 import os
 import platform
+import statistics
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -103,18 +106,63 @@ def _build() -> ctypes.CDLL | None:
     ):
         fn.restype = ctypes.c_int
     lib.tc_set_prefetch.argtypes = [ctypes.c_int]
-    lib.tc_set_prefetch(prefetch_others())
+    lib.tc_prefetch.restype = ctypes.c_int
+    lib.tc_set_prefetch(prefetch_others() or 0)
     return lib
 
 
 PREFETCH = "TOYCARDS_QUANT_PREFETCH"
 
 
-def prefetch_others() -> int:
-    """1 when the few-token products of the types other than the K-quants prefetch their weight
-    stream too ($TOYCARDS_QUANT_PREFETCH=on: the hosts where the hardware prefetchers alone fall
-    short, see quant.c's `ahead`), else 0."""
-    return int(os.environ.get(PREFETCH, "").strip().lower() == "on")
+def prefetch_others() -> int | None:
+    """What $TOYCARDS_QUANT_PREFETCH fixes for the few-token products of the types other than the
+    K-quants: 1 (`on`: they prefetch their weight stream too, see quant.c's `ahead`), 0 (`off`), or
+    None (unset or anything else: each model's `PrefetchChoice` times both on this host)."""
+    return {"on": 1, "off": 0}.get(os.environ.get(PREFETCH, "").strip().lower())
+
+
+class PrefetchChoice:
+    """Whether one model's few-token products prefetch their weight stream (quant.c's `ahead_other`),
+    chosen on this host by timing the model's own decoding steps: the hardware prefetchers alone
+    kept too few lines in flight on some hosts (SmolLM2-135M F32 and Q8_0 decoded 1.3–1.5× faster
+    with it) and prefetching cost 10–30% on others. The products are the same floats either way.
+
+    `run(step)` runs one forward pass of few tokens with the model's setting: after WARMUP steps
+    (first-use costs), TRIALS each way, in the order on, off, off, on … (so that a cache growing by a
+    token a step favours neither), then the faster median for every later step of this model.
+    $TOYCARDS_QUANT_PREFETCH=on or off fixes the setting and nothing is timed. The library's flag is
+    process-wide: each run sets it to its model's setting when another model left it otherwise."""
+
+    WARMUP, TRIALS = 2, 8
+    MARGIN = 0.97  # prefetching is kept only when its median step is at least 3% faster
+
+    def __init__(self) -> None:
+        self.setting = prefetch_others()  # None: still timing
+        self.steps = 0
+        self.times: tuple[list[float], list[float]] = ([], [])  # seconds a step, off and on
+
+    def run(self, step, *args):
+        if self.setting is not None:
+            _use_prefetch(self.setting)
+            return step(*args)
+        n = self.steps - self.WARMUP
+        on = int(n >= 0 and n % 4 in (0, 3))
+        _use_prefetch(on)
+        start = time.perf_counter()
+        out = step(*args)
+        took = time.perf_counter() - start
+        self.steps += 1
+        if n >= 0:
+            self.times[on].append(took)
+            if len(self.times[0]) >= self.TRIALS and len(self.times[1]) >= self.TRIALS:
+                off_s, on_s = (statistics.median(t) for t in self.times)
+                self.setting = int(on_s < self.MARGIN * off_s)
+        return out
+
+
+def _use_prefetch(on: int) -> None:
+    if (lib := library()) is not None:
+        lib.tc_set_prefetch(on)
 
 
 def library() -> ctypes.CDLL | None:

@@ -54,8 +54,10 @@
  * SwiGLU on one token ran ~1.4× faster with it on F32 and Q8_0. On another (decoding steps of one
  * model alternating between builds in one process), SmolLM2-135M decoded 1.10–1.29× slower with it
  * on Q8_0, Q4_1, F16 and F32 and the same on Q4_0, and a Llama-3.2-1B-shaped Q4_K file ~1.5% faster.
- * So the K-quants prefetch, and the other types only when tc_set_prefetch(1) says so
- * (quant_kernels: TOYCARDS_QUANT_PREFETCH=on). */
+ * On a third (a two-core EPYC with AVX-512 VNNI) SmolLM2-135M decoded 1.3–1.5× faster with it on
+ * F32 and Q8_0. So the K-quants prefetch, and the other types when tc_set_prefetch(1) says so:
+ * quant_kernels.PrefetchChoice times a model's first decoding steps both ways and keeps the faster
+ * (TOYCARDS_QUANT_PREFETCH=on or off fixes it instead). */
 #ifndef PF_DIST
 #define PF_DIST 1536
 #endif
@@ -65,6 +67,7 @@ static inline void ahead(const void *p, int64_t n) {
 }
 static int prefetch_others = 0; /* the types other than the K-quants prefetch too */
 void tc_set_prefetch(int on) { prefetch_others = on; }
+int tc_prefetch(void) { return prefetch_others; }
 static inline void ahead_other(const void *p, int64_t n) {
     if (prefetch_others) ahead(p, n);
 }
