@@ -641,34 +641,57 @@ def test_prefetch_is_timed_unless_fixed(monkeypatch):
         assert quant_kernels.prefetch_others() == want
 
 
-def _steps_slower_when(slow_setting: int, lib, seen: list[int]):
-    """A stand-in for a decoding step: it notes the library's prefetch flag and takes 6 ms when the
-    flag is `slow_setting`, 1 ms otherwise (a gap no scheduler noise closes)."""
+def _steps_slower_when(slow_setting: int, lib, seen: list[int], slow=(0.006,), fast=(0.001,)):
+    """A stand-in for a decoding step: it notes the library's prefetch flag and sleeps the next of
+    `slow` (cycled) when the flag is `slow_setting`, else the next of `fast`."""
+    taken = {0: 0, 1: 0}
 
     def step(token: int) -> int:
-        seen.append(lib.tc_prefetch())
-        time.sleep(0.006 if seen[-1] == slow_setting else 0.001)
+        flag = lib.tc_prefetch()
+        seen.append(flag)
+        times = slow if flag == slow_setting else fast
+        time.sleep(times[taken[flag] % len(times)])
+        taken[flag] += 1
         return token + 1
 
     return step
 
 
+def _decide(choice, step, steps: int) -> list:
+    settings = []
+    for i in range(steps):
+        assert choice.run(step, i) == i + 1  # the step's result passes through
+        settings.append(choice.setting)
+    return settings
+
+
 @pytest.mark.parametrize("slow_setting", [0, 1])
 def test_prefetch_choice_keeps_the_faster_setting(slow_setting, monkeypatch, prefetch_restored):
-    """PrefetchChoice runs WARMUP steps, then TRIALS each way (on, off, off, on …), then the faster
-    setting for good; the step's result passes through."""
+    """PrefetchChoice runs WARMUP steps, then steps each way (on, off, off, on …): with a clear gap
+    (6 ms against 1 ms) it keeps the faster setting once each way has SURE steps, for good."""
     monkeypatch.delenv(quant_kernels.PREFETCH, raising=False)
     lib, seen = prefetch_restored, []
     choice = quant_kernels.PrefetchChoice()
-    step = _steps_slower_when(slow_setting, lib, seen)
-    timed = choice.WARMUP + 2 * choice.TRIALS
-    for i in range(timed + 5):
-        assert choice.run(step, i) == i + 1
-        assert choice.setting is (None if i + 1 < timed else 1 - slow_setting)
-    trials = seen[choice.WARMUP : timed]
-    assert trials[:8] == [1, 0, 0, 1, 1, 0, 0, 1] and sum(trials) == choice.TRIALS
+    timed = choice.WARMUP + 2 * choice.SURE
+    settings = _decide(choice, _steps_slower_when(slow_setting, lib, seen), timed + 5)
+    assert settings == [None] * (timed - 1) + [1 - slow_setting] * 6
+    assert seen[choice.WARMUP : timed] == [1, 0, 0, 1, 1, 0]
     assert seen[timed:] == [1 - slow_setting] * 5
-    assert sorted(len(t) for t in choice.times) == [choice.TRIALS, choice.TRIALS]
+
+
+@pytest.mark.parametrize("slow_setting", [0, 1])
+def test_prefetch_choice_by_medians_when_the_steps_overlap(slow_setting, monkeypatch, prefetch_restored):
+    """Where the two ways' steps overlap (each way has an outlier past the other's), the choice
+    waits for TRIALS steps each way and keeps the faster median."""
+    monkeypatch.delenv(quant_kernels.PREFETCH, raising=False)
+    lib, seen = prefetch_restored, []
+    choice = quant_kernels.PrefetchChoice()
+    slow, fast = (0.0005, 0.004, 0.004, 0.004), (0.009, 0.001, 0.001, 0.001)
+    step = _steps_slower_when(slow_setting, lib, seen, slow, fast)
+    timed = choice.WARMUP + 2 * choice.TRIALS
+    settings = _decide(choice, step, timed + 3)
+    assert settings == [None] * (timed - 1) + [1 - slow_setting] * 4
+    assert sum(seen[choice.WARMUP : timed]) == choice.TRIALS
 
 
 @pytest.mark.parametrize(("said", "setting"), [("on", 1), ("off", 0)])

@@ -128,13 +128,16 @@ class PrefetchChoice:
     with it) and prefetching cost 10–30% on others. The products are the same floats either way.
 
     `run(step)` runs one forward pass of few tokens with the model's setting: after WARMUP steps
-    (first-use costs), TRIALS each way, in the order on, off, off, on … (so that a cache growing by a
-    token a step favours neither), then the faster median for every later step of this model.
+    (first-use costs), steps each way in the order on, off, off, on … (so that a cache growing by a
+    token a step favours neither) until one way's slowest of at least SURE steps beats the other's
+    fastest (a gap that matters shows within six steps, so trying the slower way costs little), or
+    else, after TRIALS each way, the faster median (a gap small enough to leave it open costs as
+    little); that setting then holds for every later step of this model.
     $TOYCARDS_QUANT_PREFETCH=on or off fixes the setting and nothing is timed. The library's flag is
     process-wide: each run sets it to its model's setting when another model left it otherwise."""
 
-    WARMUP, TRIALS = 2, 8
-    MARGIN = 0.97  # prefetching is kept only when its median step is at least 3% faster
+    WARMUP, SURE, TRIALS = 2, 3, 8
+    MARGIN = 0.97  # prefetching is kept only when its steps are at least 3% faster
 
     def __init__(self) -> None:
         self.setting = prefetch_others()  # None: still timing
@@ -154,10 +157,18 @@ class PrefetchChoice:
         self.steps += 1
         if n >= 0:
             self.times[on].append(took)
-            if len(self.times[0]) >= self.TRIALS and len(self.times[1]) >= self.TRIALS:
-                off_s, on_s = (statistics.median(t) for t in self.times)
-                self.setting = int(on_s < self.MARGIN * off_s)
+            self.setting = self._decided(*self.times)
         return out
+
+    def _decided(self, off: list[float], on: list[float]) -> int | None:
+        if min(len(off), len(on)) >= self.SURE:
+            if max(on) < self.MARGIN * min(off):
+                return 1
+            if max(off) < min(on) / self.MARGIN:
+                return 0
+        if min(len(off), len(on)) >= self.TRIALS:
+            return int(statistics.median(on) < self.MARGIN * statistics.median(off))
+        return None
 
 
 def _use_prefetch(on: int) -> None:
