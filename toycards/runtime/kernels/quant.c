@@ -1266,6 +1266,44 @@ static void gemm_row(int type, const uint8_t *b, int64_t K, uint8_t *q, float *d
     }
 }
 
+/* one packed step of a SPLIT type (o: its 8 scales d, Q4_1's 8 mins m, then its quants, see tc_pack),
+ * blocks j0 … j1 − 1 of it → those blocks' unsigned quants q [32 per block] and d, m as gemm_row
+ * gives them, read in place: Q8_0's quants are stored as v + 128 already, and a Q4 run's low nibbles
+ * are two consecutive blocks (4h, 4h + 1), its high nibbles the next two */
+static void gemm_split_step(int type, const uint8_t *o, int j0, int j1, uint8_t *q, float *d, float *m) {
+    const int hb = HAS_MIN(type) ? 4 : 2;
+    const uint8_t *qs = o + 8 * hb;
+    for (int j = j0; j < j1; j++) {
+        d[j - j0] = f16(o + 2 * j);
+        m[j - j0] = type == Q8_0 ? -128.0f * d[j - j0] : HAS_MIN(type) ? f16(o + 16 + 2 * j) : -BIAS(type) * d[j - j0];
+    }
+    if (type == Q8_0) {
+        memcpy(q, qs + 32 * j0, (size_t)(32 * (j1 - j0)));
+        return;
+    }
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    for (int j = j0; j < j1; j += 2) { /* blocks j, j + 1: half (j / 2) % 2 of run j / 4 */
+        const __m512i v = _mm512_loadu_si512((const void *)(qs + 64 * (j / 4)));
+        const __m512i u = (j / 2) % 2 ? _mm512_srli_epi16(v, 4) : v;
+        _mm512_storeu_si512((void *)(q + 32 * (j - j0)), _mm512_and_si512(u, low4));
+    }
+}
+
+/* row n of a packed weight of a SPLIT type → gemm_row's q, d, m, read from its group in place (no
+ * row put back together as stored first) */
+static void gemm_packed_row(const tc_weight *p, int64_t n, uint8_t *q, float *d, float *m) {
+    const int type = (int)p->type;
+    const int64_t rb = p->row_bytes, sb = step_bytes(type), steps = p->k / 256, r = n % ROWS;
+    const int64_t tail = rb - steps * sb;
+    const uint8_t *group = p->w + (n - r) * rb, *at = group + steps * ROWS * sb;
+    for (int64_t st = 0; st < steps; st++, q += 256, d += 8, m += 8)
+        gemm_split_step(type, group + (st * ROWS + r) * sb, 0, 8, q, d, m);
+    if (SPLIT_TAIL(type, p->k)) /* row r's two blocks: slots 2r, 2r + 1 of the group's split tail */
+        gemm_split_step(type, at, (int)(2 * r), (int)(2 * r + 2), q, d, m);
+    else if (tail)
+        gemm_row(type, at + r * tail, p->k - 256 * steps, q, d, m);
+}
+
 /* a thread's tile and row buffers (see gemm_tile), and the calling thread's half-block scales of x
  * (Q6_K, see gemm_int8), grown as needed and kept */
 static _Thread_local void *tile_q, *tile_f, *halves_f;
@@ -1315,8 +1353,12 @@ static int gemm_tile(const tc_weight *p, int64_t n0, int R, uint8_t **wq, float 
         memset(rows + R * K, 0, (size_t)((GEMM_ROWS - R) * K));
         memset(f, 0, sizeof(float) * (size_t)(2 * GEMM_ROWS * ng));
     }
+    const int64_t full = p->n - p->n % ROWS; /* packed rows (see tc_pack) */
     for (int r = 0; r < R; r++) {
-        gemm_row(type, stored_row(p, n0 + r, bytes), K, rows + r * K, row_d, row_m);
+        if (p->packed && SPLIT(type) && n0 + r < full)
+            gemm_packed_row(p, n0 + r, rows + r * K, row_d, row_m);
+        else
+            gemm_row(type, stored_row(p, n0 + r, bytes), K, rows + r * K, row_d, row_m);
         for (int64_t g = 0; g < ng; g++) (*dt)[GEMM_ROWS * g + r] = row_d[g], (*mt)[GEMM_ROWS * g + r] = row_m[g];
     }
     int64_t i = 0; /* quads */
