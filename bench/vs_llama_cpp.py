@@ -10,7 +10,9 @@ against each other in one process), with the same thread count, the same prompt 
 then --decode greedy tokens, then the prompt again on an empty cache (the warm prefill: the first
 pass also pays one-time costs, such as library code pages the machine had dropped); the runs
 alternate A B A B for --rounds rounds and the medians are printed: decode tok/s, prefill tok/s
-(first and warm), peak RSS, the ratios, and whether the greedy tokens agree,
+(first and warm), peak RSS, the ratios, and whether the greedy tokens agree; the first token's
+wait (load and first prefill, where each runner does its one-time work: llama.cpp repacks some
+weights as it loads, toycards packs each at its first product);
 with --numpy, the NumPy target's peak RSS against the file's size and its speed against the torch
 target's; then the same ratios per CPU-second of each process (on one thread, what a machine loaded by other
 work changes least), the load average, the load time and the peak RSS after load.
@@ -239,6 +241,7 @@ def compare(path: Path, ids: list[int], args: argparse.Namespace) -> None:
             "decode_cpu": statistics.median((args.decode - 1) / r["decode_cpu_s"] for r in rs),
             "prefill_cpu": statistics.median(len(ids) / r["prefill_cpu_s"] for r in rs),
             "load_s": statistics.median(r["load_s"] for r in rs),
+            "first_token_s": statistics.median(r["load_s"] + r["prefill_s"] for r in rs),
             "load_rss": statistics.median(r["load_rss_mb"] for r in rs),
         }
     a, b = med["toycards"], med["llama.cpp"]
@@ -268,6 +271,12 @@ def compare(path: Path, ids: list[int], args: argparse.Namespace) -> None:
             f" ({n['rss']:.0f} MB)   decode ×{n['decode'] / a['decode']:.2f} of the torch target"
             f" ({n['decode']:.1f} tok/s)   prefill ×{n['prefill'] / a['prefill']:.2f}   greedy tokens as torch's {agree}/{args.decode}"
         )
+    # the first token's wait, load and first prefill: each runner does its one-time work in one of
+    # the two (llama.cpp repacks weights in its load, toycards packs them at their first product)
+    print(
+        f"  first token after load + prefill: {a['first_token_s']:.3f} / {b['first_token_s']:.3f} s"
+        f" = ×{b['first_token_s'] / a['first_token_s']:.2f} the speed"
+    )
     # tokens per CPU-second: what a loaded machine changes least, on one thread (with more, CPU time
     # also counts the threads spinning at barriers)
     print(
