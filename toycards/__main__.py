@@ -1,3 +1,3 @@
-from toycards.cli import main
+from toycards.cli import console
 
-main()
+console()
