@@ -210,8 +210,11 @@ def make_copy(path: Path, tmp: Path, type_name: str, args: argparse.Namespace) -
     quantized by llama.cpp from an F32 copy."""
     if type_name.endswith(("_K_M", "_K_S")):
         f32 = copy_as(path, tmp / f"{path.stem}.F32.gguf", "F32")
-        return llama_quantize(args.llama_python, f32, tmp / f"{path.stem}.{type_name}.gguf", type_name)
-    return copy_as(path, tmp / f"{path.stem}.{type_name}.gguf", type_name)
+        made = llama_quantize(args.llama_python, f32, tmp / f"{path.stem}.{type_name}.gguf", type_name)
+    else:
+        made = copy_as(path, tmp / f"{path.stem}.{type_name}.gguf", type_name)
+    os.sync()  # the copies' dirty pages written out now, not by the kernel's threads during the runs
+    return made
 
 
 def _spawn(python: str, which: str, path: Path, ids: list[int], args: argparse.Namespace) -> dict:

@@ -130,13 +130,13 @@ class PrefetchChoice:
     `run(step)` runs one forward pass of few tokens with the model's setting: after WARMUP steps
     (first-use costs), steps each way in the order on, off, off, on … (so that a cache growing by a
     token a step favours neither) until one way's slowest of at least SURE steps beats the other's
-    fastest (a gap that matters shows within six steps, so trying the slower way costs little), or
+    fastest (a gap that matters shows within four steps, so trying the slower way costs little), or
     else, after TRIALS each way, the faster median (a gap small enough to leave it open costs as
     little); that setting then holds for every later step of this model.
     $TOYCARDS_QUANT_PREFETCH=on or off fixes the setting and nothing is timed. The library's flag is
     process-wide: each run sets it to its model's setting when another model left it otherwise."""
 
-    WARMUP, SURE, TRIALS = 2, 3, 8
+    WARMUP, SURE, TRIALS = 1, 2, 8
     MARGIN = 0.97  # prefetching is kept only when its steps are at least 3% faster
 
     def __init__(self) -> None:
