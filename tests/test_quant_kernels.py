@@ -17,7 +17,6 @@ file dequantized at load, for the full pass and for cached decoding, and the Num
 from __future__ import annotations
 
 import os
-import time
 
 import numpy as np
 import pytest
@@ -641,16 +640,33 @@ def test_prefetch_is_timed_unless_fixed(monkeypatch):
         assert quant_kernels.prefetch_others() == want
 
 
-def _steps_slower_when(slow_setting: int, lib, seen: list[int], slow=(0.006,), fast=(0.001,)):
-    """A stand-in for a decoding step: it notes the library's prefetch flag and sleeps the next of
-    `slow` (cycled) when the flag is `slow_setting`, else the next of `fast`."""
+class _Clock:
+    """A stand-in for PrefetchChoice's clock that only the steps below move (no scheduler in the timings)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = _Clock()
+    monkeypatch.setattr(quant_kernels, "_clock", fake)
+    return fake
+
+
+def _steps_slower_when(slow_setting: int, lib, seen: list[int], clock, slow=(0.006,), fast=(0.001,)):
+    """A stand-in for a decoding step: it notes the library's prefetch flag and takes the next of
+    `slow` (cycled) on `clock` when the flag is `slow_setting`, else the next of `fast`."""
     taken = {0: 0, 1: 0}
 
     def step(token: int) -> int:
         flag = lib.tc_prefetch()
         seen.append(flag)
         times = slow if flag == slow_setting else fast
-        time.sleep(times[taken[flag] % len(times)])
+        clock.now += times[taken[flag] % len(times)]
         taken[flag] += 1
         return token + 1
 
@@ -666,28 +682,28 @@ def _decide(choice, step, steps: int) -> list:
 
 
 @pytest.mark.parametrize("slow_setting", [0, 1])
-def test_prefetch_choice_keeps_the_faster_setting(slow_setting, monkeypatch, prefetch_restored):
+def test_prefetch_choice_keeps_the_faster_setting(slow_setting, monkeypatch, prefetch_restored, clock):
     """PrefetchChoice runs WARMUP steps, then steps each way (on, off, off, on …): with a clear gap
     (6 ms against 1 ms) it keeps the faster setting once each way has SURE steps, for good."""
     monkeypatch.delenv(quant_kernels.PREFETCH, raising=False)
     lib, seen = prefetch_restored, []
     choice = quant_kernels.PrefetchChoice()
     timed = choice.WARMUP + 2 * choice.SURE
-    settings = _decide(choice, _steps_slower_when(slow_setting, lib, seen), timed + 5)
+    settings = _decide(choice, _steps_slower_when(slow_setting, lib, seen, clock), timed + 5)
     assert settings == [None] * (timed - 1) + [1 - slow_setting] * 6
     assert seen[choice.WARMUP : timed] == [1, 0, 0, 1, 1, 0][: 2 * choice.SURE]
     assert seen[timed:] == [1 - slow_setting] * 5
 
 
 @pytest.mark.parametrize("slow_setting", [0, 1])
-def test_prefetch_choice_by_medians_when_the_steps_overlap(slow_setting, monkeypatch, prefetch_restored):
+def test_prefetch_choice_by_medians_when_the_steps_overlap(slow_setting, monkeypatch, prefetch_restored, clock):
     """Where the two ways' steps overlap (each way has an outlier past the other's), the choice
     waits for TRIALS steps each way and keeps the faster median."""
     monkeypatch.delenv(quant_kernels.PREFETCH, raising=False)
     lib, seen = prefetch_restored, []
     choice = quant_kernels.PrefetchChoice()
     slow, fast = (0.0005, 0.004, 0.004, 0.004), (0.009, 0.001, 0.001, 0.001)
-    step = _steps_slower_when(slow_setting, lib, seen, slow, fast)
+    step = _steps_slower_when(slow_setting, lib, seen, clock, slow, fast)
     timed = choice.WARMUP + 2 * choice.TRIALS
     settings = _decide(choice, step, timed + 3)
     assert settings == [None] * (timed - 1) + [1 - slow_setting] * 4
@@ -695,12 +711,12 @@ def test_prefetch_choice_by_medians_when_the_steps_overlap(slow_setting, monkeyp
 
 
 @pytest.mark.parametrize(("said", "setting"), [("on", 1), ("off", 0)])
-def test_prefetch_fixed_by_the_environment_is_not_timed(said, setting, monkeypatch, prefetch_restored):
+def test_prefetch_fixed_by_the_environment_is_not_timed(said, setting, monkeypatch, prefetch_restored, clock):
     monkeypatch.setenv(quant_kernels.PREFETCH, said)
     lib, seen = prefetch_restored, []
     choice = quant_kernels.PrefetchChoice()
     lib.tc_set_prefetch(1 - setting)
-    step = _steps_slower_when(setting, lib, seen)  # fixed, even where the other setting is faster
+    step = _steps_slower_when(setting, lib, seen, clock)  # fixed, even where the other setting is faster
     for i in range(choice.WARMUP + 2 * choice.TRIALS + 2):
         choice.run(step, i)
     assert seen == [setting] * len(seen) and choice.times == ([], [])

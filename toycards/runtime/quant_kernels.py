@@ -121,6 +121,9 @@ def prefetch_others() -> int | None:
     return {"on": 1, "off": 0}.get(os.environ.get(PREFETCH, "").strip().lower())
 
 
+_clock = time.perf_counter  # what PrefetchChoice times steps by
+
+
 class PrefetchChoice:
     """Whether one model's few-token products prefetch their weight stream (quant.c's `ahead_other`),
     chosen on this host by timing the model's own decoding steps: the hardware prefetchers alone
@@ -151,9 +154,9 @@ class PrefetchChoice:
         n = self.steps - self.WARMUP
         on = int(n >= 0 and n % 4 in (0, 3))
         _use_prefetch(on)
-        start = time.perf_counter()
+        start = _clock()
         out = step(*args)
-        took = time.perf_counter() - start
+        took = _clock() - start
         self.steps += 1
         if n >= 0:
             self.times[on].append(took)
