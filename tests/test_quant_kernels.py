@@ -294,7 +294,7 @@ def test_without_kernels_the_reference_runs(weight):
     """No compiler: the product is gguf.quants' dequantized matrix times x, in float32."""
     qtype, blocks, w = weight
     q = quant_torch.QuantWeight(blocks, qtype, w.shape)
-    q.fast = False
+    q.fast, q._cplan = False, 0  # as a weight made without kernels is: no plan for the C++ glue
     x = np.random.default_rng(1).normal(size=(1, w.shape[1])).astype(np.float32)
     check_product(q.linear(torch.from_numpy(x)).numpy(), x, w, Q.F32, 99)
     assert np.array_equal(q.embed(torch.tensor([3])).numpy(), w[[3]])
@@ -406,9 +406,10 @@ def packed_layout(blocks: np.ndarray, qtype: Q, k: int, rows: int) -> np.ndarray
 @pytest.mark.skipif(not PACKED, reason="no packed kernels on this CPU (AVX-512 VNNI)")
 @pytest.mark.parametrize(("qtype", "shape"), PACKED_CASES, ids=lambda c: getattr(c, "name", str(c)))
 def test_packed_weight_is_the_same_weight(qtype, shape, monkeypatch):
-    """A weight that its first product packed multiplies, dequantizes and embeds exactly as the same
-    blocks read in place (a NumPy twin kept from packing runs the same kernel on rows as stored),
-    and the packed copy is the layout quant.c describes (packed here one group at a time)."""
+    """A packed weight (by its first product where `packs_at_first_product`, else by LaterPacking,
+    here `_pack`) multiplies, dequantizes and embeds exactly as the same blocks read in place (a
+    NumPy twin kept from packing runs the same kernel on rows as stored), and the packed copy is the
+    layout quant.c describes (packed here one group at a time)."""
     monkeypatch.setattr(quant_kernels, "PACK_BYTES", 1)
     rng = np.random.default_rng(shape[0] * 1000 + shape[1])
     blocks = small_blocks(qtype, shape, rng)
@@ -416,12 +417,21 @@ def test_packed_weight_is_the_same_weight(qtype, shape, monkeypatch):
     q, stored = quant_torch.QuantWeight(blocks, qtype, shape), quant_numpy.QuantWeight(blocks, qtype, shape)
     stored._unpacked = False  # never packed: the rows as stored
     x = rng.normal(size=(3, shape[1])).astype(np.float32)
+    first = quant_kernels.packs_at_first_product(qtype)
+    assert first == (qtype in (Q.Q4_0, Q.Q4_1, Q.Q8_0))
+    for t in (1, 3):  # before the copy, where it is made later: the rows as stored
+        assert np.array_equal(q.linear(torch.from_numpy(x[:t])).numpy(), stored.linear(x[:t]))
+    assert (q._packed is not None) == first
+    q._pack()
     for t in (1, 3):
         assert np.array_equal(q.linear(torch.from_numpy(x[:t])).numpy(), stored.linear(x[:t]))
     assert q._packed is not None and q._plan.packed == 1
     layout = packed_layout(blocks, qtype, shape[1], quant_kernels.pack_rows(qtype))
     assert np.array_equal(q._packed.numpy(), layout)
     on_one = quant_numpy.QuantWeight(blocks, qtype, shape)  # the NumPy target packs on one thread
+    assert np.array_equal(on_one.linear(x[:1]), stored.linear(x[:1]))
+    assert (on_one._packed is not None) == first
+    on_one._pack()
     assert np.array_equal(on_one.linear(x[:1]), stored.linear(x[:1]))
     assert np.array_equal(on_one._packed, layout)
     assert np.array_equal(q.dequantize().numpy(), w)
@@ -735,6 +745,32 @@ def test_models_time_only_their_decoding_steps(tmp_path, monkeypatch, prefetch_r
             for t in range(3):
                 model(np.array([[t]]), cache, last=True)
         assert model._prefetch.steps == 3
+
+
+@pytest.mark.skipif(not PACKED, reason="no packed kernels on this CPU (AVX-512 VNNI)")
+@pytest.mark.parametrize("target", ["torch", "numpy"])
+def test_later_packing_after_some_decoding(tmp_path, monkeypatch, target):
+    """In a Q4_K_M-style model (Q4_K, Q6_K) the K-quants are read as stored through the prompt and
+    the first AFTER decoding steps, then pack one a step; every step's logits are those of a model
+    whose weights never pack (the same floats, packed or not)."""
+    monkeypatch.setattr(quant_kernels.LaterPacking, "AFTER", 3)
+    path = tiny_llama(tmp_path, "Q4_K_M")
+    model = toycards.load(path, target=target)
+    never = toycards.load(path, target=target)
+    never._later.waiting = []
+    kept = [w for w in model.w._quantized.values()] if target == "torch" else list(model.w.values())
+    later = {id(w): w for w in kept if getattr(w, "_unpacked", False)}
+    assert later and len(model._later.waiting) == len(later)
+    caches = model.new_cache(), never.new_cache()
+    with torch.inference_mode():
+        assert np.array_equal(*(np.asarray(m(np.arange(20)[None], c)) for m, c in zip((model, never), caches)))
+        assert all(w._packed is None for w in later.values())
+        for t in range(3 + len(later)):
+            a, b = (np.asarray(m(np.array([[t]]), c, last=True)) for m, c in zip((model, never), caches))
+            assert np.array_equal(a, b)
+            packed = sum(w._packed is not None for w in later.values())
+            assert packed == max(0, t + 1 - 3)
+    assert not model._later.waiting
 
 
 def test_float_linear_leaves_other_cases_to_torch():

@@ -23,6 +23,7 @@ class NumpyModel(ModelAPI):
             k: v if isinstance(v, QuantWeight) else np.asarray(v, dtype=np.float32)
             for k, v in weights.items()
         }
+        self._later = quant_kernels.LaterPacking(self.w.values())  # packed after some decoding
 
     def forward(self, x, cache: KVCache | None = None):  # replaced by the generated class
         raise NotImplementedError
@@ -38,6 +39,7 @@ class NumpyModel(ModelAPI):
             out = self.forward(self._with_history(x, cache, np.concatenate), None, last)[..., -n_new:, :]
         elif x.size <= quant_kernels.FEW_FLOAT_TOKENS:  # decoding
             out = self._prefetch.run(self.forward, x, cache, last)
+            self._later.step()
         else:
             out = self.forward(x, cache, last)
         if cache is not None:

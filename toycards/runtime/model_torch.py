@@ -109,6 +109,7 @@ class TorchModel(nn.Module, ModelAPI):
             else:
                 holders[name] = _register(self, name, params[other])
         self.w = Weights(holders, quantized)
+        self._later = quant_kernels.LaterPacking(quantized.values())  # packed after some decoding
 
     def forward(self, x, cache: KVCache | None = None):  # replaced by the generated class
         raise NotImplementedError
@@ -138,6 +139,7 @@ class TorchModel(nn.Module, ModelAPI):
                 made[id(q)] = nn.Parameter(q.dequantize())
             holders[name] = _register(self, name, made[id(q)])
         self.w = Weights(holders)
+        self._later = quant_kernels.LaterPacking(())
 
     @property
     def device(self) -> torch.device:
@@ -159,6 +161,7 @@ class TorchModel(nn.Module, ModelAPI):
             out = super().__call__(self._with_history(x, cache, torch.cat), None, last)[..., -n_new:, :]
         elif x.numel() <= quant_kernels.FEW_FLOAT_TOKENS and self._device is None:  # decoding
             out = self._prefetch.run(super().__call__, x, cache, last)
+            self._later.step()
         else:
             out = super().__call__(x, cache, last)
         if cache is not None:

@@ -7,7 +7,8 @@ afresh), loading it, and the calls on a weight's `Plan` (its type, shape and whe
 the calling thread), `dequant_rows` (a tile of rows, for a float GEMM on many tokens, or the whole
 matrix), `gather_rows` (embedding lookups) and `pack` (a copy in the layout the few-token product
 reads fastest, where `pack_rows`; `packed_copy` makes a weight's whole copy for either target,
-handing the file's pages back as it goes, under the `PACKING` lock). Which ggml types have a kernel
+handing the file's pages back as it goes, under the `PACKING` lock; at a weight's first product
+where `packs_at_first_product`, after some decoding elsewhere: `LaterPacking`). Which ggml types have a kernel
 is `SUPPORTED`.
 Leaves out: torch and NumPy weights (quant_torch.py, quant_numpy.py), the reference
 (gguf.quants.dequantize, which the tests hold these kernels to).
@@ -107,6 +108,7 @@ def _build() -> ctypes.CDLL | None:
         fn.restype = ctypes.c_int
     lib.tc_set_prefetch.argtypes = [ctypes.c_int]
     lib.tc_prefetch.restype = ctypes.c_int
+    lib.tc_pack_regroups.restype = ctypes.c_int
     lib.tc_set_prefetch(prefetch_others() or 0)
     return lib
 
@@ -264,6 +266,39 @@ def pack_rows(ggml_type: int) -> int:
     with their blocks side by side, read as one stream), else 0."""
     lib = library()
     return 0 if lib is None else int(lib.tc_packs(ggml_type))
+
+
+def packs_at_first_product(ggml_type: int) -> bool:
+    """Whether a weight of this type packs at its first product (`pack_rows` and a packed step that
+    regroups its bytes: Q4_0, Q4_1, Q8_0), rather than only after some decoding (`LaterPacking`: the
+    types whose packed copy only puts rows side by side, the K-quants, Q5_0 and Q5_1)."""
+    lib = library()
+    return lib is not None and bool(lib.tc_pack_regroups(ggml_type))
+
+
+class LaterPacking:
+    """The packed copies of one model's weights that pack only after some decoding: those whose copy
+    only puts a group's rows side by side (`pack_rows`, not `packs_at_first_product`). Their copy
+    pays for itself only over a long generation: on a Llama-3.2-1B-shaped Q4_K file it made decoding
+    ~5% faster (16.3–17.1 against 17.1–17.9 ms a token) and cost its first prefill 0.24–0.55 s of
+    fresh memory (597–956 against 362–405 ms), so a short run is faster without it. They are read
+    as the file stores them until AFTER decoding steps have run, then one weight packs after each
+    further step (a few ms each on that file, where all at once would stall one token by ~0.3 s).
+    The products are the same floats either way."""
+
+    AFTER = 64
+
+    def __init__(self, weights) -> None:
+        unique = {id(w): w for w in weights if getattr(w, "_unpacked", False) and not w._pack_first}
+        self.waiting = list(unique.values())
+        self.steps = 0
+
+    def step(self) -> None:
+        """One decoding step has run."""
+        if self.waiting:
+            self.steps += 1
+            if self.steps > self.AFTER:
+                self.waiting.pop(0)._pack()
 
 
 def pack(p: Plan, r0: int, r1: int, out_ptr: int, one_thread: bool = False) -> None:

@@ -7,7 +7,8 @@ its own size in memory on the NumPy target too. Many tokens take the int8 GEMM w
 `quant_kernels.many_tokens`, else (or with `TOYCARDS_PREFILL=float32`) dequantized tiles and
 NumPy's GEMM.
 Where the few-token kernel reads a packed copy faster (`quant_kernels.pack_rows`), the first
-product makes that copy and hands the file's pages back, as quant_torch does. Its kernels run on the
+product makes that copy (or, for the types whose copy only puts rows side by side, some decoding
+later: `quant_kernels.LaterPacking`) and hands the file's pages back, as quant_torch does. Its kernels run on the
 calling thread where NumPy comes next (the GEMM, dequantizing, packing): OpenBLAS's threads, still
 spinning after a GEMM, and the kernels' OpenMP threads fought over the cores (packing SmolLM2 Q4_0
 took ~1 s on two threads, 0.1 s on one; its warm prefill by the int8 GEMM ~0.6 s, ~0.2 s on one).
@@ -65,7 +66,9 @@ class QuantWeight:
         # the kernels' view of the weight: the blocks in place, then, from the first product on where
         # that is faster, their packed copy (`_pack`)
         self._plan = kernels.plan(self.ggml_type, _ptr(blocks), self.row_bytes, *shape) if self.fast else None
-        self._unpacked = self.fast and kernels.pack_rows(self.ggml_type) > 0
+        self._unpacked = self.fast and kernels.pack_rows(self.ggml_type) > 0  # a packed copy would be faster
+        # it packs at its first product; else, if at all, after some decoding (kernels.LaterPacking)
+        self._pack_first = self._unpacked and kernels.packs_at_first_product(self.ggml_type)
         self._gemm = self.fast and kernels.int8_prefill(self.ggml_type)
         self._packed: np.ndarray | None = None
 
@@ -114,7 +117,7 @@ class QuantWeight:
         x = np.asarray(x)
         if not self.fast:
             return x @ self.dequantize().T
-        if self._unpacked:
+        if self._unpacked and self._pack_first:
             self._pack()
         lead = x.shape[:-1]
         x2 = np.ascontiguousarray(x.reshape(-1, k), dtype=np.float32)  # (T, K)

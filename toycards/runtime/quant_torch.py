@@ -148,7 +148,7 @@ def _few_token_plan(W, n: int, k: int):
     if W.__class__ is QuantWeight:
         if not W.fast or W.shape != (n, k):
             return None
-        if W._unpacked:
+        if W._unpacked and W._pack_first:
             W._pack()
         return W._plan_ref
     if _float_direct is None:
@@ -285,9 +285,11 @@ class QuantWeight:
         # then, from the first product on where that is faster, their packed copy (`_pack`)
         self._plan = kernels.plan(self.ggml_type, self.blocks.data_ptr(), self.row_bytes, n, k)
         self._plan_ref = ctypes.byref(self._plan)
-        self._unpacked = self.fast and kernels.pack_rows(self.ggml_type) > 0  # packs at its first product
+        self._unpacked = self.fast and kernels.pack_rows(self.ggml_type) > 0  # a packed copy would be faster
+        # it packs at its first product; else, if at all, after some decoding (kernels.LaterPacking)
+        self._pack_first = self._unpacked and kernels.packs_at_first_product(self.ggml_type)
         # the plan's address where the C++ glue may read it (glue_cpp.py), else 0 (not packed yet)
-        self._cplan = ctypes.addressof(self._plan) if self.fast and not self._unpacked else 0
+        self._cplan = ctypes.addressof(self._plan) if self.fast and not self._pack_first else 0
         self._gemm = self.fast and kernels.int8_prefill(self.ggml_type)  # the C product for any token count
         self._packed: torch.Tensor | None = None
 
@@ -339,7 +341,7 @@ class QuantWeight:
         if self._cplan and (cx := glue_cpp.module()) is not None and (y := cx.linear(x, self)) is not None:
             return y  # few tokens: the call below, from C++ (glue_cpp.py)
         n, k = self.shape
-        if self._unpacked and self.fast:
+        if self._unpacked and self._pack_first:
             self._pack()
         if self.fast and x.shape[-1] == k and (t := _few_tokens(x)):  # decoding: one C call, no reshapes
             return _c_product(self._plan_ref, x, t, n)

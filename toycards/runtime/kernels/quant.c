@@ -1072,6 +1072,10 @@ static void unpack_step(int type, const uint8_t *o, uint8_t *b) {
  * whose x is quantized, AVX-512 kernels), else 0 */
 int tc_packs(int type) { return ROWS > 1 && HAVE_INT8_DOT && step_bytes(type) > 0 ? ROWS : 0; }
 
+/* whether a packed copy of this type regroups a step's bytes (SPLIT: scales apart from the quants),
+ * rather than only placing ROWS rows' steps side by side */
+int tc_pack_regroups(int type) { return tc_packs(type) && SPLIT(type); }
+
 /* rows [r0, r1) of the plan's weight (as stored) in the packed layout, into the same bytes of out
  * [N · row_bytes] that they take in it (a group's bytes are its rows' bytes as stored); r0 and r1 are
  * multiples of ROWS, or r1 = N; on the calling thread alone when `one_thread` (as tc_dequant_rows) */
