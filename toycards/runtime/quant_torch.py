@@ -26,9 +26,10 @@ still flow through them to whatever is (a norm's γ, the inputs): the backward d
 again a tile at a time, so autograd keeps no float copy of it (`_ThroughBlocks`).
 
 Where the few-token kernel reads a packed weight faster (`quant_kernels.pack_rows`: the types whose x
-it rounds to int8, with the AVX-512 kernels), the first product copies the blocks into that layout
-(groups of rows side by side, the same bytes in another order: quant_kernels.pack) and every later
-use reads the copy;
+it rounds to int8, with the AVX-512 kernels), the blocks are copied into that layout (groups of
+rows side by side, the same bytes in another order: quant_kernels.pack) and every later use reads
+the copy: at the first product where the copy regroups the blocks too (Q4_0, Q4_1, Q8_0), after
+some decoding elsewhere (quant_kernels.LaterPacking);
 the file's pages of the weight are handed back as the copy grows (madvise), so the weight still
 costs its size in memory once.
 """
@@ -398,9 +399,10 @@ class QuantWeight:
         return gx.view(*gy.shape[:-1], k)
 
     def _pack(self) -> None:
-        """Copy the blocks into the packed layout, once (the first product), and read the copy from
-        then on; the file's pages of the weight go back to the page cache. A new plan, never a changed
-        one: a product already running on another thread keeps a consistent view of the weight."""
+        """Copy the blocks into the packed layout, once (at the first product, or at LaterPacking's
+        turn), and read the copy from then on; the file's pages of the weight go back to the page
+        cache. A new plan, never a changed one: a product already running on another thread keeps a
+        consistent view of the weight."""
         with kernels.PACKING:
             if not self._unpacked:
                 return
