@@ -25,6 +25,22 @@ class ModelAPI:
     bound = None  # toycards.binding.Bound: hyperparameters and where each tensor came from
     path = None  # the GGUF file the weights came from (set by the loader), named in errors
 
+    def _kernel_choices(self, kept) -> None:
+        """The per-model state of the block kernels' decoding, for the weights `kept` in their GGUF
+        blocks: whether the few-token products prefetch (timed on the model's first decoding steps),
+        and which weights pack after some decoding (quant_kernels)."""
+        from toycards.runtime import quant_kernels
+
+        self._prefetch = quant_kernels.PrefetchChoice()
+        self._later = quant_kernels.LaterPacking(kept)
+
+    def _decoding_step(self, forward, *args):
+        """`forward(*args)` as one decoding step (few new tokens): under the model's prefetch choice,
+        then the turn of a weight that packs after some decoding."""
+        out = self._prefetch.run(forward, *args)
+        self._later.step()
+        return out
+
     def _forward_numpy(self, ids: np.ndarray, cache: KVCache | None, last: bool = False) -> np.ndarray:
         """float32 logits [..., ℓ, N_V] (`last`: [..., 1, N_V], the last token's alone)."""
         raise NotImplementedError

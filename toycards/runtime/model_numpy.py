@@ -18,12 +18,11 @@ from toycards.runtime.quant_numpy import QuantWeight
 class NumpyModel(ModelAPI):
     def __init__(self, hp: dict, weights: dict[str, np.ndarray]) -> None:
         self.hp = dict(hp)
-        self._prefetch = quant_kernels.PrefetchChoice()  # for its decoding steps (quant_kernels)
         self.w = {
             k: v if isinstance(v, QuantWeight) else np.asarray(v, dtype=np.float32)
             for k, v in weights.items()
         }
-        self._later = quant_kernels.LaterPacking(self.w.values())  # packed after some decoding
+        self._kernel_choices(self.w.values())
 
     def forward(self, x, cache: KVCache | None = None):  # replaced by the generated class
         raise NotImplementedError
@@ -38,8 +37,7 @@ class NumpyModel(ModelAPI):
             n_new = 1 if last else x.shape[-1]
             out = self.forward(self._with_history(x, cache, np.concatenate), None, last)[..., -n_new:, :]
         elif x.size <= quant_kernels.FEW_FLOAT_TOKENS:  # decoding
-            out = self._prefetch.run(self.forward, x, cache, last)
-            self._later.step()
+            out = self._decoding_step(self.forward, x, cache, last)
         else:
             out = self.forward(x, cache, last)
         if cache is not None:

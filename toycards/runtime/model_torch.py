@@ -91,7 +91,6 @@ class TorchModel(nn.Module, ModelAPI):
         """`shared` maps a tensor name to another whose parameter it reuses (tied weights)."""
         super().__init__()
         self.hp = dict(hp)
-        self._prefetch = quant_kernels.PrefetchChoice()  # for its decoding steps (quant_kernels)
         params: dict[str, nn.Parameter] = {}
         holders: dict[str, nn.Module] = {}
         quantized: dict[str, QuantWeight] = {}
@@ -109,7 +108,7 @@ class TorchModel(nn.Module, ModelAPI):
             else:
                 holders[name] = _register(self, name, params[other])
         self.w = Weights(holders, quantized)
-        self._later = quant_kernels.LaterPacking(quantized.values())  # packed after some decoding
+        self._kernel_choices(quantized.values())
 
     def forward(self, x, cache: KVCache | None = None):  # replaced by the generated class
         raise NotImplementedError
@@ -139,7 +138,7 @@ class TorchModel(nn.Module, ModelAPI):
                 made[id(q)] = nn.Parameter(q.dequantize())
             holders[name] = _register(self, name, made[id(q)])
         self.w = Weights(holders)
-        self._later = quant_kernels.LaterPacking(())
+        self._kernel_choices(())
 
     @property
     def device(self) -> torch.device:
@@ -160,8 +159,7 @@ class TorchModel(nn.Module, ModelAPI):
             n_new = 1 if last else x.shape[-1]
             out = super().__call__(self._with_history(x, cache, torch.cat), None, last)[..., -n_new:, :]
         elif x.numel() <= quant_kernels.FEW_FLOAT_TOKENS and self._device is None:  # decoding
-            out = self._prefetch.run(super().__call__, x, cache, last)
-            self._later.step()
+            out = self._decoding_step(super().__call__, x, cache, last)
         else:
             out = super().__call__(x, cache, last)
         if cache is not None:

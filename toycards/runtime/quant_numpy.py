@@ -63,8 +63,8 @@ class QuantWeight:
         self.blocks, self.ggml_type, self.shape, self.name = blocks, int(ggml_type), tuple(shape), name
         self.row_bytes = blocks.shape[1]
         self.fast = kernels.available(self.ggml_type) and blocks.flags.c_contiguous
-        # the kernels' view of the weight: the blocks in place, then, from the first product on where
-        # that is faster, their packed copy (`_pack`)
+        # the kernels' view of the weight: the blocks in place, then, where that is faster, their
+        # packed copy (`_pack`)
         self._plan = kernels.plan(self.ggml_type, _ptr(blocks), self.row_bytes, *shape) if self.fast else None
         self._unpacked = self.fast and kernels.pack_rows(self.ggml_type) > 0  # a packed copy would be faster
         # it packs at its first product; else, if at all, after some decoding (kernels.LaterPacking)

@@ -283,7 +283,7 @@ class QuantWeight:
         self.device = self.blocks.device
         self.fast = kernels.available(self.ggml_type) and blocks.flags.c_contiguous
         # the kernels' view of the weight, bound once (a four-argument C call): the blocks in place,
-        # then, from the first product on where that is faster, their packed copy (`_pack`)
+        # then, where that is faster, their packed copy (`_pack`)
         self._plan = kernels.plan(self.ggml_type, self.blocks.data_ptr(), self.row_bytes, n, k)
         self._plan_ref = ctypes.byref(self._plan)
         self._unpacked = self.fast and kernels.pack_rows(self.ggml_type) > 0  # a packed copy would be faster
