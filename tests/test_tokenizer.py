@@ -303,6 +303,15 @@ def test_bad_metadata_raises_naming_it(changes, message):
 
 
 @needs_vocab
+def test_vocabulary_texts_as_llama_cpp_reads_them():
+    """An empty token text becomes "[EMPTY_<id>]" (llama.cpp's name for it); texts given as bytes
+    (a getter other than a GGUF file's) are read as UTF-8."""
+    tok = _edited("gpt-2", **{"tokenizer.ggml.tokens": ["a", "", b"\xc3\xa9", ""], "tokenizer.ggml.token_type": None})
+    assert tok.tokens == ["a", "[EMPTY_1]", "é", "[EMPTY_3]"]
+    assert tok.token_to_id == {"a": 0, "[EMPTY_1]": 1, "é": 2, "[EMPTY_3]": 3}
+
+
+@needs_vocab
 def test_bad_arguments_raise(toks):
     with pytest.raises(ToycardsError, match="out of range"):
         toks["gpt-2"].decode([50257])

@@ -326,9 +326,13 @@ def tensor_table(cur: Cursor, infos: list, data_offset: int, alignment: int) -> 
     return table
 
 
-def decode_array(cur: Cursor, subtype: int, n: int, what: str, depth: int = 1) -> list | np.ndarray:
+def decode_array(
+    cur: Cursor, subtype: int, n: int, what: str, depth: int = 1, end: int | None = None
+) -> list | np.ndarray:
     """Decode `n` elements from `cur.off`: numbers and bools → read-only ndarray,
-    strings → list[str], arrays → list. (NumPy is imported here, on the first numeric array.)"""
+    strings → list[str], arrays → list. `end`: where the elements end, when `read_header`'s walk
+    over them has checked every length already (a top-level entry's `Entry.end`). (NumPy is
+    imported here, on the first numeric array.)"""
     if subtype in SCALAR_STRUCTS:
         import numpy as np
 
@@ -337,7 +341,7 @@ def decode_array(cur: Cursor, subtype: int, n: int, what: str, depth: int = 1) -
         cur.off += n * st.size
         return arr != 0 if subtype == ValueType.BOOL else arr
     if subtype == ValueType.STRING:
-        return _decode_strings(cur, n, what)
+        return _decode_strings(cur, n, what, end)
     out = []
     for i in range(n):
         sub, m = cur.array_header(f"{what}[{i}]", depth + 1)
@@ -345,19 +349,24 @@ def decode_array(cur: Cursor, subtype: int, n: int, what: str, depth: int = 1) -
     return out
 
 
-def _decode_strings(cur: Cursor, n: int, what: str) -> list[str]:
-    """The validated fast path: `skip_strings` has already checked every length."""
+def _decode_strings(cur: Cursor, n: int, what: str, end: int | None) -> list[str]:
+    """`n` strings from `cur.off` to `end`, or, without `end`, to where `skip_strings` (which checks
+    every length) finds it: the lengths are then known good, and one pass decodes (a vocabulary's
+    49k tokens in ~10 ms)."""
     start = cur.off
-    cur.skip_strings(n, what)
-    blob, unpack, off, out = cur.buf[start : cur.off], _U64.unpack_from, 0, []
+    if end is None:
+        cur.skip_strings(n, what)
+        end = cur.off
+    cur.off = end
+    blob, unpack, off, out = cur.buf[start:end], _U64.unpack_from, 0, []
+    append = out.append
     try:
         for _ in range(n):
-            k = unpack(blob, off)[0]
-            out.append(blob[off + 8 : off + 8 + k].decode("utf-8"))
-            off += 8 + k
+            at = off + 8
+            off = at + unpack(blob, off)[0]
+            append(blob[at:off].decode("utf-8"))
     except UnicodeDecodeError:
-        bad = blob[off + 8 : off + 8 + k]
-        raise cur.error(f"{what}[{len(out)}] is not valid UTF-8: {bad[:40]!r}") from None
+        raise cur.error(f"{what}[{len(out)}] is not valid UTF-8: {blob[at:off][:40]!r}") from None
     return out
 
 

@@ -165,7 +165,7 @@ class GGUFFile:
         if self._buf is None:
             raise file_error(self.path, f"file is closed; array '{key}' was not read before close()")
         cur = Cursor(self._buf, self.file_size, self.path, entry.start)
-        value = decode_array(cur, entry.subtype, entry.count, f"value of '{key}'")
+        value = decode_array(cur, entry.subtype, entry.count, f"value of '{key}'", end=entry.end)
         if hasattr(value, "flags"):  # an ndarray
             value.flags.writeable = False
         return value

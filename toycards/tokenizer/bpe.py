@@ -286,10 +286,7 @@ def parse_merges(merges: list[str]) -> dict[str, int]:
     >>> parse_merges(["Ġ t", "h e", "Ġ t"])
     {'Ġ t': 0, 'h e': 1}
     """
-    ranks: dict[str, int] = {}
-    for rank, merge in enumerate(merges):
-        ranks.setdefault(merge, rank)
-    return ranks
+    return dict(zip(reversed(merges), range(len(merges) - 1, -1, -1)))  # built last to first: the first stays
 
 
 def merge_rank(ranks: dict[str, int], left: str, right: str) -> int | None:

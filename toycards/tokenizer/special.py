@@ -64,7 +64,7 @@ def end_of_generation(
     special: dict[str, int | None], token_to_id: dict[str, int], token_type: list[int]
 ) -> frozenset[int]:
     """llama.cpp's end-of-generation set (EOG texts, eos/eot/eom, fim pad/rep/sep), adjusting types."""
-    eog = {tid for text, tid in token_to_id.items() if text in EOG_TEXTS}
+    eog = {token_to_id[text] for text in EOG_TEXTS if text in token_to_id}
     for tid in eog:
         token_type[tid] = T.CONTROL
     for text in ALWAYS_RENDERED:
@@ -109,8 +109,9 @@ class SpecialSplitter:
         self, tokens: list[str], token_type: list[int], token_to_id: dict[str, int], model_name: str
     ):
         self.tokens = tokens
+        normal, special = int(T.NORMAL), frozenset(map(int, SPECIAL_TYPES))
         self.specials = sorted(  # longest first by UTF-8 length, as llama.cpp sorts them
-            (i for i, t in enumerate(token_type) if t in SPECIAL_TYPES),
+            (i for i, t in enumerate(token_type) if t != normal and t in special),
             key=lambda i: (-len(tokens[i].encode()), i),
         )
         self.user_defined = [i for i in self.specials if token_type[i] == T.USER_DEFINED]

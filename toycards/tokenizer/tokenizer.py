@@ -73,16 +73,25 @@ def _as_list(value: object) -> list:
     return value.tolist() if hasattr(value, "tolist") else list(value)  # type: ignore[call-overload]
 
 
+def _as_strings(values: object) -> list[str]:
+    """A list of str: a GGUF file's string array as it is, anything else converted (bytes as UTF-8)."""
+    values = _as_list(values)
+    if set(map(type, values)) <= {str}:
+        return values
+    return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values]
+
+
 def _read_vocab(get: MetadataGet) -> tuple[list[str], list[int], list[float] | None]:
     """Token texts, types and scores (None when absent), checked to cover every token."""
     tokens = get(K.LIST)
     if tokens is None or isinstance(tokens, (str, bytes)) or len(tokens) == 0:  # type: ignore[arg-type]
         raise ToycardsError(f"{K.LIST} is missing, empty or not an array of strings")
-    tokens = [t.decode("utf-8", "replace") if isinstance(t, bytes) else str(t) for t in _as_list(tokens)]
-    tokens = [t or f"[EMPTY_{i}]" for i, t in enumerate(tokens)]  # llama.cpp renames empty tokens
+    tokens = _as_strings(tokens)
+    if "" in tokens:  # llama.cpp renames empty tokens
+        tokens = [t or f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
     n = len(tokens)
     types, scores = get(K.TOKEN_TYPE), get(K.SCORES)
-    types = [int(t) for t in _as_list(types)] if types is not None else [int(T.NORMAL)] * n
+    types = list(map(int, _as_list(types))) if types is not None else [int(T.NORMAL)] * n
     scores = [float(s) for s in _as_list(scores)] if scores is not None else None
     if len(types) < n or (scores is not None and len(scores) < n):
         raise ToycardsError(f"{K.TOKEN_TYPE} or {K.SCORES} is shorter than {K.LIST} ({n} tokens)")
@@ -114,12 +123,14 @@ class Tokenizer:
             )
         self.model, self.pre, self.chat_template = model, pre, chat_template
         self.tokens, self.token_type = tokens, list(token_type)  # token types are adjusted below
-        self.token_to_id: dict[str, int] = {}
-        for tid, text in enumerate(tokens):
-            if self.token_to_id.setdefault(text, tid) != tid:
-                raise ToycardsError(
-                    f"duplicate token {text!r} in tokenizer.ggml.tokens (ids {self.token_to_id[text]}, {tid})"
-                )
+        self.token_to_id: dict[str, int] = dict(zip(tokens, range(len(tokens))))
+        if len(self.token_to_id) != len(tokens):  # a text twice: name the first one repeated
+            seen: dict[str, int] = {}
+            for tid, text in enumerate(tokens):
+                if seen.setdefault(text, tid) != tid:
+                    raise ToycardsError(
+                        f"duplicate token {text!r} in tokenizer.ggml.tokens (ids {seen[text]}, {tid})"
+                    )
         defaults = MODELS[model]
         pre_tokenizer = self._pre_tokenizer(pre)
         self.special = {
@@ -164,7 +175,7 @@ class Tokenizer:
         try:
             tokens, types, scores = _read_vocab(get)
             merges = get(K.MERGES)
-            merges = [str(m) for m in _as_list(merges)] if merges is not None else None
+            merges = _as_strings(merges) if merges is not None else None
             n = len(tokens)
             special = {
                 r: int(v) for r, key in _SPECIAL_KEYS if (v := get(key)) is not None and 0 <= int(v) < n
