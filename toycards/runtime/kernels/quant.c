@@ -1973,25 +1973,32 @@ static void attend_row(const float *q, const float *Kh, const float *Vh, int64_t
 
 #if defined(__AVX512F__)
 
+/* Keys Kh [S, d] in blocks of RUN_KEYS, each block transposed: Kt [⌈S/16⌉][d][16], Kt[b][i][c] =
+ * Kh[16b + c][i] (past the last key, the block's first key again: lanes attend_run masks off) */
+static void transpose_keys(const float *Kh, int64_t S, int64_t d, float *Kt) {
+    for (int64_t jb = 0; jb < S; jb += RUN_KEYS, Kt += d * RUN_KEYS)
+        for (int64_t c = 0; c < RUN_KEYS; c++) {
+            const float *k = Kh + (jb + (jb + c < S ? c : 0)) * d;
+            for (int64_t i = 0; i < d; i++) Kt[i * RUN_KEYS + c] = k[i];
+        }
+}
+
 /* Up to QUERY_RUN query rows of one head at once, Qr [nr, d] (d a multiple of 16, at most 256),
  * against keys Kh, values Vh [S, d]; allowed [nr, S] (row stride S); each row as attend_row, out
  * row r at o + r·o_stride. The scores of every row over the keys of the rows' spans together come
- * 16 keys at a time from a transposed block of K (Kt [d, 16], built once for the run), 16 scores
- * a vector with no horizontal sums; P: scratch of nr·S floats, Kt of 16·d. */
-static void attend_run(const float *Qr, int64_t nr, const float *Kh, const float *Vh, int64_t S, int64_t d,
-                       const uint8_t *allowed, float scale, float cap, float *P, float *Kt, float *o,
-                       int64_t o_stride) {
+ * 16 keys at a time from the head's transposed blocks of K (Kt, transpose_keys: made once a call of
+ * tc_gqa, which every query head of the key head and every run reads), 16 scores a vector with no
+ * horizontal sums; P: scratch of nr·S floats (scores left of a row's span are written, never read). */
+static void attend_run(const float *Qr, int64_t nr, const float *Vh, int64_t S, int64_t d, const uint8_t *allowed,
+                       float scale, float cap, float *P, const float *Kt_head, float *o, int64_t o_stride) {
     int64_t J0 = S, J1 = 0, j0[QUERY_RUN], j1[QUERY_RUN];
     for (int64_t r = 0; r < nr; r++) {
         allowed_span(allowed + r * S, S, &j0[r], &j1[r]);
         if (j1[r] > j0[r]) J0 = j0[r] < J0 ? j0[r] : J0, J1 = j1[r] > J1 ? j1[r] : J1;
     }
-    for (int64_t jb = J0; jb < J1; jb += RUN_KEYS) {
+    for (int64_t jb = J0 / RUN_KEYS * RUN_KEYS; jb < J1; jb += RUN_KEYS) {
         const int64_t nb = J1 - jb < RUN_KEYS ? J1 - jb : RUN_KEYS;
-        for (int64_t c = 0; c < RUN_KEYS; c++) {
-            const float *k = Kh + (jb + (c < nb ? c : 0)) * d; /* past the last key: any row, masked off below */
-            for (int64_t i = 0; i < d; i++) Kt[i * RUN_KEYS + c] = k[i];
-        }
+        const float *Kt = Kt_head + jb * d; /* block jb / 16: d · 16 floats each */
         const __mmask16 keep = (__mmask16)((1u << nb) - 1u);
         int64_t r = 0;
         for (; r < nr; r += 4) { /* four rows at a time, two sums each: eight chains of FMAs */
@@ -2055,6 +2062,10 @@ int tc_attention(const float *Q, const float *K, const float *V, int64_t B, int6
 
 static _Thread_local float *scratch_head;
 static _Thread_local int64_t scratch_head_cap;
+#if defined(__AVX512F__)
+static _Thread_local void *keys_t; /* the calling thread's transposed keys (transpose_keys) */
+static _Thread_local int64_t keys_t_cap;
+#endif
 
 /* One step of grouped-query attention for the new tokens (the prelude's GQAttention: RoPE on every
  * head of Q and K, then each query head attends with its key/value head), keys and values kept in a
@@ -2088,12 +2099,23 @@ int tc_gqa(const gqa_args *a) {
      * handed out one at a time (a causal prompt's later runs read more keys) */
     const int64_t runs = (T + QUERY_RUN - 1) / QUERY_RUN, items = B * H * runs;
     int failed = 0;
+#if defined(__AVX512F__)
+    float *Kt = 0; /* [B][Hkv][⌈S/16⌉ · 16][d], for attend_run */
+    const int64_t head_keys = (S + RUN_KEYS - 1) / RUN_KEYS * RUN_KEYS * d;
+    if (T >= 4 && d % 16 == 0 && d <= 256) {
+        if (!(Kt = (float *)grown(&keys_t, &keys_t_cap, (int64_t)sizeof(float) * B * Hkv * head_keys))) return -2;
+#pragma omp parallel for collapse(2) schedule(static) if (B * Hkv * S * d >= PARALLEL_ATTENTION)
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t j = 0; j < Hkv; j++)
+                transpose_keys(Kc + b * kb + j * kh, S, d, Kt + (b * Hkv + j) * head_keys);
+    }
+#endif
 #pragma omp parallel for schedule(dynamic, 1) if (B * H * T * S * d >= PARALLEL_ATTENTION)
     for (int64_t it = 0; it < items; it++) {
         const int64_t run = it / (B * H), b = it % (B * H) / H, h = it % H;
         const int64_t t0 = run * QUERY_RUN, nr = T - t0 < QUERY_RUN ? T - t0 : QUERY_RUN;
         float *P = scores_scratch(nr * S);
-        const int64_t head_floats = (nr + RUN_KEYS) * d; /* the run's rotated queries, then a block of K */
+        const int64_t head_floats = nr * d; /* the run's rotated queries */
         if (head_floats > scratch_head_cap) {
             free(scratch_head);
             scratch_head = (float *)malloc(sizeof(float) * (size_t)head_floats);
@@ -2110,8 +2132,9 @@ int tc_gqa(const gqa_args *a) {
             rope_row(Q + ((b * T + t) * H + h) * d, cos + t * half, sin + t * half, d, half, layout, Qr + r * d);
         }
 #if defined(__AVX512F__)
-        if (nr >= 4 && d % 16 == 0 && d <= 256) { /* a prompt's queries: scores a block of keys at a time */
-            attend_run(Qr, nr, Kh, Vh, S, d, allowed + t0 * S, (float)scale, (float)cap, P, Qr + nr * d, o, H * d);
+        if (Kt && nr >= 4) { /* a prompt's queries: scores a block of keys at a time */
+            attend_run(Qr, nr, Vh, S, d, allowed + t0 * S, (float)scale, (float)cap, P,
+                       Kt + (b * Hkv + kv[h]) * head_keys, o, H * d);
             continue;
         }
 #endif
