@@ -60,10 +60,11 @@ def run(m, ids: np.ndarray, cache=None) -> np.ndarray:
     return out.numpy() if torch.is_tensor(out) else np.asarray(out)
 
 
-def decode_in_chunks(m, ids: np.ndarray, sizes: list[int]) -> np.ndarray:
-    """Logits of `ids[B, T]` fed through one cache in chunks of the given sizes."""
+def decode_in_chunks(m, ids: np.ndarray, sizes: list[int], cache=None) -> np.ndarray:
+    """Logits of `ids[B, T]` fed through one cache (a new one by default) in chunks of the given sizes."""
     assert sum(sizes) == ids.shape[-1]
-    cache, parts, start = m.new_cache(), [], 0
+    cache = m.new_cache() if cache is None else cache
+    parts, start = [], 0
     for n in sizes:
         parts.append(run(m, ids[:, start : start + n], cache))
         start += n
@@ -121,6 +122,33 @@ def test_two_caches_do_not_interfere(model, target):
     for got, ids, which in ((got_a, a, "a"), (got_b, b, "b")):
         want = run(m, ids)[0]
         assert_logits_close(np.concatenate(got, 1)[0], want, tol(want), f"{target} cache {which}")
+
+
+@pytest.mark.parametrize("case", ["llama", "olmo3"])  # olmo3: a sliding window over the cache
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_reset_cache_keeps_its_buffers_and_equals_a_new_one(model, target, case):
+    """After `reset`, a cache forgets its tokens but keeps its buffers: the next sequence, shorter
+    than the last (the old rows past it still there), longer than its buffers, or of another batch
+    size, gives what a new cache gives."""
+    m = model(case, target)
+    cache = m.new_cache()
+    for t in range(3):
+        run(m, token_ids(m.hp["N_V"], 1, 1, seed=20 + t), cache)
+    run(m, token_ids(m.hp["N_V"], 1, 14, seed=5), cache)
+    kept = [list(entry[0]) for entry in cache.slots]
+    for ids, what in (
+        (token_ids(m.hp["N_V"], 1, 6, seed=6), "a shorter sequence"),
+        (token_ids(m.hp["N_V"], 1, 40, seed=7), "a sequence past the buffers"),
+        (token_ids(m.hp["N_V"], 2, 9, seed=8), "a batch of two"),
+    ):
+        cache.reset()
+        assert cache.length == 0
+        got = decode_in_chunks(m, ids, [ids.shape[1] - 2, 1, 1], cache)
+        want = decode_in_chunks(m, ids, [ids.shape[1]])
+        for b in range(ids.shape[0]):
+            assert_logits_close(got[b], want[b], tol(want[b]), f"{case} {target} after a reset: {what}")
+        if what == "a shorter sequence":
+            assert all(e[0][k] is buf for e, bufs in zip(cache.slots, kept) for k, buf in enumerate(bufs))
 
 
 def run_last(m, ids: np.ndarray, cache=None) -> np.ndarray:

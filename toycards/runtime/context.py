@@ -38,8 +38,13 @@ class KVCache:
         self.ids = None  # the token ids so far, for a model that recomputes (`Model.RECOMPUTE`)
 
     def reset(self) -> None:
+        """Forget every token. The buffers stay, and the next tokens are written over the old rows
+        (only rows written since the reset are ever read), as llama.cpp keeps its KV cache's memory
+        across sequences: a new sequence then faults in no fresh pages (~12 MB on SmolLM2 after a
+        128-token prompt, ~3.5 ms of its next prefill here) and freeing them costs nothing."""
         self.length = 0
-        self.slots.clear()
+        for entry in self.slots:
+            entry[1] = 0
         self.ids = None
 
     def append(self, slot: int, ops, *arrays):
@@ -61,7 +66,9 @@ class KVCache:
         for k, a in enumerate(likes):
             buf = buffers[k]
             if buf is not None and buf.shape[:-2] != a.shape[:-2]:
-                raise ValueError("the batch shape changed within one cache; start a new cache")
+                if used:
+                    raise ValueError("the batch shape changed within one cache; start a new cache")
+                buf = buffers[k] = self.slots[slot][2] = None  # after a reset: a buffer of the new shape
             if buf is None or buf.shape[-2] < used + n_new:
                 buffers[k] = _grow(ops, buf, a, used, max(2 * (used + n_new), 16))
         return buffers, used
