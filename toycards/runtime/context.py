@@ -68,7 +68,8 @@ class KVCache:
             if buf is not None and buf.shape[:-2] != a.shape[:-2]:
                 if used:
                     raise ValueError("the batch shape changed within one cache; start a new cache")
-                buf = buffers[k] = self.slots[slot][2] = None  # after a reset: a buffer of the new shape
+                buf = buffers[k] = None  # after a reset: a buffer of the new shape below
+                self.slots[slot][2] = None  # and no kernel's note on the old one
             if buf is None or buf.shape[-2] < used + n_new:
                 buffers[k] = _grow(ops, buf, a, used, max(2 * (used + n_new), 16))
         return buffers, used
