@@ -36,7 +36,9 @@ FAST_KERNELS = {
         "GELU": "gelu", "GELU_tanh": "gelu_tanh", "attention": "attention", "rope_pairs": "rope_pairs",
         "rope_halves": "rope_halves", "MoE": "moe", "GQAttention": "gq_attention", "SwiGLU": "swiglu",
     },
-    "numpy": {"MoE": "moe"},  # the card's steps run every expert on every token: this, only the chosen
+    # MoE: the card's steps run every expert on every token, this only the chosen ones; GQAttention:
+    # one C call where the kernels are built (its steps cost most of a decoding step in NumPy calls)
+    "numpy": {"MoE": "moe", "GQAttention": "gq_attention"},
 }  # fmt: skip
 MAY_DECLINE = {"gq_attention", "swiglu"}
 
@@ -253,16 +255,17 @@ class Emitter:
             windowed = algo.input_decls[0].type.dims[-1].name in scope.windowed
             args.append(f"runtime.positions(ctx, {ell})" if windowed else f"ops.arange(1, {ell} + 1)")
             args.append("ctx" if extended else "None")
+        tests = "tests/test_kernels.py" if self.target == "torch" else f"tests/test_kernels_{self.target}.py"
         if kernel in MAY_DECLINE:
             done = scope.ns.fresh("done")
             return [
-                "if ops.fast:  # one kernel for the steps below where it applies (tests/test_kernels.py ties the two)",
+                f"if ops.fast:  # one kernel for the steps below where it applies ({tests} ties the two)",
                 f"    {done} = ops.{kernel}({', '.join(args)})",
                 f"    if {done} is not None:",
                 f"        return {done}",
             ]
         return [
-            "if ops.fast:  # one kernel for the steps below (tests/test_kernels.py ties the two)",
+            f"if ops.fast:  # one kernel for the steps below ({tests} ties the two)",
             f"    return ops.{kernel}({', '.join(args)})",
         ]
 

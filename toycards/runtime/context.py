@@ -103,6 +103,23 @@ class Context:
             self.cache.length = self.offset + self.n_new
 
 
+_MASK_VALUES = (int, float, str, bool)  # what a mask shared by the layers of a pass may close over
+
+
+def mask_key(mask) -> tuple | None:
+    """A key for what a mask function gives at a pass's positions, the same for every layer of the
+    pass that calls it (generated code makes a new lambda each layer): its code and the values its
+    closure holds, when those are plain values; else None (nothing is shared)."""
+    code = getattr(mask, "__code__", None)
+    if code is None:
+        return None
+    cells = mask.__closure__
+    values = tuple(c.cell_contents for c in cells) if cells else ()
+    if cells and not all(isinstance(v, _MASK_VALUES) for v in values):
+        return None
+    return code, values
+
+
 def positions(ctx: Context | None, n: int):
     """Absolute positions 1…n of a windowed sequence (1…n itself without a context)."""
     if ctx is None:

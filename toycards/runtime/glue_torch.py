@@ -123,12 +123,6 @@ def _heads(kv_index: tuple, n_kv: int) -> torch.Tensor | None:
         return torch.tensor(kv_index, dtype=torch.int64, device="cpu")
 
 
-@functools.lru_cache(maxsize=64)
-def _groups(H: int, H_kv: int) -> torch.Tensor | None:
-    """The key/value head of each query head h, ⌈h·H_kv/H⌉ (0-based), as `_heads` gives it."""
-    return _heads(tuple(-(-h * H_kv // H) - 1 for h in range(1, H + 1)), H_kv)
-
-
 def _rows_contiguous(t: torch.Tensor) -> bool:
     """[B, H, S, d] with each row of d entries contiguous and rows of a head one after another
     (a view of the first S rows of a KV cache buffer)."""
@@ -172,9 +166,6 @@ def attention(Q, K, V, allowed, kv_index):
     return out
 
 
-_LAYOUTS = {"none": 0, "pairs": 1, "halves": 2}  # the prelude's rope layouts, as tc_gqa numbers them
-
-
 class _GQACall:
     """What the GQAttention calls of one pass with the same shapes share: the argument struct with
     its constant fields set (None where tc_gqa does not apply to these shapes), and the tensors its
@@ -193,23 +184,17 @@ class _GQACall:
 def _prepare(Q, K, V, H, H_kv, layout, cap) -> _GQACall:
     """The _GQACall for these shapes and hyperparameters (its `args` None where tc_gqa does not apply)."""
     declined = _GQACall((Q.shape, K.shape, V.shape))
-    if layout not in _LAYOUTS or Q.dim() < 2 or not isinstance(cap, int | float):
+    fits = quant_kernels.gqa_shapes(Q.shape, K.shape, V.shape, H, H_kv, layout, cap)
+    if fits is None:
         return declined
-    if not (isinstance(H, int) and isinstance(H_kv, int)) or H <= 0 or H_kv <= 0:
-        return declined
-    T, width = Q.shape[-2], Q.shape[-1]
-    d = width // H
-    lead = Q.shape[:-2]
-    if T == 0 or d * H != width or K.shape != lead + (T, H_kv * d) or V.shape != K.shape:
-        return declined
-    kv = _groups(H, H_kv)
-    if kv is None:
-        return declined
-    B = Q.numel() // (T * width)
+    lead, T, d = fits
+    kv = _heads(quant_kernels.gqa_groups(H, H_kv), H_kv)
+    B = Q.numel() // (T * H * d)
     args = quant_kernels.GQAArgs(
-        B=B, T=T, H=H, Hkv=H_kv, d=d, layout=_LAYOUTS[layout], kv=kv.data_ptr(), scale=d**-0.5, cap=cap
-    )
-    return _GQACall(declined.shapes, args, (*lead, H_kv, T, d), (*lead, T, width), kv)
+        B=B, T=T, H=H, Hkv=H_kv, d=d, layout=quant_kernels.GQA_LAYOUTS[layout], kv=kv.data_ptr(), scale=d**-0.5,
+        cap=cap,
+    )  # fmt: skip
+    return _GQACall(declined.shapes, args, (*lead, H_kv, T, d), (*lead, T, H * d), kv)
 
 
 def _cache_ready(buffers) -> bool:

@@ -12,10 +12,11 @@ import math
 
 import numpy as np
 
+from toycards.runtime import glue_numpy
 from toycards.runtime.context import zero_pages
-from toycards.runtime.quant_numpy import QuantWeight
+from toycards.runtime.quant_numpy import QuantWeight, float_linear
 
-fast = True  # use the single kernels below (moe) in place of a prelude algorithm's steps
+fast = True  # use the single kernels below (gq_attention, moe) in place of a prelude algorithm's steps
 inf = np.inf
 exp, log, tanh, sin, cos, sqrt, abs_ = np.exp, np.log, np.tanh, np.sin, np.cos, np.sqrt, np.abs
 
@@ -78,9 +79,12 @@ def topk(v, k):
 
 def linear(x, W):
     """W · X for a weight stored as [d_out, d_in] (or a stack [..., d_out, d_in]): x [..., d_in] → [..., d_out].
-    A weight kept in its GGUF blocks multiplies by its own kernel (runtime/quant_numpy.py)."""
+    A weight kept in its GGUF blocks multiplies by its own kernel, few tokens of a float32 weight by
+    the C product (runtime/quant_numpy.py)."""
     if W.__class__ is QuantWeight:
         return W.linear(x)
+    if W.ndim == 2 and (y := float_linear(x, W)) is not None:  # few tokens of float32: the C product
+        return y
     return x @ (W.T if W.ndim == 2 else np.swapaxes(W, -1, -2))
 
 
@@ -253,6 +257,12 @@ def as_float(x):
 def concat_seq(past, new):
     """Append new columns (axis -2) to cached ones."""
     return new if past is None else np.concatenate([past, new], axis=-2)
+
+
+def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):
+    """The prelude's GQAttention as one C call where it applies (runtime/glue_numpy.py), else None:
+    the card's steps run."""
+    return glue_numpy.gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx)
 
 
 def moe(X, W_r, W_gate, W_up, W_down, k, norm):

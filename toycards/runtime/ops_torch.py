@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from toycards.runtime import glue_torch, quant_torch
-from toycards.runtime.context import zero_pages
+from toycards.runtime.context import mask_key, zero_pages
 from toycards.runtime.quant_torch import QuantWeight, float_gemm, float_linear
 
 inf = math.inf
@@ -329,9 +329,6 @@ def _allowed(mask, t_z, t_x):
     return torch.as_tensor(mask(t_z, t_x)).bool().expand(t_x.shape[0], t_z.shape[1])
 
 
-_MASK_VALUES = (int, float, str, bool)  # what a shared site's mask may close over
-
-
 def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):
     """The prelude's GQAttention (RoPE on each head of Q and K, the KV cache of `ctx` when given,
     attention of each query head with key/value head ⌈h·H_kv/H⌉) as one C kernel for few new tokens
@@ -340,12 +337,8 @@ def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):
     The layers of one pass share a `_GQASite` (in `ctx.memo`) when their RoPE (ρ, positions, θ,
     layout), hyperparameters and mask (its code and the plain values it closes over) are the same."""
     memo = ctx.memo if ctx is not None else None
-    code, key = getattr(mask, "__code__", None), None
-    if memo is not None and code is not None:
-        cells = mask.__closure__
-        values = tuple(c.cell_contents for c in cells) if cells else ()
-        if not cells or all(isinstance(v, _MASK_VALUES) for v in values):
-            key = ("gqa", code, values, id(rho), id(t), theta, layout, H, H_kv, cap)
+    shared = mask_key(mask) if memo is not None else None
+    key = ("gqa", shared, id(rho), id(t), theta, layout, H, H_kv, cap) if shared is not None else None
     site = memo.get(key) if key is not None else None
     if site is None or site.rho is not rho or site.t is not t:  # the ids of dead objects can recur
         site = _GQASite(rho, t, theta, layout, mask)

@@ -245,14 +245,44 @@ class Plan(ctypes.Structure):
 
 
 class GQAArgs(ctypes.Structure):
-    """tc_gqa's arguments (gqa_args in kernels/structs.h; glue_torch.gq_attention fills them in)."""
+    """tc_gqa's arguments (gqa_args in kernels/structs.h; glue_torch.gq_attention and
+    glue_numpy.gq_attention fill them in)."""
 
     _fields_ = [
         ("Q", _P), ("K", _P), ("V", _P), ("B", _I), ("T", _I), ("H", _I), ("Hkv", _I), ("d", _I),
         ("cos", _P), ("sin", _P), ("half", _I), ("layout", _I), ("Kc", _P), ("Vc", _P), ("kb", _I),
         ("kh", _I), ("vb", _I), ("vh", _I), ("used", _I), ("kv", _P), ("allowed", _P), ("scale", _D),
-        ("cap", _D), ("out", _P),
+        ("cap", _D), ("out", _P), ("one_thread", _I),
     ]  # fmt: skip
+
+
+GQA_LAYOUTS = {"none": 0, "pairs": 1, "halves": 2}  # the prelude's rope layouts, as tc_gqa numbers them
+
+
+def gqa_groups(H: int, H_kv: int) -> tuple[int, ...]:
+    """The key/value head of each query head h, ⌈h·H_kv/H⌉ (0-based): GQAttention's grouping."""
+    return tuple(-(-h * H_kv // H) - 1 for h in range(1, H + 1))
+
+
+def gqa_shapes(q_shape, k_shape, v_shape, H, H_kv, layout, cap) -> tuple | None:
+    """Whether tc_gqa takes a GQAttention call of these shapes and hyperparameters: Q [..., T, H·d],
+    K and V [..., T, H_kv·d], a layout it knows, whole head counts and a numeric cap. Its
+    (lead axes, T, d), or None where it does not."""
+    if layout not in GQA_LAYOUTS or len(q_shape) < 2 or not isinstance(cap, int | float):
+        return None
+    if not (isinstance(H, int) and isinstance(H_kv, int)) or H <= 0 or H_kv <= 0:
+        return None
+    T, width = q_shape[-2], q_shape[-1]
+    d, lead = width // H, tuple(q_shape[:-2])
+    if (
+        T == 0
+        or d == 0
+        or d * H != width
+        or tuple(k_shape) != lead + (T, H_kv * d)
+        or tuple(v_shape) != tuple(k_shape)
+    ):
+        return None
+    return lead, T, d
 
 
 def plan(ggml_type: int, w_ptr: int, row_bytes: int, n: int, k: int) -> Plan:

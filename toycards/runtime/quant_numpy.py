@@ -12,11 +12,14 @@ later: `quant_kernels.LaterPacking`) and hands the file's pages back, as quant_t
 calling thread where NumPy comes next (the GEMM, dequantizing, packing): OpenBLAS's threads, still
 spinning after a GEMM, and the kernels' OpenMP threads fought over the cores (packing SmolLM2 Q4_0
 took ~1 s on two threads, 0.1 s on one; its warm prefill by the int8 GEMM ~0.6 s, ~0.2 s on one).
+Few tokens of a plain float32 weight multiply by the C product too (`float_linear`), as on the
+torch target.
 Leaves out: torch (quant_torch.py), the kernels themselves.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 
 import numpy as np
@@ -36,6 +39,9 @@ def reference_dequantize(blocks: np.ndarray, ggml_type: int, shape: tuple[int, .
     from toycards.gguf.dequant import dequantize
 
     return dequantize(blocks, ggml_type, shape)
+
+
+_P, _I = ctypes.c_void_p, ctypes.c_int64
 
 
 def _ptr(a: np.ndarray) -> int:
@@ -71,6 +77,9 @@ class QuantWeight:
         self._pack_first = self._unpacked and kernels.packs_at_first_product(self.ggml_type)
         self._gemm = self.fast and kernels.int8_prefill(self.ggml_type)
         self._packed: np.ndarray | None = None
+        # the few-token product may read `_plan` as it is (no packing due at the first product)
+        self._ready = self.fast and not self._pack_first
+        self._tc_linear = kernels.linear_fn() if self.fast else None
 
     def _pack(self) -> None:
         """The packed copy of the blocks, once, read from then on (quant_torch.QuantWeight._pack)."""
@@ -78,7 +87,7 @@ class QuantWeight:
             if self._unpacked:
                 packed = np.empty(self.blocks.nbytes, dtype=np.uint8)
                 self._plan = kernels.packed_copy(self._plan, self.blocks, _ptr(packed), one_thread=True)
-                self._packed, self._unpacked = packed, False
+                self._packed, self._unpacked, self._ready = packed, False, True
 
     def __repr__(self) -> str:
         return f"QuantWeight({self.name}: type {self.ggml_type} {self.shape}, {self.blocks.nbytes} bytes)"
@@ -114,6 +123,21 @@ class QuantWeight:
     def linear(self, x: np.ndarray) -> np.ndarray:
         """W · X in the codegen layout: x [..., K] → [..., N]."""
         n, k = self.shape
+        if (  # a decoding step's common case in few checks (each NumPy call costs µs, 211 products a token)
+            x.__class__ is np.ndarray
+            and x.dtype == np.float32
+            and x.flags.c_contiguous
+            and self._ready
+            and x.shape[-1] == k
+            and 0 < x.size <= FEW_TOKENS * k
+        ):
+            y = np.empty((*x.shape[:-1], n), dtype=np.float32)
+            code = self._tc_linear(
+                ctypes.byref(self._plan), _P(x.ctypes.data), _I(x.size // k), _P(y.ctypes.data)
+            )
+            if code != 0:
+                raise RuntimeError(f"quant kernel linear failed with code {code}")
+            return y
         x = np.asarray(x)
         if not self.fast:
             return x @ self.dequantize().T
@@ -151,6 +175,36 @@ class QuantWeight:
         out = np.empty((flat.size, k), dtype=np.float32)
         kernels.gather_rows(self._plan, _ptr(flat), flat.size, _ptr(out))
         return out.reshape(*ids.shape, k)
+
+
+_F32 = 0  # ggml's type id of float32
+_float_direct: bool | None = None
+
+
+def float_linear(x: np.ndarray, W: np.ndarray) -> np.ndarray | None:
+    """x [..., K] · Wᵀ for a float32 weight W [N, K] read in place by the C product, for 1 …
+    FEW_FLOAT_TOKENS rows of a C-contiguous float32 x (a decoding step), as the torch target does;
+    else None (NumPy's own product then). NumPy's BLAS left out of decoding also keeps its threads
+    from spinning against the kernels' OpenMP threads of the next C call."""
+    global _float_direct
+    if _float_direct is None:
+        _float_direct = kernels.float_direct(_F32)
+    if not (
+        _float_direct
+        and x.__class__ is np.ndarray
+        and x.dtype == np.float32
+        and W.dtype == np.float32
+        and x.flags.c_contiguous
+        and W.flags.c_contiguous
+        and W.ndim == 2
+    ):
+        return None
+    n, k = W.shape
+    if x.shape[-1] != k or not 0 < x.size <= kernels.FEW_FLOAT_TOKENS * k:
+        return None
+    y = np.empty((*x.shape[:-1], n), dtype=np.float32)
+    kernels.linear(kernels.plan(_F32, W.ctypes.data, 4 * k, n, k), x.ctypes.data, x.size // k, y.ctypes.data)
+    return y
 
 
 kernels.forward_operators(

@@ -2087,6 +2087,7 @@ int tc_gqa(const gqa_args *a) {
     const int64_t *kv = a->kv;
     const uint8_t *allowed = a->allowed;
     const double scale = a->scale, cap = a->cap;
+    const int64_t one_thread = a->one_thread;
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < T; t++)
             for (int64_t j = 0; j < Hkv; j++) {
@@ -2104,13 +2105,13 @@ int tc_gqa(const gqa_args *a) {
     const int64_t head_keys = (S + RUN_KEYS - 1) / RUN_KEYS * RUN_KEYS * d;
     if (T >= 4 && d % 16 == 0 && d <= 256) {
         if (!(Kt = (float *)grown(&keys_t, &keys_t_cap, (int64_t)sizeof(float) * B * Hkv * head_keys))) return -2;
-#pragma omp parallel for collapse(2) schedule(static) if (B * Hkv * S * d >= PARALLEL_ATTENTION)
+#pragma omp parallel for collapse(2) schedule(static) if (!one_thread && B * Hkv * S * d >= PARALLEL_ATTENTION)
         for (int64_t b = 0; b < B; b++)
             for (int64_t j = 0; j < Hkv; j++)
                 transpose_keys(Kc + b * kb + j * kh, S, d, Kt + (b * Hkv + j) * head_keys);
     }
 #endif
-#pragma omp parallel for schedule(dynamic, 1) if (B * H * T * S * d >= PARALLEL_ATTENTION)
+#pragma omp parallel for schedule(dynamic, 1) if (!one_thread && B * H * T * S * d >= PARALLEL_ATTENTION)
     for (int64_t it = 0; it < items; it++) {
         const int64_t run = it / (B * H), b = it % (B * H) / H, h = it % H;
         const int64_t t0 = run * QUERY_RUN, nr = T - t0 < QUERY_RUN ? T - t0 : QUERY_RUN;

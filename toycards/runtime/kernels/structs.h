@@ -27,6 +27,7 @@ typedef struct {
     const uint8_t *allowed;
     double scale, cap;
     float *out;
+    int64_t one_thread; /* 1: on the calling thread alone (the NumPy target's prompts, see tc_dequant_rows) */
 } gqa_args;
 
 #endif

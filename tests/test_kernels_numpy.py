@@ -1,0 +1,237 @@
+"""The NumPy target's single kernels equal the card steps they replace (no torch here).
+
+A generated NumPy module carries `if ops.fast:` shortcuts for the prelude's GQAttention (one C call,
+runtime/glue_numpy.py) and MoE; these tests run the prelude functions of generated modules with
+`ops_numpy.fast` off (the card's steps, the naive reference) and on (the kernel), pass by pass over
+one KV cache, and whole models both ways. Few tokens of a float32 weight multiply by the C product
+(quant_numpy.float_linear), held here to NumPy's own product.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from toycards.codegen import generate_source
+from toycards.lang.parse import parse
+from toycards.library import library_card
+from toycards.runtime import glue_numpy, ops_numpy, quant_kernels, quant_numpy
+from toycards.runtime.context import Context, KVCache
+
+needs_kernels = pytest.mark.skipif(quant_kernels.library() is None, reason="no C compiler: no kernels")
+
+
+@pytest.fixture(scope="module")
+def funcs():
+    namespace: dict = {}
+    halves = parse(library_card("llama").source.replace("rope_pairs", "rope_halves"))
+    for card in (library_card("llama"), halves):  # GQAttention with rope_pairs, then with rope_halves
+        exec(compile(generate_source(card, "numpy"), f"<{card.main.name}>", "exec"), namespace)
+    return namespace
+
+
+rng = np.random.default_rng(0)
+
+
+def rand(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def assert_close(slow, fast, tol):
+    worst = float(np.abs(slow - fast).max())
+    assert worst <= tol * max(1.0, float(np.abs(slow).max())), f"max |Δ| {worst:.3g}"
+
+
+def kernel_runs(monkeypatch) -> list[bool]:
+    """Records, call by call, whether ops_numpy.gq_attention ran (rather than declined)."""
+    real, ran = ops_numpy.gq_attention, []
+
+    def counted(*args):
+        out = real(*args)
+        ran.append(out is not None)
+        return out
+
+    monkeypatch.setattr(ops_numpy, "gq_attention", counted)
+    return ran
+
+
+@needs_kernels
+@pytest.mark.parametrize(
+    "layout, half, cap", [("pairs", 8, 0), ("halves", 6, 0), ("none", 8, 2.5), ("pairs", 5, 2.5)]
+)
+@pytest.mark.parametrize("H, H_kv, lead", [(4, 2, (2,)), (6, 6, ()), (6, 4, (1,))], ids=str)
+def test_grouped_query_attention_pass_by_pass(funcs, monkeypatch, layout, half, cap, H, H_kv, lead):
+    """GQAttention's C call equals the card's NumPy steps over passes that share one cache: a prompt
+    of 37 tokens (on one thread: more than FEW_TOKENS), decoding steps of 1 and 3 tokens and a
+    second prompt of 19 on the cache so far, under a sliding window whose width the mask reads from
+    its closure. Partial rotary (2·half < d_h), halves, no RoPE, a soft cap, a batch axis and
+    ⌈h·H_kv/H⌉ groups of unequal size (6 on 4)."""
+    d, w, sizes = 16, 6, (37, 1, 3, 19, 1)
+    window = lambda t_z, t_x: (t_z <= t_x) & (t_x - t_z < w)  # noqa: E731
+    rho = np.abs(rand(half)) + 0.5
+    inputs = [(rand(*lead, n, H * d), rand(*lead, n, H_kv * d), rand(*lead, n, H_kv * d)) for n in sizes]
+    ran = kernel_runs(monkeypatch)
+
+    def passes(fast: bool) -> list:
+        ops_numpy.fast, cache, outs = fast, KVCache(), []
+        try:
+            for (Q, K, V), n in zip(inputs, sizes, strict=True):
+                ctx = Context(n, cache, ops_numpy)
+                outs.append(funcs["GQAttention"](Q, K, V, H, H_kv, layout, 1e4, rho, window, cap, ctx=ctx))
+                ctx.finish()
+        finally:
+            ops_numpy.fast = True
+        return outs
+
+    for slow, fast in zip(passes(False), passes(True), strict=True):
+        assert fast.shape == slow.shape and fast.dtype == np.float32
+        assert_close(slow, fast, tol=3e-6)
+    assert ran == [True] * len(sizes)
+
+
+@needs_kernels
+def test_steps_and_kernel_share_one_cache(funcs, monkeypatch):
+    """Where the kernel declines (here: a float64 prompt) the steps fill the cache's slot; a later
+    float32 step then declines too (the buffers are not float32), and the results still equal the
+    steps' all the way; a cache the kernel filled is read by the steps where the kernel declines."""
+    H, H_kv, d = 4, 2, 16
+    rho = np.ones(d // 2, dtype=np.float32)
+    causal = lambda t_z, t_x: t_z <= t_x  # noqa: E731
+    ran = kernel_runs(monkeypatch)
+
+    def run(first_dtype, fast_steps):
+        cache, outs = KVCache(), []
+        for i, n in enumerate((5, 1, 1)):
+            Q, K, V = rand(n, H * d), rand(n, H_kv * d), rand(n, H_kv * d)
+            if i == 0:
+                Q, K, V = (a.astype(first_dtype) for a in (Q, K, V))
+            ops_numpy.fast = fast_steps[i]
+            try:
+                ctx = Context(n, cache, ops_numpy)
+                outs.append(funcs["GQAttention"](Q, K, V, H, H_kv, "pairs", 1e4, rho, causal, 0, ctx=ctx))
+                ctx.finish()
+            finally:
+                ops_numpy.fast = True
+        return outs
+
+    state = rng.bit_generator.state
+    slow = run(np.float32, (False, False, False))
+    # float64 first: the kernel declines all three passes; float32 with the steps in the middle: the
+    # kernel runs the first and the last
+    cases = (((np.float64, (True, True, True)), [False] * 3), ((np.float32, (True, False, True)), [True] * 2))
+    for (first, fast), expected in cases:
+        rng.bit_generator.state = state  # the same inputs
+        ran.clear()
+        got = run(first, fast)
+        for a, b in zip(slow, got, strict=True):
+            assert_close(a, b, tol=1e-5)
+        assert ran == expected
+
+
+@needs_kernels
+def test_gq_attention_declines_what_it_does_not_cover():
+    Q, K, V = rand(3, 4 * 16), rand(3, 2 * 16), rand(3, 2 * 16)
+    rho, causal = np.ones(8, dtype=np.float32), (lambda t_z, t_x: t_z <= t_x)
+    t = np.arange(1, 4)
+    args = (4, 2, "pairs", 1e4, rho, causal, 0, t, None)
+    assert glue_numpy.gq_attention(Q, K, V, *args) is not None
+    assert glue_numpy.gq_attention(Q.astype(np.float64), K, V, *args) is None
+    assert glue_numpy.gq_attention(rand(64, 3).T, K, V, *args) is None  # not C order
+    assert glue_numpy.gq_attention(Q, K, V, 4, 2, "sideways", 1e4, rho, causal, 0, t, None) is None
+    assert glue_numpy.gq_attention(Q, rand(3, 3 * 16), V, *args) is None  # K's width is not H_kv·d
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_whole_model_both_ways(arch):
+    """A whole generated NumPy model with its kernels and with the card's steps, over a prompt and
+    decoding steps on one cache."""
+    from toycards.models.binding import bind_values
+    from toycards.models.load import _random_weights, module_class
+
+    card = library_card(arch)
+    values = {
+        "gpt2": {"L": 2, "H": 2, "d_e": 16, "d_mlp": 32, "ℓ_max": 32, "N_V": 50},
+        "llama": {"L": 2, "H": 4, "H_kv": 2, "d_e": 32, "d_ff": 48, "ℓ_max": 32, "N_V": 50, "ε": 1e-5},
+    }[arch]
+    bound = bind_values(card.main, values)
+    assert not bound.problems, bound.problems
+    weights = {
+        k: (v * 20 if v.ndim == 2 else v).astype(np.float32)
+        for k, v in _random_weights(bound, seed=3).items()
+    }
+    model = module_class(card, "numpy")(bound.hyper, weights)
+    outs = {}
+    for fast in (False, True):
+        ops_numpy.fast, cache = fast, model.new_cache()
+        try:
+            outs[fast] = [model(np.array([ids]), cache) for ids in ([1, 7, 3, 9, 4, 2], [5], [8])]
+        finally:
+            ops_numpy.fast = True
+    for slow, fast in zip(outs[False], outs[True], strict=True):
+        assert_close(slow, fast, tol=1e-5)
+
+
+@needs_kernels
+@pytest.mark.parametrize("rows", [1, 3, 8])
+@pytest.mark.parametrize("n, k", [(37, 64), (5, 576), (1, 16)])
+def test_float_linear_equals_numpys_product(rows, n, k):
+    """Few tokens of a float32 weight by the C product equal NumPy's product (float64 as the
+    oracle, float32 sums: within their rounding); many tokens, or another dtype, are NumPy's."""
+    x, W = rand(rows, k), rand(n, k)
+    y = quant_numpy.float_linear(x, W)
+    exact = x.astype(np.float64) @ W.astype(np.float64).T
+    assert y is not None and y.shape == (rows, n) and y.dtype == np.float32
+    assert np.abs(y - exact).max() <= 1e-5 * np.abs(x).max() * np.abs(W).max() * k
+    assert np.array_equal(ops_numpy.linear(x, W), y)
+    assert quant_numpy.float_linear(rand(9, k), W) is None  # past FEW_FLOAT_TOKENS
+    assert quant_numpy.float_linear(x.astype(np.float64), W) is None
+    assert quant_numpy.float_linear(x, np.repeat(W, 2, axis=1)[:, ::2]) is None  # W not C-contiguous
+
+
+# ── the mixture of experts: the card's dense steps (every expert on every token) and the grouped kernel
+def moe_inputs(E=8, d_e=16, d_ff=12, shape=(2, 7)):
+    """Router rows scaled so that tokens pick different experts (checked by the test), from a
+    generator of their own (the order of the tests in a worker does not change them)."""
+    own = np.random.default_rng(3)
+
+    def draw(*shape, scale=1.0):
+        return (own.standard_normal(shape) * scale).astype(np.float32)
+
+    return (
+        draw(*shape, d_e), draw(E, d_e, scale=2.0), draw(E, d_ff, d_e, scale=0.3),
+        draw(E, d_ff, d_e, scale=0.3), draw(E, d_e, d_ff, scale=0.3),
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def moe():
+    namespace: dict = {}
+    exec(compile(generate_source(library_card("qwen3moe"), "numpy"), "<qwen3moe numpy>", "exec"), namespace)
+    return namespace["MoE"]
+
+
+def both_ways(fn, *args):
+    try:
+        ops_numpy.fast = False
+        slow = fn(*args)
+        ops_numpy.fast = True
+        return slow, fn(*args)
+    finally:
+        ops_numpy.fast = True
+
+
+@pytest.mark.parametrize("norm", ["renormalise", "keep"])
+@pytest.mark.parametrize("k", [1, 3])
+def test_moe_kernel_equals_the_card_steps(moe, norm, k):
+    X, W_r, W_gate, W_up, W_down = moe_inputs()
+    z = X @ W_r.T
+    chosen = np.argsort(-z, axis=-1, kind="stable")[..., :k]  # softmax keeps the order of the logits
+    assert len({tuple(c) for c in chosen.reshape(-1, k).tolist()}) > 4, "the router should spread tokens"
+    assert_close(*both_ways(moe, X, W_r, W_gate, W_up, W_down, k, norm), tol=1e-5)
+
+
+def test_moe_kernel_breaks_ties_like_topk(moe):
+    """Two experts with the same router row tie on every token: the lower one is chosen, as `topk` does."""
+    X, W_r, W_gate, W_up, W_down = moe_inputs(E=4)
+    W_r[2] = W_r[1]
+    assert_close(*both_ways(moe, X, W_r, W_gate, W_up, W_down, 1, "keep"), tol=1e-5)

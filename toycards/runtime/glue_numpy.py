@@ -1,0 +1,140 @@
+"""The NumPy target's one C call for the prelude's GQAttention (RoPE of every head, the KV cache,
+attention): quant.c's `tc_gqa`, as the torch target calls it (glue_torch.gq_attention).
+
+Owns: deciding when it applies (float32 C-contiguous arrays, a layout and shapes `tc_gqa` takes, a
+cache whose buffers it can write) and calling it with what the layers of a pass share (`_Site`: RoPE's
+angles at the pass's positions, the mask per key count, the argument struct). Where it does not
+apply it returns None and the card's steps run, as generated code says.
+On a decoding step the card's steps cost ~150 µs a layer in NumPy calls (RoPE's angles and
+rotations, each query head's copy of its key and value head, the scores, the mask, softmax), most
+of a SmolLM2 Q4_0 token; the C call costs ~10.
+Leaves out: the meaning (the prelude's steps, which tests/test_kernels_numpy.py holds this to),
+torch (glue_torch.py), the build (quant_kernels.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from toycards.runtime import quant_kernels
+from toycards.runtime.context import mask_key
+from toycards.runtime.quant_numpy import FEW_TOKENS
+
+
+def _plain(*arrays) -> bool:
+    """Every array a C-contiguous float32 NumPy array."""
+    for a in arrays:
+        if a.__class__ is not np.ndarray or a.dtype != np.float32 or not a.flags.c_contiguous:
+            return False
+    return True
+
+
+class _Site:
+    """What the GQAttention calls of one pass with the same RoPE, mask and hyperparameters share."""
+
+    __slots__ = ("t", "rho", "theta", "layout", "mask", "cos", "sin", "masks", "calls")
+
+    def __init__(self, t, rho, theta, layout, mask) -> None:
+        self.t, self.rho, self.theta, self.layout, self.mask = t, rho, theta, layout, mask
+        self.cos = self.sin = None
+        self.masks: dict = {}
+        self.calls: dict = {}  # shapes → (GQAArgs, kv index array, cache row shape) or None
+
+    def angles(self):
+        """cos, sin [T, half] of the rotation at the pass's positions, as the steps' rope_pairs and
+        rope_halves compute φ (the same NumPy expression, so the same float32 values); half 0 for
+        no RoPE."""
+        if self.cos is None:
+            if self.layout == "none":
+                self.cos = self.sin = np.empty((len(self.t), 0), dtype=np.float32)
+            else:
+                rho = np.asarray(self.rho)
+                d_r = rho.shape[-1] * 2
+                t = np.asarray(self.t).astype(np.float32).reshape(-1, 1)
+                i = np.arange(1, d_r // 2 + 1).astype(np.float32)
+                phi = (t - 1) / ((self.theta ** ((2 * (i - 1)) / d_r)) * rho)
+                self.cos = np.ascontiguousarray(np.cos(phi), dtype=np.float32)
+                self.sin = np.ascontiguousarray(np.sin(phi), dtype=np.float32)
+        return self.cos, self.sin
+
+    def allowed(self, S: int) -> np.ndarray:
+        """The card's mask over S keys at the pass's query positions, bool [T, S]."""
+        hit = self.masks.get(S)
+        if hit is None:
+            t_z = np.arange(1, S + 1).astype(np.float32)
+            t_x = np.asarray(self.t).astype(np.float32).reshape(-1, 1)
+            m = np.asarray(self.mask(t_z, t_x))
+            hit = self.masks[S] = np.ascontiguousarray(np.broadcast_to(m, (len(t_x), S)), dtype=bool)
+        return hit
+
+
+def _call(site: _Site, Q, K, V, H, H_kv, layout, cap):
+    """The argument struct of tc_gqa for these shapes, its kv index and an array shaped as the
+    cache's rows [..., H_kv, T, d] (a broadcast zero: no memory), or None where tc_gqa does not take
+    them."""
+    shapes = (Q.shape, K.shape, V.shape)
+    if shapes in site.calls:
+        return site.calls[shapes]
+    fits = quant_kernels.gqa_shapes(Q.shape, K.shape, V.shape, H, H_kv, layout, cap)
+    made = None
+    if fits is not None:
+        lead, T, d = fits
+        kv = np.array(quant_kernels.gqa_groups(H, H_kv), dtype=np.int64)
+        args = quant_kernels.GQAArgs(
+            B=Q.size // (T * H * d), T=T, H=H, Hkv=H_kv, d=d, layout=quant_kernels.GQA_LAYOUTS[layout],
+            kv=kv.ctypes.data, scale=d**-0.5, cap=cap,
+        )  # fmt: skip
+        made = (args, kv, np.broadcast_to(np.float32(0), (*lead, H_kv, T, d)))
+    site.calls[shapes] = made
+    return made
+
+
+def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):
+    """The prelude's GQAttention in one C call: Q [..., T, H·d], K, V [..., T, H_kv·d] at positions
+    t → [..., T, H·d]; with a cache in ctx, the rotated keys and the values go to its next slot (as
+    `runtime.extend` would put them). None where it does not apply (then nothing is written to ctx)."""
+    lib = quant_kernels.library()
+    if lib is None or not _plain(Q, K, V):
+        return None
+    memo = ctx.memo if ctx is not None else None
+    shared = mask_key(mask) if memo is not None else None
+    key = ("gqa-numpy", shared, id(rho), id(t), theta, layout, H, H_kv, cap) if shared is not None else None
+    site = memo.get(key) if key is not None else None
+    if site is None or site.rho is not rho or site.t is not t:  # the ids of dead objects can recur
+        site = _Site(t, rho, theta, layout, mask)
+        if key is not None:
+            memo[key] = site
+    call = _call(site, Q, K, V, H, H_kv, layout, cap)
+    if call is None:
+        return None
+    a, _, like = call
+    cos, sin = site.angles()
+    if cos.shape != (a.T, cos.shape[-1]) or 2 * cos.shape[-1] > a.d:
+        return None
+    cache = ctx.cache if ctx is not None else None
+    if cache is not None:
+        slot = ctx.slot
+        if slot < len(cache.slots) and not _plain(*(b for b in cache.slots[slot][0] if b is not None)):
+            return None  # the steps filled this slot with another dtype
+        (Kc, Vc), used = cache.reserve(slot, ctx.ops, (like, like), a.T)
+    else:
+        Kc, Vc, used = np.empty(like.shape, dtype=np.float32), np.empty(like.shape, dtype=np.float32), 0
+    allowed = site.allowed(used + a.T)
+    out = np.empty((*Q.shape[:-1], a.H * a.d), dtype=np.float32)
+    kh, vh = Kc.strides[-3] // 4, Vc.strides[-3] // 4
+    a.Q, a.K, a.V, a.out = Q.ctypes.data, K.ctypes.data, V.ctypes.data, out.ctypes.data
+    a.cos, a.sin, a.half = cos.ctypes.data, sin.ctypes.data, cos.shape[-1]
+    a.Kc, a.Vc, a.kh, a.vh, a.kb, a.vb = Kc.ctypes.data, Vc.ctypes.data, kh, vh, kh * a.Hkv, vh * a.Hkv
+    a.used, a.allowed = used, allowed.ctypes.data
+    # a prompt's on this thread alone: NumPy's BLAS threads, still spinning after the products, and
+    # the kernels' OpenMP threads would fight over the cores (as quant_numpy's prompt kernels)
+    a.one_thread = a.T > FEW_TOKENS
+    code = lib.tc_gqa(ctypes.byref(a))
+    if code != 0:
+        raise RuntimeError(f"grouped-query attention kernel failed with code {code}")
+    if cache is not None:
+        cache.slots[slot][1] = used + a.T
+        ctx.slot += 1
+    return out
