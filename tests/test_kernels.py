@@ -13,6 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from gqa_passes import SIZES, run_passes, window  # noqa: E402
+
 from toycards.codegen import generate_source  # noqa: E402
 from toycards.lang.parse import parse  # noqa: E402
 from toycards.library import library_card  # noqa: E402
@@ -197,35 +199,22 @@ def test_grouped_query_attention_pass_by_pass(
     a soft cap, a batch axis and ⌈h·H_kv/H⌉ groups of unequal size (6 on 4). With the kernel
     declining more than 8 new tokens, the steps fill the cache for the prompts and the kernel reads it."""
     from toycards.runtime import glue_torch
-    from toycards.runtime.context import Context, KVCache
 
     if steps_above is not None:  # the kernel declines more new tokens, as it does under autograd
         real = glue_torch.gq_attention
         monkeypatch.setattr(
             glue_torch, "gq_attention", lambda Q, *a: None if Q.shape[-2] > steps_above else real(Q, *a)
         )
-    d, w, sizes = 16, 6, (37, 1, 3, 19, 1)
-    window = lambda t_z, t_x: (t_z <= t_x) & (t_x - t_z < w)  # noqa: E731
+    d = 16
     rho = rand(half).abs() + 0.5
-    inputs = [(rand(*lead, n, H * d), rand(*lead, n, H_kv * d), rand(*lead, n, H_kv * d)) for n in sizes]
+    inputs = [(rand(*lead, n, H * d), rand(*lead, n, H_kv * d), rand(*lead, n, H_kv * d)) for n in SIZES]
     ran = kernel_runs(monkeypatch, glue_torch, "gq_attention")
-
-    def passes(fast: bool) -> list:
-        ops_torch.fast, cache, outs = fast, KVCache(), []
-        try:
-            for (Q, K, V), n in zip(inputs, sizes, strict=True):
-                ctx = Context(n, cache, ops_torch)
-                outs.append(funcs["GQAttention"](Q, K, V, H, H_kv, layout, 1e4, rho, window, cap, ctx=ctx))
-                ctx.finish()
-        finally:
-            ops_torch.fast = True
-        return outs
-
-    for slow, fast in zip(passes(False), passes(True), strict=True):
+    args = (funcs["GQAttention"], ops_torch, inputs, H, H_kv, layout, rho, window(6), cap)
+    for slow, fast in zip(run_passes(*args, fast=False), run_passes(*args, fast=True), strict=True):
         assert fast.shape == slow.shape
         assert_close(slow, fast, tol=3e-6)
     if quant_kernels.library() is not None:
-        assert ran == [n <= (steps_above or n) for n in sizes]
+        assert ran == [n <= (steps_above or n) for n in SIZES]
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])

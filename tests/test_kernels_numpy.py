@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from gqa_passes import SIZES, run_passes, window
 
 from toycards.codegen import generate_source
 from toycards.lang.parse import parse
@@ -66,27 +67,15 @@ def test_grouped_query_attention_pass_by_pass(funcs, monkeypatch, layout, half, 
     second prompt of 19 on the cache so far, under a sliding window whose width the mask reads from
     its closure. Partial rotary (2·half < d_h), halves, no RoPE, a soft cap, a batch axis and
     ⌈h·H_kv/H⌉ groups of unequal size (6 on 4)."""
-    d, w, sizes = 16, 6, (37, 1, 3, 19, 1)
-    window = lambda t_z, t_x: (t_z <= t_x) & (t_x - t_z < w)  # noqa: E731
+    d = 16
     rho = np.abs(rand(half)) + 0.5
-    inputs = [(rand(*lead, n, H * d), rand(*lead, n, H_kv * d), rand(*lead, n, H_kv * d)) for n in sizes]
+    inputs = [(rand(*lead, n, H * d), rand(*lead, n, H_kv * d), rand(*lead, n, H_kv * d)) for n in SIZES]
     ran = kernel_runs(monkeypatch)
-
-    def passes(fast: bool) -> list:
-        ops_numpy.fast, cache, outs = fast, KVCache(), []
-        try:
-            for (Q, K, V), n in zip(inputs, sizes, strict=True):
-                ctx = Context(n, cache, ops_numpy)
-                outs.append(funcs["GQAttention"](Q, K, V, H, H_kv, layout, 1e4, rho, window, cap, ctx=ctx))
-                ctx.finish()
-        finally:
-            ops_numpy.fast = True
-        return outs
-
-    for slow, fast in zip(passes(False), passes(True), strict=True):
+    args = (funcs["GQAttention"], ops_numpy, inputs, H, H_kv, layout, rho, window(6), cap)
+    for slow, fast in zip(run_passes(*args, fast=False), run_passes(*args, fast=True), strict=True):
         assert fast.shape == slow.shape and fast.dtype == np.float32
         assert_close(slow, fast, tol=3e-6)
-    assert ran == [True] * len(sizes)
+    assert ran == [True] * len(SIZES)
 
 
 @needs_kernels

@@ -106,18 +106,26 @@ class Context:
 _MASK_VALUES = (int, float, str, bool)  # what a mask shared by the layers of a pass may close over
 
 
-def mask_key(mask) -> tuple | None:
-    """A key for what a mask function gives at a pass's positions, the same for every layer of the
-    pass that calls it (generated code makes a new lambda each layer): its code and the values its
-    closure holds, when those are plain values; else None (nothing is shared)."""
+def gqa_site(ctx: Context | None, kind: str, mask, rho, t, values: tuple, make):
+    """What the GQAttention calls of one pass share (RoPE's angles at its positions, the mask, a
+    kernel's prepared call), kept in `ctx.memo`: the calls with the same RoPE (ρ, positions t), the
+    same `values` (θ, layout, hyperparameters) and the same mask share the object `make()` made for
+    the first of them. Generated code makes a new mask lambda each layer, so a mask is the same when
+    its code and the values its closure holds are (plain values only; else nothing is shared)."""
+    memo = ctx.memo if ctx is not None else None
+    key = None
     code = getattr(mask, "__code__", None)
-    if code is None:
-        return None
-    cells = mask.__closure__
-    values = tuple(c.cell_contents for c in cells) if cells else ()
-    if cells and not all(isinstance(v, _MASK_VALUES) for v in values):
-        return None
-    return code, values
+    if memo is not None and code is not None:
+        cells = mask.__closure__
+        closed = tuple(c.cell_contents for c in cells) if cells else ()
+        if all(isinstance(v, _MASK_VALUES) for v in closed):
+            key = (kind, code, closed, id(rho), id(t), *values)
+    site = memo.get(key) if key is not None else None
+    if site is None or site.rho is not rho or site.t is not t:  # the ids of dead objects can recur
+        site = make()
+        if key is not None:
+            memo[key] = site
+    return site
 
 
 def positions(ctx: Context | None, n: int):

@@ -19,7 +19,7 @@ import ctypes
 import numpy as np
 
 from toycards.runtime import quant_kernels
-from toycards.runtime.context import mask_key
+from toycards.runtime.context import gqa_site
 from toycards.runtime.quant_numpy import FEW_TOKENS
 
 
@@ -98,14 +98,9 @@ def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):
     lib = quant_kernels.library()
     if lib is None or not _plain(Q, K, V):
         return None
-    memo = ctx.memo if ctx is not None else None
-    shared = mask_key(mask) if memo is not None else None
-    key = ("gqa-numpy", shared, id(rho), id(t), theta, layout, H, H_kv, cap) if shared is not None else None
-    site = memo.get(key) if key is not None else None
-    if site is None or site.rho is not rho or site.t is not t:  # the ids of dead objects can recur
-        site = _Site(t, rho, theta, layout, mask)
-        if key is not None:
-            memo[key] = site
+    site = gqa_site(
+        ctx, "numpy", mask, rho, t, (theta, layout, H, H_kv, cap), lambda: _Site(t, rho, theta, layout, mask)
+    )
     call = _call(site, Q, K, V, H, H_kv, layout, cap)
     if call is None:
         return None

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from toycards.runtime import glue_torch, quant_torch
-from toycards.runtime.context import mask_key, zero_pages
+from toycards.runtime.context import gqa_site, zero_pages
 from toycards.runtime.quant_torch import QuantWeight, float_gemm, float_linear
 
 inf = math.inf
@@ -336,14 +336,15 @@ def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):
 
     The layers of one pass share a `_GQASite` (in `ctx.memo`) when their RoPE (ρ, positions, θ,
     layout), hyperparameters and mask (its code and the plain values it closes over) are the same."""
-    memo = ctx.memo if ctx is not None else None
-    shared = mask_key(mask) if memo is not None else None
-    key = ("gqa", shared, id(rho), id(t), theta, layout, H, H_kv, cap) if shared is not None else None
-    site = memo.get(key) if key is not None else None
-    if site is None or site.rho is not rho or site.t is not t:  # the ids of dead objects can recur
-        site = _GQASite(rho, t, theta, layout, mask)
-        if key is not None:
-            memo[key] = site
+    site = gqa_site(
+        ctx,
+        "torch",
+        mask,
+        rho,
+        t,
+        (theta, layout, H, H_kv, cap),
+        lambda: _GQASite(rho, t, theta, layout, mask),
+    )
     return glue_torch.gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, sys.modules[__name__])
 
 

@@ -1,0 +1,27 @@
+"""GQAttention over passes that share one KV cache, with a target's kernels on or off: what
+tests/test_kernels.py (torch) and tests/test_kernels_numpy.py hold each target's kernel to."""
+
+from __future__ import annotations
+
+from toycards.runtime.context import Context, KVCache
+
+SIZES = (37, 1, 3, 19, 1)  # a prompt (three runs of 16 queries and a part), decoding steps, a second prompt
+
+
+def window(w: int):
+    """A sliding window whose width the mask function reads from its closure."""
+    return lambda t_z, t_x: (t_z <= t_x) & (t_x - t_z < w)
+
+
+def run_passes(gqa, ops, inputs, H, H_kv, layout, rho, mask, cap, fast: bool) -> list:
+    """A generated module's `GQAttention` on each (Q, K, V) of `inputs` in turn over one cache, with
+    `ops.fast` set to `fast` (and back on after)."""
+    ops.fast, cache, outs = fast, KVCache(), []
+    try:
+        for Q, K, V in inputs:
+            ctx = Context(Q.shape[-2], cache, ops)
+            outs.append(gqa(Q, K, V, H, H_kv, layout, 1e4, rho, mask, cap, ctx=ctx))
+            ctx.finish()
+    finally:
+        ops.fast = True
+    return outs
