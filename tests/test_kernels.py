@@ -217,6 +217,34 @@ def test_grouped_query_attention_pass_by_pass(
         assert ran == [n <= (steps_above or n) for n in SIZES]
 
 
+def test_a_cache_reused_for_another_head_size(funcs):
+    """After a reset, a cache takes rows of another head size (new buffers: the kernel never writes
+    rows of one size into buffers of another, glue.cpp's check or not); without a reset, an error."""
+    from toycards.runtime.context import Context, KVCache
+
+    causal = lambda t_z, t_x: t_z <= t_x  # noqa: E731
+    cache = KVCache()
+
+    def run(H, H_kv, d, n=8):
+        Q, K, V, rho = rand(n, H * d), rand(n, H_kv * d), rand(n, H_kv * d), torch.ones(d // 2)
+        ctx = Context(n, cache, ops_torch)
+        out = funcs["GQAttention"](Q, K, V, H, H_kv, "pairs", 1e4, rho, causal, 0, ctx=ctx)
+        ctx.finish()
+        ops_torch.fast = False
+        try:
+            ref = funcs["GQAttention"](Q, K, V, H, H_kv, "pairs", 1e4, rho, causal, 0, ctx=None)
+        finally:
+            ops_torch.fast = True
+        assert_close(ref, out, tol=3e-6)
+
+    run(4, 2, 16)
+    cache.reset()
+    run(2, 2, 64)
+    assert cache.slots[0][0][0].shape[-1] == 64
+    with pytest.raises(ValueError, match="changed shape within one cache"):
+        run(4, 2, 16, n=1)
+
+
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 def test_whole_model(arch):
     card = library_card(arch)

@@ -118,6 +118,66 @@ def test_steps_and_kernel_share_one_cache(funcs, monkeypatch):
 
 
 @needs_kernels
+@pytest.mark.parametrize("fast", [False, True], ids=["steps", "kernel"])
+def test_a_cache_reused_for_another_head_size(funcs, fast):
+    """After a reset, a cache takes rows of another head size (new buffers; the kernel never writes
+    rows of one size into buffers of another); without a reset that is an error on both paths."""
+    rho_16, rho_64 = np.ones(8, dtype=np.float32), np.ones(32, dtype=np.float32)
+    causal = lambda t_z, t_x: t_z <= t_x  # noqa: E731
+    cache = KVCache()
+
+    def run(H, H_kv, d, rho, n=8):
+        Q, K, V = rand(n, H * d), rand(n, H_kv * d), rand(n, H_kv * d)
+        ops_numpy.fast = fast
+        try:
+            ctx = Context(n, cache, ops_numpy)
+            out = funcs["GQAttention"](Q, K, V, H, H_kv, "pairs", 1e4, rho, causal, 0, ctx=ctx)
+            ctx.finish()
+        finally:
+            ops_numpy.fast = True
+        ops_numpy.fast = False
+        try:
+            ref = funcs["GQAttention"](
+                Q, K, V, H, H_kv, "pairs", 1e4, rho, causal, 0, ctx=Context(n, None, ops_numpy)
+            )
+        finally:
+            ops_numpy.fast = True
+        assert_close(ref, out, tol=3e-6)
+
+    run(4, 2, 16, rho_16)
+    cache.reset()
+    run(2, 2, 64, rho_64)
+    assert cache.slots[0][0][0].shape[-1] == 64
+    with pytest.raises(ValueError, match="changed shape within one cache"):
+        run(4, 2, 16, rho_16, n=1)
+
+
+@needs_kernels
+def test_masks_that_differ_only_in_default_arguments_are_not_shared(funcs, monkeypatch):
+    """Two layers of one pass whose masks share code and closure but not their default arguments
+    (a window width) each get their own mask."""
+    H, H_kv, d, n = 4, 2, 16, 9
+    rho = np.ones(d // 2, dtype=np.float32)
+    masks = [lambda t_z, t_x, w=w: (t_z <= t_x) & (t_x - t_z < w) for w in (2, 100)]
+    layers = [(rand(n, H * d), rand(n, H_kv * d), rand(n, H_kv * d)) for _ in masks]
+    ran = kernel_runs(monkeypatch)
+    outs = {}
+    for fast in (False, True):
+        ops_numpy.fast, cache = fast, KVCache()
+        try:
+            ctx = Context(n, cache, ops_numpy)  # one pass: the layers share ctx.memo
+            outs[fast] = [
+                funcs["GQAttention"](Q, K, V, H, H_kv, "pairs", 1e4, rho, mask, 0, ctx=ctx)
+                for (Q, K, V), mask in zip(layers, masks, strict=True)
+            ]
+        finally:
+            ops_numpy.fast = True
+    for slow, fast in zip(outs[False], outs[True], strict=True):
+        assert_close(slow, fast, tol=3e-6)
+    assert ran == [True, True]
+
+
+@needs_kernels
 def test_gq_attention_declines_what_it_does_not_cover():
     Q, K, V = rand(3, 4 * 16), rand(3, 2 * 16), rand(3, 2 * 16)
     rho, causal = np.ones(8, dtype=np.float32), (lambda t_z, t_x: t_z <= t_x)
@@ -128,10 +188,18 @@ def test_gq_attention_declines_what_it_does_not_cover():
     assert glue_numpy.gq_attention(rand(64, 3).T, K, V, *args) is None  # not C order
     assert glue_numpy.gq_attention(Q, K, V, 4, 2, "sideways", 1e4, rho, causal, 0, t, None) is None
     assert glue_numpy.gq_attention(Q, rand(3, 3 * 16), V, *args) is None  # K's width is not H_kv·d
+    # a mask with axes of its own (a padding mask per batch row, say): the steps broadcast it
+    padded = lambda t_z, t_x: (t_z <= t_x) & np.ones((2, 1, 1, 1), dtype=bool)  # noqa: E731
+    cache = KVCache()
+    assert (
+        glue_numpy.gq_attention(Q, K, V, 4, 2, "pairs", 1e4, rho, padded, 0, t, Context(3, cache, ops_numpy))
+        is None
+    )
+    assert cache.slots == []  # nothing written
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
-def test_whole_model_both_ways(arch):
+def test_whole_model_both_ways(arch, monkeypatch):
     """A whole generated NumPy model with its kernels and with the card's steps, over a prompt and
     decoding steps on one cache."""
     from toycards.models.binding import bind_values
@@ -149,6 +217,7 @@ def test_whole_model_both_ways(arch):
         for k, v in _random_weights(bound, seed=3).items()
     }
     model = module_class(card, "numpy")(bound.hyper, weights)
+    ran = kernel_runs(monkeypatch)
     outs = {}
     for fast in (False, True):
         ops_numpy.fast, cache = fast, model.new_cache()
@@ -158,6 +227,8 @@ def test_whole_model_both_ways(arch):
             ops_numpy.fast = True
     for slow, fast in zip(outs[False], outs[True], strict=True):
         assert_close(slow, fast, tol=1e-5)
+    if arch == "llama" and quant_kernels.library() is not None:  # its 2 layers over 3 passes
+        assert ran == [True] * 6
 
 
 @needs_kernels

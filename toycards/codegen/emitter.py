@@ -225,10 +225,11 @@ class Emitter:
         return args
 
     def _fast_path(self, algo: ir.Algorithm, scope: Scope) -> list[str]:
-        """A one-kernel shortcut for a prelude algorithm, when the target has one (torch).
+        """A one-kernel shortcut for a prelude algorithm, when the target has one (FAST_KERNELS).
 
         Only the library's own algorithm gets it (a card that redefines `softmax` keeps its
-        steps), and tests/test_kernels.py shows each kernel equals the steps it replaces.
+        steps), and tests/test_kernels.py (torch) and tests/test_kernels_numpy.py show each kernel
+        equals the steps it replaces.
         """
         kernel = FAST_KERNELS.get(self.target, {}).get(algo.name)
         if kernel is None or self.library.get(algo.name) != algo:

@@ -65,9 +65,12 @@ class KVCache:
         buffers, used, _ = self.slots[slot]
         for k, a in enumerate(likes):
             buf = buffers[k]
-            if buf is not None and buf.shape[:-2] != a.shape[:-2]:
+            if buf is not None and (buf.shape[:-2] != a.shape[:-2] or buf.shape[-1] != a.shape[-1]):
                 if used:
-                    raise ValueError("the batch shape changed within one cache; start a new cache")
+                    raise ValueError(
+                        "the cached rows changed shape within one cache (batch, heads or head size);"
+                        " start a new cache"
+                    )
                 buf = buffers[k] = None  # after a reset: a buffer of the new shape below
                 self.slots[slot][2] = None  # and no kernel's note on the old one
             if buf is None or buf.shape[-2] < used + n_new:
@@ -111,15 +114,27 @@ def gqa_site(ctx: Context | None, kind: str, mask, rho, t, values: tuple, make):
     kernel's prepared call), kept in `ctx.memo`: the calls with the same RoPE (ρ, positions t), the
     same `values` (θ, layout, hyperparameters) and the same mask share the object `make()` made for
     the first of them. Generated code makes a new mask lambda each layer, so a mask is the same when
-    its code and the values its closure holds are (plain values only; else nothing is shared)."""
+    its code, the values its closure holds and its default arguments are (plain values only; else,
+    or where `values` do not hash, nothing is shared)."""
     memo = ctx.memo if ctx is not None else None
     key = None
     code = getattr(mask, "__code__", None)
     if memo is not None and code is not None:
         cells = mask.__closure__
-        closed = tuple(c.cell_contents for c in cells) if cells else ()
-        if all(isinstance(v, _MASK_VALUES) for v in closed):
-            key = (kind, code, closed, id(rho), id(t), *values)
+        held = (
+            *(c.cell_contents for c in cells or ()),
+            *(mask.__defaults__ or ()),
+            *(mask.__kwdefaults__ or {}).items(),
+        )
+        if all(
+            isinstance(v, _MASK_VALUES) or (isinstance(v, tuple) and isinstance(v[1], _MASK_VALUES))
+            for v in held
+        ):
+            key = (kind, code, held, id(rho), id(t), *values)
+            try:
+                hash(key)
+            except TypeError:  # θ as a 0-d array, say
+                key = None
     site = memo.get(key) if key is not None else None
     if site is None or site.rho is not rho or site.t is not t:  # the ids of dead objects can recur
         site = make()

@@ -44,8 +44,8 @@ class _Site:
 
     def angles(self):
         """cos, sin [T, half] of the rotation at the pass's positions, as the steps' rope_pairs and
-        rope_halves compute φ (the same NumPy expression, so the same float32 values); half 0 for
-        no RoPE."""
+        rope_halves compute φ (the same NumPy expression: the same values, rounded to float32 where
+        a float64 ρ or θ makes the steps' float64); half 0 for no RoPE."""
         if self.cos is None:
             if self.layout == "none":
                 self.cos = self.sin = np.empty((len(self.t), 0), dtype=np.float32)
@@ -59,15 +59,20 @@ class _Site:
                 self.sin = np.ascontiguousarray(np.sin(phi), dtype=np.float32)
         return self.cos, self.sin
 
-    def allowed(self, S: int) -> np.ndarray:
-        """The card's mask over S keys at the pass's query positions, bool [T, S]."""
-        hit = self.masks.get(S)
-        if hit is None:
+    def allowed(self, S: int) -> np.ndarray | None:
+        """The card's mask over S keys at the pass's query positions, bool [T, S], or None where it
+        is not one mask for every head and batch row (it has axes of its own)."""
+        if S not in self.masks:
             t_z = np.arange(1, S + 1).astype(np.float32)
             t_x = np.asarray(self.t).astype(np.float32).reshape(-1, 1)
             m = np.asarray(self.mask(t_z, t_x))
-            hit = self.masks[S] = np.ascontiguousarray(np.broadcast_to(m, (len(t_x), S)), dtype=bool)
-        return hit
+            shape = (len(t_x), S)
+            try:
+                fits = m.ndim <= 2 and np.broadcast_shapes(m.shape, shape) == shape
+            except ValueError:  # the steps say what is wrong with it
+                fits = False
+            self.masks[S] = np.ascontiguousarray(np.broadcast_to(m, shape), dtype=bool) if fits else None
+        return self.masks[S]
 
 
 def _call(site: _Site, Q, K, V, H, H_kv, layout, cap):
@@ -94,7 +99,8 @@ def _call(site: _Site, Q, K, V, H, H_kv, layout, cap):
 def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):
     """The prelude's GQAttention in one C call: Q [..., T, H·d], K, V [..., T, H_kv·d] at positions
     t → [..., T, H·d]; with a cache in ctx, the rotated keys and the values go to its next slot (as
-    `runtime.extend` would put them). None where it does not apply (then nothing is written to ctx)."""
+    `runtime.extend` would put them). None where it does not apply (then nothing is written to the
+    cache, and the card's steps run)."""
     lib = quant_kernels.library()
     if lib is None or not _plain(Q, K, V):
         return None
@@ -109,14 +115,20 @@ def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):
     if cos.shape != (a.T, cos.shape[-1]) or 2 * cos.shape[-1] > a.d:
         return None
     cache = ctx.cache if ctx is not None else None
+    entry = cache.slots[ctx.slot] if cache is not None and ctx.slot < len(cache.slots) else None
+    if entry is not None and not _plain(*(b for b in entry[0] if b is not None)):
+        return None  # the steps filled this slot with another dtype
+    allowed = site.allowed((entry[1] if entry is not None else 0) + a.T)
+    if allowed is None:
+        return None
     if cache is not None:
         slot = ctx.slot
-        if slot < len(cache.slots) and not _plain(*(b for b in cache.slots[slot][0] if b is not None)):
-            return None  # the steps filled this slot with another dtype
         (Kc, Vc), used = cache.reserve(slot, ctx.ops, (like, like), a.T)
+        for c in (Kc, Vc):  # what tc_gqa writes: [..., H_kv, rows, d] with room for the new rows
+            if c.shape[:-2] != like.shape[:-2] or c.shape[-1] != a.d or c.shape[-2] < used + a.T:
+                raise RuntimeError(f"a KV cache buffer of shape {c.shape} for rows of shape {like.shape}")
     else:
         Kc, Vc, used = np.empty(like.shape, dtype=np.float32), np.empty(like.shape, dtype=np.float32), 0
-    allowed = site.allowed(used + a.T)
     out = np.empty((*Q.shape[:-1], a.H * a.d), dtype=np.float32)
     kh, vh = Kc.strides[-3] // 4, Vc.strides[-3] // 4
     a.Q, a.K, a.V, a.out = Q.ctypes.data, K.ctypes.data, V.ctypes.data, out.ctypes.data

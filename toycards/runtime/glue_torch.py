@@ -174,7 +174,7 @@ class _GQACall:
 
     def __init__(self, shapes, args=None, heads=(), width=(), kv=None):
         self.shapes, self.args, self.heads, self.width, self.kv = shapes, args, heads, width, kv
-        self.lead = tuple(heads[:-2])  # the cache buffers' batch and head axes
+        self.lead = (*heads[:-2], *heads[-1:])  # the cache buffers' shape but for the rows
         self.ref = ctypes.byref(args) if args is not None else None
         self.addr = ctypes.addressof(args) if args is not None else 0
         self.like = torch.empty(*heads, dtype=torch.float32) if args is not None else None  # the cache's rows
@@ -233,7 +233,7 @@ def gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, ops):
         slot = ctx.slot
         entry = cache.slots[slot] if slot < len(cache.slots) else None
         # the slot's buffers as this function last checked them (entry[2]: the buffers, their rows
-        # and the batch and head axes) while they still have room: a decoding step's common case
+        # and their shape but for the rows) while they still have room: a decoding step's common case
         note = entry[2] if entry is not None else None
         if note is not None and (
             note[0] is not entry[0][0]
@@ -268,6 +268,9 @@ def gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, ops):
         out = cx.gqa(call.addr, Q, K, V, Kc, Vc, used)
     else:
         if Kc is not call.Kc or Vc is not call.Vc:
+            for c in (Kc, Vc):  # what tc_gqa writes (glue.cpp checks the same: cache_fits)
+                if (*c.shape[:-2], c.shape[-1]) != call.lead or not c.is_contiguous():
+                    raise RuntimeError(f"a KV cache buffer of shape {tuple(c.shape)} for rows {call.lead}")
             call.Kc, call.Vc = Kc, Vc
             a.Kc, a.Vc, a.kh, a.vh = Kc.data_ptr(), Vc.data_ptr(), Kc.stride(-3), Vc.stride(-3)
             a.kb, a.vb = a.kh * a.Hkv, a.vh * a.Hkv
