@@ -40,7 +40,7 @@ class _Site:
         self.t, self.rho, self.theta, self.layout, self.mask = t, rho, theta, layout, mask
         self.cos = self.sin = None
         self.masks: dict = {}
-        self.calls: dict = {}  # shapes → (GQAArgs, kv index array, cache row shape) or None
+        self.calls: dict = {}  # shapes → (GQAArgs, its kv index array, a zero shaped as the cache's rows) or None
 
     def angles(self):
         """cos, sin [T, half] of the rotation at the pass's positions, as the steps' rope_pairs and
@@ -125,7 +125,8 @@ def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):
         slot = ctx.slot
         (Kc, Vc), used = cache.reserve(slot, ctx.ops, (like, like), a.T)
         for c in (Kc, Vc):  # what tc_gqa writes: [..., H_kv, rows, d] with room for the new rows
-            if c.shape[:-2] != like.shape[:-2] or c.shape[-1] != a.d or c.shape[-2] < used + a.T:
+            fits = c.shape[:-2] == like.shape[:-2] and c.shape[-1] == a.d and c.shape[-2] >= used + a.T
+            if not fits or not c.flags.c_contiguous:
                 raise RuntimeError(f"a KV cache buffer of shape {c.shape} for rows of shape {like.shape}")
     else:
         Kc, Vc, used = np.empty(like.shape, dtype=np.float32), np.empty(like.shape, dtype=np.float32), 0
