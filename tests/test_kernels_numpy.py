@@ -177,6 +177,24 @@ def test_masks_that_differ_only_in_default_arguments_are_not_shared(funcs, monke
     assert ran == [True, True]
 
 
+def test_an_unhashable_theta_shares_nothing(funcs):
+    """θ as a 0-d array (no hash): the layers of a pass share nothing, and the kernel still runs."""
+    H, H_kv, d, n = 4, 2, 16, 5
+    Q, K, V = rand(n, H * d), rand(n, H_kv * d), rand(n, H_kv * d)
+    rho, causal = np.ones(d // 2, dtype=np.float32), (lambda t_z, t_x: t_z <= t_x)
+    outs = []
+    for fast in (False, True):
+        ops_numpy.fast = fast
+        try:
+            ctx = Context(n, KVCache(), ops_numpy)
+            outs.append(
+                funcs["GQAttention"](Q, K, V, H, H_kv, "pairs", np.array(1e4), rho, causal, 0, ctx=ctx)
+            )
+        finally:
+            ops_numpy.fast = True
+    assert_close(*outs, tol=3e-6)
+
+
 @needs_kernels
 def test_gq_attention_declines_what_it_does_not_cover():
     Q, K, V = rand(3, 4 * 16), rand(3, 2 * 16), rand(3, 2 * 16)

@@ -117,25 +117,22 @@ def gqa_site(ctx: Context | None, kind: str, mask, rho, t, values: tuple, make):
     its code, the values its closure holds and its default arguments are (plain values only; else,
     or where `values` do not hash, nothing is shared)."""
     memo = ctx.memo if ctx is not None else None
-    key = None
+    key = site = None
     code = getattr(mask, "__code__", None)
     if memo is not None and code is not None:
-        cells = mask.__closure__
-        held = (
-            *(c.cell_contents for c in cells or ()),
-            *(mask.__defaults__ or ()),
-            *(mask.__kwdefaults__ or {}).items(),
-        )
-        if all(
-            isinstance(v, _MASK_VALUES) or (isinstance(v, tuple) and isinstance(v[1], _MASK_VALUES))
-            for v in held
-        ):
+        cells, defaults, named = mask.__closure__, mask.__defaults__, mask.__kwdefaults__
+        held: tuple | None = ()
+        if cells is not None or defaults is not None or named is not None:  # (a causal mask holds none)
+            held = (*(c.cell_contents for c in cells or ()), *(defaults or ()), *(named or {}).values())
+            held = (*held, *(named or ()))  # the names of keyword-only defaults too
+            if not all(isinstance(v, _MASK_VALUES) for v in held):
+                held = None
+        if held is not None:
             key = (kind, code, held, id(rho), id(t), *values)
             try:
-                hash(key)
-            except TypeError:  # θ as a 0-d array, say
+                site = memo.get(key)
+            except TypeError:  # a value that does not hash (θ as a 0-d array, say): nothing shared
                 key = None
-    site = memo.get(key) if key is not None else None
     if site is None or site.rho is not rho or site.t is not t:  # the ids of dead objects can recur
         site = make()
         if key is not None:
