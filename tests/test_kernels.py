@@ -306,11 +306,11 @@ def test_training_after_inference_in_one_process():
 
 # ── the mixture of experts: the card's dense steps and the grouped kernel ───────────────────
 @pytest.fixture(scope="module")
-def moe_funcs():
+def moe():
     """The generated `MoE` of the torch target (the qwen3moe card calls it)."""
     namespace: dict = {}
     exec(compile(generate_source(library_card("qwen3moe"), "torch"), "<qwen3moe torch>", "exec"), namespace)
-    return {"torch": namespace["MoE"]}
+    return namespace["MoE"]
 
 
 def moe_inputs(E=8, d_e=16, d_ff=12, shape=(2, 7)):
@@ -330,19 +330,19 @@ def moe_inputs(E=8, d_e=16, d_ff=12, shape=(2, 7)):
 
 @pytest.mark.parametrize("norm", ["renormalise", "keep"])
 @pytest.mark.parametrize("k", [1, 3])
-def test_moe_kernel_equals_the_card_steps(moe_funcs, norm, k):
+def test_moe_kernel_equals_the_card_steps(moe, norm, k):
     """(The NumPy target's MoE kernel: tests/test_kernels_numpy.py.)"""
     X, W_r, W_gate, W_up, W_down = moe_inputs()
     chosen = ops_torch.topk((X @ W_r.T).softmax(-1), k)
     assert len({tuple(c) for c in chosen.reshape(-1, k).tolist()}) > 4, "the router should spread tokens"
-    assert_close(*both(moe_funcs["torch"], X, W_r, W_gate, W_up, W_down, k, norm), tol=1e-5)
+    assert_close(*both(moe, X, W_r, W_gate, W_up, W_down, k, norm), tol=1e-5)
 
 
-def test_moe_kernel_breaks_ties_like_topk(moe_funcs):
+def test_moe_kernel_breaks_ties_like_topk(moe):
     """Two experts with the same router row tie on every token: the lower one is chosen, as `topk` does."""
     X, W_r, W_gate, W_up, W_down = moe_inputs(E=4)
     W_r[2] = W_r[1]
-    assert_close(*both(moe_funcs["torch"], X, W_r, W_gate, W_up, W_down, 1, "keep"), tol=1e-5)
+    assert_close(*both(moe, X, W_r, W_gate, W_up, W_down, 1, "keep"), tol=1e-5)
 
 
 # ── SwiGLU: the products and SiLU·up of a decoding step in one C call ──────────────────────────

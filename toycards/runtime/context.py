@@ -123,8 +123,12 @@ def gqa_site(ctx: Context | None, kind: str, mask, rho, t, values: tuple, make):
         cells, defaults, named = mask.__closure__, mask.__defaults__, mask.__kwdefaults__
         held: tuple | None = ()
         if cells is not None or defaults is not None or named is not None:  # (a causal mask holds none)
-            held = (*(c.cell_contents for c in cells or ()), *(defaults or ()), *(named or {}).values())
-            held = (*held, *(named or ()))  # the names of keyword-only defaults too
+            pairs = (named or {}).items()  # keyword-only defaults: their names and values
+            held = (
+                *(c.cell_contents for c in cells or ()),
+                *(defaults or ()),
+                *(v for p in pairs for v in p),
+            )
             if not all(isinstance(v, _MASK_VALUES) for v in held):
                 held = None
         if held is not None:

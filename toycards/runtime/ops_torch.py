@@ -335,7 +335,7 @@ def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):
     at positions t; None where that does not apply, and the card's steps run instead.
 
     The layers of one pass share a `_GQASite` (in `ctx.memo`) when their RoPE (ρ, positions, θ,
-    layout), hyperparameters and mask (its code and the plain values it closes over) are the same."""
+    layout), hyperparameters and mask are the same (context.gqa_site says when a mask is)."""
     site = gqa_site(
         ctx,
         "torch",

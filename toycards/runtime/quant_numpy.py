@@ -19,7 +19,6 @@ Leaves out: torch (quant_torch.py), the kernels themselves.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 
 import numpy as np
@@ -39,9 +38,6 @@ def reference_dequantize(blocks: np.ndarray, ggml_type: int, shape: tuple[int, .
     from toycards.gguf.dequant import dequantize
 
     return dequantize(blocks, ggml_type, shape)
-
-
-_P, _I = ctypes.c_void_p, ctypes.c_int64
 
 
 def _ptr(a: np.ndarray) -> int:
@@ -79,7 +75,6 @@ class QuantWeight:
         self._packed: np.ndarray | None = None
         # the few-token product may read `_plan` as it is (no packing due at the first product)
         self._ready = self.fast and not self._pack_first
-        self._tc_linear = kernels.linear_fn() if self.fast else None
 
     def _pack(self) -> None:
         """The packed copy of the blocks, once, read from then on (quant_torch.QuantWeight._pack)."""
@@ -132,11 +127,7 @@ class QuantWeight:
             and 0 < x.size <= FEW_TOKENS * k
         ):
             y = np.empty((*x.shape[:-1], n), dtype=np.float32)
-            code = self._tc_linear(
-                ctypes.byref(self._plan), _P(x.ctypes.data), _I(x.size // k), _P(y.ctypes.data)
-            )
-            if code != 0:
-                raise RuntimeError(f"quant kernel linear failed with code {code}")
+            kernels.linear(self._plan, x.ctypes.data, x.size // k, y.ctypes.data)
             return y
         x = np.asarray(x)
         if not self.fast:
