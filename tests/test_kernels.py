@@ -245,6 +245,33 @@ def test_a_cache_reused_for_another_head_size(funcs):
         run(4, 2, 16, n=1)
 
 
+def test_a_mask_with_axes_of_its_own(funcs, monkeypatch):
+    """A mask per batch row (padding, from a hand-written caller): the kernel declines before it
+    touches the cache, and the card's steps broadcast the mask over the scores. Oracle: each batch
+    row alone with its own two-axis mask, through the kernel."""
+    from toycards.runtime import glue_torch
+    from toycards.runtime.context import Context, KVCache
+
+    H, H_kv, d, T = 4, 2, 16, 5
+    Q, K, V, rho = rand(2, T, H * d), rand(2, T, H_kv * d), rand(2, T, H_kv * d), torch.ones(d // 2)
+    first = torch.tensor([1.0, 3.0]).reshape(2, 1, 1, 1)  # row 1's first two keys are padding
+    padded = lambda t_z, t_x: (t_z <= t_x) & (t_z >= first)  # noqa: E731
+    ran = kernel_runs(monkeypatch, glue_torch, "gq_attention")
+    cache = KVCache()
+    ctx = Context(T, cache, ops_torch)
+    out = funcs["GQAttention"](Q, K, V, H, H_kv, "pairs", 1e4, rho, padded, 0, ctx=ctx)
+    ctx.finish()
+    if quant_kernels.library() is not None:
+        assert ran == [False]
+    assert cache.slots[0][1] == T  # the steps filled the slot the kernel left alone
+    for b, f in enumerate((1.0, 3.0)):
+        alone = lambda t_z, t_x, f=f: (t_z <= t_x) & (t_z >= f)  # noqa: E731
+        row = funcs["GQAttention"](Q[b], K[b], V[b], H, H_kv, "pairs", 1e4, rho, alone, 0, ctx=None)
+        # rows of row 1 before its first key see no key at all (NaN either way): compare the rest
+        keep = slice(2, None) if b else slice(None)
+        assert_close(row[keep], out[b][keep], tol=3e-6)
+
+
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 def test_whole_model(arch):
     card = library_card(arch)

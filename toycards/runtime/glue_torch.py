@@ -208,8 +208,8 @@ def gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, ops):
     Q [..., T, H·d], K, V [..., T, H_kv·d]; `site` is what the layers of a pass with the same RoPE,
     mask and hyperparameters share (ops_torch's `_GQASite`): `site.angles(d)` gives cos, sin
     [T, half] at the new tokens' positions, `site.allowed(S)` the mask [T, S] over the S keys so far
-    (bool), and `site.call` keeps this function's _GQACall, so that the checks that depend on shapes
-    alone run once a pass. With a cache in `ctx`, the rotated keys and the values are appended to its
+    (bool; None for a mask with axes of its own, which the steps broadcast), and `site.call` keeps
+    this function's _GQACall, so that the checks that depend on shapes alone run once a pass. With a cache in `ctx`, the rotated keys and the values are appended to its
     next slot (as `runtime.extend` would), else they are the only keys. Nothing is written to `ctx`
     when this returns None."""
     lib = _library()
@@ -229,9 +229,14 @@ def gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, ops):
         call.cos, call.sin = cos, sin
         a.cos, a.sin, a.half = cos.data_ptr(), sin.data_ptr(), half
     cache = ctx.cache if ctx is not None else None
+    entry = None
     if cache is not None:
         slot = ctx.slot
         entry = cache.slots[slot] if slot < len(cache.slots) else None
+    mask = site.allowed((entry[1] if entry is not None else 0) + a.T)  # before the cache: it may decline
+    if mask is None:
+        return None
+    if cache is not None:
         # the slot's buffers as this function last checked them (entry[2]: the buffers, their rows
         # and their shape but for the rows) while they still have room: a decoding step's common case
         note = entry[2] if entry is not None else None
@@ -256,11 +261,9 @@ def gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, ops):
             torch.empty(*call.heads, dtype=torch.float32),
             0,
         )
-    mask = site.allowed(used + a.T)
     if mask is not call.mask:
-        if mask.dtype is not torch.bool or tuple(mask.shape) != (a.T, used + a.T):
+        if tuple(mask.shape) != (a.T, used + a.T):  # positions for another number of tokens
             raise ValueError(f"the attention mask is {tuple(mask.shape)}, not {(a.T, used + a.T)}")
-        mask = mask.contiguous()
         call.mask = mask
         a.allowed = mask.data_ptr()
     cx = glue_cpp.module()

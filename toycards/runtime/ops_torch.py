@@ -323,10 +323,13 @@ def attention(Q, K, V, mask, cap, t_z, t_x, kv_index=None):
 
 
 def _allowed(mask, t_z, t_x):
-    """The card's mask at key positions t_z [S] and query positions t_x [T], as bool [T, S]."""
+    """The card's mask at key positions t_z [S] and query positions t_x [T], as bool [..., T, S]
+    (a mask with axes of its own, a padding mask per batch row say, keeps them: the scores
+    broadcast against it)."""
     t_z = torch.as_tensor(t_z, dtype=torch.float32).reshape(1, -1)
     t_x = torch.as_tensor(t_x, dtype=torch.float32).reshape(-1, 1)
-    return torch.as_tensor(mask(t_z, t_x)).bool().expand(t_x.shape[0], t_z.shape[1])
+    m = torch.as_tensor(mask(t_z, t_x)).bool()
+    return m.expand(torch.broadcast_shapes(m.shape, (t_x.shape[0], t_z.shape[1])))
 
 
 def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):
@@ -370,11 +373,12 @@ class _GQASite:
         return self.cos, self.sin
 
     def allowed(self, S):
-        """The card's mask over S keys at the pass's query positions, bool [T, S]."""
-        hit = self.masks.get(S)
-        if hit is None:
-            hit = self.masks[S] = _allowed(self.mask, arange(1, S + 1), self.t).contiguous()
-        return hit
+        """The card's mask over S keys at the pass's query positions, bool [T, S], or None where it
+        is not one mask for every head and batch row (it has axes of its own)."""
+        if S not in self.masks:
+            m = _allowed(self.mask, arange(1, S + 1), self.t)
+            self.masks[S] = m.contiguous() if m.dim() == 2 else None
+        return self.masks[S]
 
 
 _ROPE_ANGLES: dict = {}
