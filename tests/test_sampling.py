@@ -154,6 +154,34 @@ def test_sample_without_rng_returns_a_kept_token():
     assert sample(Z4, 1.0, top_k=2) in {1, 3}
 
 
+@pytest.mark.parametrize(
+    "scale, top_k, top_p, sizes",
+    [
+        (8.0, None, 0.5, (1, 64)),  # a handful of tokens: the first 64 candidates hold them
+        (1.0, None, 0.95, (64, 45_000)),
+        (0.05, None, 0.9, (30_000, 50_000)),  # nearly flat: candidates grow to the whole vocabulary
+        (0.3, 30_000, 0.9, (10_000, 30_000)),  # the mass is the 30,000 survivors'
+        (2.0, 100, 0.999, (50, 101)),
+    ],
+)
+def test_top_p_over_a_large_vocabulary(scale, top_k, top_p, sizes):
+    """top-p over 50,000 logits with ties and forbidden tokens equals its definition: sort all the
+    survivors (ties by id), keep the shortest prefix whose mass is ≥ p."""
+    rng = np.random.default_rng(7)
+    z = rng.normal(scale=scale, size=50_000)
+    z[::97] = z[5]  # ties, across any cut
+    z[3::101] = -np.inf
+    ids = np.lexsort((np.arange(z.shape[0]), -z))  # largest first, ties by id
+    ids = ids if top_k is None else ids[:top_k]
+    kept = np.exp(z[ids] - z[ids].max())
+    cdf = np.cumsum(kept / kept.sum())
+    nucleus = ids[: min(int(np.searchsorted(cdf, top_p)) + 1, len(ids))]
+    assert sizes[0] <= len(nucleus) <= sizes[1]
+    want = np.zeros_like(z)
+    want[nucleus] = softmax(z[nucleus] / 0.7)
+    assert_probs(distribution(z, 0.7, top_k=top_k, top_p=top_p), list(want), atol=1e-12)
+
+
 # ---- an independent implementation: transformers' logits warpers --------------------------------
 
 

@@ -26,6 +26,8 @@ result is a pure function of (logits, arguments, rng state).
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from toycards.errors import ToycardsError
@@ -33,22 +35,43 @@ from toycards.errors import ToycardsError
 __all__ = ["distribution", "log_softmax", "perplexity", "sample", "softmax", "token_logprobs", "top_logprobs"]
 
 
-def _check_logits(logits: np.ndarray, ndim: int, what: str = "logits") -> np.ndarray:
-    """Return `logits` as float64, or raise if its rank is wrong or it holds NaN / +inf."""
+def _check_logits(
+    logits: np.ndarray, ndim: int, what: str = "logits", into: np.ndarray | None = None
+) -> np.ndarray:
+    """Return `logits` as float64 (written into `into` when given and of its shape), or raise if its
+    rank is wrong or it holds NaN / +inf."""
     z = np.asarray(logits)
     if z.ndim != ndim or z.shape[-1] == 0:
         want = "[N_V]" if ndim == 1 else "[T, N_V]"
         raise ToycardsError(f"{what} must have shape {want} with N_V ≥ 1, got shape {tuple(z.shape)}")
     if not np.issubdtype(z.dtype, np.number) or np.issubdtype(z.dtype, np.complexfloating):
         raise ToycardsError(f"{what} must be real numbers, got dtype {z.dtype}")
-    z = z.astype(np.float64, copy=False)
+    if into is not None and into.shape == z.shape:
+        np.copyto(into, z)
+        z = into
+    else:
+        z = z.astype(np.float64, copy=False)
+    if np.isfinite(z.max(axis=-1)).all():  # each row's max is finite: no NaN, no +inf, not all -inf
+        return z
     bad = np.isnan(z) | (z == np.inf)
     if bad.any():
         where = tuple(int(i) for i in np.argwhere(bad)[0])
         raise ToycardsError(f"{what} contain {z[where]} at index {where if ndim > 1 else where[0]}")
-    if (z == -np.inf).all(axis=-1).any():
-        raise ToycardsError(f"{what}: every logit of a row is -inf, so no token can be chosen")
-    return z
+    raise ToycardsError(f"{what}: every logit of a row is -inf, so no token can be chosen")
+
+
+_held = threading.local()  # this thread's scratch vectors for `sample` (see _scratch)
+
+
+def _scratch(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Three float64 vectors of n entries, this thread's, kept from call to call: `sample` runs once
+    a token on one vocabulary, and a fresh vector of 50–250k float64 can cost more than the
+    arithmetic on it (on the VMs we measure on, glibc hands a freed one back to the system and its
+    pages fault again: sampling with top-p took ~1 ms more a token without these)."""
+    held = getattr(_held, "vectors", None)
+    if held is None or held[0].shape[0] != n:
+        held = _held.vectors = (np.empty(n), np.empty(n), np.empty(n))
+    return held
 
 
 def log_softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -73,7 +96,18 @@ def softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:
     >>> softmax(np.array([0.0, np.log(3.0)])).round(4).tolist()
     [0.25, 0.75]
     """
-    return np.exp(log_softmax(logits, axis=axis))
+    return _softmax_in_place(np.array(logits, dtype=np.float64), axis)
+
+
+def _softmax_in_place(z: np.ndarray, axis: int = -1) -> np.ndarray:
+    """softmax of float64 z, computed in z itself (no temporary of its size: on a 50–250k
+    vocabulary, each one can cost more than the arithmetic)."""
+    m = np.max(z, axis=axis, keepdims=True)
+    z -= np.where(np.isfinite(m), m, 0.0)
+    np.exp(z, out=z)
+    with np.errstate(invalid="ignore"):  # a row of -inf: NaN, as log_softmax gives
+        z /= np.sum(z, axis=axis, keepdims=True)
+    return z
 
 
 def _validate(temperature: float, top_k: int | None, top_p: float | None) -> None:
@@ -85,28 +119,72 @@ def _validate(temperature: float, top_k: int | None, top_p: float | None) -> Non
         raise ToycardsError(f"top_p must be in (0, 1] (or None for no limit), got {top_p}")
 
 
-def _order(z: np.ndarray, top_k: int | None) -> np.ndarray:
-    """Token ids of the `top_k` largest logits (all ids if None), largest first, ties by id.
+def _order(z: np.ndarray, top_k: int | None, scratch: np.ndarray | None = None) -> np.ndarray:
+    """Token ids of the `top_k` largest logits (all ids if None), largest first, ties by id
+    (`scratch`: a vector of z's size that it may overwrite).
 
     >>> _order(np.array([1.0, 3.0, 3.0, 2.0]), 3).tolist()
     [1, 2, 3]
     """
     ids = np.arange(z.shape[0])
     if top_k is not None and top_k < z.shape[0]:
-        kth = np.partition(z, -top_k)[-top_k]  # the k-th largest value
-        ids = np.flatnonzero(z >= kth)  # ≥ k ids when the k-th value is tied; cut below
+        ids = np.flatnonzero(
+            z >= _kth_largest(z, top_k, scratch)
+        )  # ≥ k ids when the k-th value is tied; cut below
     order = ids[np.argsort(-z[ids], kind="stable")]  # ids ascending, so a stable sort breaks ties by id
     return order if top_k is None else order[:top_k]
 
 
-def _nucleus(z_sorted: np.ndarray, top_p: float) -> int:
-    """How many of the sorted logits top-p keeps: the shortest prefix with mass ≥ p (at least 1).
+def _kth_largest(z: np.ndarray, k: int, scratch: np.ndarray | None) -> float:
+    if scratch is None:
+        return np.partition(z, -k)[-k]
+    np.copyto(scratch, z)
+    scratch.partition(-k)
+    return scratch[-k]
 
-    >>> _nucleus(np.log(np.array([0.5, 0.25, 0.15, 0.10])), 0.7)
-    2
+
+def _nucleus(z: np.ndarray, top_k: int | None, top_p: float, scratch: np.ndarray | None = None) -> np.ndarray:
+    """Token ids that top-k and then top-p keep, largest logit first, ties by id: the shortest prefix
+    of the top-k survivors, sorted, whose mass (softmax over the survivors) is ≥ p, at least one id
+    (`scratch`: a vector of z's size that it may overwrite).
+
+    Only that prefix needs sorting (sorting a whole vocabulary of 50–250k logits costs as much as a
+    decoding step): the logits within c of the largest are a prefix of the sorted order, so they
+    alone are sorted, for a c where they hold mass p (the first of 0.5, 1, 2, … 64, then halved
+    four times towards the smallest); every survivor where none does.
+
+    >>> _nucleus(np.log(np.array([0.10, 0.5, 0.15, 0.25])), None, 0.7).tolist()
+    [1, 3]
     """
-    cdf = np.cumsum(softmax(z_sorted))
-    return int(min(np.searchsorted(cdf, top_p, side="left") + 1, z_sorted.shape[0]))
+    n = z.shape[0]
+    k = n if top_k is None else min(int(top_k), n)
+    top = z.max()  # finite: _check_logits refuses a row of -inf
+    floor = -np.inf if k == n else _kth_largest(z, k, scratch)  # the survivors: above it, and ties up to k
+    w = np.subtract(z, top, out=scratch)
+    np.exp(w, out=w)  # (N_V,) the unnormalised probabilities; -inf gives 0
+    if k < n:
+        above = z > floor
+        total = w[above].sum() + (k - np.count_nonzero(above)) * np.exp(floor - top)
+    else:
+        total = w.sum()
+
+    def enough(c: float) -> bool:  # the logits ≥ top − c hold mass p
+        return w[z >= top - c].sum() >= top_p * total
+
+    lo, hi = 0.0, 0.5  # the first of 0.5, 1, 2, … 64 that holds mass p, then four halvings
+    while hi < 64 and top - hi > floor and not enough(hi):
+        lo, hi = hi, 2 * hi
+    if top - hi > floor:
+        for _ in range(4):
+            mid = (lo + hi) / 2
+            lo, hi = (lo, mid) if enough(mid) else (mid, hi)
+    for c in (hi, np.inf):  # the cdf decides; the sums above only chose where to look
+        ids = np.flatnonzero(z >= max(top - c, floor))  # ascending
+        order = ids[np.argsort(-z[ids], kind="stable")][:k]  # ids ascending: ties stay by id
+        cdf = np.cumsum(w[order]) / total
+        if cdf[-1] >= top_p or top - c <= floor:
+            break
+    return order[: int(min(np.searchsorted(cdf, top_p, side="left") + 1, len(order)))]
 
 
 def distribution(
@@ -121,18 +199,26 @@ def distribution(
     """
     _validate(temperature, top_k, top_p)
     z = _check_logits(logits, ndim=1)  # (N_V,)
-    p = np.zeros_like(z)  # (N_V,)
+    return _distribution(z, temperature, top_k, top_p, np.empty_like(z), None)[0]
+
+
+def _distribution(z, temperature, top_k, top_p, out: np.ndarray, scratch: np.ndarray | None):
+    """`distribution` of checked float64 logits z [N_V], written into `out` (`scratch`: a vector of
+    z's size that it may overwrite, or None), and the ids it keeps (None: every id)."""
+    if temperature != 0.0 and top_k is None and (top_p is None or top_p >= 1.0):
+        np.divide(z, temperature, out=out)
+        return _softmax_in_place(out), None  # nothing to cut, so no sort
+    out.fill(0.0)
     if temperature == 0.0:
-        p[np.argmax(z)] = 1.0
-        return p
-    if top_k is None and (top_p is None or top_p >= 1.0):
-        return softmax(z / temperature)  # nothing to cut, so no sort
-    order = _order(z, None if top_k is None else int(top_k))  # (k,) ids, largest logit first
-    z_kept = z[order]  # (k,)
-    if top_p is not None and top_p < 1.0:
-        order = order[: _nucleus(z_kept, top_p)]
-    p[order] = softmax(z[order] / temperature)
-    return p
+        kept = np.argmax(z)[None]
+        out[kept] = 1.0
+    else:
+        if top_p is not None and top_p < 1.0:
+            kept = _nucleus(z, top_k, top_p, scratch)  # (n,) ids, largest logit first
+        else:
+            kept = _order(z, int(top_k), scratch)  # (k,)
+        out[kept] = softmax(z[kept] / temperature)
+    return out, kept
 
 
 def sample(
@@ -153,14 +239,20 @@ def sample(
     >>> sample(np.array([0.0, 2.0, 1.0]), temperature=1.0, top_k=1)
     1
     """
-    p = distribution(logits, temperature, top_k, top_p)  # (N_V,)
+    _validate(temperature, top_k, top_p)
+    z = np.asarray(logits)
+    held = _scratch(z.shape[0]) if z.ndim == 1 else (None, None, None)  # (the check refuses other ranks)
+    z = _check_logits(z, ndim=1, into=held[0])  # (N_V,)
     if temperature == 0.0:
-        return int(np.argmax(p))
-    cdf = np.cumsum(p)  # (N_V,)
+        return int(np.argmax(z))
+    p, kept = _distribution(z, temperature, top_k, top_p, held[1], held[2])
+    # the CDF in token-id order steps only at the kept ids: its values there are the sums over them
+    ids = np.flatnonzero(p) if kept is None else np.sort(kept[p[kept] > 0])  # (n,) ascending
+    cdf = np.cumsum(p[ids])  # (n,)
     rng = np.random.default_rng() if rng is None else rng
     u = rng.random() * cdf[-1]
-    i = int(np.searchsorted(cdf, u, side="right"))  # first id whose CDF step passes u
-    return min(i, int(np.flatnonzero(p)[-1]))
+    j = int(np.searchsorted(cdf, u, side="right"))  # the first id whose CDF step passes u
+    return int(ids[min(j, len(ids) - 1)])
 
 
 def _check_targets(targets: np.ndarray, n_rows: int, n_vocab: int) -> np.ndarray:
