@@ -493,3 +493,28 @@ def test_linears_equal_one_product_each(monkeypatch, kinds, lead, rows):
     for a, b in zip(together, alone, strict=True):
         assert a.shape == b.shape and torch.equal(a, b)
     assert ran == [lead != (9,) and few_token_kernels(kinds)]
+
+
+def test_a_pass_imports_no_symbolic_shapes():
+    """A forward pass stays clear of the torch functions whose first call imports sympy and torch's
+    symbolic shapes (torch.broadcast_shapes: ~500 modules, ~0.3 s and tens of MB, once a process)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, torch\n"
+        "from toycards.library import library_card\n"
+        "from toycards.models.binding import bind_values\n"
+        "from toycards.models.load import _random_weights, module_class\n"
+        "card = library_card('llama')\n"
+        "bound = bind_values(card.main, {'L': 1, 'H': 4, 'H_kv': 2, 'd_e': 32, 'd_ff': 48, 'ℓ_max': 32,"
+        " 'N_V': 50, 'ε': 1e-5})\n"
+        "model = module_class(card, 'torch')(bound.hyper, _random_weights(bound, seed=0))\n"
+        "cache = model.new_cache()\n"
+        "with torch.inference_mode():\n"
+        "    model(torch.tensor([[1, 2, 3]]), cache)\n"
+        "    model(torch.tensor([[4]]), cache)\n"
+        "print('sympy' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr
