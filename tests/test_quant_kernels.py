@@ -354,6 +354,7 @@ def test_other_uses_get_the_dequantized_tensor():
 
 # ── packed weights (quant_kernels.pack_rows: groups of rows with their blocks side by side) ──
 PACKED = [t for t in TYPES if quant_kernels.pack_rows(t)]
+SPLIT = (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0)  # the types whose packed steps quant.c regroups
 # rows: one short of a group, groups and a remainder; blocks of 32 per row: 1, 8 (one step, no tail),
 # 9 (a step and an odd block), 19 (two steps, a pair and an odd block), 18 and 2 (a tail of two
 # blocks: SmolLM2's 576, split with the group's other tails); the K-quants: 1 to 3 steps
@@ -364,18 +365,21 @@ PACKED_CASES = [(t, shape) for t in PACKED for shape in (PACKED_SHAPES_K if t in
 
 def split_step(step: np.ndarray, qtype: Q) -> np.ndarray:
     """One row's step of 8 blocks (uint8, as stored) as quant.c's pack_step regroups it for Q4_0,
-    Q4_1 and Q8_0: the 8 scales d, the 8 mins m (Q4_1), then the quants (Q8_0's in order, each int8
-    v as the byte v + 128; Q4's as two runs of 64 bytes, byte i of run h: element i of blocks 4h,
-    4h + 1 in its low nibble, element i of blocks 4h + 2, 4h + 3 in its high nibble). Other types:
-    the step unchanged."""
-    if qtype not in (Q.Q4_0, Q.Q4_1, Q.Q8_0):
+    Q4_1, Q5_0, Q5_1 and Q8_0: the 8 scales d, the 8 mins m (Q4_1, Q5_1), the 8 uint32 qh (Q5_0,
+    Q5_1), then the quants (Q8_0's in order, each int8 v as the byte v + 128; the others' low four
+    bits as two runs of 64 bytes, byte i of run h: element i of blocks 4h, 4h + 1 in its low nibble,
+    element i of blocks 4h + 2, 4h + 3 in its high nibble). Other types: the step unchanged."""
+    if qtype not in SPLIT:
         return step
     b = step.reshape(8, -1)
-    head = 4 if qtype == Q.Q4_1 else 2
-    parts = [b[:, 0:2].ravel()] + ([b[:, 2:4].ravel()] if qtype == Q.Q4_1 else [])
+    head = 4 if qtype in (Q.Q4_1, Q.Q5_1) else 2
+    parts = [b[:, 0:2].ravel()] + ([b[:, 2:4].ravel()] if head == 4 else [])
     if qtype == Q.Q8_0:
         unsigned = (b[:, 2:].view(np.int8).astype(np.int16) + 128).astype(np.uint8)
         return np.concatenate([*parts, unsigned.ravel()])
+    if qtype in (Q.Q5_0, Q.Q5_1):
+        parts.append(b[:, head : head + 4].ravel())
+        head += 4
     qs = b[:, head:]
     quants = np.concatenate([qs & 15, qs >> 4], axis=1)  # [8 blocks, 32 elements] in element order
     runs = [quants[4 * h : 4 * h + 2].ravel() | quants[4 * h + 2 : 4 * h + 4].ravel() << 4 for h in (0, 1)]
@@ -418,7 +422,7 @@ def test_packed_weight_is_the_same_weight(qtype, shape, monkeypatch):
     stored._unpacked = False  # never packed: the rows as stored
     x = rng.normal(size=(3, shape[1])).astype(np.float32)
     first = quant_kernels.packs_at_first_product(qtype)
-    assert first == (qtype in (Q.Q4_0, Q.Q4_1, Q.Q8_0))
+    assert first == (qtype in SPLIT)
     for t in (1, 3):  # before the copy, where it is made later: the rows as stored
         assert np.array_equal(q.linear(torch.from_numpy(x[:t])).numpy(), stored.linear(x[:t]))
     assert (q._packed is not None) == first

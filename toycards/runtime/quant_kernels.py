@@ -300,8 +300,8 @@ def pack_rows(ggml_type: int) -> int:
 
 def packs_at_first_product(ggml_type: int) -> bool:
     """Whether a weight of this type packs at its first product (`pack_rows` and a packed step that
-    regroups its bytes: Q4_0, Q4_1, Q8_0), rather than only after some decoding (`LaterPacking`: the
-    types whose packed copy only puts rows side by side, the K-quants, Q5_0 and Q5_1)."""
+    regroups its bytes: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), rather than only after some decoding
+    (`LaterPacking`: the types whose packed copy only puts rows side by side, the K-quants)."""
     lib = library()
     return lib is not None and bool(lib.tc_pack_regroups(ggml_type))
 

@@ -28,9 +28,8 @@ again a tile at a time, so autograd keeps no float copy of it (`_ThroughBlocks`)
 Where the few-token kernel reads a packed weight faster (`quant_kernels.pack_rows`: the types whose x
 it rounds to int8, with the AVX-512 kernels), the blocks are copied into that layout (groups of
 rows side by side, the same bytes in another order: quant_kernels.pack) and every later use reads
-the copy: at the first product where the copy regroups the blocks too (Q4_0, Q4_1, Q8_0), after
-some decoding elsewhere (quant_kernels.LaterPacking);
-the file's pages of the weight are handed back as the copy grows (madvise), so the weight still
+the copy: at the first product where the copy regroups the blocks too (Q4_0, Q4_1, Q5_0, Q5_1,
+Q8_0), after some decoding elsewhere (the K-quants: quant_kernels.LaterPacking); the file's pages of the weight are handed back as the copy grows (madvise), so the weight still
 costs its size in memory once.
 """
 

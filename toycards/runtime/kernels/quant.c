@@ -79,7 +79,9 @@ enum { F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_
 #define HAS_MIN(TYPE) (TYPE == Q4_1 || TYPE == Q5_1)
 #define BIAS(TYPE) (TYPE == Q4_0 ? 8.0f : TYPE == Q5_0 ? 16.0f : 0.0f)
 /* the types whose packed steps keep their scales apart from their quants (see tc_pack) */
-#define SPLIT(TYPE) ((TYPE) == Q4_0 || (TYPE) == Q4_1 || (TYPE) == Q8_0)
+#define SPLIT(TYPE) ((TYPE) == Q4_0 || (TYPE) == Q4_1 || (TYPE) == Q5_0 || (TYPE) == Q5_1 || (TYPE) == Q8_0)
+/* the types whose blocks hold fifth bits (a uint32 qh after d, m: bit j for element j) */
+#define HAS_QH(TYPE) ((TYPE) == Q5_0 || (TYPE) == Q5_1)
 /* whether a packed group's tail (its rows' bytes past their last whole step) is split too: a SPLIT
  * type whose rows end in two blocks past their last step (K mod 256 = 64, as SmolLM2's 576), four
  * rows to a group, so that the tail is 8 blocks, split as one step would be (rows 0 … 3: slots 2r,
@@ -539,24 +541,31 @@ static inline __m512i minus_128_sums(__m512i y) {
 }
 
 /* a packed step of a SPLIT type (see tc_pack) against its four pairs of x blocks ys: p[j] = Σ q·qx
- * of blocks 2j and 2j + 1; *d = the eight blocks' scales, *m = their mins (Q4_1). Q8_0's quants are
+ * of blocks 2j and 2j + 1; *d = the eight blocks' scales, *m = their mins (Q4_1, Q5_1). Q8_0's quants are
  * stored plus 128 (unsigned, one vpdpbusd a pair), its sums started from base[j] = minus_128_sums(ys[j]):
  * the same integers as signed_products gives the file's quants. */
 static inline void split_products(int type, const uint8_t *wr, const __m512i ys[4], const __m512i base[4],
                                   __m512i p[4], __m256 *d, __m256 *m) {
     *d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wr));
     if (HAS_MIN(type)) *m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wr + 16)));
-    const uint8_t *q = wr + (HAS_MIN(type) ? 32 : 16);
+    const uint8_t *q = wr + (HAS_MIN(type) ? 32 : 16), *qh = q;
     if (type == Q8_0) {
         for (int j = 0; j < 4; j++) p[j] = _mm512_dpbusd_epi32(base[j], _mm512_loadu_si512((const void *)(q + 64 * j)), ys[j]);
         return;
     }
-    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    if (HAS_QH(type)) q += 32;
+    const __m512i low4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
     for (int h = 0; h < 2; h++) { /* byte i: element i of blocks 4h, 4h + 1 (low nibble), of 4h + 2, 4h + 3 (high) */
         const __m512i v = _mm512_loadu_si512((const void *)(q + 64 * h));
-        p[2 * h] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v, low4), ys[2 * h]);
-        p[2 * h + 1] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(_mm512_srli_epi16(v, 4), low4),
-                                           ys[2 * h + 1]);
+        __m512i lo = _mm512_and_si512(v, low4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+        if (HAS_QH(type)) { /* the fifth bits of those blocks: their qh side by side, 64 bits a pair */
+            uint64_t b0, b1;
+            memcpy(&b0, qh + 16 * h, 8), memcpy(&b1, qh + 16 * h + 8, 8);
+            lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(b0), lo, sixteen);
+            hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(b1), hi, sixteen);
+        }
+        p[2 * h] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, ys[2 * h]);
+        p[2 * h + 1] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi, ys[2 * h + 1]);
     }
 }
 
@@ -999,11 +1008,12 @@ static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t
  * ROWS − 1's; then each row's bytes past its last whole step (the last K/32 mod 8 blocks of a
  * 32-element type), row after row. The last N mod ROWS rows stay as stored.
  * A row's bytes of one step are its 8 (or 1) blocks as stored, except for the SPLIT types (Q4_0, Q4_1,
- * Q8_0), whose step holds the same bytes regrouped (pack_step): the 8 blocks' float16 scales d, then
- * (Q4_1) their 8 mins m, then their quants: Q8_0's 8 × 32 in order, each v stored as v + 128 (v XOR
- * 0x80: unsigned, so that one vpdpbusd multiplies 64 of them); Q4_0's and Q4_1's as two
- * runs of 64 bytes, run h holding element i (0 … 63) of blocks 4h, 4h + 1 in byte i's low nibble and
- * element i of blocks 4h + 2, 4h + 3 in its high nibble. When each row ends in two blocks past its
+ * Q5_0, Q5_1, Q8_0), whose step holds the same bytes regrouped (pack_step): the 8 blocks' float16
+ * scales d, then (Q4_1, Q5_1) their 8 mins m, then (Q5_0, Q5_1) their 8 uint32 qh of fifth bits, then
+ * their quants: Q8_0's 8 × 32 in order, each v stored as v + 128 (v XOR 0x80: unsigned, so that one
+ * vpdpbusd multiplies 64 of them); the others' low four bits as two runs of 64 bytes, run h holding
+ * element i (0 … 63) of blocks 4h, 4h + 1 in byte i's low nibble and element i of blocks 4h + 2, 4h + 3
+ * in its high nibble (so that two blocks' qh, side by side, are the 64-bit mask of a nibble half). When each row ends in two blocks past its
  * last step (SPLIT_TAIL), the group's 8 tail blocks (row 0's two, row 1's, …) are split likewise.
  * Why: the kernels multiply ROWS rows against the same x blocks at once (x is loaded once, and the
  * rows' closing reductions overlap), but reading ROWS rows as stored means ROWS interleaved streams,
@@ -1026,10 +1036,12 @@ static inline void swap_nibbles(const uint8_t *x, const uint8_t *y, uint8_t *lo,
  * above describes */
 static void pack_step(int type, const uint8_t *b, uint8_t *o) {
     const int bs = BLOCK_BYTES(type), hb = HAS_MIN(type) ? 4 : 2; /* a block's bytes, its d (and m) */
-    uint8_t *q = o + 8 * hb;
+    const int qb = hb + (HAS_QH(type) ? 4 : 0);                      /* where a block's quants start */
+    uint8_t *qh = o + 8 * hb, *q = qh + (HAS_QH(type) ? 32 : 0);
     for (int j = 0; j < 8; j++) {
         const uint8_t *blk = b + j * bs;
-        for (int f = 0; f < hb; f += 2) memcpy(o + 8 * f + 2 * j, blk + f, 2); /* d, then m (Q4_1) */
+        for (int f = 0; f < hb; f += 2) memcpy(o + 8 * f + 2 * j, blk + f, 2); /* d, then m (Q4_1, Q5_1) */
+        if (HAS_QH(type)) memcpy(qh + 4 * j, blk + hb, 4);
         if (type == Q8_0)
             for (int e = 0; e < 32; e++) q[32 * j + e] = (uint8_t)(blk[2 + e] ^ 0x80); /* v + 128 */
     }
@@ -1037,17 +1049,18 @@ static void pack_step(int type, const uint8_t *b, uint8_t *o) {
     for (int h = 0; h < 2; h++)
         for (int k = 0; k < 2; k++) { /* blocks 4h + k (low nibbles) and 4h + k + 2 (high) */
             uint8_t *run = q + 64 * h + 32 * k;
-            swap_nibbles(b + (4 * h + k) * bs + hb, b + (4 * h + k + 2) * bs + hb, run, run + 16);
+            swap_nibbles(b + (4 * h + k) * bs + qb, b + (4 * h + k + 2) * bs + qb, run, run + 16);
         }
 }
 
 /* the inverse of pack_step: a packed step of a SPLIT type (o) → its 8 blocks as stored (b) */
 static void unpack_step(int type, const uint8_t *o, uint8_t *b) {
-    const int bs = BLOCK_BYTES(type), hb = HAS_MIN(type) ? 4 : 2;
-    const uint8_t *q = o + 8 * hb;
+    const int bs = BLOCK_BYTES(type), hb = HAS_MIN(type) ? 4 : 2, qb = hb + (HAS_QH(type) ? 4 : 0);
+    const uint8_t *qh = o + 8 * hb, *q = qh + (HAS_QH(type) ? 32 : 0);
     for (int j = 0; j < 8; j++) {
         uint8_t *blk = b + j * bs;
         for (int f = 0; f < hb; f += 2) memcpy(blk + f, o + 8 * f + 2 * j, 2);
+        if (HAS_QH(type)) memcpy(blk + hb, qh + 4 * j, 4);
         if (type == Q8_0)
             for (int e = 0; e < 32; e++) blk[2 + e] = (uint8_t)(q[32 * j + e] ^ 0x80);
     }
@@ -1055,7 +1068,7 @@ static void unpack_step(int type, const uint8_t *o, uint8_t *b) {
     for (int h = 0; h < 2; h++)
         for (int k = 0; k < 2; k++) { /* swap_nibbles undone: lo, hi → blocks 4h + k and 4h + k + 2 */
             const uint8_t *lo = q + 64 * h + 32 * k, *hi = lo + 16;
-            uint8_t *x = b + (4 * h + k) * bs + hb, *y = b + (4 * h + k + 2) * bs + hb;
+            uint8_t *x = b + (4 * h + k) * bs + qb, *y = b + (4 * h + k + 2) * bs + qb;
 #if defined(__AVX2__) /* immintrin.h is included */
             const __m128i l = _mm_loadu_si128((const __m128i *)lo), u = _mm_loadu_si128((const __m128i *)hi);
             const __m128i f = _mm_set1_epi8(0x0F), high = _mm_set1_epi8((char)0xF0);
@@ -1270,13 +1283,14 @@ static void gemm_row(int type, const uint8_t *b, int64_t K, uint8_t *q, float *d
     }
 }
 
-/* one packed step of a SPLIT type (o: its 8 scales d, Q4_1's 8 mins m, then its quants, see tc_pack),
- * blocks j0 … j1 − 1 of it → those blocks' unsigned quants q [32 per block] and d, m as gemm_row
- * gives them, read in place: Q8_0's quants are stored as v + 128 already, and a Q4 run's low nibbles
- * are two consecutive blocks (4h, 4h + 1), its high nibbles the next two */
+/* one packed step of a SPLIT type (o: its 8 scales d, the 8 mins m of Q4_1 and Q5_1, the 8 qh of Q5_0
+ * and Q5_1, then its quants, see tc_pack), blocks j0 … j1 − 1 of it → those blocks' unsigned quants q
+ * [32 per block] and d, m as gemm_row gives them, read in place: Q8_0's quants are stored as v + 128
+ * already, and a run's low nibbles are two consecutive blocks (4h, 4h + 1), its high nibbles the next
+ * two, each plus 16 where its block's qh has the element's bit */
 static void gemm_split_step(int type, const uint8_t *o, int j0, int j1, uint8_t *q, float *d, float *m) {
     const int hb = HAS_MIN(type) ? 4 : 2;
-    const uint8_t *qs = o + 8 * hb;
+    const uint8_t *qh = o + 8 * hb, *qs = qh + (HAS_QH(type) ? 32 : 0);
     for (int j = j0; j < j1; j++) {
         d[j - j0] = f16(o + 2 * j);
         m[j - j0] = type == Q8_0 ? -128.0f * d[j - j0] : HAS_MIN(type) ? f16(o + 16 + 2 * j) : -BIAS(type) * d[j - j0];
@@ -1288,8 +1302,13 @@ static void gemm_split_step(int type, const uint8_t *o, int j0, int j1, uint8_t 
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     for (int j = j0; j < j1; j += 2) { /* blocks j, j + 1: half (j / 2) % 2 of run j / 4 */
         const __m512i v = _mm512_loadu_si512((const void *)(qs + 64 * (j / 4)));
-        const __m512i u = (j / 2) % 2 ? _mm512_srli_epi16(v, 4) : v;
-        _mm512_storeu_si512((void *)(q + 32 * (j - j0)), _mm512_and_si512(u, low4));
+        __m512i u = _mm512_and_si512((j / 2) % 2 ? _mm512_srli_epi16(v, 4) : v, low4);
+        if (HAS_QH(type)) { /* the fifth bits of blocks j, j + 1 */
+            uint64_t bits;
+            memcpy(&bits, qh + 4 * j, 8);
+            u = _mm512_mask_add_epi8(u, _cvtu64_mask64(bits), u, _mm512_set1_epi8(16));
+        }
+        _mm512_storeu_si512((void *)(q + 32 * (j - j0)), u);
     }
 }
 
