@@ -792,21 +792,26 @@ static inline __attribute__((always_inline)) void dot_rows_q45_k(const int five,
 }
 
 /* Q6_K, R rows at once: two chunks of 32 (x blocks xb, xb + 1; four groups of 16 with their own
- * scales) per 512-bit step */
+ * scales) per 512-bit step. The quants q (0 … 63) multiply x as they are, one vpdpbusd a pair, from
+ * sums started at −32·Σ of each lane's four x (computed once a step for the R rows, as Q8_0's −128):
+ * Σ (q − 32)·qx, the same integers as the sign trick on q − 32 gives, four instructions fewer a pair
+ * and row. */
 static inline __attribute__((always_inline)) void dot_rows_q6_k(const int R, const uint8_t *w, int64_t rs,
                                                                 int64_t ss, int64_t n_blocks, const int8_t *qx,
                                                                 const float *dx, float *y) {
     __m512 acc0[ROWS], acc1[ROWS];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) acc0[r] = acc1[r] = _mm512_setzero_ps();
-    const __m256i m32 = _mm256_set1_epi8(32);
     /* lane l of a step reads scale l / 4 of its four (dpbusd's lane l sums elements 4l … 4l + 3) */
     const __m512i rep4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m512i m32 = _mm512_set1_epi8(32);
     for (int64_t st = 0; st < n_blocks / 8; st++) {
         const int64_t b = 8 * st;
         const __m256 dxv = _mm256_loadu_ps(dx + b);
-        __m512i ys[4];
+        __m512i ys[4], base[4];
         x_step(qx + 32 * b, ys);
+        for (int j = 0; j < 4; j++) /* −32 · Σ of each lane's four x */
+            base[j] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), m32, ys[j]));
         ahead(w + st * ss, ss);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
@@ -821,11 +826,7 @@ static inline __attribute__((always_inline)) void dot_rows_q6_k(const int R, con
                 const __m512 scales = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)sc)));
 #pragma GCC unroll 2
                 for (int k = 0; k < 4; k += 2) {
-                    const __m512i s = _mm512_sub_epi8(pair512(q[k], q[k + 1]), _mm512_broadcast_i64x4(m32)); /* −32 … 31 */
-                    const __m512i yv = ys[2 * n + k / 2];
-                    const __mmask64 neg = _mm512_movepi8_mask(s);
-                    const __m512i sy = _mm512_mask_sub_epi8(yv, neg, _mm512_setzero_si512(), yv);
-                    const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(s), sy);
+                    const __m512i p = _mm512_dpbusd_epi32(base[2 * n + k / 2], pair512(q[k], q[k + 1]), ys[2 * n + k / 2]);
                     const __m512 f = _mm512_mul_ps(halves_of(ddx, 4 * n + k),
                                                    _mm512_permutexvar_ps(_mm512_add_epi32(rep4, _mm512_set1_epi32(2 * k)), scales));
                     if (k)
