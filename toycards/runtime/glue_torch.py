@@ -209,9 +209,10 @@ def gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, ops):
     mask and hyperparameters share (ops_torch's `_GQASite`): `site.angles(d)` gives cos, sin
     [T, half] at the new tokens' positions, `site.allowed(S)` the mask [T, S] over the S keys so far
     (bool; None for a mask with axes of its own, which the steps broadcast), and `site.call` keeps
-    this function's _GQACall, so that the checks that depend on shapes alone run once a pass. With a cache in `ctx`, the rotated keys and the values are appended to its
-    next slot (as `runtime.extend` would), else they are the only keys. Nothing is written to `ctx`
-    when this returns None."""
+    this function's _GQACall, so that the checks that depend on shapes alone run once a pass. With a
+    cache in `ctx`, the rotated keys and the values are appended to its next slot (as
+    `runtime.extend` would), else they are the only keys. Nothing is written to `ctx` when this
+    returns None."""
     lib = _library()
     if lib is None or not Q.is_cpu:  # a model on another device: its shapes are not prepared here
         return None

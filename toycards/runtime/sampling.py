@@ -128,14 +128,14 @@ def _order(z: np.ndarray, top_k: int | None, scratch: np.ndarray | None = None) 
     """
     ids = np.arange(z.shape[0])
     if top_k is not None and top_k < z.shape[0]:
-        ids = np.flatnonzero(
-            z >= _kth_largest(z, top_k, scratch)
-        )  # ≥ k ids when the k-th value is tied; cut below
+        kth = _kth_largest(z, top_k, scratch)
+        ids = np.flatnonzero(z >= kth)  # ≥ k ids when the k-th value is tied; cut below
     order = ids[np.argsort(-z[ids], kind="stable")]  # ids ascending, so a stable sort breaks ties by id
     return order if top_k is None else order[:top_k]
 
 
 def _kth_largest(z: np.ndarray, k: int, scratch: np.ndarray | None) -> float:
+    """The k-th largest of z (partitioning a copy: `scratch`, of z's size, where given)."""
     if scratch is None:
         return np.partition(z, -k)[-k]
     np.copyto(scratch, z)

@@ -541,9 +541,9 @@ static inline __m512i minus_128_sums(__m512i y) {
 }
 
 /* a packed step of a SPLIT type (see tc_pack) against its four pairs of x blocks ys: p[j] = Σ q·qx
- * of blocks 2j and 2j + 1; *d = the eight blocks' scales, *m = their mins (Q4_1, Q5_1). Q8_0's quants are
- * stored plus 128 (unsigned, one vpdpbusd a pair), its sums started from base[j] = minus_128_sums(ys[j]):
- * the same integers as signed_products gives the file's quants. */
+ * of blocks 2j and 2j + 1; *d = the eight blocks' scales, *m = their mins (Q4_1, Q5_1). Q8_0's
+ * quants are stored plus 128 (unsigned, one vpdpbusd a pair), its sums started from base[j] =
+ * minus_128_sums(ys[j]): the same integers as signed_products gives the file's quants. */
 static inline void split_products(int type, const uint8_t *wr, const __m512i ys[4], const __m512i base[4],
                                   __m512i p[4], __m256 *d, __m256 *m) {
     *d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wr));
@@ -1014,8 +1014,9 @@ static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t
  * their quants: Q8_0's 8 × 32 in order, each v stored as v + 128 (v XOR 0x80: unsigned, so that one
  * vpdpbusd multiplies 64 of them); the others' low four bits as two runs of 64 bytes, run h holding
  * element i (0 … 63) of blocks 4h, 4h + 1 in byte i's low nibble and element i of blocks 4h + 2, 4h + 3
- * in its high nibble (so that two blocks' qh, side by side, are the 64-bit mask of a nibble half). When each row ends in two blocks past its
- * last step (SPLIT_TAIL), the group's 8 tail blocks (row 0's two, row 1's, …) are split likewise.
+ * in its high nibble (so that two blocks' qh, side by side, are the 64-bit mask of a nibble half).
+ * When each row ends in two blocks past its last step (SPLIT_TAIL), the group's 8 tail blocks (row
+ * 0's two, row 1's, …) are split likewise.
  * Why: the kernels multiply ROWS rows against the same x blocks at once (x is loaded once, and the
  * rows' closing reductions overlap), but reading ROWS rows as stored means ROWS interleaved streams,
  * which ran at half speed here once the weight was not in cache; packed, a group is read front to
