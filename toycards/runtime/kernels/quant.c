@@ -503,9 +503,13 @@ static inline __m512 scales512(float s0, float s1) {
     return _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(s0), _mm512_set1_ps(s1));
 }
 
-static inline __m512 halves_of(__m256 v, int j) { /* lanes 0…7: v[j], lanes 8…15: v[j + 1] */
-    const __m512i idx = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(j), _mm512_set1_epi32(j + 1));
+static inline __m512 lanes_of(__m256 v, int j, int k) { /* lanes 0…7: v[j], lanes 8…15: v[k] */
+    const __m512i idx = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(j), _mm512_set1_epi32(k));
     return _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(v));
+}
+
+static inline __m512 halves_of(__m256 v, int j) { /* lanes 0…7: v[j], lanes 8…15: v[j + 1] */
+    return lanes_of(v, j, j + 1);
 }
 
 /* the unsigned quants of two consecutive Q4_* / Q5_* blocks (w, w + bs), elements 0…31 of each; a
@@ -729,7 +733,11 @@ typedef void (*rows_fn)(const uint8_t *, int64_t, int64_t, const uint8_t *, int6
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 /* AVX-512: two sub-blocks of 32 (one x block each) per 512-bit step, their scales d·sc_j·dx as one
  * vector per weight block (8 lanes) spread to the step's two halves by a permute, the mins' part
- * dmin·Σ_j m_j·sx_j as a vector FMA per weight block; two accumulators. */
+ * dmin·Σ_j m_j·sx_j as a vector FMA per weight block; two accumulators. A step's quants are read 64
+ * bytes at a time: their low nibbles are sub-blocks 4i and 4i + 2, their high nibbles 4i + 1 and
+ * 4i + 3, against x blocks paired the same way once a step for the R rows (one load, two masks and a
+ * shift for 128 quants, where 32 bytes at a time took two loads, two shifts, two inserts and two
+ * masks). */
 /* the eight 6-bit scales and mins of a Q4_K / Q5_K block (its 12 bytes q) as floats, computed on
  * 32-bit words of four bytes (scale_min_k4 for all j at once):
  *   scales 0…3: q[0…3] & 63; 4…7: (q[8…11] & 15) | (q[0…3] >> 6) << 4
@@ -758,8 +766,12 @@ static inline __attribute__((always_inline)) void dot_rows_q45_k(const int five,
     for (int64_t st = 0; st < n_blocks / 8; st++) { /* 8 x blocks: one weight block of 256 */
         const int64_t b = 8 * st;
         const __m256 dxv = _mm256_loadu_ps(dx + b), sxv = _mm256_loadu_ps(sx + b);
-        __m512i ys[4];
+        __m512i ys[4], xs[4];
         x_step(qx + 32 * b, ys);
+        for (int i = 0; i < 2; i++) { /* xs[2i]: x blocks 4i, 4i + 2; xs[2i + 1]: 4i + 1, 4i + 3 */
+            xs[2 * i] = _mm512_shuffle_i64x2(ys[2 * i], ys[2 * i + 1], 0x44);
+            xs[2 * i + 1] = _mm512_shuffle_i64x2(ys[2 * i], ys[2 * i + 1], 0xEE);
+        }
         ahead(w + st * ss, ss);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
@@ -770,20 +782,21 @@ static inline __attribute__((always_inline)) void dot_rows_q45_k(const int five,
             mins[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(f16(wr + 2)), sxv), m, mins[r]);
             const uint8_t *qs = wr + (five ? 48 : 16);
             const __m256i hbits = five ? _mm256_loadu_si256((const __m256i *)(wr + 16)) : _mm256_setzero_si256();
-#pragma GCC unroll 4
-            for (int j = 0; j < 8; j += 2, qs += 32) {
-                const __m256i v = _mm256_loadu_si256((const __m256i *)qs);
-                __m512i u = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1), low4);
-                if (five) { /* the fifth bit of sub-block j is bit j of qh, of sub-block j + 1 bit j + 1 */
-                    const __m512i h = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_srli_epi16(hbits, j)),
-                                                         _mm256_srli_epi16(hbits, j + 1), 1);
-                    u = _mm512_or_si512(u, _mm512_slli_epi16(_mm512_and_si512(h, _mm512_set1_epi8(1)), 4));
+#pragma GCC unroll 2
+            for (int i = 0; i < 2; i++, qs += 64) { /* 64 bytes: sub-blocks 4i, 4i + 2 (low nibbles), 4i + 1, 4i + 3 */
+                const __m512i v = _mm512_loadu_si512((const void *)qs);
+                __m512i lo = _mm512_and_si512(v, low4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+                if (five) { /* the fifth bit of sub-block j is bit j of qh's byte for the element */
+                    const __m512i one = _mm512_set1_epi8(1);
+                    const __m512i h = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_srli_epi16(hbits, 4 * i)),
+                                                         _mm256_srli_epi16(hbits, 4 * i + 2), 1);
+                    lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(h, one), 4));
+                    hi = _mm512_or_si512(hi, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 1), one), 4));
                 }
-                const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, ys[j / 2]);
-                if (j & 2)
-                    acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), halves_of(scale, j), acc1[r]);
-                else
-                    acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), halves_of(scale, j), acc0[r]);
+                const __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xs[2 * i]);
+                const __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi, xs[2 * i + 1]);
+                acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p0), lanes_of(scale, 4 * i, 4 * i + 2), acc0[r]);
+                acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p1), lanes_of(scale, 4 * i + 1, 4 * i + 3), acc1[r]);
             }
         }
     }
