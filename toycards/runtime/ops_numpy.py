@@ -83,7 +83,7 @@ def linear(x, W):
     the C product (runtime/quant_numpy.py)."""
     if W.__class__ is QuantWeight:
         return W.linear(x)
-    if W.ndim == 2 and (y := float_linear(x, W)) is not None:  # few tokens of float32: the C product
+    if (y := float_linear(x, W)) is not None:  # few tokens of a float32 matrix: the C product
         return y
     return x @ (W.T if W.ndim == 2 else np.swapaxes(W, -1, -2))
 

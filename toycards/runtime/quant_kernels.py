@@ -234,6 +234,16 @@ def float_direct(ggml_type: int) -> bool:
 
 
 FEW_FLOAT_TOKENS = 8  # the C side's MAX_FLOAT_TOKENS
+_f32_direct: bool | None = None
+
+
+def float32_plan(w_ptr: int, n: int, k: int) -> Plan | None:
+    """The Plan of a float32 weight W [n, k] (C order at `w_ptr`) that the few-token product reads in
+    place, or None where the kernels have no such product; keep W's memory alive with it."""
+    global _f32_direct
+    if _f32_direct is None:
+        _f32_direct = float_direct(0)  # ggml's type id of float32
+    return plan(0, w_ptr, 4 * k, n, k) if _f32_direct else None
 
 
 class Plan(ctypes.Structure):

@@ -168,21 +168,13 @@ class QuantWeight:
         return out.reshape(*ids.shape, k)
 
 
-_F32 = 0  # ggml's type id of float32
-_float_direct: bool | None = None
-
-
 def float_linear(x: np.ndarray, W: np.ndarray) -> np.ndarray | None:
     """x [..., K] · Wᵀ for a float32 weight W [N, K] read in place by the C product, for 1 …
     FEW_FLOAT_TOKENS rows of a C-contiguous float32 x (a decoding step), as the torch target does;
     else None (NumPy's own product then). NumPy's BLAS left out of decoding also keeps its threads
     from spinning against the kernels' OpenMP threads of the next C call."""
-    global _float_direct
-    if _float_direct is None:
-        _float_direct = kernels.float_direct(_F32)
     if not (
-        _float_direct
-        and x.__class__ is np.ndarray
+        x.__class__ is np.ndarray
         and x.dtype == np.float32
         and W.dtype == np.float32
         and x.flags.c_contiguous
@@ -193,8 +185,11 @@ def float_linear(x: np.ndarray, W: np.ndarray) -> np.ndarray | None:
     n, k = W.shape
     if x.shape[-1] != k or not 0 < x.size <= kernels.FEW_FLOAT_TOKENS * k:
         return None
+    plan = kernels.float32_plan(W.ctypes.data, n, k)
+    if plan is None:
+        return None
     y = np.empty((*x.shape[:-1], n), dtype=np.float32)
-    kernels.linear(kernels.plan(_F32, W.ctypes.data, 4 * k, n, k), x.ctypes.data, x.size // k, y.ctypes.data)
+    kernels.linear(plan, x.ctypes.data, x.size // k, y.ctypes.data)
     return y
 
 

@@ -75,7 +75,6 @@ def reference_dequantize(blocks: np.ndarray, ggml_type: int, shape: tuple[int, .
     )
 
 
-_F32 = 0  # ggml's type id of float32
 _ptr, _int = ctypes.c_void_p, ctypes.c_int64
 
 
@@ -137,25 +136,21 @@ def _c_product(plan, x: torch.Tensor, t: int, n: int) -> torch.Tensor:
     return y
 
 
-_float_direct: bool | None = None
 _c_linear = None  # tc_linear, once the kernels are loaded
 
 
 def _few_token_plan(W, n: int, k: int):
     """The byref'd kernel plan of W [n, k] for the few-token product, or None: a QuantWeight's own,
     or one made for a plain float32 weight read in place."""
-    global _float_direct
     if W.__class__ is QuantWeight:
         if not W.fast or W.shape != (n, k):
             return None
         if W._unpacked and W._pack_first:
             W._pack()
         return W._plan_ref
-    if _float_direct is None:
-        _float_direct = kernels.float_direct(_F32)
-    if not _float_direct or W.shape != (n, k) or not plain(W):
+    if W.shape != (n, k) or not plain(W) or (p := kernels.float32_plan(W.data_ptr(), n, k)) is None:
         return None
-    return ctypes.byref(kernels.plan(_F32, W.data_ptr(), 4 * k, n, k))
+    return ctypes.byref(p)
 
 
 def _few_tokens(x) -> int:
