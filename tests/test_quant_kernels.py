@@ -25,7 +25,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
 from gguf_factory import F16_SCALE_OFFSETS, llama_inventory, random_blocks, typed, write_gguf
 
 import toycards
-from toycards.runtime import quant_kernels, quant_numpy, quant_torch
+from toycards.runtime import packing, quant_kernels, quant_numpy, quant_torch
 
 Q = GGMLQuantizationType
 TYPES = [Q[n] for n in "F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K".split()]
@@ -414,7 +414,7 @@ def test_packed_weight_is_the_same_weight(qtype, shape, monkeypatch):
     here `_pack`) multiplies, dequantizes and embeds exactly as the same blocks read in place (a
     NumPy twin kept from packing runs the same kernel on rows as stored), and the packed copy is the
     layout quant.c describes (packed here one group at a time)."""
-    monkeypatch.setattr(quant_kernels, "PACK_BYTES", 1)
+    monkeypatch.setattr(packing, "PACK_BYTES", 1)
     rng = np.random.default_rng(shape[0] * 1000 + shape[1])
     blocks = small_blocks(qtype, shape, rng)
     w = quant_torch.reference_dequantize(blocks, qtype, shape)
@@ -469,7 +469,7 @@ def test_packing_hands_the_file_pages_back(tmp_path, monkeypatch, target):
     reads right (the file is only read)."""
     from toycards.gguf.reader import open_gguf
 
-    monkeypatch.setattr(quant_kernels, "PACK_BYTES", 64 * 1024)
+    monkeypatch.setattr(packing, "PACK_BYTES", 64 * 1024)
 
     rng = np.random.default_rng(5)
     w = rng.normal(0, 0.1, size=(256, 1024)).astype(np.float32)  # ~280 KB of Q8_0: ~68 pages
@@ -489,9 +489,10 @@ def test_packing_hands_the_file_pages_back(tmp_path, monkeypatch, target):
     in_place = quant_numpy.QuantWeight(blocks, Q.Q8_0, w.shape)
     in_place._unpacked = False  # the rows as stored (mapped again from the file)
     assert np.array_equal(y, in_place.linear(x))
-    writable = blocks.copy()  # anonymous memory: left alone (MADV_DONTNEED would zero it)
-    quant_kernels.hand_back_pages(writable)
-    assert np.array_equal(writable, blocks)
+    writable = blocks.copy()  # anonymous memory: left alone by packing (MADV_DONTNEED would zero it)
+    own = (quant_torch if target == "torch" else quant_numpy).QuantWeight(writable, Q.Q8_0, w.shape)
+    own._pack()
+    assert own._plan.packed == 1 and np.array_equal(writable, blocks)
 
 
 def _file_ranges(path) -> list[tuple[int, int]]:
@@ -757,7 +758,7 @@ def test_later_packing_after_some_decoding(tmp_path, monkeypatch, target):
     """In a Q4_K_M-style model (Q4_K, Q6_K) the K-quants are read as stored through the prompt and
     the first AFTER decoding steps, then pack one a step; every step's logits are those of a model
     whose weights never pack (the same floats, packed or not)."""
-    monkeypatch.setattr(quant_kernels.LaterPacking, "AFTER", 3)
+    monkeypatch.setattr(packing.LaterPacking, "AFTER", 3)
     path = tiny_llama(tmp_path, "Q4_K_M")
     model = toycards.load(path, target=target)
     never = toycards.load(path, target=target)
@@ -1014,3 +1015,57 @@ def test_real_file_deviation_within_llama_cpps(tmp_path):
     for name in ("ours", "prefill"):
         assert dev[name][0] <= 1.25 * dev["llama.cpp"][0] and dev[name][1] <= 1.25 * dev["llama.cpp"][1], dev
         assert picks[name] >= picks["llama.cpp"], (picks, dev)
+
+
+@pytest.mark.skipif(not PACKED, reason="no packed kernels on this CPU (AVX-512 VNNI)")
+def test_weights_pack_together():
+    """pack_weights copies several weights in one C call into one buffer: each copy is its weight's
+    packed layout, on a cache line of its own, and multiplies as its rows as stored; a weight
+    already packed is left as it is."""
+    rng = np.random.default_rng(11)
+    cases = [(t, shape) for t in SPLIT if t in PACKED for shape in ((13, 576), (9, 32))]
+    weights, stored, xs = [], [], []
+    for qtype, shape in cases:
+        blocks = small_blocks(qtype, shape, rng)
+        weights.append(quant_torch.QuantWeight(blocks, qtype, shape))
+        stored.append(quant_numpy.QuantWeight(blocks, qtype, shape))
+        stored[-1]._unpacked = False  # never packed: the rows as stored
+        xs.append(rng.normal(size=(2, shape[1])).astype(np.float32))
+    weights[0]._pack()
+    first = weights[0]._packed
+    packing.pack_weights(weights)
+    assert weights[0]._packed is first  # packed once
+    for w, s, x, (qtype, shape) in zip(weights, stored, xs, cases, strict=True):
+        assert w._plan.packed == 1 and w._packed.data_ptr() % 64 == 0
+        layout = packed_layout(s.blocks, qtype, shape[1], quant_kernels.pack_rows(qtype))
+        assert np.array_equal(w._packed.numpy(), layout)
+        assert np.array_equal(w.linear(torch.from_numpy(x)).numpy(), s.linear(x))
+
+
+@pytest.mark.skipif(not PACKED, reason="no packed kernels on this CPU (AVX-512 VNNI)")
+@pytest.mark.parametrize("target", ["torch", "numpy"])
+@pytest.mark.parametrize("wait", [True, False], ids=["after-packing", "racing-it"])
+def test_weights_pack_ahead_of_the_first_product(tmp_path, monkeypatch, target, wait):
+    """A loaded model's weights that pack at their first product pack on a thread of their own as
+    the model is made (here all of them before any product, when waited for); a pass that comes
+    first (racing it) waits for the weights it needs. Either way the logits are those of a model
+    whose weights are read as stored (the same floats, packed or not)."""
+    path = tiny_llama(tmp_path, "Q8_0")
+    model = toycards.load(path, target=target)
+    kept = list(model.w._quantized.values()) if target == "torch" else list(model.w.values())
+    first = [w for w in kept if getattr(w, "_pack_first", False)]
+    assert first and model._packing_ahead is not None
+    with monkeypatch.context() as m:
+        m.setattr(packing, "pack_ahead", lambda weights: None)
+        stored = toycards.load(path, target=target)
+    for w in stored.w._quantized.values() if target == "torch" else stored.w.values():
+        if isinstance(w, quant_torch.QuantWeight | quant_numpy.QuantWeight):
+            w._unpacked = False  # never packed: the rows as stored
+    if wait:
+        model._packing_ahead.join()
+        assert all(w._plan.packed == 1 and w._packed is not None for w in first)
+    ids = np.arange(20)[None]
+    with torch.inference_mode():
+        got, want = (np.asarray(m(torch.from_numpy(ids) if target == "torch" else ids)) for m in (model, stored))
+    assert np.array_equal(got, want)
+    assert all(w._plan.packed == 1 for w in first)

@@ -28,11 +28,13 @@ class ModelAPI:
     def _kernel_choices(self, kept) -> None:
         """The per-model state of the block kernels' decoding, for the weights `kept` in their GGUF
         blocks: whether the few-token products prefetch (timed on the model's first decoding steps),
-        and which weights pack after some decoding (quant_kernels)."""
-        from toycards.runtime import quant_kernels
+        which weights pack now, on a thread of their own, and which after some decoding (quant_kernels, packing)."""
+        from toycards.runtime import packing, quant_kernels
 
+        kept = list(kept)
         self._prefetch = quant_kernels.PrefetchChoice()
-        self._later = quant_kernels.LaterPacking(kept)
+        self._later = packing.LaterPacking(kept)
+        self._packing_ahead = packing.pack_ahead(kept)
 
     def _decoding_step(self, forward, *args):
         """`forward(*args)` as one decoding step (few new tokens): under the model's prefetch choice,

@@ -6,9 +6,7 @@ afresh), loading it, and the calls on a weight's `Plan` (its type, shape and whe
 `linear_fn` (few tokens, or any number where `many_tokens`), `gemm` (the int8 GEMM, optionally on
 the calling thread), `dequant_rows` (a tile of rows, for a float GEMM on many tokens, or the whole
 matrix), `gather_rows` (embedding lookups) and `pack` (a copy in the layout the few-token product
-reads fastest, where `pack_rows`; `packed_copy` makes a weight's whole copy for either target,
-handing the file's pages back as it goes, under the `PACKING` lock; at a weight's first product
-where `packs_at_first_product`, after some decoding elsewhere: `LaterPacking`). Which ggml types have a kernel
+reads fastest, where `pack_rows`; when weights pack is runtime/packing.py's). Which ggml types have a kernel
 is `SUPPORTED`.
 Leaves out: torch and NumPy weights (quant_torch.py, quant_numpy.py), the reference
 (gguf.quants.dequantize, which the tests hold these kernels to).
@@ -27,16 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import mmap
 import os
 import platform
 import statistics
-import sys
 import threading
 import time
 from pathlib import Path
-
-import numpy as np
 
 from toycards.runtime import compile
 
@@ -85,6 +79,8 @@ def _build() -> ctypes.CDLL | None:
     lib.tc_dequant_rows_bf16.argtypes = [ctypes.POINTER(Plan), _I, _I, _P]
     lib.tc_gather_rows.argtypes = [ctypes.POINTER(Plan), _P, _I, _P]
     lib.tc_pack.argtypes = [ctypes.POINTER(Plan), _I, _I, _P, _I]
+    plans, addresses, flags = ctypes.POINTER(Plan), ctypes.POINTER(_P), ctypes.POINTER(ctypes.c_uint8)
+    lib.tc_pack_weights.argtypes = [plans, addresses, flags, _I, _I, _I]
     lib.tc_quantizes_x.argtypes = [ctypes.c_int]
     lib.tc_float_direct.argtypes = [ctypes.c_int]
     lib.tc_packs.argtypes = [ctypes.c_int]
@@ -92,6 +88,7 @@ def _build() -> ctypes.CDLL | None:
     lib.tc_gemm_linear.argtypes = [ctypes.POINTER(Plan), _P, _I, _P, _I]
     for fn in (
         lib.tc_pack,
+        lib.tc_pack_weights,
         lib.tc_packs,
         lib.tc_dequant_rows,
         lib.tc_dequant_rows_bf16,
@@ -316,31 +313,6 @@ def packs_at_first_product(ggml_type: int) -> bool:
     return lib is not None and bool(lib.tc_pack_regroups(ggml_type))
 
 
-class LaterPacking:
-    """The packed copies of one model's weights that pack only after some decoding: those whose copy
-    only puts a group's rows side by side (`pack_rows`, not `packs_at_first_product`). Their copy
-    pays for itself only over a long generation: on a Llama-3.2-1B-shaped Q4_K file it made decoding
-    ~5% faster (16.3–17.1 against 17.1–17.9 ms a token) and cost its first prefill 0.24–0.55 s of
-    fresh memory (597–956 against 362–405 ms), so a short run is faster without it. They are read
-    as the file stores them until AFTER decoding steps have run, then one weight packs after each
-    further step (a few ms each on that file, where all at once would stall one token by ~0.3 s).
-    The products are the same floats either way."""
-
-    AFTER = 64
-
-    def __init__(self, weights) -> None:
-        unique = {id(w): w for w in weights if getattr(w, "_unpacked", False) and not w._pack_first}
-        self.waiting = list(unique.values())
-        self.steps = 0
-
-    def step(self) -> None:
-        """One decoding step has run."""
-        if self.waiting:
-            self.steps += 1
-            if self.steps > self.AFTER:
-                self.waiting.pop(0)._pack()
-
-
 def pack(p: Plan, r0: int, r1: int, out_ptr: int, one_thread: bool = False) -> None:
     """Rows [r0, r1) of plan p's weight (as stored) in the packed layout, into the same bytes of out
     [n · row_bytes] that they take there (a group of rows takes its rows' bytes as stored); r0 and
@@ -369,49 +341,6 @@ def tile_buffer(dtype, numel: int, make, size: int | None = None):
     finally:
         if len(buffer) == size:
             _spare_tiles.__dict__[dtype] = buffer
-
-
-PACKING = threading.Lock()  # one weight packed at a time (each weight packs once, under this lock)
-PACK_BYTES = 1 << 20  # bytes of a weight packed (and its file pages handed back) at a time
-
-
-def packed_copy(p: Plan, blocks: np.ndarray, out_ptr: int, one_thread: bool = False) -> Plan:
-    """Copy plan p's weight (`blocks`: its bytes as stored, uint8 [n, row_bytes]) into out (as many
-    bytes) in the packed layout, about PACK_BYTES at a time, the file's pages of each slice handed
-    back as it is copied (`hand_back_pages`), so the weight costs its size once; the plan that reads
-    the copy."""
-    group = pack_rows(p.type)
-    step = max(1, PACK_BYTES // (group * p.row_bytes)) * group
-    for r0 in range(0, p.n, step):
-        r1 = min(p.n, r0 + step)
-        pack(p, r0, r1, out_ptr, one_thread)
-        hand_back_pages(blocks[r0:r1])
-    packed = plan(p.type, out_ptr, p.row_bytes, p.n, p.k)
-    packed.packed = 1
-    return packed
-
-
-def hand_back_pages(blocks: np.ndarray) -> None:
-    """Drop this process's mapping of the whole pages under `blocks` when they are a read-only view
-    of a file (reading them again maps them again, from the file: nothing is lost); memory of any
-    other kind is left alone (there, MADV_DONTNEED would zero writable private pages)."""
-    if not sys.platform.startswith("linux") or blocks.flags.writeable or not hasattr(mmap, "MADV_DONTNEED"):
-        return
-    base, mapping = blocks, None
-    while base is not None and mapping is None:  # the ndarray over the whole file, then its mmap
-        nxt = getattr(base, "base", None)
-        if isinstance(nxt, mmap.mmap):
-            mapping = nxt
-        else:
-            base = nxt
-    if mapping is None or not isinstance(base, np.ndarray):
-        return
-    page = mmap.PAGESIZE
-    offset = blocks.ctypes.data - base.ctypes.data
-    start = -(-offset // page) * page
-    end = (offset + blocks.nbytes) // page * page
-    if end > start:
-        mapping.madvise(mmap.MADV_DONTNEED, start, end - start)
 
 
 def linear_fn():

@@ -8,7 +8,7 @@ its own size in memory on the NumPy target too. Many tokens take the int8 GEMM w
 NumPy's GEMM.
 Where the few-token kernel reads a packed copy faster (`quant_kernels.pack_rows`), the first
 product makes that copy (or, for the types whose copy only puts rows side by side, some decoding
-later: `quant_kernels.LaterPacking`) and hands the file's pages back, as quant_torch does. Its kernels run on the
+later: `packing.LaterPacking`) and hands the file's pages back, as quant_torch does. Its kernels run on the
 calling thread where NumPy comes next (the GEMM, dequantizing, packing): OpenBLAS's threads, still
 spinning after a GEMM, and the kernels' OpenMP threads fought over the cores (packing SmolLM2 Q4_0
 took ~1 s on two threads, 0.1 s on one; its warm prefill by the int8 GEMM ~0.6 s, ~0.2 s on one).
@@ -23,6 +23,7 @@ import functools
 
 import numpy as np
 
+from toycards.runtime import packing
 from toycards.runtime import quant_kernels as kernels
 
 FEW_TOKENS = 8  # x rows up to which the row-at-a-time kernel beats dequantize-then-GEMM
@@ -69,7 +70,7 @@ class QuantWeight:
         # packed copy (`_pack`)
         self._plan = kernels.plan(self.ggml_type, _ptr(blocks), self.row_bytes, *shape) if self.fast else None
         self._unpacked = self.fast and kernels.pack_rows(self.ggml_type) > 0  # a packed copy would be faster
-        # it packs at its first product; else, if at all, after some decoding (kernels.LaterPacking)
+        # it packs at its first product; else, if at all, after some decoding (packing.LaterPacking)
         self._pack_first = self._unpacked and kernels.packs_at_first_product(self.ggml_type)
         self._gemm = self.fast and kernels.int8_prefill(self.ggml_type)
         self._packed: np.ndarray | None = None
@@ -78,11 +79,21 @@ class QuantWeight:
 
     def _pack(self) -> None:
         """The packed copy of the blocks, once, read from then on (quant_torch.QuantWeight._pack)."""
-        with kernels.PACKING:
-            if self._unpacked:
-                packed = np.empty(self.blocks.nbytes, dtype=np.uint8)
-                self._plan = kernels.packed_copy(self._plan, self.blocks, _ptr(packed), one_thread=True)
-                self._packed, self._unpacked, self._ready = packed, False, True
+        packing.pack_weights((self,), one_thread=True)
+
+    def _stored(self):
+        """What packing.pack_weights copies: the plan as stored and the blocks."""
+        return self._plan, self.blocks
+
+    @staticmethod
+    def _buffer(nbytes: int):
+        """Bytes for packed copies, and their address."""
+        buffer = np.empty(nbytes, dtype=np.uint8)
+        return buffer, _ptr(buffer)
+
+    def _adopt(self, packed: np.ndarray, plan) -> None:
+        """Read the packed copy from now on (under packing.PACKING)."""
+        self._plan, self._packed, self._unpacked, self._ready = plan, packed, False, True
 
     def __repr__(self) -> str:
         return f"QuantWeight({self.name}: type {self.ggml_type} {self.shape}, {self.blocks.nbytes} bytes)"

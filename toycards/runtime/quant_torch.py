@@ -29,7 +29,7 @@ Where the few-token kernel reads a packed weight faster (`quant_kernels.pack_row
 it rounds to int8, with the AVX-512 kernels), the blocks are copied into that layout (groups of
 rows side by side, the same bytes in another order: quant_kernels.pack) and every later use reads
 the copy: at the first product where the copy regroups the blocks too (Q4_0, Q4_1, Q5_0, Q5_1,
-Q8_0), after some decoding elsewhere (the K-quants: quant_kernels.LaterPacking); the file's pages of the weight are handed back as the copy grows (madvise), so the weight still
+Q8_0), after some decoding elsewhere (the K-quants: packing.LaterPacking); the file's pages of the weight are handed back as the copy grows (madvise), so the weight still
 costs its size in memory once.
 """
 
@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 
 from toycards.gguf.facts import QUANT_NAMES
-from toycards.runtime import glue_cpp
+from toycards.runtime import glue_cpp, packing
 from toycards.runtime import quant_kernels as kernels
 from toycards.runtime.glue_torch import plain
 
@@ -281,7 +281,7 @@ class QuantWeight:
         self._plan = kernels.plan(self.ggml_type, self.blocks.data_ptr(), self.row_bytes, n, k)
         self._plan_ref = ctypes.byref(self._plan)
         self._unpacked = self.fast and kernels.pack_rows(self.ggml_type) > 0  # a packed copy would be faster
-        # it packs at its first product; else, if at all, after some decoding (kernels.LaterPacking)
+        # it packs at its first product; else, if at all, after some decoding (packing.LaterPacking)
         self._pack_first = self._unpacked and kernels.packs_at_first_product(self.ggml_type)
         # the plan's address where the C++ glue may read it (glue_cpp.py), else 0 (not packed yet)
         self._cplan = ctypes.addressof(self._plan) if self.fast and not self._pack_first else 0
@@ -393,18 +393,27 @@ class QuantWeight:
         return gx.view(*gy.shape[:-1], k)
 
     def _pack(self) -> None:
-        """Copy the blocks into the packed layout, once (at the first product, or at LaterPacking's
-        turn), and read the copy from then on; the file's pages of the weight go back to the page
-        cache. A new plan, never a changed one: a product already running on another thread keeps a
-        consistent view of the weight."""
-        with kernels.PACKING:
-            if not self._unpacked:
-                return
-            packed = torch.empty(self.blocks.numel(), dtype=torch.uint8)
-            plan = kernels.packed_copy(self._plan, self._np, packed.data_ptr())
-            self._packed, self._plan, self._plan_ref = packed, plan, ctypes.byref(plan)
-            self._unpacked = False
-            self._cplan = ctypes.addressof(plan)
+        """Copy the blocks into the packed layout, once (ahead of the first product, at it, or at
+        LaterPacking's turn: packing.pack_weights), and read the copy from then on; the file's pages
+        of the weight go back to the page cache."""
+        packing.pack_weights((self,))
+
+    def _stored(self):
+        """What packing.pack_weights copies: the plan as stored and the blocks (NumPy)."""
+        return self._plan, self._np
+
+    @staticmethod
+    def _buffer(nbytes: int):
+        """Bytes for packed copies, and their address."""
+        buffer = torch.empty(nbytes, dtype=torch.uint8)
+        return buffer, buffer.data_ptr()
+
+    def _adopt(self, packed: torch.Tensor, plan) -> None:
+        """Read the packed copy from now on (under packing.PACKING). A new plan, never a changed one:
+        a product already running on another thread keeps a consistent view of the weight."""
+        self._packed, self._plan, self._plan_ref = packed, plan, ctypes.byref(plan)
+        self._unpacked = False
+        self._cplan = ctypes.addressof(plan)
 
     def embed(self, ids) -> torch.Tensor:
         """Rows of W by integer ids [...] → [..., K] (W stored [N_V, d_e])."""

@@ -25,6 +25,7 @@
  *   Q5_K  d dmin sc[12] qh[32] qs[128]
  *   Q6_K  ql[128] qh[64] sc[16]:int8 d   16 groups of 16 with int8 scales
  */
+#define _DEFAULT_SOURCE /* madvise and sysconf under -std=c11 */
 #include <stdint.h>
 
 #include "structs.h"
@@ -34,6 +35,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 /* a product reading fewer bytes of weight than this runs on the calling thread: waking the other
  * threads costs more than it saves (a few µs, far more when another process holds a core) */
@@ -1130,6 +1135,38 @@ int tc_pack(const tc_weight *p, int64_t r0, int64_t r1, uint8_t *out, int64_t on
                 pack_step((int)p->type, blocks, at);
             }
         }
+    return 0;
+}
+
+/* count weights packed one after another: weight i (plans[i], as stored) into outs[i] (as many
+ * bytes) as tc_pack makes it, about `slice` bytes at a time; where hand_back[i] (its bytes a read-only
+ * view of a file: quant_kernels decides) the whole pages under each slice are unmapped once it is
+ * copied (read again, they map again from the file), so that a weight costs its size once while it
+ * packs. One call for many weights: a thread packing a model's weights ahead of its first products
+ * (quant_kernels.pack_ahead) takes Python's lock only before and after them. */
+int tc_pack_weights(const tc_weight *plans, uint8_t *const *outs, const uint8_t *hand_back, int64_t count,
+                    int64_t slice, int64_t one_thread) {
+#ifdef __linux__
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+#endif
+    for (int64_t i = 0; i < count; i++) {
+        const tc_weight *p = &plans[i];
+        const int64_t group = ROWS * p->row_bytes, step = (slice / group > 1 ? slice / group : 1) * ROWS;
+        for (int64_t r0 = 0; r0 < p->n; r0 += step) {
+            const int64_t r1 = p->n - r0 < step ? p->n : r0 + step;
+            const int code = tc_pack(p, r0, r1, outs[i], one_thread);
+            if (code != 0) return code;
+#ifdef __linux__
+            if (hand_back[i]) {
+                const uintptr_t a = (uintptr_t)(p->w + r0 * p->row_bytes), b = (uintptr_t)(p->w + r1 * p->row_bytes);
+                const uintptr_t start = (a + page - 1) / page * page, end = b / page * page;
+                if (end > start) madvise((void *)start, end - start, MADV_DONTNEED);
+            }
+#else
+            (void)hand_back;
+#endif
+        }
+    }
     return 0;
 }
 

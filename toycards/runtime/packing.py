@@ -1,0 +1,137 @@
+"""When GGUF weights kept in their blocks get their packed copies (the layout the few-token
+products read fastest, quant_kernels.pack_rows), for either target.
+
+Owns: `pack_weights` (the copies of many weights in one C call, the file's pages handed back as
+they are copied, under the `PACKING` lock, so that a weight packs once whichever thread asks),
+`pack_ahead` (on a thread of its own as a model is made, for the types that pack at their first
+product: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) and `LaterPacking` (after some decoding: the K-quants).
+Leaves out: the packed layout and the products on it (kernels/quant.c, quant_kernels.py), the
+weights themselves (quant_torch.py, quant_numpy.py: `_stored`, `_buffer`, `_adopt`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import mmap
+import os
+import sys
+import threading
+
+import numpy as np
+
+from toycards.runtime.quant_kernels import Plan, _check, library, plan
+
+PACKING = threading.Lock()  # weights pack under this lock (each weight packs once)
+PACK_BYTES = 1 << 20  # bytes of a weight packed (and its file pages handed back) at a time
+
+
+def _reset_packing_in_child() -> None:
+    """A process forked while a thread packed (pack_ahead) has that thread's lock held and no thread:
+    its weights are as they were before the packing (unpacked) and pack anew at their first product."""
+    global PACKING
+    PACKING = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_packing_in_child)
+
+
+def packed_copies(items, one_thread: bool = False) -> list[Plan]:
+    """Copy each weight of `items`, (plan p, its bytes as stored: uint8 [n, row_bytes], the address
+    of as many bytes), into those bytes in the packed layout, in one C call (tc_pack_weights): about
+    PACK_BYTES at a time, the file's pages of each slice handed back as it is copied where the bytes
+    are a read-only view of a file (`_file_view`), so a weight costs its size once. The plans that
+    read the copies. `one_thread`: on the calling thread alone (see tc_dequant_rows)."""
+    n = len(items)
+    plans = (Plan * n)(*(p for p, _, _ in items))
+    outs = (ctypes.c_void_p * n)(*(out for _, _, out in items))
+    back = (ctypes.c_uint8 * n)(*(int(_file_view(blocks)) for _, blocks, _ in items))
+    _check(library().tc_pack_weights(plans, outs, back, n, PACK_BYTES, int(one_thread)), "pack")
+    copies = []
+    for p, _, out in items:
+        packed = plan(p.type, out, p.row_bytes, p.n, p.k)
+        packed.packed = 1
+        copies.append(packed)
+    return copies
+
+
+def pack_weights(weights, one_thread: bool = False) -> None:
+    """Each of `weights` (quant_torch's or quant_numpy's QuantWeight) not yet packed gets its packed
+    copy (`packed_copies`, one C call for them all, into one new buffer: one allocation, which torch
+    makes without Python's lock, where one per weight let another thread take it back each time) and
+    reads it from then on; under PACKING, so that a weight packs once whichever thread asks first."""
+    with PACKING:
+        todo = [w for w in weights if w._unpacked]
+        if not todo:
+            return
+        stored = [w._stored() for w in todo]  # (plan, blocks)
+        offsets, total = [], 0
+        for _, blocks in stored:
+            offsets.append(total)
+            total += -(-blocks.nbytes // 64) * 64  # each copy on a cache line of its own
+        buffer, at = todo[0]._buffer(total)
+        items = [(p, blocks, at + o) for (p, blocks), o in zip(stored, offsets, strict=True)]
+        plans = packed_copies(items, one_thread)
+        for w, (_, blocks), o, packed in zip(todo, stored, offsets, plans, strict=True):
+            w._adopt(buffer[o : o + blocks.nbytes], packed)
+
+
+def pack_ahead(weights) -> threading.Thread | None:
+    """Pack the weights that pack at their first product (`packs_at_first_product`) on a thread of
+    their own, started as a model is made: while the loader then reads the vocabulary (Python, under
+    its interpreter lock) the packing runs in C without that lock, on the other core, instead of in
+    the first prefill (SmolLM2 Q4_0: ~37 ms of a ~140 ms first prefill, mostly the copies' fresh
+    pages). A product that comes first waits for it under PACKING. Should it fail (memory), the
+    weights stay as they are and pack at their first product, which then says why."""
+    todo = list({id(w): w for w in weights if getattr(w, "_unpacked", False) and w._pack_first}.values())
+    if not todo or library() is None:
+        return None
+
+    def run() -> None:
+        with contextlib.suppress(Exception):
+            pack_weights(todo, one_thread=True)
+
+    thread = threading.Thread(target=run, name="toycards-pack-ahead", daemon=True)
+    thread.start()
+    return thread
+
+
+def _file_view(blocks: np.ndarray) -> bool:
+    """Whether `blocks` are a read-only view of a file's mapping, whose pages may be dropped from
+    this process (read again, they map again from the file: nothing is lost); memory of any other
+    kind may not (MADV_DONTNEED would zero writable private pages)."""
+    if not sys.platform.startswith("linux") or blocks.flags.writeable or not hasattr(mmap, "MADV_DONTNEED"):
+        return False
+    base = blocks
+    while base is not None:  # the ndarray over the whole file, then its mmap
+        nxt = getattr(base, "base", None)
+        if isinstance(nxt, mmap.mmap):
+            return isinstance(base, np.ndarray)
+        base = nxt
+    return False
+
+
+class LaterPacking:
+    """The packed copies of one model's weights that pack only after some decoding: those whose copy
+    only puts a group's rows side by side (`pack_rows`, not `packs_at_first_product`). Their copy
+    pays for itself only over a long generation: on a Llama-3.2-1B-shaped Q4_K file it made decoding
+    ~5% faster (16.3–17.1 against 17.1–17.9 ms a token) and cost its first prefill 0.24–0.55 s of
+    fresh memory (597–956 against 362–405 ms), so a short run is faster without it. They are read
+    as the file stores them until AFTER decoding steps have run, then one weight packs after each
+    further step (a few ms each on that file, where all at once would stall one token by ~0.3 s).
+    The products are the same floats either way."""
+
+    AFTER = 64
+
+    def __init__(self, weights) -> None:
+        unique = {id(w): w for w in weights if getattr(w, "_unpacked", False) and not w._pack_first}
+        self.waiting = list(unique.values())
+        self.steps = 0
+
+    def step(self) -> None:
+        """One decoding step has run."""
+        if self.waiting:
+            self.steps += 1
+            if self.steps > self.AFTER:
+                self.waiting.pop(0)._pack()
