@@ -7,7 +7,8 @@ F32), or at a llama.cpp mix such as Q4_K_M with llama.cpp's own quantizer, in a 
 
 Each implementation runs in its own process (llama.cpp's OpenMP threads and torch's spin
 against each other in one process), with the same thread count, the same prompt ids, prefill
-then --decode greedy tokens, then the prompt again on an empty cache (the warm prefill: the first
+then --decode greedy tokens (each runner's KV cache of the type --kv-cache names: f16, llama.cpp's
+default, or f32), then the prompt again on an empty cache (the warm prefill: the first
 pass also pays one-time costs, such as library code pages the machine had dropped); the runs
 alternate A B A B for --rounds rounds and the medians are printed: decode tok/s, prefill tok/s
 (first and warm), peak RSS, the ratios, and whether the greedy tokens agree; the first token's
@@ -44,6 +45,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# --kv-cache: the ggml type ids (GGML_TYPE_F32, GGML_TYPE_F16) of llama.cpp's type_k and type_v
+KV_GGML = {"f32": 0, "f16": 1}
 TEXT = (
     "The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a "
     "single step. Knowledge is power, and time is the wisest counsellor of all. "
@@ -80,7 +83,8 @@ def _timed(step, restart, ids: list[int], decode: int, loaded: float, load_rss: 
     }
 
 
-def run_toycards(path: str, ids: list[int], decode: int, threads: int) -> dict:
+def run_toycards(path: str, ids: list[int], decode: int, threads: int, kv: str) -> dict:
+    import numpy as np
     import torch
 
     import toycards
@@ -90,16 +94,16 @@ def run_toycards(path: str, ids: list[int], decode: int, threads: int) -> dict:
     model = toycards.load(path, target="torch")
     loaded = time.perf_counter() - start
     load_rss = peak_rss_mb()  # the peak so far: import torch, load, nothing run yet
-    cache = model.new_cache()
+    cache = model.new_cache(kv)
 
-    def step(tokens: list[int]) -> int:
-        return int(torch.argmax(model(torch.tensor([tokens]), cache, last=True)[0, -1]))
+    def step(tokens: list[int]) -> int:  # the argmax as generate() and the llama.cpp runner take it
+        return int(np.argmax(model(torch.tensor([tokens]), cache, last=True)[0, -1].numpy()))
 
     with torch.inference_mode():
         return _timed(step, cache.reset, ids, decode, loaded, load_rss)
 
 
-def run_toycards_numpy(path: str, ids: list[int], decode: int, threads: int) -> dict:
+def run_toycards_numpy(path: str, ids: list[int], decode: int, threads: int, kv: str) -> dict:
     """The NumPy target (no torch in the process; its BLAS threads from OMP_NUM_THREADS)."""
     import numpy as np
 
@@ -109,7 +113,7 @@ def run_toycards_numpy(path: str, ids: list[int], decode: int, threads: int) -> 
     model = toycards.load(path, target="numpy")
     loaded = time.perf_counter() - start
     load_rss = peak_rss_mb()
-    cache = model.new_cache()
+    cache = model.new_cache(kv)
 
     def step(tokens: list[int]) -> int:
         return int(np.argmax(model(np.array([tokens]), cache, last=True)[0, -1]))
@@ -117,14 +121,14 @@ def run_toycards_numpy(path: str, ids: list[int], decode: int, threads: int) -> 
     return _timed(step, cache.reset, ids, decode, loaded, load_rss)
 
 
-def run_llama_cpp(path: str, ids: list[int], decode: int, threads: int) -> dict:
+def run_llama_cpp(path: str, ids: list[int], decode: int, threads: int, kv: str) -> dict:
     import llama_cpp
     import numpy as np
 
     start = time.perf_counter()
     llm = llama_cpp.Llama(
         model_path=path, n_ctx=len(ids) + decode + 8, n_batch=max(512, len(ids)), n_threads=threads,
-        n_threads_batch=threads, logits_all=False, verbose=False,
+        n_threads_batch=threads, logits_all=False, verbose=False, type_k=KV_GGML[kv], type_v=KV_GGML[kv],
     )  # fmt: skip
     loaded = time.perf_counter() - start
     load_rss = peak_rss_mb()
@@ -148,7 +152,7 @@ def peak_rss_mb() -> float:
 def _child(args: argparse.Namespace) -> None:
     ids = json.loads(args.ids)
     runner = {"toycards": run_toycards, "numpy": run_toycards_numpy, "llama": run_llama_cpp}[args.child]
-    result = runner(args.file, ids, args.decode, args.threads)
+    result = runner(args.file, ids, args.decode, args.threads, args.kv_cache)
     result["peak_rss_mb"] = peak_rss_mb()
     print(json.dumps(result))
 
@@ -220,7 +224,7 @@ def make_copy(path: Path, tmp: Path, type_name: str, args: argparse.Namespace) -
 def _spawn(python: str, which: str, path: Path, ids: list[int], args: argparse.Namespace) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(ROOT)}
     cmd = [python, __file__, "--child", which, "--file", str(path), "--ids", json.dumps(ids),
-           "--decode", str(args.decode), "--threads", str(args.threads)]  # fmt: skip
+           "--decode", str(args.decode), "--threads", str(args.threads), "--kv-cache", args.kv_cache]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     if done.returncode != 0:
         sys.exit(f"{which} failed on {path.name}:\n{done.stderr[-2000:]}")
@@ -302,6 +306,10 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument(
+        "--kv-cache", choices=sorted(KV_GGML), default="f16",
+        help="both runners' KV cache type (f16: llama.cpp's default)",
+    )  # fmt: skip
+    p.add_argument(
         "--shape", choices=["smollm2-135m", "llama-1b"], default="smollm2-135m",
         help="smollm2-135m: the real file (or --file); llama-1b: a random Llama-3.2-1B-shaped Q4_K file",
     )  # fmt: skip
@@ -339,7 +347,10 @@ def prompt_ids(path: Path, args: argparse.Namespace) -> list[int]:
 
     tok = toycards.load_tokenizer(path)
     ids = (tok.encode(TEXT * (1 + args.prefill // 20)))[: args.prefill]
-    print(f"prefill {len(ids)}, decode {args.decode}, {args.threads} threads, {args.rounds} rounds, medians")
+    print(
+        f"prefill {len(ids)}, decode {args.decode}, {args.threads} threads, KV cache {args.kv_cache},"
+        f" {args.rounds} rounds, medians"
+    )
     return ids
 
 

@@ -13,10 +13,10 @@ def window(w: int):
     return lambda t_z, t_x: (t_z <= t_x) & (t_x - t_z < w)
 
 
-def run_passes(gqa, ops, inputs, H, H_kv, layout, rho, mask, cap, fast: bool) -> list:
-    """A generated module's `GQAttention` on each (Q, K, V) of `inputs` in turn over one cache, with
-    `ops.fast` set to `fast` (and back on after)."""
-    ops.fast, cache, outs = fast, KVCache(), []
+def run_passes(gqa, ops, inputs, H, H_kv, layout, rho, mask, cap, fast: bool, kv_type: str = "f32") -> list:
+    """A generated module's `GQAttention` on each (Q, K, V) of `inputs` in turn over one cache (of
+    `kv_type`), with `ops.fast` set to `fast` (and back on after)."""
+    ops.fast, cache, outs = fast, KVCache(kv_type), []
     try:
         for Q, K, V in inputs:
             ctx = Context(Q.shape[-2], cache, ops)

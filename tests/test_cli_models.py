@@ -124,6 +124,60 @@ def test_run_greedy_equals_transformers(hf, tok, target, n):
     assert out.output == expected
 
 
+@pytest.mark.parametrize("target", ["numpy", "torch"])
+def test_run_with_a_half_cache_equals_transformers(hf, tok, target):
+    """`--kv-cache f16` (keys and values kept as float16, llama.cpp's default): the greedy text is
+    still transformers' greedy continuation on the example."""
+    import torch
+
+    if target == "torch":
+        pytest.importorskip("torch")
+    prompt, n = "Once upon a time", 12
+    out = cli("run", str(EXAMPLE), "--prompt", prompt, "-n", str(n), "--target", target, "--kv-cache", "f16")
+    assert out.exit_code == 0, out.output
+    ids = tok.encode(prompt)
+    with torch.no_grad():
+        for _ in range(n):
+            nxt = int(hf(torch.tensor([ids])).logits[0, -1].argmax())
+            if tok.is_eog(nxt):
+                break
+            ids.append(nxt)
+    expected = prompt + "".join(_stream(tok, ids[len(tok.encode(prompt)) :])) + "\n"
+    assert out.output == expected
+
+
+@pytest.mark.parametrize("target", ["numpy", "torch"])
+def test_half_cache_decoding_against_full_passes(hf, tok, target):
+    """Cached decoding with a float16 cache, token by token: each step's logits within float16's
+    precision of transformers' full pass over the same tokens (float32), and not equal to the float32
+    cache's (the cache did keep halves)."""
+    import torch
+
+    import toycards
+
+    model = toycards.load(str(EXAMPLE), target=target)
+    ids = tok.encode("The quick brown fox jumps over the lazy dog")
+    with torch.no_grad():
+        want = hf(torch.tensor([ids])).logits[0].numpy()
+    got = {}
+    for kv_type in ("f32", "f16"):
+        cache = model.new_cache(kv_type)
+        rows = [model._forward_numpy(np.array([ids[:3]]), cache)[0]]
+        rows += [model._forward_numpy(np.array([[i]]), cache)[0] for i in ids[3:]]
+        got[kv_type] = np.concatenate(rows)
+    span = want.max() - want.min()
+    assert np.abs(got["f32"] - want).max() < 1e-4 * span
+    assert 1e-6 * span < np.abs(got["f16"] - got["f32"]).max() < 5e-3 * span
+
+
+def test_half_cache_usage_errors():
+    bad = CliRunner().invoke(main, ["run", str(EXAMPLE), "--prompt", "x", "--kv-cache", "f8"])
+    assert bad.exit_code == 2 and "f8" in bad.output
+    ref = CliRunner().invoke(main, ["run", str(EXAMPLE), "-p", "x", "--kv-cache", "f16", "--target", "reference"])
+    assert ref.exit_code == 1 and "reference target keeps no KV cache" in ref.output
+    assert "Traceback" not in ref.output
+
+
 def _stream(tok, ids):
     d = tok.decoder(at_start=False)
     pieces = [d.push(i) for i in ids]

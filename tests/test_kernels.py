@@ -217,6 +217,30 @@ def test_grouped_query_attention_pass_by_pass(
         assert ran == [n <= (steps_above or n) for n in SIZES]
 
 
+@pytest.mark.parametrize("d, half", [(16, 8), (20, 10), (64, 32), (128, 16)])
+def test_half_cache_pass_by_pass(funcs, monkeypatch, d, half):
+    """A float16 KV cache: GQAttention's kernel (keys and values rounded to halves as it writes
+    them, read back as halves) equals the card's steps over the same float16 cache (torch's own
+    rounding) pass by pass, prompts and decoding steps, for head sizes of whole 16-lane vectors (64:
+    the unrolled one), with a tail, and partly rotated; the half cache's outputs are not the float32
+    cache's (the rows were rounded) but within float16's relative precision of them."""
+    from toycards.runtime import glue_torch
+
+    H, H_kv = 6, 2
+    rho = rand(half).abs() + 0.5
+    inputs = [(rand(1, n, H * d), rand(1, n, H_kv * d), rand(1, n, H_kv * d)) for n in SIZES]
+    ran = kernel_runs(monkeypatch, glue_torch, "gq_attention")
+    args = (funcs["GQAttention"], ops_torch, inputs, H, H_kv, "pairs", rho, window(6), 0)
+    exact = run_passes(*args, fast=True)
+    slow, fast = run_passes(*args, fast=False, kv_type="f16"), run_passes(*args, fast=True, kv_type="f16")
+    for s, f, e in zip(slow, fast, exact, strict=True):
+        assert f.dtype == torch.float32
+        assert_close(s, f, tol=3e-6)
+        assert 0 < (f - e).abs().max() < 4e-3 * e.abs().max()
+    if quant_kernels.library() is not None:
+        assert ran == [True] * len(SIZES) * 2
+
+
 def test_a_cache_reused_for_another_head_size(funcs):
     """After a reset, a cache takes rows of another head size (new buffers: the kernel never writes
     rows of one size into buffers of another, glue.cpp's check or not); without a reset, an error."""

@@ -79,6 +79,81 @@ def test_grouped_query_attention_pass_by_pass(funcs, monkeypatch, layout, half, 
 
 
 @needs_kernels
+@pytest.mark.parametrize("d, half", [(16, 8), (20, 10), (64, 32), (128, 16)])
+def test_half_cache_pass_by_pass(funcs, monkeypatch, d, half):
+    """A float16 KV cache: GQAttention's C call (keys and values rounded to halves as it writes
+    them, read back as halves) equals the card's NumPy steps over the same float16 cache (NumPy's own
+    rounding) pass by pass, for head sizes of whole 16-lane vectors (64: the unrolled one), with a
+    tail, and partly rotated; and the half cache's outputs are not the float32 cache's (the rows were
+    rounded) but within float16's relative precision of them."""
+    H, H_kv = 6, 2
+    rho = np.abs(rand(half)) + 0.5
+    inputs = [(rand(1, n, H * d), rand(1, n, H_kv * d), rand(1, n, H_kv * d)) for n in SIZES]
+    ran = kernel_runs(monkeypatch)
+    args = (funcs["GQAttention"], ops_numpy, inputs, H, H_kv, "halves", rho, window(6), 0)
+    exact = run_passes(*args, fast=True)
+    slow, fast = run_passes(*args, fast=False, kv_type="f16"), run_passes(*args, fast=True, kv_type="f16")
+    for s, f, e in zip(slow, fast, exact, strict=True):
+        assert f.dtype == np.float32
+        assert_close(s, f, tol=3e-6)
+        assert 0 < np.abs(f - e).max() < 4e-3 * np.abs(e).max()
+    assert ran == [True] * len(SIZES) * 2
+
+
+@needs_kernels
+def test_half_cache_on_a_plain_x86_64(tmp_path):
+    """The same float16 cache tests with the kernels built for a bare x86-64 (no F16C, no AVX): the
+    rounding to halves in C arithmetic alone (ties to even, subnormals, as NumPy rounds) and the
+    scalar loops that read the halves back."""
+    import os
+    import platform
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("an x86-64 build")
+    env = {**os.environ, "TOYCARDS_QUANT_MARCH": "x86-64", "TOYCARDS_CACHE": str(tmp_path)}
+    here = Path(__file__).resolve()
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", str(here), "-k",
+         "test_half_cache_pass_by_pass or test_halves_as_numpy_rounds"],
+        capture_output=True, text=True, env=env, cwd=here.parents[1],
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert done.stdout.split("[")[0].strip() == "." * 5, done.stdout[-500:]
+
+
+@needs_kernels
+def test_halves_as_numpy_rounds():
+    """Keys and values written to a float16 cache by the kernel are NumPy's float16 of them, bit for
+    bit, across the half range: ties, subnormals, the largest half, overflow to ±∞ (no RoPE, so the
+    keys are stored as given), and ±0."""
+    H = H_kv = 1
+    d = 64
+    edges = np.array([0.0, -0.0, 65504.0, 65519.0, 65520.0, -70000.0, 6.0e-8, 2.0**-25, 3 * 2.0**-25,
+                      2.0**-14, 2.0**-14 * (1 - 2.0**-11), 1 + 2.0**-11, 1 + 3 * 2.0**-11, -2.5e-6],
+                     dtype=np.float32)  # fmt: skip
+    rng = np.random.default_rng(5)
+    spread = (rng.standard_normal(4 * d - len(edges)) * 10.0 ** rng.uniform(-9, 5, 4 * d - len(edges)))
+    values = np.concatenate([edges, spread.astype(np.float32)]).reshape(4, 1, d)  # 4 tokens
+    Q = np.zeros((4, d), dtype=np.float32)
+    cache = KVCache("f16")
+    ctx = Context(4, cache, ops_numpy)
+    rho = np.ones(d // 2, dtype=np.float32)
+    K, V = values.reshape(4, d), values.reshape(4, d)[::-1].copy()
+    causal = lambda t_z, t_x: t_z <= t_x  # noqa: E731
+    out = glue_numpy.gq_attention(Q, K, V, H, H_kv, "none", 1e4, rho, causal, 0, ctx.pos, ctx)
+    assert out is not None  # the kernel wrote the cache
+    Kc, Vc = cache.slots[0][0]
+    assert Kc.dtype == np.float16
+    with np.errstate(over="ignore"):  # the values past the largest half: ±∞, as they should
+        want = values.reshape(4, d).astype(np.float16)
+    np.testing.assert_array_equal(Kc[0, :4].view(np.uint16), want.view(np.uint16))
+    np.testing.assert_array_equal(Vc[0, :4].view(np.uint16), want[::-1].view(np.uint16))
+
+
+@needs_kernels
 def test_steps_and_kernel_share_one_cache(funcs, monkeypatch):
     """Where the kernel declines (here: a float64 prompt) the steps fill the cache's slot; a later
     float32 step then declines too (the buffers are not float32), and the results still equal the

@@ -115,6 +115,15 @@ def _load(model: str, target: str, card: str | None, device: str | None = None):
 @click.option("--top-k", "top_k", type=click.IntRange(1), default=None)
 @click.option("--top-p", "top_p", type=click.FloatRange(0.0, 1.0, min_open=True), default=None)
 @click.option("--seed", type=int, default=None)
+@click.option(
+    "--kv-cache",
+    "kv_type",
+    type=click.Choice(["f32", "f16"]),
+    default="f32",
+    show_default=True,
+    help="What the KV cache keeps keys and values as: f16 (llama.cpp's default) halves its memory and"
+    " the bytes each token reads; f32 decodes exactly as a full pass computes.",
+)
 @run_target_option
 @device_option
 @card_option
@@ -126,6 +135,7 @@ def run_cmd(
     top_k,
     top_p,
     seed,
+    kv_type: str,
     target: str,
     device,
     card,
@@ -137,6 +147,10 @@ def run_cmd(
     """
     import numpy as np
 
+    if kv_type != "f32" and target == "reference":
+        raise ToycardsError(
+            f"--kv-cache {kv_type}: the reference target keeps no KV cache (add --target numpy or torch)"
+        )
     m = _load(model, target, card, device)
     if m.RECOMPUTE:  # said once, as a note line rather than a Python warning
         m._recompute_said = True
@@ -146,7 +160,13 @@ def run_cmd(
     try:  # NumPy's warnings stay quiet: non-finite logits stop generation with one line instead
         with np.errstate(all="ignore"):
             for piece in m.generate(
-                prompt, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed
+                prompt,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                top_k=top_k,
+                top_p=top_p,
+                seed=seed,
+                kv_type=kv_type,
             ):
                 sys.stdout.write(piece)
                 sys.stdout.flush()

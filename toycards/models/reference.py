@@ -89,7 +89,14 @@ class ReferenceModel(ModelAPI):
             cache.ids = batch
         return out.reshape(*x.shape, out.shape[-1])
 
-    def new_cache(self) -> TokenCache:
+    def new_cache(self, kv_type: str = "f32") -> TokenCache:
+        """The ids so far; keys and values are recomputed, never kept, so "f32" alone: the reference
+        runs the card itself, and a float16 cache is a target's choice of numerics."""
+        if kv_type != "f32":
+            raise ToycardsError(
+                f"KV cache type {kv_type!r}: the reference target keeps no KV cache (it reruns the card on"
+                " every token so far); a float16 cache is for the numpy and torch targets"
+            )
         return TokenCache()
 
     def _forward_numpy(self, ids: np.ndarray, cache: TokenCache | None, last: bool = False) -> np.ndarray:

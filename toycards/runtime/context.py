@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import mmap
 
+from toycards.errors import ToycardsError
+
+KV_TYPES = ("f32", "f16")  # what a cache keeps its floating rows as (llama.cpp's --cache-type-k names)
 LAZY_BYTES = 1 << 16  # cache buffers from this size on are zero pages mapped on demand
 
 
@@ -29,9 +32,18 @@ def zero_pages(nbytes: int) -> mmap.mmap | None:
 
 
 class KVCache:
-    """Keys and values per attention call; `length` tokens are stored."""
+    """Keys and values per attention call; `length` tokens are stored.
 
-    def __init__(self) -> None:
+    `kv_type` "f16" keeps every floating row in float16, as llama.cpp's cache does by default: each
+    key and value rounded to the nearest half once, as it is stored, for half the memory and half the
+    bytes a decoding step reads; they are read back as the dtype they came in (float32). "f32" (the
+    default) keeps them as they came, so that cached decoding computes what a full pass computes."""
+
+    def __init__(self, kv_type: str = "f32") -> None:
+        if kv_type not in KV_TYPES:
+            raise ToycardsError(f"KV cache type {kv_type!r}: expected one of {', '.join(KV_TYPES)}")
+        self.kv_type = kv_type
+        self.half = kv_type == "f16"
         self.length = 0
         # [buffers (one per extended array), used, a kernel's note on the buffers (glue_torch)]
         self.slots: list[list] = []
@@ -52,9 +64,11 @@ class KVCache:
         n_new = arrays[0].shape[-2]
         buffers, used = self.reserve(slot, ops, arrays, n_new)
         for buf, a in zip(buffers, arrays, strict=True):
-            buf[..., used : used + n_new, :] = a
+            buf[..., used : used + n_new, :] = a  # (rounded to float16 in a half cache)
         self.slots[slot][1] = used + n_new
-        return tuple(buf[..., : used + n_new, :] for buf in buffers)
+        return tuple(
+            ops.cast_like(buf[..., : used + n_new, :], a) for buf, a in zip(buffers, arrays, strict=True)
+        )
 
     def reserve(self, slot: int, ops, likes, n_new: int):
         """Room for n_new more rows in each of slot's buffers (shaped like `likes` but for the row
@@ -74,13 +88,14 @@ class KVCache:
                 buf = buffers[k] = None  # after a reset: a buffer of the new shape below
                 self.slots[slot][2] = None  # and no kernel's note on the old one
             if buf is None or buf.shape[-2] < used + n_new:
-                buffers[k] = _grow(ops, buf, a, used, max(2 * (used + n_new), 16))
+                buffers[k] = _grow(ops, buf, a, used, max(2 * (used + n_new), 16), self.half)
         return buffers, used
 
 
-def _grow(ops, old, like, used: int, capacity: int):
-    """A buffer of `capacity` rows shaped like `like` otherwise, holding the `used` rows of `old`."""
-    new = ops.zeros_rows(like, capacity)
+def _grow(ops, old, like, used: int, capacity: int, half: bool):
+    """A buffer of `capacity` rows shaped like `like` otherwise (float16 when `half` and `like` is
+    floating), holding the `used` rows of `old`."""
+    new = ops.zeros_rows(like, capacity, half)
     if old is not None and used:
         new[..., :used, :] = old[..., :used, :]
     return new

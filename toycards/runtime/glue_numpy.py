@@ -31,6 +31,16 @@ def _plain(*arrays) -> bool:
     return True
 
 
+def _cache_plain(buffers, half: bool) -> bool:
+    """A cache slot's buffers (or none yet) are ones tc_gqa can write: C-contiguous float32 arrays
+    (float16 in a half cache)."""
+    dtype = np.float16 if half else np.float32
+    return all(
+        b is None or (b.__class__ is np.ndarray and b.dtype == dtype and b.flags.c_contiguous)
+        for b in buffers
+    )
+
+
 class _Site:
     """What the GQAttention calls of one pass with the same RoPE, mask and hyperparameters share."""
 
@@ -116,7 +126,8 @@ def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):
         return None
     cache = ctx.cache if ctx is not None else None
     entry = cache.slots[ctx.slot] if cache is not None and ctx.slot < len(cache.slots) else None
-    if entry is not None and not _plain(*(b for b in entry[0] if b is not None)):
+    half = cache is not None and cache.half
+    if entry is not None and not _cache_plain(entry[0], half):
         return None  # the steps filled this slot with another dtype
     allowed = site.allowed((entry[1] if entry is not None else 0) + a.T)
     if allowed is None:
@@ -126,16 +137,16 @@ def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):
         (Kc, Vc), used = cache.reserve(slot, ctx.ops, (like, like), a.T)
         for c in (Kc, Vc):  # what tc_gqa writes: [..., H_kv, rows, d] with room for the new rows
             fits = c.shape[:-2] == like.shape[:-2] and c.shape[-1] == a.d and c.shape[-2] >= used + a.T
-            if not fits or not c.flags.c_contiguous:
+            if not fits or not c.flags.c_contiguous or c.dtype != (np.float16 if half else np.float32):
                 raise RuntimeError(f"a KV cache buffer of shape {c.shape} for rows of shape {like.shape}")
     else:
         Kc, Vc, used = np.empty(like.shape, dtype=np.float32), np.empty(like.shape, dtype=np.float32), 0
     out = np.empty((*Q.shape[:-1], a.H * a.d), dtype=np.float32)
-    kh, vh = Kc.strides[-3] // 4, Vc.strides[-3] // 4
+    kh, vh = Kc.strides[-3] // Kc.itemsize, Vc.strides[-3] // Vc.itemsize
     a.Q, a.K, a.V, a.out = Q.ctypes.data, K.ctypes.data, V.ctypes.data, out.ctypes.data
     a.cos, a.sin, a.half = cos.ctypes.data, sin.ctypes.data, cos.shape[-1]
     a.Kc, a.Vc, a.kh, a.vh, a.kb, a.vb = Kc.ctypes.data, Vc.ctypes.data, kh, vh, kh * a.Hkv, vh * a.Hkv
-    a.used, a.allowed = used, allowed.ctypes.data
+    a.used, a.allowed, a.kv_half = used, allowed.ctypes.data, int(half)
     # a prompt's on this thread alone: NumPy's BLAS threads, still spinning after the products, and
     # the kernels' OpenMP threads would fight over the cores (as quant_numpy's prompt kernels)
     a.one_thread = a.T > FEW_TOKENS

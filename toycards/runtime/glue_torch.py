@@ -197,9 +197,18 @@ def _prepare(Q, K, V, H, H_kv, layout, cap) -> _GQACall:
     return _GQACall(declined.shapes, args, (*lead, H_kv, T, d), (*lead, T, H * d), kv)
 
 
-def _cache_ready(buffers) -> bool:
-    """A cache slot's buffers (or none yet) are ones tc_gqa can write: two contiguous float32 CPU tensors."""
-    return len(buffers) == 2 and plain(*(b for b in buffers if b is not None))
+def _cache_ready(buffers, half: bool) -> bool:
+    """A cache slot's buffers (or none yet) are ones tc_gqa can write: two contiguous CPU tensors of
+    float32 (float16 in a half cache)."""
+    if len(buffers) != 2:
+        return False
+    if not half:
+        return plain(*(b for b in buffers if b is not None))
+    return all(
+        b is None
+        or (b.__class__ is torch.Tensor and b.dtype is torch.float16 and b.is_cpu and b.is_contiguous())
+        for b in buffers
+    )
 
 
 def gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, ops):
@@ -249,7 +258,7 @@ def gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, ops):
         ):
             note = None
         if note is None:
-            if entry is not None and not _cache_ready(entry[0]):
+            if entry is not None and not _cache_ready(entry[0], cache.half):
                 return None
             (Kc, Vc), used = cache.reserve(slot, ops, (call.like, call.like), a.T)
             cache.slots[slot][2] = (Kc, Vc, Kc.shape[-2], call.lead)
@@ -262,6 +271,7 @@ def gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, ops):
             torch.empty(*call.heads, dtype=torch.float32),
             0,
         )
+    a.kv_half = int(cache is not None and cache.half)  # (the buffers reserve made are float16 then)
     if mask is not call.mask:
         if tuple(mask.shape) != (a.T, used + a.T):  # positions for another number of tokens
             raise ValueError(f"the attention mask is {tuple(mask.shape)}, not {(a.T, used + a.T)}")

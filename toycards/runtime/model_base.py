@@ -75,17 +75,18 @@ class ModelAPI:
         self._check_ids(ids)
         return self._forward_numpy(ids, None)[0]
 
-    def new_cache(self) -> KVCache:
-        return KVCache()
+    def new_cache(self, kv_type: str = "f32") -> KVCache:
+        """An empty KV cache; `kv_type` "f16" keeps keys and values in float16 (context.KVCache)."""
+        return KVCache(kv_type)
 
     def generate(self, prompt: str, max_tokens: int = 32, temperature: float = 0.0, top_k: int | None = None,
                  top_p: float | None = None, seed: int | None = None,
-                 parse_special: bool = False) -> Iterator[str]:  # fmt: skip
+                 parse_special: bool = False, kv_type: str = "f32") -> Iterator[str]:  # fmt: skip
         """Yield text pieces of a continuation of `prompt` (greedy at temperature 0).
 
         `parse_special`: special-token texts in the prompt (`<|im_start|>`, as a chat template
-        writes them) are those tokens, not text. Raises ToycardsError when the logits are not
-        finite (weights holding NaN or Inf)."""
+        writes them) are those tokens, not text. `kv_type`: the cache's, as `new_cache` takes it.
+        Raises ToycardsError when the logits are not finite (weights holding NaN or Inf)."""
         from toycards.runtime.sampling import sample
 
         tok = self.tokenizer
@@ -97,7 +98,7 @@ class ModelAPI:
         prompt_ids = np.asarray(ids, dtype=np.int64).reshape(1, -1)  # (1, ℓ)
         self._check_ids(prompt_ids)
         rng = np.random.default_rng(seed)
-        cache = self.new_cache()
+        cache = self.new_cache(kv_type)
         decoder = tok.decoder(at_start=False)
         logits = self._forward_numpy(prompt_ids, cache, last=True)[0]  # (1, N_V): the last token's
         require_finite(logits, len(ids), self.path)

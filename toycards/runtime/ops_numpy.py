@@ -296,11 +296,18 @@ def moe(X, W_r, W_gate, W_up, W_down, k, norm):
     return chosen_out.reshape(*X.shape[:-1], k, X.shape[-1]).sum(axis=-2)
 
 
-def zeros_rows(like, n):
-    """Zeros shaped like `like` but with n rows (axis −2), laid out row by row (a cache buffer:
-    memory only where written, context.zero_pages)."""
+def zeros_rows(like, n, half=False):
+    """Zeros shaped like `like` but with n rows (axis −2), laid out row by row, of like's dtype, or
+    float16 when `half` and like is floating (a cache buffer: memory only where written,
+    context.zero_pages)."""
     shape = like.shape[:-2] + (n, like.shape[-1])
-    pages = zero_pages(math.prod(shape) * like.dtype.itemsize)
+    dtype = np.dtype(np.float16) if half and np.issubdtype(like.dtype, np.floating) else like.dtype
+    pages = zero_pages(math.prod(shape) * dtype.itemsize)
     if pages is None:
-        return np.zeros(shape, dtype=like.dtype)
-    return np.frombuffer(pages, dtype=like.dtype).reshape(shape)
+        return np.zeros(shape, dtype=dtype)
+    return np.frombuffer(pages, dtype=dtype).reshape(shape)
+
+
+def cast_like(x, like):
+    """x in like's dtype (x itself when it is already)."""
+    return x if x.dtype == like.dtype else x.astype(like.dtype)

@@ -486,11 +486,15 @@ def moe(X, W_r, W_gate, W_up, W_down, k, norm):
     return chosen_out.reshape(*X.shape[:-1], k, X.shape[-1]).sum(dim=-2)
 
 
-def zeros_rows(like, n):
-    """Zeros shaped like `like` but with n rows (axis −2), laid out row by row (a cache buffer: on
-    the CPU, memory only where written, context.zero_pages)."""
+def zeros_rows(like, n, half=False):
+    """Zeros like `like` with n rows (axis −2), float16 if `half` (a cache buffer: zero_pages on the CPU)."""
     shape = (*like.shape[:-2], n, like.shape[-1])
-    pages = zero_pages(math.prod(shape) * like.element_size()) if like.is_cpu else None
+    dtype = torch.float16 if half and like.is_floating_point() else like.dtype
+    pages = zero_pages(math.prod(shape) * dtype.itemsize) if like.is_cpu else None
     if pages is None:
-        return like.new_zeros(shape)
-    return torch.frombuffer(pages, dtype=like.dtype).view(shape)
+        return like.new_zeros(shape, dtype=dtype)
+    return torch.frombuffer(pages, dtype=dtype).view(shape)
+
+
+def cast_like(x, like):  # x in like's dtype (x itself when it is already)
+    return x if x.dtype == like.dtype else x.to(like.dtype)

@@ -195,7 +195,19 @@ PyObject *refused(const char *what) {
     return nullptr;
 }
 
-/* A cache buffer [..., H_kv, capacity, d] of B·H_kv·capacity·d floats with room for `rows` rows */
+/* A cache buffer: a contiguous CPU tensor of float32, or of float16 for a float16 cache (kv_half),
+ * with no autograd to record */
+const at::Tensor *cache_buffer(PyObject *o, const GQAArgs *a) {
+    if (Py_TYPE(o) != (PyTypeObject *)tensor_class) return nullptr;
+    const at::Tensor &t = THPVariable_Unpack(o);
+    const auto dtype = a->kv_half ? at::kHalf : at::kFloat;
+    if (t.layout() != at::kStrided || t.scalar_type() != dtype || !t.device().is_cpu() || !t.is_contiguous())
+        return nullptr;
+    if (t.requires_grad() && c10::GradMode::is_enabled()) return nullptr;
+    return &t;
+}
+
+/* A cache buffer [..., H_kv, capacity, d] of B·H_kv·capacity·d entries with room for `rows` rows */
 bool cache_fits(const at::Tensor *c, const GQAArgs *a, int64_t rows) {
     return c && c->dim() >= 3 && c->size(-1) == a->d && c->size(-3) == a->Hkv && rows <= c->size(-2) &&
            c->numel() == a->B * a->Hkv * c->size(-2) * a->d;
@@ -213,8 +225,8 @@ PyObject *gqa(PyObject *, PyObject *const *args, Py_ssize_t n) {
     if (!a || (a->half > 0 && (!a->cos || !a->sin)) || !a->allowed || !a->kv)
         return refused("the arguments are not prepared");
     const at::Tensor *Q = plain(args[1]), *K = plain(args[2]), *V = plain(args[3]);
-    const at::Tensor *Kc = plain(args[4]), *Vc = plain(args[5]);
-    if (!Q || !K || !V || !Kc || !Vc) return refused("not contiguous float32 CPU tensors");
+    const at::Tensor *Kc = cache_buffer(args[4], a), *Vc = cache_buffer(args[5], a);
+    if (!Q || !K || !V || !Kc || !Vc) return refused("not contiguous CPU tensors of the expected dtypes");
     const int64_t T = a->T, d = a->d;
     if (Q->dim() < 2 || Q->size(-2) != T || Q->size(-1) != a->H * d || Q->numel() != a->B * T * a->H * d)
         return refused("Q is not [..., T, H·d]");
@@ -225,7 +237,7 @@ PyObject *gqa(PyObject *, PyObject *const *args, Py_ssize_t n) {
         return refused("the cache buffers do not hold the keys");
     at::Tensor out = like(*Q, Q->size(-1));
     a->Q = Q->const_data_ptr<float>(), a->K = K->const_data_ptr<float>(), a->V = V->const_data_ptr<float>();
-    a->Kc = Kc->mutable_data_ptr<float>(), a->Vc = Vc->mutable_data_ptr<float>();
+    a->Kc = Kc->mutable_data_ptr(), a->Vc = Vc->mutable_data_ptr();
     a->kh = Kc->size(-2) * d, a->kb = a->kh * a->Hkv, a->vh = Vc->size(-2) * d, a->vb = a->vh * a->Hkv;
     a->used = used, a->out = out_of(out);
     int code;

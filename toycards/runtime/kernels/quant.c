@@ -1903,24 +1903,91 @@ static float *scores_scratch(int64_t n) {
     return scratch_s;
 }
 
+/* ── the float16 KV cache (gqa_args.kv_half): each key and value row rounded to the nearest half
+ * float (ties to even) once, as it is written, and read back exactly; llama.cpp's default cache
+ * type, half the bytes each decoding step reads ── */
+
+/* f rounded to an IEEE half float, ties to even (overflow to ±∞, NaN kept a NaN) */
+static inline uint16_t half_of(float f) {
+#ifdef __F16C__
+    return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+#else
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    const uint32_t a = x & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return sign | 0x7E00; /* NaN */
+    if (a >= 0x477FF000u) return sign | 0x7C00; /* 65520 and up (and ∞) round to ∞ */
+    if (a < 0x38800000u) { /* under 2⁻¹⁴: a subnormal half. Added to 0.5, the float's last mantissa
+                            * bit weighs 2⁻²⁴, a subnormal half's unit: the addition rounds to even */
+        float t;
+        memcpy(&t, &a, 4);
+        t += 0.5f;
+        uint32_t bits;
+        memcpy(&bits, &t, 4);
+        return sign | (uint16_t)(bits - 0x3F000000u);
+    }
+    /* a normal half: the exponent rebased from 127 to 15, the 13 dropped bits rounded to even */
+    return sign | (uint16_t)((a - 0x38000000u + 0x0FFFu + ((a >> 13) & 1u)) >> 13);
+#endif
+}
+
+static inline float float_of_half(uint16_t h) { return f16((const uint8_t *)&h); }
+
+/* x [d] → y [d] halves */
+static inline void round_to_halves(const float *x, uint16_t *y, int64_t d) {
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= d; i += 16)
+        _mm256_storeu_si256((__m256i *)(y + i), _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+    for (; i < d; i++) y[i] = half_of(x[i]);
+}
+
+/* row j of a cache head's rows of d entries (float32, or halves when kv16) */
+static inline const void *kv_row(const void *rows, int64_t j, int64_t d, int kv16) {
+    return (const uint8_t *)rows + j * d * (kv16 ? 2 : 4);
+}
+
+/* q [d] · k [d] with k halves */
+static inline float dot_half(const float *q, const uint16_t *k, int64_t d) {
+    int64_t i = 0;
+    float acc = 0.0f;
+#if defined(__AVX512F__)
+    if (d >= 16) {
+        __m512 a = _mm512_setzero_ps();
+        for (; i + 16 <= d; i += 16)
+            a = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + i))), a);
+        acc = _mm512_reduce_add_ps(a);
+    }
+#endif
+    for (; i < d; i++) acc += q[i] * float_of_half(k[i]);
+    return acc;
+}
+
 /* The scores of one query row q [d] against keys Kh [S, d] into p [S]: q·k · scale, soft-capped to
  * cap · tanh(score / cap) when cap > 0, −∞ where ok[j] is 0; returns their maximum. */
-static float scores_row(const float *q, const float *Kh, int64_t S, int64_t d, const uint8_t *ok, float scale,
-                        float cap, float *p) {
+static float scores_row(const float *q, const void *K_rows, int kv16, int64_t S, int64_t d, const uint8_t *ok,
+                        float scale, float cap, float *p) {
     float m = -INFINITY;
     for (int64_t j = 0; j < S; j++) {
-        const float *k = Kh + j * d;
         float acc = 0.0f;
+        if (kv16) {
+            acc = dot_half(q, (const uint16_t *)K_rows + j * d, d);
+        } else {
+            const float *k = (const float *)K_rows + j * d;
 #if defined(__AVX512F__)
-        if (d % 16 == 0) {
-            __m512 a = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(k));
-            for (int64_t i = 16; i < d; i += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), _mm512_loadu_ps(k + i), a);
-            acc = _mm512_reduce_add_ps(a);
-        } else
+            if (d % 16 == 0) {
+                __m512 a = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(k));
+                for (int64_t i = 16; i < d; i += 16)
+                    a = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), _mm512_loadu_ps(k + i), a);
+                acc = _mm512_reduce_add_ps(a);
+            } else
 #endif
-        {
+            {
 #pragma omp simd reduction(+ : acc)
-            for (int64_t i = 0; i < d; i++) acc += q[i] * k[i];
+                for (int64_t i = 0; i < d; i++) acc += q[i] * k[i];
+            }
         }
         float sc = acc * scale;
         if (cap > 0.0f) sc = cap * tanhf(sc / cap);
@@ -1976,9 +2043,24 @@ static inline __attribute__((always_inline)) void weigh_values(const float *p, c
     }
     for (int64_t v = 0; v < nv; v++) _mm512_storeu_ps(o + 16 * v, _mm512_mul_ps(ov[v], _mm512_set1_ps(inv)));
 }
+
+/* weigh_values for rows of halves */
+static inline __attribute__((always_inline)) void weigh_values_half(const float *p, const uint16_t *Vh, int64_t n,
+                                                                    float inv, const int64_t nv, float *o) {
+    __m512 ov[16];
+    for (int64_t v = 0; v < nv; v++) ov[v] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n; j++) {
+        const uint16_t *vr = Vh + j * 16 * nv;
+        const __m512 e = _mm512_set1_ps(p[j]);
+        for (int64_t v = 0; v < nv; v++)
+            ov[v] = _mm512_fmadd_ps(e, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16 * v))), ov[v]);
+    }
+    for (int64_t v = 0; v < nv; v++) _mm512_storeu_ps(o + 16 * v, _mm512_mul_ps(ov[v], _mm512_set1_ps(inv)));
+}
 #endif
 
-static void weigh_row(float *p, float m, const float *Vh, int64_t n, int64_t d, const uint8_t *ok, float *o) {
+static void weigh_row(float *p, float m, const void *V_rows, int kv16, int64_t n, int64_t d, const uint8_t *ok,
+                      float *o) {
     if (m == -INFINITY) { /* nothing allowed, or every score −∞: the card's softmax is NaN */
         for (int64_t i = 0; i < d; i++) o[i] = NAN;
         return;
@@ -2001,6 +2083,26 @@ static void weigh_row(float *p, float m, const float *Vh, int64_t n, int64_t d, 
         l += p[j];
     }
     const float inv = 1.0f / l;
+    if (kv16) {
+        const uint16_t *Vh = (const uint16_t *)V_rows;
+#if defined(__AVX512F__)
+        if (d % 16 == 0 && d <= 256) {
+            if (d == 64)
+                weigh_values_half(p, Vh, n, inv, 4, o);
+            else if (d == 128)
+                weigh_values_half(p, Vh, n, inv, 8, o);
+            else
+                weigh_values_half(p, Vh, n, inv, d / 16, o);
+            return;
+        }
+#endif
+        for (int64_t i = 0; i < d; i++) o[i] = 0.0f;
+        for (j = 0; j < n; j++)
+            for (int64_t i = 0; i < d; i++) o[i] += p[j] * float_of_half(Vh[j * d + i]);
+        for (int64_t i = 0; i < d; i++) o[i] *= inv;
+        return;
+    }
+    const float *Vh = (const float *)V_rows;
 #if defined(__AVX512F__)
     if (d % 16 == 0 && d <= 256) {
         if (d == 64)
@@ -2029,14 +2131,15 @@ static void weigh_row(float *p, float m, const float *Vh, int64_t n, int64_t d, 
     for (int64_t i = 0; i < d; i++) o[i] *= inv;
 }
 
-/* One query row q [d] against keys Kh, values Vh [S, d] (rows contiguous), allowed keys ok [S]:
- * the scores of its span (scores_row), then weigh_row into o [d]. p: scratch of S floats. */
-static void attend_row(const float *q, const float *Kh, const float *Vh, int64_t S, int64_t d, const uint8_t *ok,
-                       float scale, float cap, float *p, float *o) {
+/* One query row q [d] against keys Kh, values Vh [S, d] (rows contiguous; halves when kv16), allowed
+ * keys ok [S]: the scores of its span (scores_row), then weigh_row into o [d]. p: scratch of S floats. */
+static void attend_row(const float *q, const void *Kh, const void *Vh, int kv16, int64_t S, int64_t d,
+                       const uint8_t *ok, float scale, float cap, float *p, float *o) {
     int64_t j0, j1;
     allowed_span(ok, S, &j0, &j1);
-    const float m = j1 > j0 ? scores_row(q, Kh + j0 * d, j1 - j0, d, ok + j0, scale, cap, p) : -INFINITY;
-    weigh_row(p, m, Vh + j0 * d, j1 - j0, d, ok + j0, o);
+    const float m =
+        j1 > j0 ? scores_row(q, kv_row(Kh, j0, d, kv16), kv16, j1 - j0, d, ok + j0, scale, cap, p) : -INFINITY;
+    weigh_row(p, m, kv_row(Vh, j0, d, kv16), kv16, j1 - j0, d, ok + j0, o);
 }
 
 #define QUERY_RUN 16 /* queries of one head per work item of tc_gqa */
@@ -2046,11 +2149,17 @@ static void attend_row(const float *q, const float *Kh, const float *Vh, int64_t
 
 /* Keys Kh [S, d] in blocks of RUN_KEYS, each block transposed: Kt [⌈S/16⌉][d][16], Kt[b][i][c] =
  * Kh[16b + c][i] (past the last key, the block's first key again: lanes attend_run masks off) */
-static void transpose_keys(const float *Kh, int64_t S, int64_t d, float *Kt) {
+static void transpose_keys(const void *Kh, int kv16, int64_t S, int64_t d, float *Kt) {
     for (int64_t jb = 0; jb < S; jb += RUN_KEYS, Kt += d * RUN_KEYS)
         for (int64_t c = 0; c < RUN_KEYS; c++) {
-            const float *k = Kh + (jb + (jb + c < S ? c : 0)) * d;
-            for (int64_t i = 0; i < d; i++) Kt[i * RUN_KEYS + c] = k[i];
+            const int64_t j = jb + (jb + c < S ? c : 0);
+            if (kv16) {
+                const uint16_t *k = (const uint16_t *)Kh + j * d;
+                for (int64_t i = 0; i < d; i++) Kt[i * RUN_KEYS + c] = float_of_half(k[i]);
+            } else {
+                const float *k = (const float *)Kh + j * d;
+                for (int64_t i = 0; i < d; i++) Kt[i * RUN_KEYS + c] = k[i];
+            }
         }
 }
 
@@ -2060,7 +2169,7 @@ static void transpose_keys(const float *Kh, int64_t S, int64_t d, float *Kt) {
  * 16 keys at a time from the head's transposed blocks of K (Kt, transpose_keys: made once a call of
  * tc_gqa, which every query head of the key head and every run reads), 16 scores a vector with no
  * horizontal sums; P: scratch of nr·S floats (scores left of a row's span are written, never read). */
-static void attend_run(const float *Qr, int64_t nr, const float *Vh, int64_t S, int64_t d, const uint8_t *allowed,
+static void attend_run(const float *Qr, int64_t nr, const void *Vh, int kv16, int64_t S, int64_t d, const uint8_t *allowed,
                        float scale, float cap, float *P, const float *Kt_head, float *o, int64_t o_stride) {
     int64_t J0 = S, J1 = 0, j0[QUERY_RUN], j1[QUERY_RUN];
     for (int64_t r = 0; r < nr; r++) {
@@ -2099,7 +2208,7 @@ static void attend_run(const float *Qr, int64_t nr, const float *Vh, int64_t S, 
             p[j] = ok[j] ? sc : -INFINITY;
             m = p[j] > m ? p[j] : m;
         }
-        weigh_row(p, m, Vh + j0[r] * d, n, d, ok, o + r * o_stride);
+        weigh_row(p, m, kv_row(Vh, j0[r], d, kv16), kv16, n, d, ok, o + r * o_stride);
     }
 }
 #endif
@@ -2125,7 +2234,7 @@ int tc_attention(const float *Q, const float *K, const float *V, int64_t B, int6
             }
             const float *Kh = K + b * kb + kv[h] * kh, *Vh = V + b * vb + kv[h] * vh;
             for (int64_t t = 0; t < Tq; t++)
-                attend_row(Q + ((b * H + h) * Tq + t) * d, Kh, Vh, S, d, allowed + t * S, (float)scale, 0.0f, p,
+                attend_row(Q + ((b * H + h) * Tq + t) * d, Kh, Vh, 0, S, d, allowed + t * S, (float)scale, 0.0f, p,
                            out + ((b * H + h) * Tq + t) * d);
         }
     return failed ? -2 : 0;
@@ -2143,8 +2252,9 @@ static _Thread_local int64_t keys_t_cap;
  * cache. Q [B, T, H·d], K, V [B, T, Hkv·d] contiguous (a token's heads side by side, as the
  * projections give them); cos, sin [T, half] at the new tokens' positions; layout as rope_row.
  * The T new keys (rotated) and values are written to rows used … used + T − 1 of the caches Kc, Vc
- * [B, Hkv, capacity, d] (strides kb, kh, vb, vh in floats, rows contiguous), and every query reads
- * the S = used + T rows there; kv [H], allowed [T, S], scale and cap as attend_row.
+ * [B, Hkv, capacity, d] (strides kb, kh, vb, vh in entries, rows contiguous; float32, or halves when
+ * kv_half), and every query reads the S = used + T rows there; kv [H], allowed [T, S], scale and cap
+ * as attend_row.
  * out [B, T, H·d]: the heads' results side by side again.
  * The arguments come as one struct (gqa_args, structs.h): the layers of a pass share most of them,
  * so a call sets the few that differ instead of converting two dozen. */
@@ -2154,17 +2264,28 @@ int tc_gqa(const gqa_args *a) {
     const int64_t B = a->B, T = a->T, H = a->H, Hkv = a->Hkv, d = a->d, half = a->half, kb = a->kb, kh = a->kh,
                   vb = a->vb, vh = a->vh, used = a->used;
     const int layout = (int)a->layout;
-    float *Kc = a->Kc, *Vc = a->Vc, *out = a->out;
+    void *Kc = a->Kc, *Vc = a->Vc;
+    float *out = a->out;
+    const int kv16 = a->kv_half != 0;
     const int64_t *kv = a->kv;
     const uint8_t *allowed = a->allowed;
     const double scale = a->scale, cap = a->cap;
     const int64_t one_thread = a->one_thread;
+    float *rotated = 0; /* a key row rotated in float32, before it is rounded to halves */
+    if (kv16 && !(rotated = (float *)grown(&scratch_row, &scratch_row_cap, (int64_t)sizeof(float) * d))) return -2;
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < T; t++)
             for (int64_t j = 0; j < Hkv; j++) {
                 const float *k = K + ((b * T + t) * Hkv + j) * d, *v = V + ((b * T + t) * Hkv + j) * d;
-                rope_row(k, cos + t * half, sin + t * half, d, half, layout, Kc + b * kb + j * kh + (used + t) * d);
-                memcpy(Vc + b * vb + j * vh + (used + t) * d, v, sizeof(float) * (size_t)d);
+                const int64_t kr = b * kb + j * kh + (used + t) * d, vr = b * vb + j * vh + (used + t) * d;
+                if (kv16) {
+                    rope_row(k, cos + t * half, sin + t * half, d, half, layout, rotated);
+                    round_to_halves(rotated, (uint16_t *)Kc + kr, d);
+                    round_to_halves(v, (uint16_t *)Vc + vr, d);
+                } else {
+                    rope_row(k, cos + t * half, sin + t * half, d, half, layout, (float *)Kc + kr);
+                    memcpy((float *)Vc + vr, v, sizeof(float) * (size_t)d);
+                }
             }
     const int64_t S = used + T;
     /* the work: each head's queries in runs of QUERY_RUN (a prompt's many, a decoding step's one),
@@ -2179,7 +2300,7 @@ int tc_gqa(const gqa_args *a) {
 #pragma omp parallel for collapse(2) schedule(static) if (!one_thread && B * Hkv * S * d >= PARALLEL_ATTENTION)
         for (int64_t b = 0; b < B; b++)
             for (int64_t j = 0; j < Hkv; j++)
-                transpose_keys(Kc + b * kb + j * kh, S, d, Kt + (b * Hkv + j) * head_keys);
+                transpose_keys(kv_row(Kc, b * kb + j * kh, 1, kv16), kv16, S, d, Kt + (b * Hkv + j) * head_keys);
     }
 #endif
 #pragma omp parallel for schedule(dynamic, 1) if (!one_thread && B * H * T * S * d >= PARALLEL_ATTENTION)
@@ -2197,7 +2318,7 @@ int tc_gqa(const gqa_args *a) {
             failed = 1;
             continue;
         }
-        const float *Kh = Kc + b * kb + kv[h] * kh, *Vh = Vc + b * vb + kv[h] * vh;
+        const void *Kh = kv_row(Kc, b * kb + kv[h] * kh, 1, kv16), *Vh = kv_row(Vc, b * vb + kv[h] * vh, 1, kv16);
         float *Qr = scratch_head, *o = out + ((b * T + t0) * H + h) * d;
         for (int64_t r = 0; r < nr; r++) {
             const int64_t t = t0 + r;
@@ -2205,13 +2326,14 @@ int tc_gqa(const gqa_args *a) {
         }
 #if defined(__AVX512F__)
         if (Kt && nr >= 4) { /* a prompt's queries: scores a block of keys at a time */
-            attend_run(Qr, nr, Vh, S, d, allowed + t0 * S, (float)scale, (float)cap, P,
+            attend_run(Qr, nr, Vh, kv16, S, d, allowed + t0 * S, (float)scale, (float)cap, P,
                        Kt + (b * Hkv + kv[h]) * head_keys, o, H * d);
             continue;
         }
 #endif
         for (int64_t r = 0; r < nr; r++)
-            attend_row(Qr + r * d, Kh, Vh, S, d, allowed + (t0 + r) * S, (float)scale, (float)cap, P, o + r * H * d);
+            attend_row(Qr + r * d, Kh, Vh, kv16, S, d, allowed + (t0 + r) * S, (float)scale, (float)cap, P,
+                       o + r * H * d);
     }
     return failed ? -2 : 0;
 }

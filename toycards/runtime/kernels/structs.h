@@ -21,13 +21,14 @@ typedef struct {
     int64_t B, T, H, Hkv, d;
     const float *cos, *sin;
     int64_t half, layout;
-    float *Kc, *Vc;
+    void *Kc, *Vc; /* float32 rows, or halves when kv_half */
     int64_t kb, kh, vb, vh, used;
     const int64_t *kv;
     const uint8_t *allowed;
     double scale, cap;
     float *out;
     int64_t one_thread; /* 1: on the calling thread alone (the NumPy target's prompts, see tc_dequant_rows) */
+    int64_t kv_half;    /* 1: the caches hold halves (a float16 KV cache) */
 } gqa_args;
 
 #endif
