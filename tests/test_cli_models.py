@@ -107,43 +107,24 @@ def test_eval_equals_transformers_log_softmax(hf, tok, target):
 
 @pytest.mark.parametrize(("target", "n"), [("numpy", 12), ("reference", 5)])  # the interpreter is slow
 def test_run_greedy_equals_transformers(hf, tok, target, n):
-    import torch
 
     prompt = "The quick brown fox"
     out = cli("run", str(EXAMPLE), "--prompt", prompt, "-n", str(n), "--target", target)
     assert out.exit_code == 0, out.output
-    ids = tok.encode(prompt)
-    with torch.no_grad():
-        for _ in range(n):
-            nxt = int(hf(torch.tensor([ids])).logits[0, -1].argmax())
-            if tok.is_eog(nxt):
-                break
-            ids.append(nxt)
-    continuation = ids[len(tok.encode(prompt)) :]
-    expected = prompt + "".join(_stream(tok, continuation)) + "\n"
-    assert out.output == expected
+    assert out.output == _greedy_text(hf, tok, prompt, n)
 
 
 @pytest.mark.parametrize("target", ["numpy", "torch"])
 def test_run_with_a_half_cache_equals_transformers(hf, tok, target):
     """`--kv-cache f16` (keys and values kept as float16, llama.cpp's default): the greedy text is
     still transformers' greedy continuation on the example."""
-    import torch
 
     if target == "torch":
         pytest.importorskip("torch")
     prompt, n = "Once upon a time", 12
     out = cli("run", str(EXAMPLE), "--prompt", prompt, "-n", str(n), "--target", target, "--kv-cache", "f16")
     assert out.exit_code == 0, out.output
-    ids = tok.encode(prompt)
-    with torch.no_grad():
-        for _ in range(n):
-            nxt = int(hf(torch.tensor([ids])).logits[0, -1].argmax())
-            if tok.is_eog(nxt):
-                break
-            ids.append(nxt)
-    expected = prompt + "".join(_stream(tok, ids[len(tok.encode(prompt)) :])) + "\n"
-    assert out.output == expected
+    assert out.output == _greedy_text(hf, tok, prompt, n)
 
 
 @pytest.mark.parametrize("target", ["numpy", "torch"])
@@ -176,6 +157,20 @@ def test_half_cache_usage_errors():
     ref = CliRunner().invoke(main, ["run", str(EXAMPLE), "-p", "x", "--kv-cache", "f16", "--target", "reference"])
     assert ref.exit_code == 1 and "reference target keeps no KV cache" in ref.output
     assert "Traceback" not in ref.output
+
+
+def _greedy_text(hf, tok, prompt: str, n: int) -> str:
+    """What `run` prints for transformers' greedy continuation of `prompt` (n tokens at most)."""
+    import torch
+
+    ids = tok.encode(prompt)
+    with torch.no_grad():
+        for _ in range(n):
+            nxt = int(hf(torch.tensor([ids])).logits[0, -1].argmax())
+            if tok.is_eog(nxt):
+                break
+            ids.append(nxt)
+    return prompt + "".join(_stream(tok, ids[len(tok.encode(prompt)) :])) + "\n"
 
 
 def _stream(tok, ids):

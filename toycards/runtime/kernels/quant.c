@@ -2083,19 +2083,19 @@ static void weigh_row(float *p, float m, const void *V_rows, int kv16, int64_t n
         l += p[j];
     }
     const float inv = 1.0f / l;
+#if defined(__AVX512F__)
+    if (d % 16 == 0 && d <= 256) { /* the row in registers, its vector count a constant where it is common */
+#define WEIGH(fn, V) (d == 64 ? fn(p, V, n, inv, 4, o) : d == 128 ? fn(p, V, n, inv, 8, o) : fn(p, V, n, inv, d / 16, o))
+        if (kv16)
+            WEIGH(weigh_values_half, (const uint16_t *)V_rows);
+        else
+            WEIGH(weigh_values, (const float *)V_rows);
+#undef WEIGH
+        return;
+    }
+#endif
     if (kv16) {
         const uint16_t *Vh = (const uint16_t *)V_rows;
-#if defined(__AVX512F__)
-        if (d % 16 == 0 && d <= 256) {
-            if (d == 64)
-                weigh_values_half(p, Vh, n, inv, 4, o);
-            else if (d == 128)
-                weigh_values_half(p, Vh, n, inv, 8, o);
-            else
-                weigh_values_half(p, Vh, n, inv, d / 16, o);
-            return;
-        }
-#endif
         for (int64_t i = 0; i < d; i++) o[i] = 0.0f;
         for (j = 0; j < n; j++)
             for (int64_t i = 0; i < d; i++) o[i] += p[j] * float_of_half(Vh[j * d + i]);
@@ -2103,17 +2103,6 @@ static void weigh_row(float *p, float m, const void *V_rows, int kv16, int64_t n
         return;
     }
     const float *Vh = (const float *)V_rows;
-#if defined(__AVX512F__)
-    if (d % 16 == 0 && d <= 256) {
-        if (d == 64)
-            weigh_values(p, Vh, n, inv, 4, o);
-        else if (d == 128)
-            weigh_values(p, Vh, n, inv, 8, o);
-        else
-            weigh_values(p, Vh, n, inv, d / 16, o);
-        return;
-    }
-#endif
     for (int64_t i = 0; i < d; i++) o[i] = 0.0f;
     j = 0;
     for (; j + 4 <= n; j += 4) { /* four rows of V per pass over o */
