@@ -286,8 +286,11 @@ def test_embed_picks_exact_rows(weight):
         quant_torch.QuantWeight(blocks, qtype, w.shape).embed(torch.from_numpy(ids)).numpy(), w[ids]
     )
     assert np.array_equal(quant_numpy.QuantWeight(blocks, qtype, w.shape).embed(ids), w[ids])
-    with pytest.raises(IndexError, match="out of range"):
-        quant_torch.QuantWeight(blocks, qtype, w.shape).embed(torch.tensor([37]))
+    for bad in ([37], [3, -1]):  # past the last row, and before the first (checked by the kernel)
+        with pytest.raises(IndexError, match="out of range"):
+            quant_torch.QuantWeight(blocks, qtype, w.shape).embed(torch.tensor(bad))
+        with pytest.raises(IndexError, match="out of range"):
+            quant_numpy.QuantWeight(blocks, qtype, w.shape).embed(np.array(bad))
 
 
 def test_without_kernels_the_reference_runs(weight):

@@ -48,6 +48,7 @@ class KVCache:
         # [buffers (one per extended array), used, a kernel's note on the buffers (glue_torch)]
         self.slots: list[list] = []
         self.ids = None  # the token ids so far, for a model that recomputes (`Model.RECOMPUTE`)
+        self.prepared: dict = {}  # what a target's kernels prepared for this cache's passes (their keys)
 
     def reset(self) -> None:
         """Forget every token. The buffers stay, and the next tokens are written over the old rows

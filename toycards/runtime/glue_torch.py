@@ -179,6 +179,9 @@ class _GQACall:
         self.addr = ctypes.addressof(args) if args is not None else 0
         self.like = torch.empty(*heads, dtype=torch.float32) if args is not None else None  # the cache's rows
         self.cos = self.mask = self.Kc = self.Vc = None
+        self.T = args.T if args is not None else 0  # (a ctypes field costs a conversion at each read)
+        self.S = 0  # the key count of the mask at `allowed` (0: none set yet)
+        self.ctx = None  # the pass whose site holds this call (_prepared)
 
 
 def _prepare(Q, K, V, H, H_kv, layout, cap) -> _GQACall:
@@ -195,6 +198,22 @@ def _prepare(Q, K, V, H, H_kv, layout, cap) -> _GQACall:
         cap=cap,
     )  # fmt: skip
     return _GQACall(declined.shapes, args, (*lead, H_kv, T, d), (*lead, T, H * d), kv)
+
+
+def _prepared(ctx, Q, K, V, H, H_kv, layout, cap) -> _GQACall:
+    """_prepare's call for a site of this pass, kept in the cache for its later passes (a decoding
+    run's steps): one no other site of this pass holds (sites of one pass with other masks or RoPE,
+    Gemma's local and global layers say, each hold their own), its angles and mask unset."""
+    cache = ctx.cache if ctx is not None else None
+    if cache is None:
+        return _prepare(Q, K, V, H, H_kv, layout, cap)
+    kept = cache.prepared.setdefault(("torch gqa", Q.shape, K.shape, V.shape, H, H_kv, layout, cap), [])
+    call = next((c for c in kept if c.ctx is not ctx), None)
+    if call is None:
+        call = _prepare(Q, K, V, H, H_kv, layout, cap)
+        kept.append(call)
+    call.ctx, call.cos, call.mask, call.S = ctx, None, None, 0
+    return call
 
 
 def _cache_ready(buffers, half: bool) -> bool:
@@ -222,12 +241,34 @@ def gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, ops):
     cache in `ctx`, the rotated keys and the values are appended to its next slot (as
     `runtime.extend` would), else they are the only keys. Nothing is written to `ctx` when this
     returns None."""
+    call = site.call
+    if call is not None and call.S and ctx is not None and (cache := ctx.cache) is not None:
+        # a pass's later layers: the slot's buffers as a layer before checked them, with room for
+        # the new rows, and the angles and mask this pass set; glue.cpp checks the tensors (None
+        # where they do not fit, before anything is written)
+        slot, cx = ctx.slot, glue_cpp.module()
+        entry = cache.slots[slot] if slot < len(cache.slots) else None
+        note = entry[2] if entry is not None else None
+        if note is not None and cx is not None:
+            used = entry[1]
+            S = used + call.T
+            if (
+                S == call.S
+                and S <= note[2]
+                and note[0] is entry[0][0]
+                and note[1] is entry[0][1]
+                and note[3] == call.lead
+            ):
+                out = cx.gqa(call.addr, Q, K, V, note[0], note[1], used, True)
+                if out is not None:
+                    entry[1] = S
+                    ctx.slot = slot + 1
+                    return out
     lib = _library()
     if lib is None or not Q.is_cpu:  # a model on another device: its shapes are not prepared here
         return None
-    call = site.call
     if call is None or call.shapes[0] != Q.shape or call.shapes[1] != K.shape or call.shapes[2] != V.shape:
-        call = site.call = _prepare(Q, K, V, H, H_kv, layout, cap)
+        call = site.call = _prepared(ctx, Q, K, V, H, H_kv, layout, cap)
     a = call.args
     if a is None or not plain(Q, K, V):
         return None
@@ -275,7 +316,7 @@ def gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, ops):
     if mask is not call.mask:
         if tuple(mask.shape) != (a.T, used + a.T):  # positions for another number of tokens
             raise ValueError(f"the attention mask is {tuple(mask.shape)}, not {(a.T, used + a.T)}")
-        call.mask = mask
+        call.mask, call.S = mask, used + a.T
         a.allowed = mask.data_ptr()
     cx = glue_cpp.module()
     if cx is not None:  # the rest in C++: the tensors' addresses, the output, the call

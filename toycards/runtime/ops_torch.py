@@ -14,7 +14,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from toycards.runtime import glue_torch, quant_torch
+from toycards.runtime import glue_cpp, glue_torch, quant_torch, rope_torch
 from toycards.runtime.context import gqa_site, zero_pages
 from toycards.runtime.quant_torch import QuantWeight, float_gemm, float_linear
 
@@ -43,6 +43,8 @@ def topk(v, k):
 def linear(x, W):
     """W · X for a weight stored as [d_out, d_in] (or a stack [..., d_out, d_in]): x [..., d_in] → [..., d_out].
     A weight kept in its GGUF blocks multiplies by its own kernel (runtime/quant_torch.py)."""
+    if (cx := glue_cpp.module()) is not None and (y := cx.linear(x, W)) is not None:
+        return y  # few tokens, and a weight with a kernel plan: the call below would make, from C++
     if W.__class__ is QuantWeight:
         return W.linear(x)
     if W.dim() != 2:
@@ -55,6 +57,8 @@ def swiglu(x, W_gate, W_up, W_down):
     """The prelude's SwiGLU with its glue in C, or None (the card's steps then run): one C call for
     few tokens (quant_torch.swiglu); else the three products as `linear` makes them for the steps,
     SiLU(gate) ⊙ up in place by glue_torch.silu_mul."""
+    if (cx := glue_cpp.module()) is not None and (y := cx.swiglu(x, W_gate, W_up, W_down)) is not None:
+        return y  # (quant_torch.swiglu's first try, one call sooner)
     y = quant_torch.swiglu(x, W_gate, W_up, W_down)
     if y is not None or not glue_torch.available() or not glue_torch.plain(x):
         return y
@@ -66,6 +70,8 @@ def swiglu(x, W_gate, W_up, W_down):
 def linears(x, *Ws):
     """W_1 · X, W_2 · X, … for consecutive card steps multiplying one X (codegen/steps.py merges
     them): one C call for few tokens where every weight has a kernel plan, else one product each."""
+    if (cx := glue_cpp.module()) is not None and (ys := cx.linears(x, *Ws)) is not None:
+        return ys  # (quant_torch.linears' first try, one call sooner)
     ys = quant_torch.linears(x, Ws)
     return ys if ys is not None else tuple(linear(x, W) for W in Ws)
 
@@ -279,6 +285,8 @@ def layer_norm(e, gamma, beta, epsilon):
 
 def rms_norm(e, gamma, epsilon):
     """RMSNorm over the last axis; γ of more axes broadcasts, as in layer_norm."""
+    if (cx := glue_cpp.module()) is not None and (y := cx.rms_norm(e, gamma, epsilon)) is not None:
+        return y  # (glue_torch.rms_norm's first try, one call sooner)
     y = glue_torch.rms_norm(e, gamma, epsilon)  # few tokens and one row of γ: the C version
     if y is not None:
         return y
@@ -370,7 +378,7 @@ class _GQASite:
                 self.cos = self.sin = torch.empty(len(self.t), 0)
             else:
                 t = torch.as_tensor(self.t, dtype=torch.float32).reshape(-1, 1)  # as the steps' t ∈ [ℓ]
-                self.cos, self.sin = _rope_angles(t, self.theta, self.rho, 2 * self.rho.shape[-1])
+                self.cos, self.sin = rope_torch.angles(t, self.theta, self.rho, 2 * self.rho.shape[-1])
         return self.cos, self.sin
 
     def allowed(self, S):
@@ -382,54 +390,11 @@ class _GQASite:
         return self.masks[S]
 
 
-_ROPE_ANGLES: dict = {}
-_ROPE_DIVISORS: dict = {}  # θ^(2(i−1)/d_h) · ρ_i by (θ, ρ's values, d_h, device)
-
-
-def _rope_angles(t, theta, rho, d_h):
-    """cos φ and sin φ of φ_i = (t − 1) / (θ^(2(i−1)/d_h) · ρ_i), kept for the other layers of a pass
-    (d_h: the rotated entries, llama.cpp's n_rot).
-
-    The cache key holds ρ's values (`tolist()`): `numpy()` on ρ itself would mark its storage as not
-    resizable, and FSDP frees a gathered parameter (ρ is one) by resizing its storage to 0."""
-    t = torch.as_tensor(t)
-    if torch.is_grad_enabled() or not rho.is_cpu:  # training, or a GPU: no sharing of angles (its
-        # key would read the positions and ρ back to the host, a wait for the device at every call)
-        i = torch.arange(1, d_h // 2 + 1, dtype=torch.float32, device=rho.device)
-        phi = (t.to(torch.float32) - 1) / ((theta ** ((2 * (i - 1)) / d_h)) * rho)
-        return torch.cos(phi), torch.sin(phi)
-    flat = t.reshape(-1)
-    key = (
-        tuple(t.shape),
-        # every position when few (a decoding step; indexing costs more than tolist), else the ends
-        tuple(flat.tolist()) if flat.numel() <= 16 else (flat[0].item(), flat[-1].item()),
-        float(theta),
-        tuple(rho.detach().reshape(-1).tolist()),  # values, not a view: numpy() would pin ρ's own storage
-        d_h,
-        t.device,
-    )
-    hit = _ROPE_ANGLES.get(key)
-    if hit is None:
-        divisors = _ROPE_DIVISORS.get(key[2:])  # the same for every position: a decoding step reuses them
-        if divisors is None:
-            i = torch.arange(1, d_h // 2 + 1, dtype=torch.float32, device=rho.device)
-            divisors = (theta ** ((2 * (i - 1)) / d_h)) * rho  # (theta ** …: ~10 µs, more than the rest)
-            if len(_ROPE_DIVISORS) > 8:
-                _ROPE_DIVISORS.clear()
-            _ROPE_DIVISORS[key[2:]] = divisors
-        phi = (t.to(torch.float32) - 1) / divisors
-        hit = (torch.cos(phi), torch.sin(phi))
-        if len(_ROPE_ANGLES) > 8:
-            _ROPE_ANGLES.clear()
-        _ROPE_ANGLES[key] = hit
-    return hit
-
-
 def rope_pairs(x, t, theta, rho):
     """RoPE rotating entries (2i−1, 2i) of the first d_r = 2·len(ρ) entries of each head vector;
     the rest pass unchanged (partial rotary)."""
     d_r = 2 * rho.shape[-1]
-    cos, sin = _rope_angles(t, theta, rho, d_r)
+    cos, sin = rope_torch.angles(t, theta, rho, d_r)
     y = glue_torch.rope(x, cos, sin, pairs=True)  # few tokens: the C version
     if y is not None:
         return y
@@ -442,7 +407,7 @@ def rope_halves(x, t, theta, rho):
     """RoPE rotating entry i with entry i + d_r/2 of the first d_r = 2·len(ρ) entries of each head
     vector; the rest pass unchanged (partial rotary)."""
     half = rho.shape[-1]
-    cos, sin = _rope_angles(t, theta, rho, 2 * half)
+    cos, sin = rope_torch.angles(t, theta, rho, 2 * half)
     y = glue_torch.rope(x, cos, sin, pairs=False)  # few tokens: the C version
     if y is not None:
         return y

@@ -380,9 +380,13 @@ def dequant_rows_bf16(p: Plan, r0: int, r1: int, out_ptr: int) -> None:
     _check(library().tc_dequant_rows_bf16(ctypes.byref(p), r0, r1, out_ptr), "dequant_rows_bf16")
 
 
-def gather_rows(p: Plan, ids_ptr: int, n_ids: int, out_ptr: int) -> None:
-    """Rows ids [n_ids] (int64) of plan p's weight as float32 into out [n_ids, k]."""
-    _check(library().tc_gather_rows(ctypes.byref(p), ids_ptr, n_ids, out_ptr), "gather_rows")
+def gather_rows(p: Plan, ids_ptr: int, n_ids: int, out_ptr: int) -> bool:
+    """Rows ids [n_ids] (int64) of plan p's weight as float32 into out [n_ids, k]; False (and nothing
+    written) where an id is outside 0 … n − 1."""
+    code = library().tc_gather_rows(ctypes.byref(p), ids_ptr, n_ids, out_ptr)
+    if code != -3:
+        _check(code, "gather_rows")
+    return code == 0
 
 
 OPERATORS = (

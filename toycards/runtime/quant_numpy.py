@@ -168,15 +168,13 @@ class QuantWeight:
         n, k = self.shape
         ids = np.asarray(ids, dtype=np.int64)
         flat = np.ascontiguousarray(ids.reshape(-1))
+        if self.fast:  # the kernel checks the ids
+            out = np.empty((flat.size, k), dtype=np.float32)
+            if kernels.gather_rows(self._plan, _ptr(flat), flat.size, _ptr(out)):
+                return out.reshape(*ids.shape, k)
         if flat.size and (flat.min() < 0 or flat.max() >= n):
             raise IndexError(f"{self.name}: index out of range 0…{n - 1}")
-        if not self.fast:
-            return reference_dequantize(self.blocks[flat], self.ggml_type, (flat.size, k)).reshape(
-                *ids.shape, k
-            )
-        out = np.empty((flat.size, k), dtype=np.float32)
-        kernels.gather_rows(self._plan, _ptr(flat), flat.size, _ptr(out))
-        return out.reshape(*ids.shape, k)
+        return reference_dequantize(self.blocks[flat], self.ggml_type, (flat.size, k)).reshape(*ids.shape, k)
 
 
 def float_linear(x: np.ndarray, W: np.ndarray) -> np.ndarray | None:

@@ -420,14 +420,14 @@ class QuantWeight:
         n, k = self.shape
         ids = torch.as_tensor(ids, dtype=torch.long)
         flat = ids.reshape(-1).contiguous()
+        if self.fast:  # the kernel checks the ids
+            out = torch.empty(flat.numel(), k, dtype=torch.float32)
+            if kernels.gather_rows(self._plan, flat.data_ptr(), flat.numel(), out.data_ptr()):
+                return out.reshape(*ids.shape, k)
         if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= n):
             raise IndexError(f"{self.name}: index out of range 0…{n - 1}")
-        if not self.fast:
-            rows = reference_dequantize(self._np[flat.numpy()], self.ggml_type, (flat.numel(), k))
-            return torch.from_numpy(rows).reshape(*ids.shape, k)
-        out = torch.empty(flat.numel(), k, dtype=torch.float32)
-        kernels.gather_rows(self._plan, flat.data_ptr(), flat.numel(), out.data_ptr())
-        return out.reshape(*ids.shape, k)
+        rows = reference_dequantize(self._np[flat.numpy()], self.ggml_type, (flat.numel(), k))
+        return torch.from_numpy(rows).reshape(*ids.shape, k)
 
     # ── every other use: the dequantized tensor ────────────────────────────────────────
     @classmethod

@@ -213,28 +213,34 @@ bool cache_fits(const at::Tensor *c, const GQAArgs *a, int64_t rows) {
            c->numel() == a->B * a->Hkv * c->size(-2) * a->d;
 }
 
-/* gqa(args, Q, K, V, K_cache, V_cache, used): glue_torch.gq_attention's call of tc_gqa, the struct at
- * address `args` (its GQAArgs, with everything but these set) completed with the tensors' addresses,
- * the caches' strides, `used` and a new output, which is returned. glue_torch has decided that the
- * kernel applies; whatever here does not fit that struct is an error, not a decline. */
+/* gqa(args, Q, K, V, K_cache, V_cache, used[, decline]): glue_torch.gq_attention's call of tc_gqa, the
+ * struct at address `args` (its GQAArgs, with everything but these set) completed with the tensors'
+ * addresses, the caches' strides, `used` and a new output, which is returned. Where glue_torch has
+ * decided that the kernel applies, whatever here does not fit that struct is an error; with `decline`
+ * true (its fast path for a pass's later layers, which leaves these checks to this call) it is None,
+ * and nothing is written. */
 PyObject *gqa(PyObject *, PyObject *const *args, Py_ssize_t n) {
-    if (n != 7) return refused("gqa takes 7 arguments");
+    if (n != 7 && n != 8) return refused("gqa takes 7 or 8 arguments");
+    const int decline = n == 8 ? PyObject_IsTrue(args[7]) : 0;
+    if (decline < 0) return nullptr;
+#define REFUSED(what) (decline ? (Py_INCREF(Py_None), Py_None) : refused(what))
     GQAArgs *a = (GQAArgs *)PyLong_AsVoidPtr(args[0]);
     const long long used = PyLong_AsLongLong(args[6]);
     if (PyErr_Occurred()) return nullptr;
     if (!a || (a->half > 0 && (!a->cos || !a->sin)) || !a->allowed || !a->kv)
-        return refused("the arguments are not prepared");
+        return REFUSED("the arguments are not prepared");
     const at::Tensor *Q = plain(args[1]), *K = plain(args[2]), *V = plain(args[3]);
     const at::Tensor *Kc = cache_buffer(args[4], a), *Vc = cache_buffer(args[5], a);
-    if (!Q || !K || !V || !Kc || !Vc) return refused("not contiguous CPU tensors of the expected dtypes");
+    if (!Q || !K || !V || !Kc || !Vc) return REFUSED("not contiguous CPU tensors of the expected dtypes");
     const int64_t T = a->T, d = a->d;
     if (Q->dim() < 2 || Q->size(-2) != T || Q->size(-1) != a->H * d || Q->numel() != a->B * T * a->H * d)
-        return refused("Q is not [..., T, H·d]");
+        return REFUSED("Q is not [..., T, H·d]");
     if (K->dim() != Q->dim() || K->size(-2) != T || K->size(-1) != a->Hkv * d || K->numel() != a->B * T * a->Hkv * d ||
         !V->sizes().equals(K->sizes()))
-        return refused("K or V is not [..., T, H_kv·d]");
+        return REFUSED("K or V is not [..., T, H_kv·d]");
     if (used < 0 || !cache_fits(Kc, a, used + T) || !cache_fits(Vc, a, used + T))
-        return refused("the cache buffers do not hold the keys");
+        return REFUSED("the cache buffers do not hold the keys");
+#undef REFUSED
     at::Tensor out = like(*Q, Q->size(-1));
     a->Q = Q->const_data_ptr<float>(), a->K = K->const_data_ptr<float>(), a->V = V->const_data_ptr<float>();
     a->Kc = Kc->mutable_data_ptr(), a->Vc = Vc->mutable_data_ptr();
@@ -298,7 +304,7 @@ PyMethodDef methods[] = {
     {"linear", (PyCFunction)(void (*)(void))linear, METH_FASTCALL, "linear(x, W) or None"},
     {"linears", (PyCFunction)(void (*)(void))linears, METH_FASTCALL, "linears(x, W_1, W_2[, W_3]) or None"},
     {"swiglu", (PyCFunction)(void (*)(void))swiglu, METH_FASTCALL, "swiglu(x, W_gate, W_up, W_down) or None"},
-    {"gqa", (PyCFunction)(void (*)(void))gqa, METH_FASTCALL, "gqa(args, Q, K, V, K_cache, V_cache, used)"},
+    {"gqa", (PyCFunction)(void (*)(void))gqa, METH_FASTCALL, "gqa(args, Q, K, V, K_cache, V_cache, used[, decline])"},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -1248,6 +1248,8 @@ int tc_gather_rows(const tc_weight *p, const int64_t *ids, int64_t n_ids, float 
     row_fn row = row_kernel((int)p->type);
     if (!row) return -1;
     for (int64_t i = 0; i < n_ids; i++)
+        if (ids[i] < 0 || ids[i] >= p->n) return -3; /* before anything is written */
+    for (int64_t i = 0; i < n_ids; i++)
         if (dequant_row(p, row, ids[i], out + i * p->k)) return -2;
     return 0;
 }
