@@ -558,15 +558,17 @@ def test_swiglu_kernel_silu_within_a_few_ulp():
 
 
 @pytest.mark.parametrize(
-    "kinds", [("F32", "F32"), ("Q4_K", "Q4_K", "Q6_K"), ("Q8_0", "F16", "Q4_0"), ("Q4_1",) * 3]
+    "kinds",
+    [("F32", "F32"), ("F16", "BF16", "F32"), ("Q4_K", "Q4_K", "Q6_K"), ("Q8_0", "F16", "Q4_0"), ("Q4_1",) * 3],
 )
 @pytest.mark.parametrize("lead", [(1, 1), (3,), (9,)], ids=str)
 @pytest.mark.parametrize("rows", [(256, 512, 768), (37, 13, 6)], ids=str)
 def test_linears_equal_one_product_each(monkeypatch, kinds, lead, rows):
     """ops.linears (consecutive card steps multiplying one X: one C call for few tokens, x rounded to
-    int8 once for all the weights whose product rounds it) gives exactly the products one at a time,
-    for float32 weights and block types mixed, and row counts that leave rows outside the packed
-    groups of four; on 9 tokens it multiplies one weight at a time itself."""
+    int8 once for all the weights whose product rounds it, one loop over the rows of float weights)
+    gives exactly the products one at a time, for float32, float16 and bfloat16 weights, block types
+    mixed, and row counts that leave rows outside the packed groups of four; on 9 tokens it
+    multiplies one weight at a time itself."""
     from toycards.runtime import glue_cpp, quant_torch
 
     d_e = 256

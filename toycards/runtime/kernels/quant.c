@@ -1607,47 +1607,72 @@ static inline float vsum8(__m256 v) {
 #endif
 
 #if HAVE_FLOAT_DOT
+/* row w [K] of a float type times one x [K]: read in order (one stream: ~1.6× the bandwidth of four
+ * rows interleaved on one core), four sums in flight, one horizontal sum; `type` is a constant where
+ * this is inlined */
+static inline __attribute__((always_inline)) float float_row1(int type, const uint8_t *w, int64_t K,
+                                                              const float *x) {
+    const int64_t kv = K / VL * VL, es = type == F32 ? 4 : 2; /* bytes an element */
+    vf a0 = VZERO(), a1 = VZERO(), a2 = VZERO(), a3 = VZERO();
+    int64_t i = 0;
+    for (; i + 4 * VL <= kv; i += 4 * VL) {
+        ahead_other(w + es * i, 4 * VL * es);
+        a0 = VFMA(vload_w(type, w, i), VLOAD(x + i), a0);
+        a1 = VFMA(vload_w(type, w, i + VL), VLOAD(x + i + VL), a1);
+        a2 = VFMA(vload_w(type, w, i + 2 * VL), VLOAD(x + i + 2 * VL), a2);
+        a3 = VFMA(vload_w(type, w, i + 3 * VL), VLOAD(x + i + 3 * VL), a3);
+    }
+    for (; i < kv; i += VL) a0 = VFMA(vload_w(type, w, i), VLOAD(x + i), a0);
+    float s = VSUM(VADD(VADD(a0, a1), VADD(a2, a3)));
+    for (; i < K; i++) s += float_at(type, w, i) * x[i];
+    return s;
+}
+
+/* row n of a float weight, w [K], times each of T tokens x [T, K] into y[t·N + n] */
+static inline __attribute__((always_inline)) void float_row_tokens(int type, const uint8_t *w, int64_t K,
+                                                                   const float *x, int64_t T, float *y,
+                                                                   int64_t N, int64_t n) {
+    const int64_t kv = K / VL * VL, es = type == F32 ? 4 : 2;
+    vf acc[MAX_FLOAT_TOKENS];
+    for (int64_t t = 0; t < T; t++) acc[t] = VZERO();
+    for (int64_t i = 0; i < kv; i += VL) {
+        if (i % (4 * VL) == 0) ahead_other(w + es * i, 4 * VL * es);
+        const vf wv = vload_w(type, w, i);
+        for (int64_t t = 0; t < T; t++) acc[t] = VFMA(wv, VLOAD(x + t * K + i), acc[t]);
+    }
+    for (int64_t t = 0; t < T; t++) {
+        float s = VSUM(acc[t]);
+        for (int64_t i = kv; i < K; i++) s += float_at(type, w, i) * x[t * K + i];
+        y[t * N + n] = s;
+    }
+}
+
 /* y [T, N] = x [T, K] · Wᵀ for a float type; `type` is a constant where this is inlined */
 static inline __attribute__((always_inline)) void float_product(int type, const uint8_t *W, int64_t row_bytes,
                                                                 int64_t N, int64_t K, const float *x,
                                                                 int64_t T, float *y) {
-    const int64_t kv = K / VL * VL, es = type == F32 ? 4 : 2; /* bytes an element */
-    if (T == 1) { /* one row at a time, read in order (one stream: ~1.6× the bandwidth of four rows
-                   * interleaved on one core), four sums in flight */
+    if (T == 1) {
 #pragma omp parallel for schedule(static) if (N * row_bytes >= PARALLEL_BYTES)
-        for (int64_t n = 0; n < N; n++) {
-            const uint8_t *w = W + n * row_bytes;
-            vf a0 = VZERO(), a1 = VZERO(), a2 = VZERO(), a3 = VZERO();
-            int64_t i = 0;
-            for (; i + 4 * VL <= kv; i += 4 * VL) {
-                ahead_other(w + es * i, 4 * VL * es);
-                a0 = VFMA(vload_w(type, w, i), VLOAD(x + i), a0);
-                a1 = VFMA(vload_w(type, w, i + VL), VLOAD(x + i + VL), a1);
-                a2 = VFMA(vload_w(type, w, i + 2 * VL), VLOAD(x + i + 2 * VL), a2);
-                a3 = VFMA(vload_w(type, w, i + 3 * VL), VLOAD(x + i + 3 * VL), a3);
-            }
-            for (; i < kv; i += VL) a0 = VFMA(vload_w(type, w, i), VLOAD(x + i), a0);
-            float s = VSUM(VADD(VADD(a0, a1), VADD(a2, a3))); /* one horizontal sum a row */
-            for (; i < K; i++) s += float_at(type, w, i) * x[i];
-            y[n] = s;
-        }
+        for (int64_t n = 0; n < N; n++) y[n] = float_row1(type, W + n * row_bytes, K, x);
         return;
     }
 #pragma omp parallel for schedule(static) if (N * row_bytes >= PARALLEL_BYTES)
-    for (int64_t n = 0; n < N; n++) {
-        const uint8_t *w = W + n * row_bytes;
-        vf acc[MAX_FLOAT_TOKENS];
-        for (int64_t t = 0; t < T; t++) acc[t] = VZERO();
-        for (int64_t i = 0; i < kv; i += VL) {
-            if (i % (4 * VL) == 0) ahead_other(w + es * i, 4 * VL * es);
-            const vf wv = vload_w(type, w, i);
-            for (int64_t t = 0; t < T; t++) acc[t] = VFMA(wv, VLOAD(x + t * K + i), acc[t]);
-        }
-        for (int64_t t = 0; t < T; t++) {
-            float s = VSUM(acc[t]);
-            for (int64_t i = kv; i < K; i++) s += float_at(type, w, i) * x[t * K + i];
-            y[t * N + n] = s;
-        }
+    for (int64_t n = 0; n < N; n++) float_row_tokens(type, W + n * row_bytes, K, x, T, y, N, n);
+}
+
+/* row n of weight p (a float type) times T tokens, as float_product computes it: the type a constant
+ * in each branch */
+static void float_row_of(const tc_weight *p, int64_t n, const float *x, int64_t T, float *y) {
+    const uint8_t *w = p->w + n * p->row_bytes;
+    if (T == 1) {
+        y[n] = p->type == F32 ? float_row1(F32, w, p->k, x) : p->type == F16 ? float_row1(F16, w, p->k, x)
+                                                                              : float_row1(BF16, w, p->k, x);
+    } else if (p->type == F32) {
+        float_row_tokens(F32, w, p->k, x, T, y, p->n, n);
+    } else if (p->type == F16) {
+        float_row_tokens(F16, w, p->k, x, T, y, p->n, n);
+    } else {
+        float_row_tokens(BF16, w, p->k, x, T, y, p->n, n);
     }
 }
 
@@ -1762,12 +1787,39 @@ static int int8_together(const tc_weight *const *ws, float *const *ys, int n, co
 #endif
 }
 
+/* the same for n ≤ 3 weights of the float types read in place (F32, F16, BF16; few tokens): one
+ * parallel loop over all their rows, each row as tc_linear computes it. Q, K and V of a small
+ * model are short streams (SmolLM2's K and V: 221 KB each in F16) that each paid a fork, a join and
+ * the prefetchers' start */
+static int float_together(const tc_weight *const *ws, float *const *ys, int n, const float *x, int64_t T, int *code) {
+#if HAVE_FLOAT_DOT
+    int64_t first[4] = {0}, bytes = 0;
+    if (T > MAX_FLOAT_TOKENS) return 0;
+    for (int i = 0; i < n; i++) {
+        const tc_weight *w = ws[i];
+        if (!tc_float_direct((int)w->type) || w->packed || w->k != ws[0]->k) return 0;
+        first[i + 1] = first[i] + w->n, bytes += w->n * w->row_bytes;
+    }
+#pragma omp parallel for schedule(static) if (bytes >= PARALLEL_BYTES)
+    for (int64_t r = 0; r < first[n]; r++) {
+        int i = 0;
+        while (r >= first[i + 1]) i++;
+        float_row_of(ws[i], r - first[i], x, T, ys[i]);
+    }
+    *code = 0;
+    return 1;
+#else
+    (void)ws, (void)ys, (void)n, (void)x, (void)T, (void)code;
+    return 0;
+#endif
+}
+
 int tc_linears(const tc_weight *a, const tc_weight *b, const tc_weight *c, const float *x, int64_t T, float *ya,
                float *yb, float *yc) {
     const tc_weight *ws[3] = {a, b, c};
     float *ys[3] = {ya, yb, yc};
     int code;
-    if (int8_together(ws, ys, c ? 3 : 2, x, T, &code)) return code;
+    if (int8_together(ws, ys, c ? 3 : 2, x, T, &code) || float_together(ws, ys, c ? 3 : 2, x, T, &code)) return code;
     code = tc_linear(a, x, T, ya);
     if (code == 0) code = tc_linear(b, x, T, yb);
     if (code == 0 && c) code = tc_linear(c, x, T, yc);
@@ -1822,7 +1874,7 @@ int tc_swiglu(const tc_weight *gate, const tc_weight *up, const tc_weight *down,
     const tc_weight *ws[2] = {gate, up};
     float *ys[2] = {g, u};
     int code;
-    if (!int8_together(ws, ys, 2, x, T, &code)) {
+    if (!int8_together(ws, ys, 2, x, T, &code) && !float_together(ws, ys, 2, x, T, &code)) {
         code = tc_linear(gate, x, T, g);
         if (code == 0) code = tc_linear(up, x, T, u);
     }
