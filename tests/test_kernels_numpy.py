@@ -105,23 +105,14 @@ def test_half_cache_on_a_plain_x86_64(tmp_path):
     """The same float16 cache tests with the kernels built for a bare x86-64 (no F16C, no AVX): the
     rounding to halves in C arithmetic alone (ties to even, subnormals, as NumPy rounds) and the
     scalar loops that read the halves back."""
-    import os
     import platform
-    import subprocess
-    import sys
-    from pathlib import Path
+
+    from rebuilt import run_rebuilt
 
     if platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("an x86-64 build")
-    env = {**os.environ, "TOYCARDS_QUANT_MARCH": "x86-64", "TOYCARDS_CACHE": str(tmp_path)}
-    here = Path(__file__).resolve()
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", str(here), "-k",
-         "test_half_cache_pass_by_pass or test_halves_as_numpy_rounds"],
-        capture_output=True, text=True, env=env, cwd=here.parents[1],
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:]
-    assert done.stdout.split("[")[0].strip() == "." * 5, done.stdout[-500:]
+    ran = run_rebuilt(__file__, "x86-64", tmp_path, "test_half_cache_pass_by_pass or test_halves_as_numpy_rounds")
+    assert ran == "." * 5, ran
 
 
 @needs_kernels

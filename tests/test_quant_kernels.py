@@ -558,30 +558,14 @@ def test_kernels_build_for_a_cpu_without_avx(tmp_path):
 @pytest.mark.skipif(not quant_kernels.quantizes_x(Q.Q8_0), reason="no int8 kernels on this CPU")
 def test_avx2_kernels_without_avx512(tmp_path):
     """The AVX2 version of the int8 kernels (what a CPU without AVX-512 runs) under the same tests."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+    from rebuilt import run_rebuilt
 
-    env = {**os.environ, "TOYCARDS_QUANT_MARCH": "x86-64-v3", "TOYCARDS_CACHE": str(tmp_path)}
-    here = Path(__file__).resolve()
     names = " or ".join(t.name for t in TYPES if quant_kernels.quantizes_x(t))
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", str(here), "-k",
-         f"(test_linear_torch or test_embed) and ({names})"],
-        capture_output=True, text=True, env=env, cwd=here.parents[1],
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:]
+    ran = run_rebuilt(__file__, "x86-64-v3", tmp_path, f"(test_linear_torch or test_embed) and ({names})")
     n_types = len([t for t in TYPES if quant_kernels.quantizes_x(t)])
-    ran = done.stdout.split("[")[0].strip()  # one "." per test passed, "s" per test skipped
-    assert ran == "." * n_types * (len(TOKENS) + 2 + 1), done.stdout[-500:]  # linear, tiled, embed
-    floats = subprocess.run(  # the AVX2 in-place float products (F32, F16, BF16)
-        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", str(here), "-k",
-         "test_float_weights_in_place"],
-        capture_output=True, text=True, env=env, cwd=here.parents[1],
-    )  # fmt: skip
-    assert floats.returncode == 0, floats.stdout[-3000:]
-    assert floats.stdout.split("[")[0].strip() == "." * 27, floats.stdout[-500:]
+    assert ran == "." * n_types * (len(TOKENS) + 2 + 1), ran  # linear, tiled, embed
+    # the AVX2 in-place float products (F32, F16, BF16)
+    assert run_rebuilt(__file__, "x86-64-v3", tmp_path, "test_float_weights_in_place") == "." * 27
 
 
 # ── float weights read in place (F32 parameters, F16 and BF16 blocks) ────────────────────
