@@ -20,7 +20,7 @@ there too. On the CPU nothing of this runs: a decoding step pays no device bookk
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import ItemsView, Iterator, KeysView, ValuesView
 
 import numpy as np
 import torch
@@ -55,8 +55,8 @@ class Weights(dict):
     >>> holder = _register(nn.Module(), "blk.0.attn_q.weight", nn.Parameter(torch.ones(2)))
     >>> w = Weights({"blk.0.attn_q.weight": holder})
     >>> holder._parameters["weight"] = nn.Parameter(torch.zeros(2))  # as fully_shard swaps it
-    >>> w["blk.0.attn_q.weight"].tolist(), list(w), "blk.0.attn_q.weight" in w
-    ([0.0, 0.0], ['blk.0.attn_q.weight'], True)
+    >>> w["blk.0.attn_q.weight"].tolist(), list(w), "blk.0.attn_q.weight" in w, len(w.items())
+    ([0.0, 0.0], ['blk.0.attn_q.weight'], True, 1)
     """
 
     def __init__(
@@ -84,13 +84,13 @@ class Weights(dict):
         return self[name] if name in self else default
 
     def keys(self):
-        return list(self)
+        return KeysView(self)
 
     def values(self):
-        return [self[n] for n in self]
+        return ValuesView(self)
 
     def items(self):
-        return [(n, self[n]) for n in self]
+        return ItemsView(self)
 
 
 def _as_float_tensor(value) -> torch.Tensor:
