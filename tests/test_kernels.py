@@ -275,6 +275,41 @@ def test_layers_with_their_own_masks_and_rope_over_one_cache(funcs, monkeypatch)
         assert len(made) == 2 * len(set(SIZES))  # per shape of new tokens, one call for each of the two sites
 
 
+def test_a_layer_whose_query_the_kernel_cannot_read(funcs, monkeypatch):
+    """A pass's later layer whose Q is not contiguous (a transposed view): its shortcut to glue.cpp's
+    gqa is declined there before anything is written, the kernel declines it too, and the card's
+    steps run for that layer on the same cache; every layer, pass after pass, equals the steps."""
+    from toycards.runtime import glue_cpp
+    from toycards.runtime.context import Context, KVCache
+
+    H, H_kv, d, rho = 4, 2, 16, rand(8).abs() + 0.5
+    causal = lambda t_z, t_x: t_z <= t_x  # noqa: E731
+
+    def layer(n, i):
+        Q = rand(1, H * d, n).transpose(-1, -2) if i == 1 else rand(1, n, H * d)
+        return Q, rand(1, n, H_kv * d), rand(1, n, H_kv * d)
+
+    inputs = [[layer(n, i) for i in range(3)] for n in SIZES]
+    tried = kernel_runs(monkeypatch, glue_cpp.module(), "gqa") if glue_cpp.module() is not None else []
+
+    def run(fast):
+        ops_torch.fast, cache, outs = fast, KVCache(), []
+        try:
+            for n, qkv in zip(SIZES, inputs, strict=True):
+                ctx = Context(n, cache, ops_torch)
+                for Q, K, V in qkv:
+                    outs.append(funcs["GQAttention"](Q, K, V, H, H_kv, "pairs", 1e4, rho, causal, 0, ctx=ctx))
+                ctx.finish()
+        finally:
+            ops_torch.fast = True
+        return outs
+
+    for slow, fast in zip(run(False), run(True), strict=True):
+        assert_close(slow, fast, tol=3e-6)
+    if glue_cpp.module() is not None and quant_kernels.library() is not None:
+        assert False in tried and True in tried  # the shortcut declined where the view came, and ran
+
+
 def test_a_cache_reused_for_another_head_size(funcs):
     """After a reset, a cache takes rows of another head size (new buffers: the kernel never writes
     rows of one size into buffers of another, glue.cpp's check or not); without a reset, an error."""
