@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gqa_passes import SIZES, run_passes, window  # noqa: E402
+from gqa_passes import SIZES, run_layers, run_passes, window  # noqa: E402
 
 from toycards.codegen import generate_source  # noqa: E402
 from toycards.lang.parse import parse  # noqa: E402
@@ -247,7 +247,6 @@ def test_layers_with_their_own_masks_and_rope_over_one_cache(funcs, monkeypatch)
     the kernel, whose prepared calls the cache keeps from pass to pass, equals the card's steps layer
     by layer; each layer of a pass holds a call of its own, and a decoding step prepares none anew."""
     from toycards.runtime import glue_torch
-    from toycards.runtime.context import Context, KVCache
 
     H, H_kv, d = 4, 2, 16
     rho = rand(d // 2).abs() + 0.5
@@ -255,20 +254,8 @@ def test_layers_with_their_own_masks_and_rope_over_one_cache(funcs, monkeypatch)
     inputs = [[(rand(1, n, H * d), rand(1, n, H_kv * d), rand(1, n, H_kv * d)) for _ in layers] for n in SIZES]
     made = kernel_runs(monkeypatch, glue_torch, "_prepare")
     ran = kernel_runs(monkeypatch, glue_torch, "gq_attention")
-
-    def run(fast):
-        ops_torch.fast, cache, outs = fast, KVCache(), []
-        try:
-            for n, qkv in zip(SIZES, inputs, strict=True):
-                ctx = Context(n, cache, ops_torch)
-                for (mask, theta), (Q, K, V) in zip(layers, qkv, strict=True):
-                    outs.append(funcs["GQAttention"](Q, K, V, H, H_kv, "pairs", theta, rho, mask, 0, ctx=ctx))
-                ctx.finish()
-        finally:
-            ops_torch.fast = True
-        return outs
-
-    for slow, fast in zip(run(False), run(True), strict=True):
+    args = (funcs["GQAttention"], ops_torch, inputs, [(H, H_kv, "pairs", theta, rho, mask, 0) for mask, theta in layers])
+    for slow, fast in zip(run_layers(*args, fast=False), run_layers(*args, fast=True), strict=True):
         assert_close(slow, fast, tol=3e-6)
     if quant_kernels.library() is not None:
         assert all(ran) and len(ran) == len(SIZES) * len(layers)
@@ -280,7 +267,6 @@ def test_a_layer_whose_query_the_kernel_cannot_read(funcs, monkeypatch):
     gqa is declined there before anything is written, the kernel declines it too, and the card's
     steps run for that layer on the same cache; every layer, pass after pass, equals the steps."""
     from toycards.runtime import glue_cpp
-    from toycards.runtime.context import Context, KVCache
 
     H, H_kv, d, rho = 4, 2, 16, rand(8).abs() + 0.5
     causal = lambda t_z, t_x: t_z <= t_x  # noqa: E731
@@ -291,20 +277,8 @@ def test_a_layer_whose_query_the_kernel_cannot_read(funcs, monkeypatch):
 
     inputs = [[layer(n, i) for i in range(3)] for n in SIZES]
     tried = kernel_runs(monkeypatch, glue_cpp.module(), "gqa") if glue_cpp.module() is not None else []
-
-    def run(fast):
-        ops_torch.fast, cache, outs = fast, KVCache(), []
-        try:
-            for n, qkv in zip(SIZES, inputs, strict=True):
-                ctx = Context(n, cache, ops_torch)
-                for Q, K, V in qkv:
-                    outs.append(funcs["GQAttention"](Q, K, V, H, H_kv, "pairs", 1e4, rho, causal, 0, ctx=ctx))
-                ctx.finish()
-        finally:
-            ops_torch.fast = True
-        return outs
-
-    for slow, fast in zip(run(False), run(True), strict=True):
+    args = (funcs["GQAttention"], ops_torch, inputs, [(H, H_kv, "pairs", 1e4, rho, causal, 0)] * 3)
+    for slow, fast in zip(run_layers(*args, fast=False), run_layers(*args, fast=True), strict=True):
         assert_close(slow, fast, tol=3e-6)
     if glue_cpp.module() is not None and quant_kernels.library() is not None:
         assert False in tried and True in tried  # the shortcut declined where the view came, and ran

@@ -57,9 +57,8 @@ def plain(*tensors) -> bool:
 
 
 def rms_norm(e, gamma, epsilon):
-    """e / √(mean(e²) + ε) · γ over the last axis, or None."""
-    if (cx := glue_cpp.module()) is not None and (y := cx.rms_norm(e, gamma, epsilon)) is not None:
-        return y  # the call below, from C++ (glue_cpp.py)
+    """e / √(mean(e²) + ε) · γ over the last axis, or None (ops_torch.rms_norm tries glue.cpp's
+    version of this call first)."""
     lib = _library()
     if (
         lib is None

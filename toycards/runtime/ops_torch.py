@@ -44,7 +44,7 @@ def linear(x, W):
     """W · X for a weight stored as [d_out, d_in] (or a stack [..., d_out, d_in]): x [..., d_in] → [..., d_out].
     A weight kept in its GGUF blocks multiplies by its own kernel (runtime/quant_torch.py)."""
     if (cx := glue_cpp.module()) is not None and (y := cx.linear(x, W)) is not None:
-        return y  # few tokens, and a weight with a kernel plan: the call below would make, from C++
+        return y  # few tokens, and a weight with a kernel plan: the product below, from C++ (glue_cpp.py)
     if W.__class__ is QuantWeight:
         return W.linear(x)
     if W.dim() != 2:
@@ -58,7 +58,7 @@ def swiglu(x, W_gate, W_up, W_down):
     few tokens (quant_torch.swiglu); else the three products as `linear` makes them for the steps,
     SiLU(gate) ⊙ up in place by glue_torch.silu_mul."""
     if (cx := glue_cpp.module()) is not None and (y := cx.swiglu(x, W_gate, W_up, W_down)) is not None:
-        return y  # (quant_torch.swiglu's first try, one call sooner)
+        return y  # quant_torch.swiglu's call, from C++ (glue_cpp.py)
     y = quant_torch.swiglu(x, W_gate, W_up, W_down)
     if y is not None or not glue_torch.available() or not glue_torch.plain(x):
         return y
@@ -71,7 +71,7 @@ def linears(x, *Ws):
     """W_1 · X, W_2 · X, … for consecutive card steps multiplying one X (codegen/steps.py merges
     them): one C call for few tokens where every weight has a kernel plan, else one product each."""
     if (cx := glue_cpp.module()) is not None and (ys := cx.linears(x, *Ws)) is not None:
-        return ys  # (quant_torch.linears' first try, one call sooner)
+        return ys  # quant_torch.linears' call, from C++ (glue_cpp.py)
     ys = quant_torch.linears(x, Ws)
     return ys if ys is not None else tuple(linear(x, W) for W in Ws)
 
@@ -286,7 +286,7 @@ def layer_norm(e, gamma, beta, epsilon):
 def rms_norm(e, gamma, epsilon):
     """RMSNorm over the last axis; γ of more axes broadcasts, as in layer_norm."""
     if (cx := glue_cpp.module()) is not None and (y := cx.rms_norm(e, gamma, epsilon)) is not None:
-        return y  # (glue_torch.rms_norm's first try, one call sooner)
+        return y  # glue_torch.rms_norm's call, from C++ (glue_cpp.py)
     y = glue_torch.rms_norm(e, gamma, epsilon)  # few tokens and one row of γ: the C version
     if y is not None:
         return y

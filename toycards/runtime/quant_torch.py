@@ -81,9 +81,8 @@ _ptr, _int = ctypes.c_void_p, ctypes.c_int64
 def float_linear(x: torch.Tensor, W: torch.Tensor) -> torch.Tensor | None:
     """x [..., K] · Wᵀ for a float32 weight W [N, K] (a parameter, usually memory-mapped from the file) by
     the C kernel that reads W in place, when that applies: up to FEW_TOKENS rows of x, no autograd,
-    plain contiguous CPU float32 tensors. None otherwise (the caller uses torch's own product)."""
-    if (cx := glue_cpp.module()) is not None and (y := cx.linear(x, W)) is not None:
-        return y  # the same call from C++ (glue_cpp.py)
+    plain contiguous CPU float32 tensors. None otherwise (the caller uses torch's own product).
+    ops_torch.linear tries glue.cpp's version of this call first."""
     if W.dim() != 2 or not (t := _few_tokens(x)) or x.shape[-1] != W.shape[1]:
         return None
     n, k = W.shape
@@ -166,9 +165,8 @@ def _few_tokens(x) -> int:
 def linears(x: torch.Tensor, Ws) -> tuple | None:
     """W · x for two or three weights W [N_i, K] of one x [..., K], as one C call for few tokens
     (each product as `QuantWeight.linear` or `float_linear` computes it); None where that does not
-    apply (the caller multiplies one weight at a time)."""
-    if (cx := glue_cpp.module()) is not None and (ys := cx.linears(x, *Ws)) is not None:
-        return ys  # the same call from C++ (glue_cpp.py)
+    apply (the caller multiplies one weight at a time). ops_torch.linears tries glue.cpp's version
+    of this call first."""
     lib = kernels.library()
     if lib is None or not 2 <= len(Ws) <= 3 or not (t := _few_tokens(x)):
         return None
@@ -192,9 +190,7 @@ def linears(x: torch.Tensor, Ws) -> tuple | None:
 def swiglu(x: torch.Tensor, W_gate, W_up, W_down) -> torch.Tensor | None:
     """The prelude's SwiGLU, W_down · (SiLU(W_gate · x) ⊙ (W_up · x)) for x [..., d_e], as one C call
     for few tokens (each product as `QuantWeight.linear` or `float_linear` computes it); None where
-    that does not apply (ops_torch.swiglu then takes it)."""
-    if (cx := glue_cpp.module()) is not None and (y := cx.swiglu(x, W_gate, W_up, W_down)) is not None:
-        return y  # the same call from C++ (glue_cpp.py)
+    that does not apply (ops_torch.swiglu then takes it, having tried glue.cpp's version first)."""
     lib = kernels.library()
     if lib is None or len(W_gate.shape) != 2 or not (t := _few_tokens(x)):
         return None
