@@ -67,7 +67,7 @@ def _load():
     if module.sizes() != (ctypes.sizeof(quant_kernels.Plan), ctypes.sizeof(quant_kernels.GQAArgs)):
         build_error = "glue.cpp's structs are not quant_kernels.Plan and GQAArgs"
         return None
-    kernels = (lib.tc_rms_norm, lib.tc_linear, lib.tc_linears, lib.tc_swiglu, lib.tc_gqa)
+    kernels = (lib.tc_rms_norm, lib.tc_linear, lib.tc_linears, lib.tc_swiglu, lib.tc_gqa, lib.tc_gather_rows)
     module.bind(
         torch.Tensor,
         torch.nn.Parameter,

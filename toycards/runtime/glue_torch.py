@@ -88,6 +88,8 @@ def silu_mul(g, u):
     tensors of one shape (ops_torch.swiglu's products), the kernels `available`."""
     if g.shape != u.shape or not plain(g, u):
         raise ValueError(f"SiLU·up takes two plain float32 tensors of one shape, not {g.shape} and {u.shape}")
+    if (cx := glue_cpp.module()) is not None:
+        cx.spoil("SiLU·up wrote in place")  # (a step being recorded cannot replay this write)
     _library().tc_silu_mul(_P(g.data_ptr()), _P(u.data_ptr()), _I(g.numel()))
     return g
 
@@ -258,7 +260,7 @@ def gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, ops):
                 and note[1] is entry[0][1]
                 and note[3] == call.lead
             ):
-                out = cx.gqa(call.addr, Q, K, V, note[0], note[1], used, True)
+                out = cx.gqa(call.addr, Q, K, V, note[0], note[1], used, True, site)
                 if out is not None:
                     entry[1] = S
                     ctx.slot = slot + 1
@@ -319,7 +321,7 @@ def gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, ops):
         a.allowed = mask.data_ptr()
     cx = glue_cpp.module()
     if cx is not None:  # the rest in C++: the tensors' addresses, the output, the call
-        out = cx.gqa(call.addr, Q, K, V, Kc, Vc, used)
+        out = cx.gqa(call.addr, Q, K, V, Kc, Vc, used, False, site)
     else:
         if Kc is not call.Kc or Vc is not call.Vc:
             for c in (Kc, Vc):  # what tc_gqa writes (glue.cpp checks the same: cache_fits)

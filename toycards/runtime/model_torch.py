@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from toycards.runtime import quant_kernels
+from toycards.runtime import quant_kernels, replay_torch
 from toycards.runtime.context import KVCache
 from toycards.runtime.model_base import ModelAPI
 from toycards.runtime.quant_torch import QuantWeight
@@ -176,12 +176,21 @@ class TorchModel(nn.Module, ModelAPI):
             n_new = 1 if last else x.shape[-1]
             out = super().__call__(self._with_history(x, cache, torch.cat), None, last)[..., -n_new:, :]
         elif x.numel() <= quant_kernels.FEW_FLOAT_TOKENS and self._device is None:  # decoding
-            out = self._decoding_step(super().__call__, x, cache, last)
+            out = self._decoding_step(self._step, x, cache, last)
         else:
+            if cache is not None:  # a recorded step is replayed only right after steps like it
+                cache.prepared.pop(replay_torch.KEY, None)
             out = super().__call__(x, cache, last)
         if cache is not None:
             cache.length += x.shape[-1]
         return out[..., -1:, :] if last else out  # a card with no cut point computes every token
+
+    replay_why = ""  # why this model's decoding steps are not replayed (replay_torch), once refused
+    _replay_tries = replay_torch.TRIES
+
+    def _step(self, x, cache: KVCache | None, last: bool):
+        """One decoding step: the cache's recorded step replayed where it may be (replay_torch)."""
+        return replay_torch.step(self, super().__call__, x, cache, last)
 
     def _forward_numpy(self, ids: np.ndarray, cache: KVCache | None, last: bool = False) -> np.ndarray:
         with torch.inference_mode():

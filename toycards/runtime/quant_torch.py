@@ -49,6 +49,7 @@ from toycards.runtime.glue_torch import plain
 
 FEW_TOKENS = glue_cpp.FEW_TOKENS  # x rows up to which the row-at-a-time kernel beats dequantize-then-GEMM
 _bf16_cpu: bool | None = None
+plans_adopted = 0  # how many weights have taken a new kernel plan (packed) so far: a replayed step's check
 
 
 def bf16_prefill(ggml_type: int) -> bool:
@@ -281,6 +282,7 @@ class QuantWeight:
         self._pack_first = self._unpacked and kernels.packs_at_first_product(self.ggml_type)
         # the plan's address where the C++ glue may read it (glue_cpp.py), else 0 (not packed yet)
         self._cplan = ctypes.addressof(self._plan) if self.fast and not self._pack_first else 0
+        self._eplan = ctypes.addressof(self._plan) if self.fast else 0  # what the glue's `embed` reads
         self._gemm = self.fast and kernels.int8_prefill(self.ggml_type)  # the C product for any token count
         self._packed: torch.Tensor | None = None
 
@@ -409,7 +411,9 @@ class QuantWeight:
         a product already running on another thread keeps a consistent view of the weight."""
         self._packed, self._plan, self._plan_ref = packed, plan, ctypes.byref(plan)
         self._unpacked = False
-        self._cplan = ctypes.addressof(plan)
+        self._cplan = self._eplan = ctypes.addressof(plan)
+        global plans_adopted
+        plans_adopted += 1
 
     def embed(self, ids) -> torch.Tensor:
         """Rows of W by integer ids [...] → [..., K] (W stored [N_V, d_e])."""

@@ -22,6 +22,10 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "structs.h"
 
@@ -37,12 +41,14 @@ using swiglu_fn = int (*)(const Weight *, const Weight *, const Weight *, const 
 
 using GQAArgs = gqa_args; /* quant_kernels.GQAArgs */
 using gqa_fn = int (*)(const GQAArgs *);
+using gather_fn = int (*)(const Weight *, const int64_t *, int64_t, float *);
 
 rms_norm_fn k_rms_norm;
 linear_fn k_linear;
 linears_fn k_linears;
 swiglu_fn k_swiglu;
 gqa_fn k_gqa;
+gather_fn k_gather_rows;
 PyObject *tensor_class, *parameter_class, *quant_class; /* torch.Tensor, nn.Parameter, QuantWeight */
 PyObject *plan_name;                                    /* "_cplan" */
 int float_direct;   /* tc_float_direct(F32): float32 weights are multiplied in place */
@@ -111,6 +117,137 @@ PyObject *failed(const char *what, int code) {
 
 float *out_of(at::Tensor &y) { return y.mutable_data_ptr<float>(); }
 
+/* ── The tape: a decoding step's kernel calls, recorded once and replayed (runtime/replay_torch.py) ──
+ * While a step is recorded, each function below that runs its kernel also writes the call down: the
+ * kernel, its weights (their plans, by value) and the addresses it read and wrote. The outputs stay
+ * alive with the tape, so that a replayed kernel writes where the recorded one wrote and reads what the
+ * call before it wrote, with no Python in between. A call is written down only where each activation
+ * it reads is the output of a call written down before it (or the step's ids) and each other tensor
+ * is a model weight (a Parameter, or a weight kept in its blocks); else the recording is spoiled, with
+ * the reason, since a replay would read a tensor that nothing replayed remakes. replay_torch.py spoils
+ * it too where anything but these calls (or a view) reads an output. What a replay takes anew at each
+ * step (`replay`): the ids, RoPE's angles and the mask of each attention site, the cache's rows. */
+
+struct Span {
+    uintptr_t lo, hi;
+};
+
+enum Kind { RMS, LINEAR, LINEARS, SWIGLU, GQA, GATHER, ROWS, ADD };
+
+struct Entry {
+    Kind kind = RMS;
+    Weight w[3] = {};                            /* the products' weights; GATHER's table */
+    PyObject *wo[3] = {nullptr, nullptr, nullptr}; /* the objects they came from (held by the tape) */
+    int m = 0;                                   /* how many weights */
+    const float *x = nullptr, *g = nullptr, *b = nullptr; /* the input; RMSNorm's γ; ADD's second term */
+    float *y[3] = {nullptr, nullptr, nullptr};
+    int64_t t = 0, rows = 0, d = 0, b_rows = 0; /* tokens; rows of d entries; ADD: b's rows (rows or 1) */
+    double eps = 0;
+    const int64_t *ids = nullptr; /* GATHER, ROWS: the step's ids */
+    int64_t n_ids = 0;
+    const float *table = nullptr; /* ROWS: a float32 table of rows of d entries */
+    int64_t table_rows = 0;
+    GQAArgs a = {}; /* GQA: as the recorded call had it */
+    size_t site = 0;
+    PyObject *kc = nullptr, *vc = nullptr; /* the cache buffers it wrote (held) */
+    at::Tensor kct, vct;
+};
+
+struct Tape {
+    std::vector<Entry> e;
+    std::vector<at::Tensor> made; /* the recorded calls' outputs */
+    std::vector<Span> spans;      /* their bytes */
+    std::vector<PyObject *> refs; /* weights, cache buffers, sites, the result: held */
+    std::vector<std::pair<PyObject *, const void *>> params; /* each float weight read, and where */
+    std::vector<const GQAArgs *> site_args; /* per attention site: its prepared struct, */
+    std::vector<PyObject *> sites;          /* its object (ops_torch._GQASite), */
+    std::vector<int64_t> site_half;         /* and its angles' width */
+    at::Tensor ids;
+    Span ids_span{0, 0};
+    PyObject *result = nullptr; /* the step's logits: a view of a recorded output */
+    unsigned long thread = 0;
+    std::string spoiled; /* why it cannot be replayed */
+    ~Tape() {
+        for (PyObject *o : refs) Py_DECREF(o);
+    }
+};
+
+Tape *recording = nullptr;
+
+void spoil(const char *why) {
+    if (recording && recording->spoiled.empty()) recording->spoiled = why;
+}
+
+/* Whether the recording takes this call (on its thread, not spoiled); a kernel call from another
+ * thread spoils it: what that thread computes is no part of this step */
+bool taking() {
+    if (!recording || !recording->spoiled.empty()) return false;
+    if (PyThread_get_thread_ident() != recording->thread) {
+        spoil("another thread called a kernel while the step was recorded");
+        return false;
+    }
+    return true;
+}
+
+/* t's bytes lie within the output of a call the tape holds */
+bool made_by(const Tape &tape, const at::Tensor &t) {
+    const uintptr_t lo = (uintptr_t)t.const_data_ptr(), hi = lo + (uintptr_t)t.numel() * t.element_size();
+    for (const Span &s : tape.spans)
+        if (s.lo <= lo && hi <= s.hi) return true;
+    return false;
+}
+
+void hold(PyObject *o) {
+    Py_INCREF(o);
+    recording->refs.push_back(o);
+}
+
+/* o is one of the model's weights (a Parameter, or a weight kept in its blocks), now held; a
+ * Parameter's memory is read in place, so a replay first checks that it is still there */
+bool weight_held(PyObject *o) {
+    if (Py_TYPE(o) == (PyTypeObject *)parameter_class) {
+        recording->params.push_back({o, THPVariable_Unpack(o).const_data_ptr()});
+    } else if (Py_TYPE(o) != (PyTypeObject *)quant_class) {
+        return false;
+    }
+    hold(o);
+    return true;
+}
+
+/* A recorded call's output, kept with the tape: its address */
+float *keep(const at::Tensor &y) {
+    recording->made.push_back(y);
+    const uintptr_t lo = (uintptr_t)y.const_data_ptr();
+    recording->spans.push_back({lo, lo + (uintptr_t)y.numel() * y.element_size()});
+    return (float *)recording->made.back().mutable_data_ptr();
+}
+
+void take(Entry &&entry) { recording->e.push_back(std::move(entry)); }
+
+void take_rms(const at::Tensor &e, PyObject *go, const at::Tensor &g, double eps, int64_t d, const at::Tensor &y) {
+    if (!taking()) return;
+    if (!made_by(*recording, e) || !weight_held(go))
+        return spoil("an RMSNorm read a tensor no recorded call made, or a γ that is not a weight");
+    Entry n;
+    n.kind = RMS, n.x = e.const_data_ptr<float>(), n.g = g.const_data_ptr<float>();
+    n.rows = e.numel() / d, n.d = d, n.eps = eps, n.y[0] = keep(y);
+    take(std::move(n));
+}
+
+void take_products(Kind kind, const at::Tensor &x, int64_t t, PyObject *const *wo, const Weight *w, int m,
+                   const at::Tensor *y, int ny) {
+    if (!taking()) return;
+    if (!made_by(*recording, x)) return spoil("a product read a tensor no recorded call made");
+    Entry n;
+    n.kind = kind, n.x = x.const_data_ptr<float>(), n.t = t, n.m = m;
+    for (int i = 0; i < m; i++) {
+        if (!weight_held(wo[i])) return spoil("a product's weight is not one of the model's");
+        n.w[i] = w[i], n.wo[i] = wo[i];
+    }
+    for (int i = 0; i < ny; i++) n.y[i] = keep(y[i]);
+    take(std::move(n));
+}
+
 /* rms_norm(e, gamma, epsilon): e / √(mean(e²) + ε) · γ over the last axis, or None */
 PyObject *rms_norm(PyObject *, PyObject *const *args, Py_ssize_t n) {
     if (n != 3 || !(PyFloat_Check(args[2]) || PyLong_Check(args[2]))) Py_RETURN_NONE;
@@ -126,6 +263,7 @@ PyObject *rms_norm(PyObject *, PyObject *const *args, Py_ssize_t n) {
     code = k_rms_norm(e->const_data_ptr<float>(), g->const_data_ptr<float>(), e->numel() / d, d, eps, out_of(y));
     Py_END_ALLOW_THREADS
     if (code != 0) return failed("rms_norm", code);
+    if (recording) take_rms(*e, args[1], *g, eps, d, y);
     return THPVariable_Wrap(std::move(y));
 }
 
@@ -142,6 +280,7 @@ PyObject *linear(PyObject *, PyObject *const *args, Py_ssize_t n) {
     code = k_linear(&w, x->const_data_ptr<float>(), t, out_of(y));
     Py_END_ALLOW_THREADS
     if (code != 0) return failed("linear", code);
+    if (recording) take_products(LINEAR, *x, t, &args[1], &w, 1, &y, 1);
     return THPVariable_Wrap(std::move(y));
 }
 
@@ -167,6 +306,7 @@ PyObject *linears(PyObject *, PyObject *const *args, Py_ssize_t n) {
     code = k_linears(&w[0], &w[1], m == 3 ? &w[2] : nullptr, xp, t, ys[0], ys[1], ys[2]);
     Py_END_ALLOW_THREADS
     if (code != 0) return failed("linears", code);
+    if (recording) take_products(LINEARS, *x, t, &args[1], w, m, y, m);
     PyObject *out = PyTuple_New(m);
     if (!out) return nullptr;
     for (int i = 0; i < m; i++) PyTuple_SET_ITEM(out, i, THPVariable_Wrap(std::move(y[i])));
@@ -187,6 +327,10 @@ PyObject *swiglu(PyObject *, PyObject *const *args, Py_ssize_t n) {
     code = k_swiglu(&g, &u, &d, x->const_data_ptr<float>(), t, out_of(y));
     Py_END_ALLOW_THREADS
     if (code != 0) return failed("swiglu", code);
+    if (recording) {
+        const Weight ws[3] = {g, u, d};
+        take_products(SWIGLU, *x, t, &args[1], ws, 3, &y, 1);
+    }
     return THPVariable_Wrap(std::move(y));
 }
 
@@ -213,15 +357,38 @@ bool cache_fits(const at::Tensor *c, const GQAArgs *a, int64_t rows) {
            c->numel() == a->B * a->Hkv * c->size(-2) * a->d;
 }
 
-/* gqa(args, Q, K, V, K_cache, V_cache, used[, decline]): glue_torch.gq_attention's call of tc_gqa, the
+void take_gqa(const GQAArgs *a, const at::Tensor &Q, const at::Tensor &K, const at::Tensor &V, PyObject *const *caches,
+              const at::Tensor &Kc, const at::Tensor &Vc, PyObject *site, const at::Tensor &out) {
+    if (!taking()) return;
+    if (!site) return spoil("an attention call was made without its site");
+    if (!made_by(*recording, Q) || !made_by(*recording, K) || !made_by(*recording, V))
+        return spoil("an attention call read a tensor no recorded call made");
+    Tape &tape = *recording;
+    size_t s = 0;
+    while (s < tape.site_args.size() && tape.site_args[s] != a) s++;
+    if (s == tape.site_args.size()) {
+        hold(site);
+        tape.site_args.push_back(a), tape.sites.push_back(site), tape.site_half.push_back(a->half);
+    } else if (tape.sites[s] != site || tape.site_half[s] != a->half) {
+        return spoil("two attention sites shared one prepared call");
+    }
+    Entry n;
+    n.kind = GQA, n.a = *a, n.site = s, n.kc = caches[0], n.vc = caches[1], n.kct = Kc, n.vct = Vc;
+    hold(caches[0]), hold(caches[1]);
+    n.a.out = keep(out);
+    take(std::move(n));
+}
+
+/* gqa(args, Q, K, V, K_cache, V_cache, used[, decline[, site]]): glue_torch.gq_attention's call of tc_gqa, the
  * struct at address `args` (its GQAArgs, with everything but these set) completed with the tensors'
  * addresses, the caches' strides, `used` and a new output, which is returned. Where glue_torch has
  * decided that the kernel applies, whatever here does not fit that struct is an error; with `decline`
  * true (its fast path for a pass's later layers, which leaves these checks to this call) it is None,
- * and nothing is written. */
+ * and nothing is written. `site` (ops_torch._GQASite) is what a recorded step's replay asks for the
+ * angles and the mask at its new positions. */
 PyObject *gqa(PyObject *, PyObject *const *args, Py_ssize_t n) {
-    if (n != 7 && n != 8) return refused("gqa takes 7 or 8 arguments");
-    const int decline = n == 8 ? PyObject_IsTrue(args[7]) : 0;
+    if (n < 7 || n > 9) return refused("gqa takes 7 to 9 arguments");
+    const int decline = n >= 8 ? PyObject_IsTrue(args[7]) : 0;
     if (decline < 0) return nullptr;
 #define REFUSED(what) (decline ? (Py_INCREF(Py_None), Py_None) : refused(what))
     GQAArgs *a = (GQAArgs *)PyLong_AsVoidPtr(args[0]);
@@ -254,18 +421,340 @@ PyObject *gqa(PyObject *, PyObject *const *args, Py_ssize_t n) {
         PyErr_Format(PyExc_RuntimeError, "grouped-query attention kernel failed with code %d", code);
         return nullptr;
     }
+    if (recording) take_gqa(a, *Q, *K, *V, &args[4], *Kc, *Vc, n == 9 && args[8] != Py_None ? args[8] : nullptr, out);
     return THPVariable_Wrap(std::move(out));
 }
 
-/* bind(Tensor, Parameter, (rms_norm, linear, linears, swiglu, gqa addresses), float_direct, few_tokens):
- * what the functions above need, once */
-PyObject *bind(PyObject *, PyObject *const *args, Py_ssize_t n) {
-    if (n != 5 || !PyTuple_Check(args[2]) || PyTuple_GET_SIZE(args[2]) != 5) {
-        PyErr_SetString(PyExc_TypeError, "bind(Tensor, Parameter, (5 addresses), float_direct, few)");
+/* An int64 CPU tensor of the plain class, contiguous, not empty */
+const at::Tensor *id_tensor(PyObject *o) {
+    if (Py_TYPE(o) != (PyTypeObject *)tensor_class) return nullptr;
+    const at::Tensor &t = THPVariable_Unpack(o);
+    if (t.layout() != at::kStrided || t.scalar_type() != at::kLong || !t.device().is_cpu() || !t.is_contiguous() ||
+        t.numel() == 0)
+        return nullptr;
+    return &t;
+}
+
+bool ids_below(const int64_t *ids, int64_t n, int64_t rows) {
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= rows) return false;
+    return true;
+}
+
+/* embed(W, ids): the rows of W [N, d] at ids [...] → [..., d], or None (a weight with no kernel plan,
+ * ids that are not an int64 tensor, or an id out of range: ops_torch.embed's own path then says so) */
+PyObject *embed(PyObject *, PyObject *const *args, Py_ssize_t n) {
+    if (n != 2) Py_RETURN_NONE;
+    const at::Tensor *ids = id_tensor(args[1]);
+    if (!ids) Py_RETURN_NONE;
+    const int64_t *id = ids->const_data_ptr<int64_t>(), count = ids->numel();
+    Weight w{};
+    const at::Tensor *table = nullptr;
+    if (Py_TYPE(args[0]) == (PyTypeObject *)quant_class) {
+        PyObject *at = PyObject_GetAttrString(args[0], "_eplan");
+        const uintptr_t address = at && PyLong_Check(at) ? (uintptr_t)PyLong_AsUnsignedLongLong(at) : 0;
+        Py_XDECREF(at);
+        if (PyErr_Occurred()) PyErr_Clear();
+        if (!address) Py_RETURN_NONE;
+        w = *(const Weight *)address;
+    } else if (!(table = plain(args[0])) || table->dim() != 2) {
+        Py_RETURN_NONE;
+    }
+    const int64_t rows = table ? table->size(0) : w.n, d = table ? table->size(1) : w.k;
+    if (!ids_below(id, count, rows)) Py_RETURN_NONE;
+    c10::SmallVector<int64_t, 8> sizes(ids->sizes().begin(), ids->sizes().end());
+    sizes.push_back(d);
+    at::Tensor y = at::detail::empty_cpu(sizes, at::kFloat, false, std::nullopt);
+    if (table) {
+        const float *from = table->const_data_ptr<float>();
+        for (int64_t i = 0; i < count; i++) std::memcpy(out_of(y) + i * d, from + id[i] * d, d * sizeof(float));
+    } else {
+        int code;
+        Py_BEGIN_ALLOW_THREADS
+        code = k_gather_rows(&w, id, count, out_of(y));
+        Py_END_ALLOW_THREADS
+        if (code != 0) return failed("gather_rows", code);
+    }
+    if (recording && taking()) {
+        Tape &tape = *recording;
+        if (ids->const_data_ptr() != tape.ids.const_data_ptr() || count != tape.ids.numel()) {
+            spoil("an embedding read ids that are not the step's");
+        } else if (!weight_held(args[0])) {
+            spoil("an embedding's table is not one of the model's weights");
+        } else {
+            Entry e;
+            e.kind = table ? ROWS : GATHER, e.ids = id, e.n_ids = count, e.d = d;
+            e.w[0] = w, e.wo[0] = args[0], e.m = table ? 0 : 1;
+            e.table = table ? table->const_data_ptr<float>() : nullptr, e.table_rows = rows;
+            e.y[0] = keep(y);
+            take(std::move(e));
+        }
+    }
+    return THPVariable_Wrap(std::move(y));
+}
+
+/* taped(t): whether tensor t's memory holds (part of) a recorded call's output or the step's ids */
+PyObject *taped(PyObject *, PyObject *o) {
+    if (!recording || !THPVariable_Check(o)) Py_RETURN_FALSE;
+    const at::Tensor &t = THPVariable_Unpack(o);
+    if (!t.has_storage() || !t.device().is_cpu()) Py_RETURN_FALSE;
+    const uintptr_t lo = (uintptr_t)t.storage().data(), hi = lo + t.storage().nbytes();
+    const Span &i = recording->ids_span;
+    if (lo < i.hi && i.lo < hi) Py_RETURN_TRUE;
+    for (const Span &s : recording->spans)
+        if (lo < s.hi && s.lo < hi) Py_RETURN_TRUE;
+    Py_RETURN_FALSE;
+}
+
+/* tape_add(a, b, out): a + b = out, just computed by torch (a residual, a bias), written down; False
+ * where it cannot be (the recording is then spoiled): each term a recorded output or a weight, out
+ * shaped as one of them, the other of its shape or a row of its last axis */
+PyObject *tape_add(PyObject *, PyObject *const *args, Py_ssize_t n) {
+    if (n != 3 || !taking()) Py_RETURN_FALSE;
+    const at::Tensor *a = plain(args[0]), *b = plain(args[1]), *y = plain(args[2]);
+    if (!a || !b || !y || y->dim() < 1 || y->numel() == 0) {
+        spoil("an addition of tensors that are not contiguous float32 ones");
+        Py_RETURN_FALSE;
+    }
+    PyObject *terms[2] = {args[0], args[1]};
+    if (!b->sizes().equals(y->sizes())) std::swap(a, b), std::swap(terms[0], terms[1]);
+    const int64_t d = y->size(-1), rows = y->numel() / d;
+    if (!a->sizes().equals(y->sizes()) || (!b->sizes().equals(y->sizes()) && b->numel() != d)) {
+        spoil("an addition that broadcasts otherwise than a row over rows");
+        Py_RETURN_FALSE;
+    }
+    for (int i = 0; i < 2; i++) {
+        const at::Tensor &term = i == 0 ? *a : *b;
+        if (!made_by(*recording, term) && !weight_held(terms[i])) {
+            spoil("an addition read a tensor no recorded call made");
+            Py_RETURN_FALSE;
+        }
+    }
+    Entry e;
+    e.kind = ADD, e.x = a->const_data_ptr<float>(), e.b = b->const_data_ptr<float>();
+    e.rows = rows, e.d = d, e.b_rows = b->numel() == y->numel() ? rows : 1, e.y[0] = keep(*y);
+    take(std::move(e));
+    Py_RETURN_TRUE;
+}
+
+/* spoil(why): the recording cannot be replayed (replay_torch's own checks) */
+PyObject *spoil_py(PyObject *, PyObject *why) {
+    if (recording && recording->spoiled.empty()) {
+        const char *text = PyUnicode_AsUTF8(why);
+        if (!text) return nullptr;
+        recording->spoiled = text;
+    }
+    Py_RETURN_NONE;
+}
+
+/* record(ids): from now on, on this thread, the kernel calls are written down, ids the step's ids */
+PyObject *record(PyObject *, PyObject *ids) {
+    if (recording) {
+        PyErr_SetString(PyExc_RuntimeError, "a decoding step is being recorded already");
         return nullptr;
     }
-    void *f[5];
-    for (int i = 0; i < 5; i++) {
+    const at::Tensor *t = id_tensor(ids);
+    if (!t) {
+        PyErr_SetString(PyExc_TypeError, "record takes the step's ids: a contiguous int64 CPU tensor");
+        return nullptr;
+    }
+    recording = new Tape;
+    recording->ids = *t;
+    const uintptr_t lo = (uintptr_t)t->const_data_ptr();
+    recording->ids_span = {lo, lo + (uintptr_t)t->numel() * 8};
+    recording->thread = PyThread_get_thread_ident();
+    return Py_NewRef(Py_None);
+}
+
+const char *TAPE = "toycards_glue.tape";
+
+void tape_free(PyObject *capsule) { delete (Tape *)PyCapsule_GetPointer(capsule, TAPE); }
+
+/* recorded(result): the end of the recording. The tape (a capsule), or why it cannot be replayed (a
+ * str); result None drops it (the step raised) */
+PyObject *recorded(PyObject *, PyObject *result) {
+    Tape *tape = recording;
+    recording = nullptr;
+    if (!tape) {
+        PyErr_SetString(PyExc_RuntimeError, "no decoding step is being recorded");
+        return nullptr;
+    }
+    std::unique_ptr<Tape> owned(tape);
+    if (result == Py_None) return Py_NewRef(Py_None);
+    if (tape->spoiled.empty() && tape->e.empty()) tape->spoiled = "no kernel ran";
+    const at::Tensor *out = tape->spoiled.empty() ? plain(result) : nullptr;
+    if (tape->spoiled.empty() && (!out || !made_by(*tape, *out)))
+        tape->spoiled = "the step's result is not a recorded call's output";
+    if (!tape->spoiled.empty()) return PyUnicode_FromString(tape->spoiled.c_str());
+    tape->result = result;
+    Py_INCREF(result), tape->refs.push_back(result);
+    PyObject *capsule = PyCapsule_New(tape, TAPE, tape_free);
+    if (capsule) owned.release();
+    return capsule;
+}
+
+Tape *tape_of(PyObject *capsule) {
+    return (Tape *)PyCapsule_GetPointer(capsule, TAPE); /* (a TypeError where it is not one) */
+}
+
+/* tape_info(tape): ((site, half) per attention site, the number of attention calls) */
+PyObject *tape_info(PyObject *, PyObject *capsule) {
+    Tape *tape = tape_of(capsule);
+    if (!tape) return nullptr;
+    PyObject *sites = PyTuple_New((Py_ssize_t)tape->sites.size());
+    if (!sites) return nullptr;
+    for (size_t i = 0; i < tape->sites.size(); i++)
+        PyTuple_SET_ITEM(sites, i, Py_BuildValue("OL", tape->sites[i], (long long)tape->site_half[i]));
+    long long calls = 0;
+    for (const Entry &e : tape->e) calls += e.kind == GQA;
+    return Py_BuildValue("NL", sites, calls);
+}
+
+/* The plan of a weight kept in its blocks, as its attribute `name` gives it now: false where none */
+bool plan_now(PyObject *o, const char *name, Weight *out) {
+    PyObject *at = PyObject_GetAttrString(o, name);
+    const uintptr_t address = at && PyLong_Check(at) ? (uintptr_t)PyLong_AsUnsignedLongLong(at) : 0;
+    Py_XDECREF(at);
+    if (PyErr_Occurred()) PyErr_Clear();
+    if (!address) return false;
+    const Weight &w = *(const Weight *)address;
+    if (w.n != out->n || w.k != out->k) return false;
+    *out = w;
+    return true;
+}
+
+/* tape_refresh(tape): the plans of its weights kept in their blocks as they are now (a weight packed
+ * since the recording is read packed); False where one has none (the tape must go) */
+PyObject *tape_refresh(PyObject *, PyObject *capsule) {
+    Tape *tape = tape_of(capsule);
+    if (!tape) return nullptr;
+    for (Entry &e : tape->e)
+        for (int i = 0; i < e.m; i++)
+            if (Py_TYPE(e.wo[i]) == (PyTypeObject *)quant_class &&
+                !plan_now(e.wo[i], e.kind == GATHER ? "_eplan" : "_cplan", &e.w[i]))
+                Py_RETURN_FALSE;
+    Py_RETURN_TRUE;
+}
+
+/* The i-th item of list o as a Python object of the list (borrowed), or null */
+PyObject *list_item(PyObject *o, Py_ssize_t i) {
+    return PyList_Check(o) && i < PyList_GET_SIZE(o) ? PyList_GET_ITEM(o, i) : nullptr;
+}
+
+int run(const Entry &e) {
+    switch (e.kind) {
+    case RMS: return k_rms_norm(e.x, e.g, e.rows, e.d, e.eps, e.y[0]);
+    case LINEAR: return k_linear(&e.w[0], e.x, e.t, e.y[0]);
+    case LINEARS: return k_linears(&e.w[0], &e.w[1], e.m == 3 ? &e.w[2] : nullptr, e.x, e.t, e.y[0], e.y[1], e.y[2]);
+    case SWIGLU: return k_swiglu(&e.w[0], &e.w[1], &e.w[2], e.x, e.t, e.y[0]);
+    case GQA: return k_gqa(&e.a);
+    case GATHER: return k_gather_rows(&e.w[0], e.ids, e.n_ids, e.y[0]);
+    case ROWS:
+        for (int64_t i = 0; i < e.n_ids; i++) std::memcpy(e.y[0] + i * e.d, e.table + e.ids[i] * e.d, e.d * sizeof(float));
+        return 0;
+    case ADD:
+        for (int64_t r = 0; r < e.rows; r++) {
+            const float *x = e.x + r * e.d, *b = e.b + (e.b_rows == 1 ? 0 : r * e.d);
+            float *y = e.y[0] + r * e.d;
+            for (int64_t i = 0; i < e.d; i++) y[i] = x[i] + b[i];
+        }
+        return 0;
+    }
+    return -1;
+}
+
+/* replay(tape, ids, sites, slots): the recorded step for new ids: `sites` (cos, sin, mask) per attention
+ * site at the new positions, `slots` the KV cache's (KVCache.slots), the i-th attention call's the
+ * i-th. A new tensor of the step's logits; None where the tape does not fit these (other buffers in the
+ * cache, rows it has no room for, an id out of range, angles or masks of other shapes, a weight's
+ * memory moved), and then nothing was written. */
+PyObject *replay(PyObject *, PyObject *const *args, Py_ssize_t n) {
+    if (n != 4) {
+        PyErr_SetString(PyExc_TypeError, "replay(tape, ids, sites, slots)");
+        return nullptr;
+    }
+    Tape *tape = tape_of(args[0]);
+    if (!tape) return nullptr;
+    const at::Tensor *ids = id_tensor(args[1]);
+    PyObject *sites = args[2], *slots = args[3];
+    if (!ids || ids->numel() != tape->ids.numel() || !PyTuple_Check(sites) ||
+        PyTuple_GET_SIZE(sites) != (Py_ssize_t)tape->sites.size() || !PyList_Check(slots))
+        Py_RETURN_NONE;
+    const int64_t *id = ids->const_data_ptr<int64_t>();
+    for (const auto &[param, at] : tape->params) /* (`param.data = …` moves a weight's memory) */
+        if (THPVariable_Unpack(param).const_data_ptr() != at) Py_RETURN_NONE;
+    const size_t n_sites = tape->sites.size();
+    std::vector<const at::Tensor *> cos(n_sites), sin(n_sites), mask(n_sites);
+    for (size_t s = 0; s < n_sites; s++) {
+        PyObject *item = PyTuple_GET_ITEM(sites, s);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) Py_RETURN_NONE;
+        cos[s] = plain(PyTuple_GET_ITEM(item, 0)), sin[s] = plain(PyTuple_GET_ITEM(item, 1));
+        PyObject *m = PyTuple_GET_ITEM(item, 2);
+        mask[s] = Py_TYPE(m) == (PyTypeObject *)tensor_class ? &THPVariable_Unpack(m) : nullptr;
+        if (!cos[s] || !sin[s] || !mask[s] || cos[s]->dim() != 2 || !cos[s]->sizes().equals(sin[s]->sizes()) ||
+            cos[s]->size(1) != tape->site_half[s] || mask[s]->scalar_type() != at::kBool || mask[s]->dim() != 2 ||
+            !mask[s]->is_contiguous() || !mask[s]->device().is_cpu())
+            Py_RETURN_NONE;
+    }
+    std::vector<int64_t> used;
+    Py_ssize_t slot = 0;
+    for (const Entry &e : tape->e) {
+        if (e.kind == GATHER || e.kind == ROWS) {
+            if (!ids_below(id, e.n_ids, e.kind == GATHER ? e.w[0].n : e.table_rows)) Py_RETURN_NONE;
+            continue;
+        }
+        if (e.kind != GQA) continue;
+        PyObject *entry = list_item(slots, slot++), *buffers = entry ? list_item(entry, 0) : nullptr;
+        PyObject *rows = entry ? list_item(entry, 1) : nullptr;
+        if (!buffers || !rows || !PyLong_Check(rows) || list_item(buffers, 0) != e.kc || list_item(buffers, 1) != e.vc)
+            Py_RETURN_NONE;
+        const long long u = PyLong_AsLongLong(rows);
+        if (PyErr_Occurred()) return nullptr;
+        const int64_t T = e.a.T;
+        const at::Tensor &c = *cos[e.site], &m = *mask[e.site];
+        if (u < 0 || c.size(0) != T || m.size(0) != T || m.size(1) != u + T || !cache_fits(&e.kct, &e.a, u + T) ||
+            !cache_fits(&e.vct, &e.a, u + T))
+            Py_RETURN_NONE;
+        used.push_back(u);
+    }
+    if (slot != PyList_GET_SIZE(slots)) Py_RETURN_NONE;
+    std::memcpy(tape->ids.mutable_data_ptr(), id, tape->ids.numel() * sizeof(int64_t));
+    size_t g = 0;
+    for (Entry &e : tape->e) {
+        if (e.kind != GQA) continue;
+        e.a.cos = cos[e.site]->const_data_ptr<float>(), e.a.sin = sin[e.site]->const_data_ptr<float>();
+        e.a.allowed = (const uint8_t *)mask[e.site]->const_data_ptr(), e.a.used = used[g++];
+    }
+    int code = 0;
+    const char *what = "";
+    Py_BEGIN_ALLOW_THREADS
+    for (const Entry &e : tape->e)
+        if ((code = run(e)) != 0) {
+            what = e.kind == GQA ? "gqa" : e.kind == GATHER ? "gather_rows" : "a product or norm";
+            break;
+        }
+    Py_END_ALLOW_THREADS
+    if (code != 0) return failed(what, code);
+    g = 0;
+    slot = 0;
+    for (const Entry &e : tape->e) {
+        if (e.kind != GQA) continue;
+        PyObject *now = PyLong_FromLongLong(used[g++] + e.a.T);
+        if (!now) return nullptr;
+        PyList_SetItem(list_item(slots, slot++), 1, now); /* (steals now) */
+    }
+    return THPVariable_Wrap(THPVariable_Unpack(tape->result).clone());
+}
+
+/* bind(Tensor, Parameter, (rms_norm, linear, linears, swiglu, gqa, gather_rows addresses), float_direct,
+ * few_tokens): what the functions above need, once */
+PyObject *bind(PyObject *, PyObject *const *args, Py_ssize_t n) {
+    if (n != 5 || !PyTuple_Check(args[2]) || PyTuple_GET_SIZE(args[2]) != 6) {
+        PyErr_SetString(PyExc_TypeError, "bind(Tensor, Parameter, (6 addresses), float_direct, few)");
+        return nullptr;
+    }
+    void *f[6];
+    for (int i = 0; i < 6; i++) {
         f[i] = PyLong_AsVoidPtr(PyTuple_GET_ITEM(args[2], i));
         if (!f[i]) return PyErr_Occurred() ? nullptr : (PyErr_SetString(PyExc_ValueError, "a null kernel"), nullptr);
     }
@@ -276,7 +765,7 @@ PyObject *bind(PyObject *, PyObject *const *args, Py_ssize_t n) {
     Py_XDECREF(tensor_class), Py_XDECREF(parameter_class);
     tensor_class = args[0], parameter_class = args[1];
     k_rms_norm = (rms_norm_fn)f[0], k_linear = (linear_fn)f[1], k_linears = (linears_fn)f[2];
-    k_swiglu = (swiglu_fn)f[3], k_gqa = (gqa_fn)f[4];
+    k_swiglu = (swiglu_fn)f[3], k_gqa = (gqa_fn)f[4], k_gather_rows = (gather_fn)f[5];
     float_direct = direct != 0, few_tokens = few;
     Py_RETURN_NONE;
 }
@@ -304,7 +793,17 @@ PyMethodDef methods[] = {
     {"linear", (PyCFunction)(void (*)(void))linear, METH_FASTCALL, "linear(x, W) or None"},
     {"linears", (PyCFunction)(void (*)(void))linears, METH_FASTCALL, "linears(x, W_1, W_2[, W_3]) or None"},
     {"swiglu", (PyCFunction)(void (*)(void))swiglu, METH_FASTCALL, "swiglu(x, W_gate, W_up, W_down) or None"},
-    {"gqa", (PyCFunction)(void (*)(void))gqa, METH_FASTCALL, "gqa(args, Q, K, V, K_cache, V_cache, used[, decline])"},
+    {"gqa", (PyCFunction)(void (*)(void))gqa, METH_FASTCALL,
+     "gqa(args, Q, K, V, K_cache, V_cache, used[, decline[, site]])"},
+    {"embed", (PyCFunction)(void (*)(void))embed, METH_FASTCALL, "embed(W, ids) or None"},
+    {"record", record, METH_O, "record(ids): write the kernel calls down from now on"},
+    {"recorded", recorded, METH_O, "recorded(result): the tape, or why there is none"},
+    {"spoil", spoil_py, METH_O, "spoil(why): the step being recorded cannot be replayed"},
+    {"taped", taped, METH_O, "taped(t): t's memory is a recorded output or the step's ids"},
+    {"tape_add", (PyCFunction)(void (*)(void))tape_add, METH_FASTCALL, "tape_add(a, b, out): write a + b down"},
+    {"tape_info", tape_info, METH_O, "tape_info(tape): ((site, half), …), attention calls"},
+    {"tape_refresh", tape_refresh, METH_O, "tape_refresh(tape): its weights' plans as they are now"},
+    {"replay", (PyCFunction)(void (*)(void))replay, METH_FASTCALL, "replay(tape, ids, sites, slots) or None"},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -1,0 +1,238 @@
+"""Replayed decoding steps (runtime/replay_torch.py, kernels/glue.cpp's tape) against the forward pass.
+
+The oracle is the same model's forward pass with replay turned off (TOYCARDS_REPLAY=off), which the
+KV-cache and oracle tests tie to the full pass and to transformers: every step's logits must be equal
+bit for bit (the same kernels on the same bytes), kept across steps (a replay must not write into what
+an earlier step returned, nor into the caller's ids). Cards whose steps do something the tape cannot
+hold must be refused, with the reason, and then run their forward pass; a recording that misses a write
+must be caught by the check of its first replay.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType
+from gguf_factory import llama_inventory, typed, write_gguf
+from test_quant_kernels import NO_KERNELS, small_blocks
+
+import toycards
+from toycards.runtime import glue_cpp, glue_torch, ops_torch, packing, quant_torch, replay_torch
+
+Q = GGMLQuantizationType
+
+pytestmark = pytest.mark.skipif(
+    NO_KERNELS or os.environ.get(glue_cpp.SWITCH, "").lower() == "off",
+    reason="no C kernels, or the C++ glue turned off",
+)
+
+REPLAYED = ("llama", "qwen3", "smollm3", "olmo2", "olmo3")  # olmo3: a window of 4 over the cache
+REFUSED = {  # a card, and what its step does that the tape does not hold
+    "gpt2": "an addition that broadcasts",  # (LayerNorm's bias over the batch's rows, in torch)
+    "gemma2": "torch's mul",  # √d_e · X, soft-capped scores
+    "olmoe": "torch's",  # the router's choice of experts
+    "phi2": "torch's layer_norm",
+}
+
+
+@pytest.fixture(scope="module")
+def cx():
+    module = glue_cpp.module()
+    if module is None:
+        pytest.skip(f"no C++ glue: {glue_cpp.build_error}")
+    return module
+
+
+def decode(model, ids: np.ndarray, prefill: int, replay: bool, kv_type="f32", cache=None):
+    """Logits of each pass: ids[:, :prefill], then one token at a time (under no_grad); the cache."""
+    os.environ[replay_torch.SWITCH] = "on" if replay else "off"
+    try:
+        cache = model.new_cache(kv_type) if cache is None else cache
+        with torch.no_grad():
+            out = [model(ids[:, :prefill], cache)]
+            out += [model(ids[:, t : t + 1], cache) for t in range(prefill, ids.shape[1])]
+    finally:
+        del os.environ[replay_torch.SWITCH]
+    return out, cache
+
+
+def assert_same(got, want):
+    assert len(got) == len(want)
+    for i, (a, b) in enumerate(zip(got, want, strict=True)):
+        assert torch.equal(a, b), f"pass {i}: max |Δ| {float((a - b).abs().max())}"
+
+
+@pytest.mark.parametrize("kv_type", ["f32", "f16"])
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("case", REPLAYED)
+def test_replayed_steps_equal_the_forward_pass(cx, oracle_files, case, batch, kv_type):
+    model = toycards.load(oracle_files(case, "F32").path, target="torch")
+    ids = np.random.default_rng(1).integers(0, model.hp["N_V"], size=(batch, 24))
+    held = ids.copy()
+    got, cache = decode(model, ids, 5, True, kv_type)  # 19 steps: past the buffers' 16 rows
+    want, _ = decode(model, ids, 5, False, kv_type)
+    assert_same(got, want)
+    kept = cache.prepared.get(replay_torch.KEY)
+    assert kept is not None and kept.checked, model.replay_why  # the last steps were replays
+    assert (ids == held).all(), "a replay wrote into the caller's ids"
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_a_card_the_tape_cannot_hold_is_refused_and_runs_its_steps(cx, oracle_files, case):
+    model = toycards.load(oracle_files(case, "F32").path, target="torch")
+    ids = np.random.default_rng(2).integers(0, model.hp["N_V"], size=(1, 9))
+    got, cache = decode(model, ids, 3, True)
+    want, _ = decode(model, ids, 3, False)
+    assert_same(got, want)
+    assert replay_torch.KEY not in cache.prepared
+    assert REFUSED[case] in model.replay_why
+    assert model._replay_tries == 0  # it stopped recording
+
+
+def quantized_llama(tmp_path, tied=False):
+    """A 2-layer Llama of mixed block types: Q8_0, Q4_0, Q4_1 (which pack at their first product), Q4_K
+    and Q6_K (which pack after some decoding), F16 and F32."""
+    rng = np.random.default_rng(10)
+    n_layer, d_e, d_ff, n_vocab, n_head, n_kv = 2, 256, 512, 160, 4, 2
+    kinds = (Q.Q8_0, Q.Q4_K, Q.Q4_0, Q.F16, Q.Q6_K, Q.Q4_1, Q.F32)
+    tensors = {}
+    for i, (name, shape) in enumerate(llama_inventory(n_layer, d_e, d_ff, n_vocab, n_head, n_kv, tied)):
+        if len(shape) == 1:
+            tensors[name] = rng.uniform(0.5, 1.5, shape).astype(np.float32)
+        else:
+            qtype = kinds[i % len(kinds)]
+            blocks = small_blocks(qtype, shape, rng)
+            tensors[name] = blocks if qtype == Q.F32 else (blocks, qtype)
+    u32 = 4
+    kv = {
+        "llama.block_count": typed(n_layer, u32), "llama.context_length": typed(256, u32),
+        "llama.embedding_length": typed(d_e, u32), "llama.feed_forward_length": typed(d_ff, u32),
+        "llama.attention.head_count": typed(n_head, u32), "llama.attention.head_count_kv": typed(n_kv, u32),
+        "llama.attention.layer_norm_rms_epsilon": typed(1e-5, 6),
+    }  # fmt: skip
+    return write_gguf(tmp_path / "m.gguf", kv=kv, tensors=tensors)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_weights_in_their_blocks_packed_between_replays(cx, tmp_path, monkeypatch, tied):
+    """Products of every block type, the embedding's rows from its blocks (or, tied, from the output's
+    packed copy), and weights that pack after a few decoding steps, between replays: the tape reads
+    their new plans, and the logits stay the forward pass's."""
+    monkeypatch.setattr(packing.LaterPacking, "AFTER", 3)
+    path = quantized_llama(tmp_path, tied)
+    ids = np.random.default_rng(3).integers(0, 160, size=(1, 40))
+    got_model, want_model = toycards.load(path, target="torch"), toycards.load(path, target="torch")
+    packed = quant_torch.plans_adopted
+    got, cache = decode(got_model, ids, 4, True)
+    assert quant_torch.plans_adopted > packed + 3  # some weights packed while it replayed
+    want, _ = decode(want_model, ids, 4, False)
+    assert_same(got, want)
+    assert cache.prepared[replay_torch.KEY].checked, got_model.replay_why
+    # a new prompt on the same cache: the tape goes with the old sequence, and comes back
+    cache.reset()
+    again, _ = decode(got_model, ids[:, :12], 6, True, cache=cache)
+    assert_same(again, decode(want_model, ids[:, :12], 6, False)[0])
+
+
+def test_steps_with_autograd_are_not_recorded(cx, oracle_files):
+    model = toycards.load(oracle_files("llama", "F32").path, target="torch")
+    cache = model.new_cache()
+    model(torch.tensor([[1, 2, 3]]), cache)
+    for t in (4, 5, 6):
+        out = model(torch.tensor([[t]]), cache)
+    assert out.requires_grad and replay_torch.KEY not in cache.prepared
+
+
+class _Glue:
+    """The C++ glue with some of its functions declining (the Python path then runs)."""
+
+    def __init__(self, module, *declined):
+        self._module, self._declined = module, declined
+
+    def __getattr__(self, name):
+        if name in self._declined:
+            return lambda *args: None
+        return getattr(self._module, name)
+
+
+def test_an_unseen_write_is_caught_by_the_first_replays_check(cx, oracle_files, monkeypatch):
+    """SwiGLU through its Python path writes SiLU·up in place with a kernel the tape does not see:
+    silu_mul says so; were it silent, the first replay would differ from the forward pass, and the
+    tape would go."""
+    path = oracle_files("llama", "F32").path
+    ids = np.random.default_rng(4).integers(0, 100, size=(1, 10))
+    monkeypatch.setattr(glue_cpp, "module", lambda: _Glue(cx, "swiglu"))
+    monkeypatch.setattr(quant_torch, "swiglu", lambda *args: None)
+    model = toycards.load(path, target="torch")
+    want, _ = decode(model, ids, 3, False)
+    got, cache = decode(model, ids, 3, True)
+    assert_same(got, want)
+    assert model.replay_why == "SiLU·up wrote in place" and replay_torch.KEY not in cache.prepared
+
+    def silent_silu_mul(g, u):
+        glue_torch._library().tc_silu_mul(
+            glue_torch._P(g.data_ptr()), glue_torch._P(u.data_ptr()), glue_torch._I(g.numel())
+        )
+        return g
+
+    monkeypatch.setattr(glue_torch, "silu_mul", silent_silu_mul)
+    model = toycards.load(path, target="torch")
+    got, cache = decode(model, ids, 3, True)
+    assert_same(got, want)
+    assert model.replay_why == "a replayed step differed from the forward pass"
+    assert replay_torch.KEY not in cache.prepared and model._replay_tries == 0
+
+
+@pytest.mark.parametrize(
+    ("scale", "why"),
+    [
+        (lambda c, x: x.mul_(c), "torch's mul_ wrote to an activation"),
+        (lambda c, x: (x, x.reshape(-1)[0].item())[0], "torch's item read an activation"),
+        (lambda c, x: x * c, "torch's mul computed from an activation"),
+    ],
+)
+def test_torch_reading_an_activation_spoils_the_recording(cx, oracle_files, monkeypatch, scale, why):
+    """`m · Q` (ops.scale, 1 here) done otherwise: in place, through a Python number, or as a new
+    tensor; each is refused, and the steps are the forward pass's."""
+    model = toycards.load(oracle_files("llama", "F32").path, target="torch")
+    ids = np.random.default_rng(5).integers(0, 100, size=(1, 8))
+    want, _ = decode(model, ids, 3, False)
+    monkeypatch.setattr(ops_torch, "scale", scale)
+    got, cache = decode(model, ids, 3, True)
+    assert_same(got, want)
+    assert model.replay_why == why and replay_torch.KEY not in cache.prepared
+
+
+def test_turned_off_nothing_is_recorded(cx, oracle_files, monkeypatch):
+    model = toycards.load(oracle_files("llama", "F32").path, target="torch")
+    ids = np.random.default_rng(6).integers(0, 100, size=(1, 6))
+    _, cache = decode(model, ids, 2, False)
+    assert replay_torch.KEY not in cache.prepared and model.replay_why == ""
+
+
+def test_greedy_decoding_in_inference_mode_replays(cx, oracle_files):
+    """Decoding as generate() does it (inference mode, the last token's logits) replays its steps, to
+    the same greedy tokens."""
+    from toycards.runtime.context import KVCache
+
+    path = oracle_files("llama", "F32").path
+    model = toycards.load(path, target="torch")
+    ids = np.random.default_rng(7).integers(0, model.hp["N_V"], size=(1, 5))
+
+    def greedy(replay: bool):
+        os.environ[replay_torch.SWITCH] = "on" if replay else "off"
+        try:
+            cache, out = KVCache(), []
+            logits = model._forward_numpy(ids, cache, last=True)[0, -1]
+            for _ in range(10):  # (not past the 16 rows: a step past them records anew)
+                out.append(int(np.argmax(logits)))
+                logits = model._forward_numpy(np.array([[out[-1]]]), cache, last=True)[0, -1]
+            return out, cache
+        finally:
+            del os.environ[replay_torch.SWITCH]
+
+    (got, cache), (want, _) = greedy(True), greedy(False)
+    assert got == want and cache.prepared[replay_torch.KEY].checked

@@ -1,0 +1,192 @@
+"""A decoding step of the torch target as one C++ call: the step's kernel calls, recorded once, replayed
+for the tokens after it.
+
+Owns: when a decoding step is recorded (kernels/glue.cpp's tape), what a replay takes from Python (the
+ids; RoPE's angles and the mask of each attention site at the new positions, made by the site's own
+code; the cache's slots), the watch over everything else the recorded step does, and the check that
+adopts a tape only once its first replay has given the forward pass's logits bit for bit.
+Leaves out: the kernels and the recording of each call (glue.cpp), the forward pass (generated).
+
+Why: a decoding step of SmolLM2-135M makes ~150 kernel calls, and the Python between them (the
+generated forward pass, the ops, the glue's checks) costs ~1 ms a step on this machine's caches, a
+quarter of a Q4_0 step (~4 ms). Replayed, the step is its kernels, RoPE's angles and the mask.
+
+When a replay computes what the card's code computes: the tape holds every call that read an
+activation (an output of a recorded call, or the ids), each reading only recorded outputs and the
+model's weights (glue.cpp refuses any other input), and the watch below refuses a recording in which
+anything else read or wrote an activation (a torch operation that is not a residual or bias addition
+or a view; an in-place write; a conversion to a Python number; a kernel's in-place write, which says so
+itself: glue_torch.silu_mul). The positions reach the step only through `runtime.positions`, and each
+read of them must be an attention site's (whose angles and mask the replay remakes at the new
+positions); the weights' plans must be those recorded (or refreshed after packing). Whatever fails
+these leaves the step to the forward pass, which then runs as always. A model whose recordings are
+refused twice stops recording (`replay_why` says why).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from toycards.runtime import context, glue_cpp, ops_torch, quant_torch
+
+SWITCH = "TOYCARDS_REPLAY"  # "off": every decoding step runs the forward pass
+KEY = "torch replay"  # the tape's key in KVCache.prepared
+TRIES = 2  # recordings a model may have refused before it stops recording
+
+# what may read an activation, besides the recorded calls: what a tensor says of itself
+_ABOUT = frozenset(
+    ("__get__", "dim", "size", "stride", "numel", "data_ptr", "is_contiguous", "is_floating_point",
+     "element_size", "storage_offset", "__len__", "ndimension", "nelement", "get_device", "__hash__")
+)  # fmt: skip
+_ADDS = frozenset(("add", "__add__", "__radd__"))
+
+
+class _Tape:
+    """A cache's recorded step: glue.cpp's tape, its attention sites ((site, half) each), the shape of
+    the ids it replays, its `last`, and whether a replay has been checked against the forward pass."""
+
+    __slots__ = ("tape", "sites", "shape", "last", "model", "plans", "checked")
+
+    def __init__(self, tape, sites, shape, last, model) -> None:
+        self.tape, self.sites, self.shape, self.last, self.model = tape, sites, shape, last, model
+        self.plans = quant_torch.plans_adopted
+        self.checked = False
+
+
+def on() -> bool:
+    return os.environ.get(SWITCH, "").strip().lower() != "off"
+
+
+def step(model, forward, x, cache, last):
+    """Logits of one decoding step (`forward(x, cache, last)`, the model's forward pass): the cache's
+    tape replayed where it fits, else the forward pass, recorded where the model may be replayed."""
+    cx = glue_cpp.module()
+    if cx is None or cache is None or x.shape[-1] != 1 or torch.is_grad_enabled() or not on():
+        return forward(x, cache, last)
+    kept = cache.prepared.get(KEY)
+    if kept is not None:
+        before = None if kept.checked else [entry[1] for entry in cache.slots]
+        out = _replayed(cx, kept, model, x, cache, last)
+        if out is not None:
+            return out if before is None else _checked(kept, model, forward, x, cache, last, out, before)
+        del cache.prepared[KEY]
+    if model._replay_tries <= 0:
+        return forward(x, cache, last)
+    return _record(cx, model, forward, x, cache, last)
+
+
+def _replayed(cx, kept: _Tape, model, x, cache, last):
+    """The tape replayed for ids x, or None where it does not fit them (nothing written then)."""
+    if kept.model is not model or kept.last != last or kept.shape != x.shape:
+        return None
+    if kept.plans != quant_torch.plans_adopted:  # weights packed since: read them packed
+        if not cx.tape_refresh(kept.tape):
+            return None
+        kept.plans = quant_torch.plans_adopted
+    T = x.shape[-1]
+    t = ops_torch.arange(cache.length + 1, cache.length + T + 1)  # as runtime.Context makes them
+    sites = []
+    for site, half in kept.sites:
+        now = ops_torch._GQASite(site.rho, t, site.theta, site.layout, site.mask)
+        cos, sin = now.angles(2 * half)
+        mask = now.allowed(cache.length + T)
+        if mask is None:
+            return None
+        sites.append((cos, sin, mask))
+    return cx.replay(kept.tape, x.contiguous(), tuple(sites), cache.slots)
+
+
+def _checked(kept: _Tape, model, forward, x, cache, last, replayed, before):
+    """The first replay of a tape against the forward pass for the same ids (which writes the same
+    cache rows again): the tape is kept only where the two logits are equal bit for bit."""
+    for entry, used in zip(cache.slots, before, strict=True):
+        entry[1] = used
+    out = forward(x, cache, last)
+    if torch.equal(out.view(torch.int32), replayed.view(torch.int32)):  # (NaN too)
+        kept.checked = True
+    else:
+        del cache.prepared[KEY]
+        model._replay_tries = 0
+        model.replay_why = "a replayed step differed from the forward pass"
+    return out
+
+
+def _record(cx, model, forward, x, cache, last):
+    """The forward pass, recorded: its tape kept in the cache where it may be replayed, else why not
+    in `model.replay_why` (and one try fewer)."""
+    x = x.clone(memory_format=torch.contiguous_format)  # the tape's own: replays write their ids there
+    reads = []
+    positions = context.positions
+
+    def read(ctx, n):  # the generated code's one way to the positions
+        t = positions(ctx, n)
+        reads.append(t)
+        return t
+
+    cx.record(x)
+    context.positions = read
+    try:
+        with _Watch(cx):
+            out = forward(x, cache, last)
+    except BaseException:
+        cx.recorded(None)
+        raise
+    finally:
+        context.positions = positions
+    tape = cx.recorded(out)
+    why = tape if isinstance(tape, str) else None
+    if why is None:
+        sites, calls = cx.tape_info(tape)
+        if len(reads) != calls or not all(any(site.t is r for r in reads) for site, _ in sites):
+            why = "the positions were read other than by attention"
+        elif calls != len(cache.slots):
+            why = "the cache holds other arrays than the attention's keys and values"
+    if why is not None:
+        model._replay_tries -= 1
+        model.replay_why = why
+    else:
+        cache.prepared[KEY] = _Tape(tape, sites, x.shape, last, model)
+        out = out.clone()  # the tape's own output is written over by each replay
+    return out
+
+
+def _tensors(values):
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            yield v
+        elif isinstance(v, (list, tuple)):
+            yield from _tensors(v)
+        elif isinstance(v, dict):
+            yield from _tensors(v.values())
+
+
+class _Watch(TorchFunctionMode):
+    """While a step is recorded: each torch operation that reads an activation (a recorded call's
+    output, or the ids) is an addition the tape takes (a residual, a bias), a view of it, or a question
+    about its shape; anything else spoils the recording."""
+
+    def __init__(self, cx) -> None:
+        super().__init__()
+        self.cx = cx
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not any(self.cx.taped(t) for t in _tensors((args, kwargs))):
+            return func(*args, **kwargs)
+        name = getattr(func, "__name__", "")
+        writes = name == "__setitem__" or (name.startswith("__i") and name.endswith("__"))
+        if writes or (name.endswith("_") and not name.startswith("__")) or "out" in kwargs:
+            self.cx.spoil(f"torch's {name} wrote to an activation")
+            return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        if name in _ADDS and len(args) == 2 and not kwargs and all(isinstance(a, torch.Tensor) for a in args):
+            self.cx.tape_add(args[0], args[1], out)  # (it spoils the recording where it cannot)
+        elif made := list(_tensors((out,))):
+            if not all(self.cx.taped(t) for t in made):  # (a view shares its memory)
+                self.cx.spoil(f"torch's {name} computed from an activation")
+        elif name not in _ABOUT:
+            self.cx.spoil(f"torch's {name} read an activation")
+        return out
