@@ -4,7 +4,7 @@ for the tokens after it.
 Owns: when a decoding step is recorded (kernels/glue.cpp's tape), what a replay takes from Python (the
 ids; RoPE's angles and the mask of each attention site at the new positions, made by the site's own
 code; the cache's slots), the watch over everything else the recorded step does, and the check that
-adopts a tape only once its first replay has given the forward pass's logits bit for bit.
+adopts a tape only once its replay of the recorded step has given the forward pass's logits bit for bit.
 Leaves out: the kernels and the recording of each call (glue.cpp), the forward pass (generated).
 
 Why: a decoding step of SmolLM2-135M makes ~150 kernel calls, and the Python between them (the
@@ -46,14 +46,15 @@ _ADDS = frozenset(("add", "__add__", "__radd__"))
 
 class _Tape:
     """A cache's recorded step: glue.cpp's tape, its attention sites ((site, half) each), the shape of
-    the ids it replays, its `last`, and whether a replay has been checked against the forward pass."""
+    the ids it replays, its `last`, its model, the weights' plans it holds (quant_torch's count), and
+    how many steps it has replayed."""
 
-    __slots__ = ("tape", "sites", "shape", "last", "model", "plans", "checked")
+    __slots__ = ("tape", "sites", "shape", "last", "model", "plans", "replays")
 
     def __init__(self, tape, sites, shape, last, model) -> None:
         self.tape, self.sites, self.shape, self.last, self.model = tape, sites, shape, last, model
         self.plans = quant_torch.plans_adopted
-        self.checked = False
+        self.replays = 0
 
 
 def on() -> bool:
@@ -68,10 +69,10 @@ def step(model, forward, x, cache, last):
         return forward(x, cache, last)
     kept = cache.prepared.get(KEY)
     if kept is not None:
-        before = None if kept.checked else [entry[1] for entry in cache.slots]
         out = _replayed(cx, kept, model, x, cache, last)
         if out is not None:
-            return out if before is None else _checked(kept, model, forward, x, cache, last, out, before)
+            kept.replays += 1
+            return out
         del cache.prepared[KEY]
     if model._replay_tries <= 0:
         return forward(x, cache, last)
@@ -99,25 +100,12 @@ def _replayed(cx, kept: _Tape, model, x, cache, last):
     return cx.replay(kept.tape, x.contiguous(), tuple(sites), cache.slots)
 
 
-def _checked(kept: _Tape, model, forward, x, cache, last, replayed, before):
-    """The first replay of a tape against the forward pass for the same ids (which writes the same
-    cache rows again): the tape is kept only where the two logits are equal bit for bit."""
-    for entry, used in zip(cache.slots, before, strict=True):
-        entry[1] = used
-    out = forward(x, cache, last)
-    if torch.equal(out.view(torch.int32), replayed.view(torch.int32)):  # (NaN too)
-        kept.checked = True
-    else:
-        del cache.prepared[KEY]
-        model._replay_tries = 0
-        model.replay_why = "a replayed step differed from the forward pass"
-    return out
-
-
 def _record(cx, model, forward, x, cache, last):
-    """The forward pass, recorded: its tape kept in the cache where it may be replayed, else why not
-    in `model.replay_why` (and one try fewer)."""
+    """The forward pass, recorded, then replayed at once for the same ids and positions (writing the
+    same cache rows again): its tape kept in the cache where the two logits are equal bit for bit,
+    else why not in `model.replay_why` (and one try fewer)."""
     x = x.clone(memory_format=torch.contiguous_format)  # the tape's own: replays write their ids there
+    before = [entry[1] for entry in cache.slots]
     reads = []
     positions = context.positions
 
@@ -137,19 +125,33 @@ def _record(cx, model, forward, x, cache, last):
     finally:
         context.positions = positions
     tape = cx.recorded(out)
-    why = tape if isinstance(tape, str) else None
-    if why is None:
-        sites, calls = cx.tape_info(tape)
-        if len(reads) != calls or not all(any(site.t is r for r in reads) for site, _ in sites):
-            why = "the positions were read other than by attention"
-        elif calls != len(cache.slots):
-            why = "the cache holds other arrays than the attention's keys and values"
-    if why is not None:
-        model._replay_tries -= 1
-        model.replay_why = why
-    else:
-        cache.prepared[KEY] = _Tape(tape, sites, x.shape, last, model)
-        out = out.clone()  # the tape's own output is written over by each replay
+    if isinstance(tape, str):
+        return _refused(model, tape, out)
+    sites, calls = cx.tape_info(tape)
+    if len(reads) != calls or not all(any(site.t is r for r in reads) for site, _ in sites):
+        return _refused(model, "the positions were read other than by attention", out)
+    if calls != len(cache.slots):
+        return _refused(model, "the cache holds other arrays than the attention's keys and values", out)
+    out = out.clone()  # (each replay writes over the tape's own)
+    started = before + [0] * (len(cache.slots) - len(before))  # (slots this step made held no rows)
+    kept = _Tape(tape, sites, x.shape, last, model)
+    for entry, used in zip(cache.slots, started, strict=True):
+        entry[1] = used  # the rows this step wrote, written again by the replay
+    again = _replayed(cx, kept, model, x, cache, last)
+    if again is not None and torch.equal(out.view(torch.int32), again.view(torch.int32)):  # (NaN too)
+        cache.prepared[KEY] = kept
+        return out
+    for entry, used in zip(cache.slots, started, strict=True):
+        entry[1] = used
+    out = forward(x, cache, last)  # the step's rows as the forward pass writes them
+    return _refused(model, "a replayed step differed from the forward pass", out, tries=0)
+
+
+def _refused(model, why: str, out, tries: int | None = None):
+    """`out`, the step's logits, from a model whose recording was refused for `why`: one try fewer, or
+    `tries` left."""
+    model._replay_tries = model._replay_tries - 1 if tries is None else tries
+    model.replay_why = why
     return out
 
 
