@@ -42,6 +42,8 @@ _ABOUT = frozenset(
      "element_size", "storage_offset", "__len__", "ndimension", "nelement", "get_device", "__hash__")
 )  # fmt: skip
 _ADDS = frozenset(("add", "__add__", "__radd__"))
+_MULS = frozenset(("mul", "__mul__", "__rmul__"))
+_DIVS = frozenset(("div", "__truediv__"))
 
 
 class _Tape:
@@ -155,6 +157,17 @@ def _refused(model, why: str, out, tries: int | None = None):
     return out
 
 
+def _by_number(name, args, kwargs):
+    """(x, c) of `x · c`, `c · x` or `x / c` for a tensor x and a Python number c, else None."""
+    if kwargs or len(args) != 2 or (name not in _MULS and name not in _DIVS):
+        return None
+    x, c = args if isinstance(args[0], torch.Tensor) else args[::-1]
+    plain = isinstance(c, (int, float)) and not isinstance(c, bool)
+    if not plain or not isinstance(x, torch.Tensor) or (name in _DIVS and x is not args[0]):
+        return None
+    return x, c
+
+
 def _tensors(values):
     for v in values:
         if isinstance(v, torch.Tensor):
@@ -186,6 +199,8 @@ class _Watch(TorchFunctionMode):
         out = func(*args, **kwargs)
         if name in _ADDS and len(args) == 2 and not kwargs and all(isinstance(a, torch.Tensor) for a in args):
             self.cx.tape_add(args[0], args[1], out)  # (it spoils the recording where it cannot)
+        elif (number := _by_number(name, args, kwargs)) is not None:
+            self.cx.tape_scale(*number, out, name in _DIVS)
         elif made := list(_tensors((out,))):
             if not all(self.cx.taped(t) for t in made):  # (a view shares its memory)
                 self.cx.spoil(f"torch's {name} computed from an activation")

@@ -132,7 +132,7 @@ struct Span {
     uintptr_t lo, hi;
 };
 
-enum Kind { RMS, LINEAR, LINEARS, SWIGLU, GQA, GATHER, ROWS, ADD };
+enum Kind { RMS, LINEAR, LINEARS, SWIGLU, GQA, GATHER, ROWS, ADD, MUL, DIV };
 
 struct Entry {
     Kind kind = RMS;
@@ -143,6 +143,7 @@ struct Entry {
     float *y[3] = {nullptr, nullptr, nullptr};
     int64_t t = 0, rows = 0, d = 0, b_rows = 0; /* tokens; rows of d entries; ADD: b's rows (rows or 1) */
     double eps = 0;
+    float c = 0; /* MUL, DIV: the number, as torch rounds it (float32) */
     const int64_t *ids = nullptr; /* GATHER, ROWS: the step's ids */
     int64_t n_ids = 0;
     const float *table = nullptr; /* ROWS: a float32 table of rows of d entries */
@@ -517,7 +518,7 @@ PyObject *tape_add(PyObject *, PyObject *const *args, Py_ssize_t n) {
         Py_RETURN_FALSE;
     }
     PyObject *terms[2] = {args[0], args[1]};
-    if (!b->sizes().equals(y->sizes())) std::swap(a, b), std::swap(terms[0], terms[1]);
+    if (!a->sizes().equals(y->sizes())) std::swap(a, b), std::swap(terms[0], terms[1]); /* a: out's shape */
     const int64_t d = y->size(-1), rows = y->numel() / d;
     if (!a->sizes().equals(y->sizes()) || (!b->sizes().equals(y->sizes()) && b->numel() != d)) {
         spoil("an addition that broadcasts otherwise than a row over rows");
@@ -533,6 +534,30 @@ PyObject *tape_add(PyObject *, PyObject *const *args, Py_ssize_t n) {
     Entry e;
     e.kind = ADD, e.x = a->const_data_ptr<float>(), e.b = b->const_data_ptr<float>();
     e.rows = rows, e.d = d, e.b_rows = b->numel() == y->numel() ? rows : 1, e.y[0] = keep(*y);
+    take(std::move(e));
+    Py_RETURN_TRUE;
+}
+
+/* tape_scale(x, c, out, divide): x · c = out (x / c where `divide`), just computed by torch for a
+ * number c, written down; False where it cannot be (the recording is then spoiled). torch multiplies
+ * (divides) float32 entries by c rounded to float32, in float32: so does the replay. */
+PyObject *tape_scale(PyObject *, PyObject *const *args, Py_ssize_t n) {
+    if (n != 4 || !taking()) Py_RETURN_FALSE;
+    const at::Tensor *x = plain(args[0]), *y = plain(args[2]);
+    const double c = PyFloat_AsDouble(args[1]);
+    const int divide = PyObject_IsTrue(args[3]);
+    if (PyErr_Occurred() || divide < 0) return nullptr;
+    if (!x || !y || !x->sizes().equals(y->sizes()) || y->numel() == 0) {
+        spoil("a product by a number of tensors that are not contiguous float32 ones");
+        Py_RETURN_FALSE;
+    }
+    if (!made_by(*recording, *x) && !weight_held(args[0])) {
+        spoil("a product by a number read a tensor no recorded call made");
+        Py_RETURN_FALSE;
+    }
+    Entry e;
+    e.kind = divide ? DIV : MUL, e.x = x->const_data_ptr<float>(), e.rows = 1, e.d = y->numel();
+    e.c = (float)c, e.y[0] = keep(*y);
     take(std::move(e));
     Py_RETURN_TRUE;
 }
@@ -658,6 +683,12 @@ int run(const Entry &e) {
             float *y = e.y[0] + r * e.d;
             for (int64_t i = 0; i < e.d; i++) y[i] = x[i] + b[i];
         }
+        return 0;
+    case MUL:
+        for (int64_t i = 0; i < e.d; i++) e.y[0][i] = e.x[i] * e.c;
+        return 0;
+    case DIV:
+        for (int64_t i = 0; i < e.d; i++) e.y[0][i] = e.x[i] / e.c;
         return 0;
     }
     return -1;
@@ -801,6 +832,8 @@ PyMethodDef methods[] = {
     {"spoil", spoil_py, METH_O, "spoil(why): the step being recorded cannot be replayed"},
     {"taped", taped, METH_O, "taped(t): t's memory is a recorded output or the step's ids"},
     {"tape_add", (PyCFunction)(void (*)(void))tape_add, METH_FASTCALL, "tape_add(a, b, out): write a + b down"},
+    {"tape_scale", (PyCFunction)(void (*)(void))tape_scale, METH_FASTCALL,
+     "tape_scale(x, c, out, divide): write x · c (x / c) down"},
     {"tape_info", tape_info, METH_O, "tape_info(tape): ((site, half), …), attention calls"},
     {"tape_refresh", tape_refresh, METH_O, "tape_refresh(tape): its weights' plans as they are now"},
     {"replay", (PyCFunction)(void (*)(void))replay, METH_FASTCALL, "replay(tape, ids, sites, slots) or None"},
