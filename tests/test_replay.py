@@ -245,3 +245,35 @@ def test_greedy_decoding_in_inference_mode_replays(cx, oracle_files):
 
     (got, cache), (want, _) = greedy(True), greedy(False)
     assert got == want and cache.prepared[replay_torch.KEY].replays == 9  # all steps but the first
+
+
+def test_two_threads_decoding_at_once(cx, oracle_files):
+    """Two models decoding on two threads: a step recorded on one thread while the other calls kernels
+    is refused or records as it may, and neither thread's logits change."""
+    import threading
+
+    path = oracle_files("llama", "F32").path
+    ids = np.random.default_rng(8).integers(0, 100, size=(2, 1, 14))
+    want = [decode(toycards.load(path, target="torch"), ids[i], 3, False)[0] for i in range(2)]
+    models = [toycards.load(path, target="torch") for _ in range(2)]
+    got: list = [None, None]
+    errors: list = []
+
+    def run(i: int) -> None:
+        try:
+            cache, out = models[i].new_cache(), []
+            with torch.no_grad():
+                out.append(models[i](ids[i][:, :3], cache))
+                out += [models[i](ids[i][:, t : t + 1], cache) for t in range(3, 14)]
+            got[i] = out
+        except BaseException as e:  # (reported below, on the test's thread)
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for i in range(2):
+        assert_same(got[i], want[i])

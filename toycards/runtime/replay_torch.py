@@ -116,7 +116,8 @@ def _record(cx, model, forward, x, cache, last):
         reads.append(t)
         return t
 
-    cx.record(x)
+    if not cx.record(x):  # another thread is recording a step
+        return forward(x, cache, last)
     context.positions = read
     try:
         with _Watch(cx):

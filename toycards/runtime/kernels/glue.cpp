@@ -572,12 +572,10 @@ PyObject *spoil_py(PyObject *, PyObject *why) {
     Py_RETURN_NONE;
 }
 
-/* record(ids): from now on, on this thread, the kernel calls are written down, ids the step's ids */
+/* record(ids): from now on, on this thread, the kernel calls are written down, ids the step's ids;
+ * False where another thread's step is being recorded (this one then runs as it is) */
 PyObject *record(PyObject *, PyObject *ids) {
-    if (recording) {
-        PyErr_SetString(PyExc_RuntimeError, "a decoding step is being recorded already");
-        return nullptr;
-    }
+    if (recording) Py_RETURN_FALSE;
     const at::Tensor *t = id_tensor(ids);
     if (!t) {
         PyErr_SetString(PyExc_TypeError, "record takes the step's ids: a contiguous int64 CPU tensor");
@@ -588,7 +586,7 @@ PyObject *record(PyObject *, PyObject *ids) {
     const uintptr_t lo = (uintptr_t)t->const_data_ptr();
     recording->ids_span = {lo, lo + (uintptr_t)t->numel() * 8};
     recording->thread = PyThread_get_thread_ident();
-    return Py_NewRef(Py_None);
+    Py_RETURN_TRUE;
 }
 
 const char *TAPE = "toycards_glue.tape";
