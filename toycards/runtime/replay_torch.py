@@ -67,7 +67,7 @@ def step(model, forward, x, cache, last):
     """Logits of one decoding step (`forward(x, cache, last)`, the model's forward pass): the cache's
     tape replayed where it fits, else the forward pass, recorded where the model may be replayed."""
     cx = glue_cpp.module()
-    if cx is None or cache is None or x.shape[-1] != 1 or torch.is_grad_enabled() or not on():
+    if cx is None or cache is None or x.shape[-1] != 1 or torch.is_grad_enabled():
         return forward(x, cache, last)
     kept = cache.prepared.get(KEY)
     if kept is not None:
@@ -76,7 +76,7 @@ def step(model, forward, x, cache, last):
             kept.replays += 1
             return out
         del cache.prepared[KEY]
-    if model._replay_tries <= 0:
+    if model._replay_tries <= 0 or not on():  # (a tape exists only where it was on)
         return forward(x, cache, last)
     return _record(cx, model, forward, x, cache, last)
 
