@@ -15,6 +15,7 @@ import os
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from gguf import GGMLQuantizationType
 from gguf_factory import llama_inventory, typed, write_gguf
 from test_quant_kernels import NO_KERNELS, small_blocks
@@ -30,13 +31,25 @@ pytestmark = pytest.mark.skipif(
 )
 
 # qwen2: q/k/v biases; granite: products and a quotient by numbers (embedding, residuals, logits);
-# olmo3: a window of 4 over the cache; smollm3: a layer without RoPE
-REPLAYED = ("llama", "qwen2", "qwen3", "granite", "smollm3", "olmo2", "olmo3")
+# olmo3: a window of 4 over the cache; smollm3: a layer without RoPE; gemma, gemma3: GeGLU (torch's
+# GELU, a product of two tensors); starcoder2: LayerNorm with biases, GELU
+REPLAYED = (
+    "llama",
+    "qwen2",
+    "qwen3",
+    "granite",
+    "smollm3",
+    "olmo2",
+    "olmo3",
+    "gemma",
+    "gemma3",
+    "starcoder2",
+)
 REFUSED = {  # a card, and what its step does that the tape does not hold
     "gpt2": "an addition read a tensor no recorded call made",  # the learned positions' rows, in torch
-    "gemma": "torch's gelu",  # GeGLU
+    "gemma2": "torch's matmul computed from an activation",  # soft-capped attention in the card's steps
     "olmoe": "torch's linear",  # the router's choice of experts
-    "phi2": "torch's layer_norm",
+    "phi3": "a product read a tensor no recorded call made",  # μ ⊙ Q, μ made by the pass
 }
 
 
@@ -200,6 +213,7 @@ def test_an_unseen_write_is_caught_by_the_replay_that_checks_a_tape(cx, oracle_f
         (lambda c, x: x.mul_(c), "torch's mul_ wrote to an activation"),
         (lambda c, x: (x, x.reshape(-1)[0].item())[0], "torch's item read an activation"),
         (lambda c, x: x.clone(), "torch's clone computed from an activation"),
+        (lambda c, x: F.hardtanh(x, -1e30, 1e30, inplace=True), "torch's hardtanh wrote to an activation"),
     ],
 )
 def test_torch_reading_an_activation_spoils_the_recording(cx, oracle_files, monkeypatch, scale, why):

@@ -14,9 +14,10 @@ quarter of a Q4_0 step (~4 ms). Replayed, the step is its kernels, RoPE's angles
 When a replay computes what the card's code computes: the tape holds every call that read an
 activation (an output of a recorded call, or the ids), each reading only recorded outputs and the
 model's weights (glue.cpp refuses any other input), and the watch below refuses a recording in which
-anything else read or wrote an activation (a torch operation that is not a residual or bias addition
-or a view; an in-place write; a conversion to a Python number; a kernel's in-place write, which says so
-itself: glue_torch.silu_mul). The positions reach the step only through `runtime.positions`, and each
+anything else read or wrote an activation: a torch operation other than those the tape takes (a sum or
+product of two tensors, a product or quotient by a number, in float32 as torch computes them; GELU and
+LayerNorm, which the replay calls torch for) or a view; an in-place write; a conversion to a Python
+number; a kernel's in-place write, which says so itself (glue_torch.silu_mul). The positions reach the step only through `runtime.positions`, and each
 read of them must be an attention site's (whose angles and mask the replay remakes at the new
 positions); the weights' plans must be those recorded (or refreshed after packing). Whatever fails
 these leaves the step to the forward pass, which then runs as always. A model whose recordings are
@@ -169,6 +170,23 @@ def _by_number(name, args, kwargs):
     return x, c
 
 
+def _operator(name, args, kwargs, out):
+    """glue.cpp's tape_op arguments for the torch operators the tape calls itself, else None: GELU
+    (either form), LayerNorm over the last axis."""
+    if not isinstance(out, torch.Tensor) or not args or not isinstance(args[0], torch.Tensor):
+        return None
+    x = args[0]
+    if name == "gelu" and len(args) == 1 and set(kwargs) <= {"approximate"}:
+        return "gelu", out, x, kwargs.get("approximate", "none")
+    if name == "layer_norm":
+        call = dict(zip(("normalized_shape", "weight", "bias", "eps"), args[1:], strict=False), **kwargs)
+        if set(call) <= {"normalized_shape", "weight", "bias", "eps"} and tuple(call["normalized_shape"]) == (
+            x.shape[-1],
+        ):
+            return "layer_norm", out, x, call.get("weight"), call.get("bias"), float(call.get("eps", 1e-5))
+    return None
+
+
 def _tensors(values):
     for v in values:
         if isinstance(v, torch.Tensor):
@@ -181,8 +199,8 @@ def _tensors(values):
 
 class _Watch(TorchFunctionMode):
     """While a step is recorded: each torch operation that reads an activation (a recorded call's
-    output, or the ids) is an addition the tape takes (a residual, a bias), a view of it, or a question
-    about its shape; anything else spoils the recording."""
+    output, or the ids) is one the tape takes (a residual, a bias, a gate, a multiplier, GELU,
+    LayerNorm), a view of it, or a question about its shape; anything else spoils the recording."""
 
     def __init__(self, cx) -> None:
         super().__init__()
@@ -194,14 +212,20 @@ class _Watch(TorchFunctionMode):
             return func(*args, **kwargs)
         name = getattr(func, "__name__", "")
         writes = name == "__setitem__" or (name.startswith("__i") and name.endswith("__"))
-        if writes or (name.endswith("_") and not name.startswith("__")) or "out" in kwargs:
+        writes = writes or (name.endswith("_") and not name.startswith("__")) or "out" in kwargs
+        if writes or kwargs.get("inplace"):
             self.cx.spoil(f"torch's {name} wrote to an activation")
             return func(*args, **kwargs)
         out = func(*args, **kwargs)
-        if name in _ADDS and len(args) == 2 and not kwargs and all(isinstance(a, torch.Tensor) for a in args):
-            self.cx.tape_add(args[0], args[1], out)  # (it spoils the recording where it cannot)
+        two = len(args) == 2 and not kwargs and all(isinstance(a, torch.Tensor) for a in args)
+        if two and (name in _ADDS or name in _MULS):
+            self.cx.tape_add(
+                args[0], args[1], out, name in _MULS
+            )  # (it spoils the recording where it cannot)
         elif (number := _by_number(name, args, kwargs)) is not None:
             self.cx.tape_scale(*number, out, name in _DIVS)
+        elif (op := _operator(name, args, kwargs, out)) is not None:
+            self.cx.tape_op(*op)
         elif made := list(_tensors((out,))):
             if not all(self.cx.taped(t) for t in made):  # (a view shares its memory)
                 self.cx.spoil(f"torch's {name} computed from an activation")

@@ -18,6 +18,9 @@
 #include <Python.h>
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/ops/gelu.h>
+#include <ATen/ops/native_layer_norm.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -132,7 +135,7 @@ struct Span {
     uintptr_t lo, hi;
 };
 
-enum Kind { RMS, LINEAR, LINEARS, SWIGLU, GQA, GATHER, ROWS, ADD, MUL, DIV };
+enum Kind { RMS, LINEAR, LINEARS, SWIGLU, GQA, GATHER, ROWS, ADD, MUL, DIV, TIMES, GELU, LAYER_NORM };
 
 struct Entry {
     Kind kind = RMS;
@@ -141,7 +144,7 @@ struct Entry {
     int m = 0;                                   /* how many weights */
     const float *x = nullptr, *g = nullptr, *b = nullptr; /* the input; RMSNorm's γ; ADD's second term */
     float *y[3] = {nullptr, nullptr, nullptr};
-    int64_t t = 0, rows = 0, d = 0, b_rows = 0; /* tokens; rows of d entries; ADD: b's rows (rows or 1) */
+    int64_t t = 0, rows = 0, d = 0, b_rows = 0; /* tokens; rows of d entries; ADD, TIMES: b's rows (rows or 1) */
     double eps = 0;
     float c = 0; /* MUL, DIV: the number, as torch rounds it (float32) */
     const int64_t *ids = nullptr; /* GATHER, ROWS: the step's ids */
@@ -152,6 +155,9 @@ struct Entry {
     size_t site = 0;
     PyObject *kc = nullptr, *vc = nullptr; /* the cache buffers it wrote (held) */
     at::Tensor kct, vct;
+    /* GELU, LAYER_NORM: torch's own operator on the recorded tensors, into the output */
+    at::Tensor in, out, gamma, beta, mean, rstd;
+    std::string approximate; /* GELU's */
 };
 
 struct Tape {
@@ -507,32 +513,35 @@ PyObject *taped(PyObject *, PyObject *o) {
     Py_RETURN_FALSE;
 }
 
-/* tape_add(a, b, out): a + b = out, just computed by torch (a residual, a bias), written down; False
- * where it cannot be (the recording is then spoiled): each term a recorded output or a weight, out
- * shaped as one of them, the other of its shape or a row of its last axis */
+/* tape_add(a, b, out[, times]): a + b = out (a ⊙ b where `times`), just computed by torch (a residual,
+ * a bias, a gate), written down; False where it cannot be (the recording is then spoiled): each term a
+ * recorded output or a weight, out shaped as one of them, the other of its shape or a row of its last
+ * axis (float32 sums and products of two numbers: torch's, to the bit) */
 PyObject *tape_add(PyObject *, PyObject *const *args, Py_ssize_t n) {
-    if (n != 3 || !taking()) Py_RETURN_FALSE;
+    if ((n != 3 && n != 4) || !taking()) Py_RETURN_FALSE;
+    const int times = n == 4 ? PyObject_IsTrue(args[3]) : 0;
+    if (times < 0) return nullptr;
     const at::Tensor *a = plain(args[0]), *b = plain(args[1]), *y = plain(args[2]);
     if (!a || !b || !y || y->dim() < 1 || y->numel() == 0) {
-        spoil("an addition of tensors that are not contiguous float32 ones");
+        spoil("an addition or product of tensors that are not contiguous float32 ones");
         Py_RETURN_FALSE;
     }
     PyObject *terms[2] = {args[0], args[1]};
     if (!a->sizes().equals(y->sizes())) std::swap(a, b), std::swap(terms[0], terms[1]); /* a: out's shape */
     const int64_t d = y->size(-1), rows = y->numel() / d;
     if (!a->sizes().equals(y->sizes()) || (!b->sizes().equals(y->sizes()) && b->numel() != d)) {
-        spoil("an addition that broadcasts otherwise than a row over rows");
+        spoil("an addition or product that broadcasts otherwise than a row over rows");
         Py_RETURN_FALSE;
     }
     for (int i = 0; i < 2; i++) {
         const at::Tensor &term = i == 0 ? *a : *b;
         if (!made_by(*recording, term) && !weight_held(terms[i])) {
-            spoil("an addition read a tensor no recorded call made");
+            spoil(times ? "a product read a tensor no recorded call made" : "an addition read a tensor no recorded call made");
             Py_RETURN_FALSE;
         }
     }
     Entry e;
-    e.kind = ADD, e.x = a->const_data_ptr<float>(), e.b = b->const_data_ptr<float>();
+    e.kind = times ? TIMES : ADD, e.x = a->const_data_ptr<float>(), e.b = b->const_data_ptr<float>();
     e.rows = rows, e.d = d, e.b_rows = b->numel() == y->numel() ? rows : 1, e.y[0] = keep(*y);
     take(std::move(e));
     Py_RETURN_TRUE;
@@ -558,6 +567,52 @@ PyObject *tape_scale(PyObject *, PyObject *const *args, Py_ssize_t n) {
     Entry e;
     e.kind = divide ? DIV : MUL, e.x = x->const_data_ptr<float>(), e.rows = 1, e.d = y->numel();
     e.c = (float)c, e.y[0] = keep(*y);
+    take(std::move(e));
+    Py_RETURN_TRUE;
+}
+
+/* An input of a recorded torch operator: a recorded output or a weight (held), or None where `optional` */
+bool operand(PyObject *o, bool optional, at::Tensor *out) {
+    if (o == Py_None) return optional;
+    const at::Tensor *t = plain(o);
+    if (!t || (!made_by(*recording, *t) && !weight_held(o))) return false;
+    *out = *t;
+    return true;
+}
+
+/* tape_op(name, out, x, ...): out = name(x, ...), just computed by torch, written down to be computed
+ * again by the same torch operator (so to the bit) from C++: "gelu" (…, approximate) and "layer_norm"
+ * (…, γ or None, β or None, ε) over the last axis. False where it cannot be (the recording is then
+ * spoiled) */
+PyObject *tape_op(PyObject *, PyObject *const *args, Py_ssize_t n) {
+    if (n < 3 || !taking()) Py_RETURN_FALSE;
+    const char *name = PyUnicode_Check(args[0]) ? PyUnicode_AsUTF8(args[0]) : nullptr;
+    if (!name) return PyErr_Occurred() ? nullptr : (PyErr_SetString(PyExc_TypeError, "tape_op(name, …)"), nullptr);
+    const at::Tensor *y = plain(args[1]);
+    Entry e;
+    const std::string op = name;
+    bool fits = y && operand(args[2], false, &e.in) && e.in.sizes().equals(y->sizes());
+    if (fits && op == "gelu" && n == 4 && PyUnicode_Check(args[3])) {
+        e.kind = GELU, e.approximate = PyUnicode_AsUTF8(args[3]);
+    } else if (fits && op == "layer_norm" && n == 6 && operand(args[3], true, &e.gamma) && operand(args[4], true, &e.beta)) {
+        const int64_t d = y->size(-1);
+        e.kind = LAYER_NORM, e.eps = PyFloat_AsDouble(args[5]), e.d = d;
+        if (PyErr_Occurred()) return nullptr;
+        if ((e.gamma.defined() && (e.gamma.dim() != 1 || e.gamma.size(0) != d)) ||
+            (e.beta.defined() && (e.beta.dim() != 1 || e.beta.size(0) != d)))
+            fits = false;
+        const int64_t rows = y->numel() / d;
+        e.mean = at::detail::empty_cpu({rows, 1}, at::kFloat, false, std::nullopt);
+        e.rstd = at::detail::empty_cpu({rows, 1}, at::kFloat, false, std::nullopt);
+    } else {
+        fits = false;
+    }
+    if (!fits) {
+        spoil("a torch operator the tape takes on tensors it does not");
+        Py_RETURN_FALSE;
+    }
+    keep(*y);
+    e.out = *y;
     take(std::move(e));
     Py_RETURN_TRUE;
 }
@@ -676,12 +731,24 @@ int run(const Entry &e) {
         for (int64_t i = 0; i < e.n_ids; i++) std::memcpy(e.y[0] + i * e.d, e.table + e.ids[i] * e.d, e.d * sizeof(float));
         return 0;
     case ADD:
+    case TIMES:
         for (int64_t r = 0; r < e.rows; r++) {
             const float *x = e.x + r * e.d, *b = e.b + (e.b_rows == 1 ? 0 : r * e.d);
             float *y = e.y[0] + r * e.d;
-            for (int64_t i = 0; i < e.d; i++) y[i] = x[i] + b[i];
+            if (e.kind == ADD)
+                for (int64_t i = 0; i < e.d; i++) y[i] = x[i] + b[i];
+            else
+                for (int64_t i = 0; i < e.d; i++) y[i] = x[i] * b[i];
         }
         return 0;
+    case GELU: at::gelu_out(const_cast<at::Tensor &>(e.out), e.in, e.approximate); return 0;
+    case LAYER_NORM: {
+        at::Tensor out = e.out, mean = e.mean, rstd = e.rstd;
+        const c10::optional<at::Tensor> g = e.gamma.defined() ? c10::optional<at::Tensor>(e.gamma) : c10::nullopt;
+        const c10::optional<at::Tensor> b = e.beta.defined() ? c10::optional<at::Tensor>(e.beta) : c10::nullopt;
+        at::native_layer_norm_out(out, mean, rstd, e.in, {e.d}, g, b, e.eps);
+        return 0;
+    }
     case MUL:
         for (int64_t i = 0; i < e.d; i++) e.y[0][i] = e.x[i] * e.c;
         return 0;
@@ -756,13 +823,23 @@ PyObject *replay(PyObject *, PyObject *const *args, Py_ssize_t n) {
     }
     int code = 0;
     const char *what = "";
+    std::string raised;
     Py_BEGIN_ALLOW_THREADS
-    for (const Entry &e : tape->e)
-        if ((code = run(e)) != 0) {
-            what = e.kind == GQA ? "gqa" : e.kind == GATHER ? "gather_rows" : "a product or norm";
-            break;
-        }
+    try {
+        c10::InferenceMode inference; /* (torch's operators write into the recorded outputs) */
+        for (const Entry &e : tape->e)
+            if ((code = run(e)) != 0) {
+                what = e.kind == GQA ? "gqa" : e.kind == GATHER ? "gather_rows" : "a product or norm";
+                break;
+            }
+    } catch (const std::exception &ex) {
+        raised = ex.what();
+    }
     Py_END_ALLOW_THREADS
+    if (!raised.empty()) {
+        PyErr_Format(PyExc_RuntimeError, "a replayed torch operator failed: %s", raised.c_str());
+        return nullptr;
+    }
     if (code != 0) return failed(what, code);
     g = 0;
     slot = 0;
@@ -832,6 +909,7 @@ PyMethodDef methods[] = {
     {"tape_add", (PyCFunction)(void (*)(void))tape_add, METH_FASTCALL, "tape_add(a, b, out): write a + b down"},
     {"tape_scale", (PyCFunction)(void (*)(void))tape_scale, METH_FASTCALL,
      "tape_scale(x, c, out, divide): write x · c (x / c) down"},
+    {"tape_op", (PyCFunction)(void (*)(void))tape_op, METH_FASTCALL, "tape_op(name, out, x, …): write it down"},
     {"tape_info", tape_info, METH_O, "tape_info(tape): ((site, half), …), attention calls"},
     {"tape_refresh", tape_refresh, METH_O, "tape_refresh(tape): its weights' plans as they are now"},
     {"replay", (PyCFunction)(void (*)(void))replay, METH_FASTCALL, "replay(tape, ids, sites, slots) or None"},
