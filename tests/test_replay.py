@@ -291,3 +291,33 @@ def test_two_threads_decoding_at_once(cx, oracle_files):
     assert not errors, errors
     for i in range(2):
         assert_same(got[i], want[i])
+
+
+@pytest.mark.parametrize("how", ["in place", "moved"])
+def test_a_weight_changed_between_steps(cx, oracle_files, how):
+    """A float weight changed between decoding steps, in place (read where it is) or moved to new
+    memory (`param.data = …`: the tape records anew): the steps after it are the forward pass's."""
+    path = oracle_files("llama", "F32").path
+    ids = np.random.default_rng(9).integers(0, 100, size=(1, 12))
+    outs = []
+    for replay in (True, False):
+        model = toycards.load(path, target="torch")
+        os.environ[replay_torch.SWITCH] = "on" if replay else "off"
+        try:
+            cache, out = model.new_cache(), []
+            with torch.no_grad():
+                out.append(model(ids[:, :3], cache))
+                for t in range(3, 12):
+                    if t == 8:
+                        gamma = model.w["output_norm.weight"]
+                        if how == "in place":
+                            gamma.mul_(1.5)
+                        else:
+                            gamma.data = gamma.data * 1.5
+                    out.append(model(ids[:, t : t + 1], cache))
+        finally:
+            del os.environ[replay_torch.SWITCH]
+        outs.append(out)
+        if replay:
+            assert cache.prepared[replay_torch.KEY].replays >= 2
+    assert_same(*outs)
