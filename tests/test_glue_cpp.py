@@ -20,8 +20,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from gguf import GGMLQuantizationType
-from gguf_factory import llama_inventory, typed, write_gguf
-from test_quant_kernels import NO_KERNELS, check_product, small_blocks
+from test_quant_kernels import NO_KERNELS, check_product, llama_file, small_blocks
 
 import toycards
 from toycards.runtime import glue_cpp, glue_torch, ops_torch, quant_kernels, quant_torch
@@ -161,23 +160,10 @@ def test_a_weight_packs_at_its_first_product_then_the_glue_reads_it(cx):
 
 
 def test_a_model_decodes_to_the_same_logits_with_and_without_it(cx, tmp_path, monkeypatch):
-    rng = np.random.default_rng(10)
-    n_layer, d_e, d_ff, n_vocab, n_head, n_kv = 2, 64, 96, 120, 4, 2
-    tensors = {}
-    for i, (name, shape) in enumerate(llama_inventory(n_layer, d_e, d_ff, n_vocab, n_head, n_kv)):
-        if len(shape) == 1:
-            tensors[name] = rng.uniform(0.5, 1.5, shape).astype(np.float32)
-        else:
-            qtype = (Q.Q8_0, Q.Q4_K if shape[-1] % 256 == 0 else Q.Q4_0, Q.F32)[i % 3]
-            tensors[name] = (small_blocks(qtype, shape, rng), qtype) if qtype != Q.F32 else small_blocks(qtype, shape, rng)
-    u32 = 4
-    kv = {
-        "llama.block_count": typed(n_layer, u32), "llama.context_length": typed(256, u32),
-        "llama.embedding_length": typed(d_e, u32), "llama.feed_forward_length": typed(d_ff, u32),
-        "llama.attention.head_count": typed(n_head, u32), "llama.attention.head_count_kv": typed(n_kv, u32),
-        "llama.attention.layer_norm_rms_epsilon": typed(1e-5, 6),
-    }  # fmt: skip
-    model = toycards.load(write_gguf(tmp_path / "m.gguf", kv=kv, tensors=tensors), target="torch")
+    def qtype_of(i, name, shape):
+        return (Q.Q8_0, Q.Q4_K if shape[-1] % 256 == 0 else Q.Q4_0, Q.F32)[i % 3]
+
+    model = toycards.load(llama_file(tmp_path / "m.gguf", (2, 64, 96, 120, 4, 2), qtype_of), target="torch")
 
     def decode(glue) -> list[torch.Tensor]:
         monkeypatch.setattr(glue_cpp, "module", lambda: glue)

@@ -838,28 +838,40 @@ MIXES = {  # tensor kind → type; "Q4_K_M" as llama.cpp's mix: Q6_K for attn_v,
 }
 
 
-def tiny_llama(path, mix: str):
-    d_e, d_ff, n_vocab, n_layer, n_head, n_kv = 256, 512, 300, 2, 4, 2
-    rng = np.random.default_rng(7)
+def llama_file(path, dims: tuple[int, ...], qtype_of, norm=None, tied=False, n_ctx=256, seed=10):
+    """A Llama GGUF at `path` of random weights, dims (n_layer, d_e, d_ff, n_vocab, n_head, n_kv): the
+    i-th matrix in llama_inventory's order of type qtype_of(i, name, shape) (small_blocks), each norm
+    norm(rng, shape) (default uniform on [0.5, 1.5])."""
+    n_layer, d_e, d_ff, n_vocab, n_head, n_kv = dims
+    rng = np.random.default_rng(seed)
     tensors = {}
-    for name, shape in llama_inventory(n_layer, d_e, d_ff, n_vocab, n_head, n_kv):
+    for i, (name, shape) in enumerate(llama_inventory(n_layer, d_e, d_ff, n_vocab, n_head, n_kv, tied)):
         if len(shape) == 1:
-            tensors[name] = np.ones(shape, np.float32) + rng.normal(0, 0.05, shape).astype(np.float32)
+            tensors[name] = norm(rng, shape) if norm else rng.uniform(0.5, 1.5, shape).astype(np.float32)
             continue
-        types = MIXES[mix]
-        qtype = next((t for kind, t in types.items() if kind and kind in name), types[""])
-        tensors[name] = (small_blocks(qtype, shape, rng), qtype)
+        qtype = qtype_of(i, name, shape)
+        blocks = small_blocks(qtype, shape, rng)
+        tensors[name] = blocks if qtype == Q.F32 else (blocks, qtype)
     u32 = 4  # GGUFValueType.UINT32
     kv = {
-        "llama.block_count": typed(n_layer, u32),
-        "llama.context_length": typed(64, u32),
-        "llama.embedding_length": typed(d_e, u32),
-        "llama.feed_forward_length": typed(d_ff, u32),
-        "llama.attention.head_count": typed(n_head, u32),
-        "llama.attention.head_count_kv": typed(n_kv, u32),
+        "llama.block_count": typed(n_layer, u32), "llama.context_length": typed(n_ctx, u32),
+        "llama.embedding_length": typed(d_e, u32), "llama.feed_forward_length": typed(d_ff, u32),
+        "llama.attention.head_count": typed(n_head, u32), "llama.attention.head_count_kv": typed(n_kv, u32),
         "llama.attention.layer_norm_rms_epsilon": typed(1e-5, 6),
-    }
-    return write_gguf(path / f"tiny-{mix}.gguf", kv=kv, tensors=tensors)
+    }  # fmt: skip
+    return write_gguf(path, kv=kv, tensors=tensors)
+
+
+def tiny_llama(path, mix: str):
+    types = MIXES[mix]
+    return llama_file(
+        path / f"tiny-{mix}.gguf",
+        (2, 256, 512, 300, 4, 2),
+        lambda i, name, shape: next((t for kind, t in types.items() if kind and kind in name), types[""]),
+        norm=lambda rng, shape: np.ones(shape, np.float32) + rng.normal(0, 0.05, shape).astype(np.float32),
+        n_ctx=64,
+        seed=7,
+    )
 
 
 def decode_logits(model, ids: list[int]) -> np.ndarray:

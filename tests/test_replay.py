@@ -17,8 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from gguf import GGMLQuantizationType
-from gguf_factory import llama_inventory, typed, write_gguf
-from test_quant_kernels import NO_KERNELS, small_blocks
+from test_quant_kernels import NO_KERNELS, llama_file
 
 import toycards
 from toycards.runtime import glue_cpp, glue_torch, ops_torch, packing, quant_torch, replay_torch
@@ -122,25 +121,10 @@ class _Glue:
 def quantized_llama(tmp_path, tied=False):
     """A 2-layer Llama of mixed block types: Q8_0, Q4_0, Q4_1 (which pack at their first product), Q4_K
     and Q6_K (which pack after some decoding), F16 and F32."""
-    rng = np.random.default_rng(10)
-    n_layer, d_e, d_ff, n_vocab, n_head, n_kv = 2, 256, 512, 160, 4, 2
     kinds = (Q.Q8_0, Q.Q4_K, Q.Q4_0, Q.F16, Q.Q6_K, Q.Q4_1, Q.F32)
-    tensors = {}
-    for i, (name, shape) in enumerate(llama_inventory(n_layer, d_e, d_ff, n_vocab, n_head, n_kv, tied)):
-        if len(shape) == 1:
-            tensors[name] = rng.uniform(0.5, 1.5, shape).astype(np.float32)
-        else:
-            qtype = kinds[i % len(kinds)]
-            blocks = small_blocks(qtype, shape, rng)
-            tensors[name] = blocks if qtype == Q.F32 else (blocks, qtype)
-    u32 = 4
-    kv = {
-        "llama.block_count": typed(n_layer, u32), "llama.context_length": typed(256, u32),
-        "llama.embedding_length": typed(d_e, u32), "llama.feed_forward_length": typed(d_ff, u32),
-        "llama.attention.head_count": typed(n_head, u32), "llama.attention.head_count_kv": typed(n_kv, u32),
-        "llama.attention.layer_norm_rms_epsilon": typed(1e-5, 6),
-    }  # fmt: skip
-    return write_gguf(tmp_path / "m.gguf", kv=kv, tensors=tensors)
+    return llama_file(
+        tmp_path / "m.gguf", (2, 256, 512, 160, 4, 2), lambda i, name, shape: kinds[i % 7], tied=tied
+    )
 
 
 @pytest.mark.parametrize("tied", [False, True])
