@@ -165,8 +165,9 @@ def test_steps_with_autograd_are_not_recorded(cx, oracle_files):
 
 def test_an_unseen_write_is_caught_by_the_replay_that_checks_a_tape(cx, oracle_files, monkeypatch):
     """SwiGLU through its Python path writes SiLU·up in place with a kernel the tape does not see:
-    silu_mul says so; were it silent, the replay of the recorded step would differ from its forward
-    pass, and the tape would go (the step's cache rows and logits the forward pass's)."""
+    silu_mul says so (and the watch refuses the pointer it takes); were it silent, the replay of the
+    recorded step would differ from its forward pass, and the tape would go (the step's cache rows
+    and logits the forward pass's)."""
     path = oracle_files("llama", "F32").path
     ids = np.random.default_rng(4).integers(0, 100, size=(1, 10))
     monkeypatch.setattr(glue_cpp, "module", lambda: _Glue(cx, "swiglu"))
@@ -184,6 +185,8 @@ def test_an_unseen_write_is_caught_by_the_replay_that_checks_a_tape(cx, oracle_f
         return g
 
     monkeypatch.setattr(glue_torch, "silu_mul", silent_silu_mul)
+    # (the watch refuses a pointer to an activation taken in Python too: let this one through)
+    monkeypatch.setattr(replay_torch, "_ABOUT", replay_torch._ABOUT | {"data_ptr"})
     model = toycards.load(path, target="torch")
     got, cache = decode(model, ids, 3, True)
     assert_same(got, want)

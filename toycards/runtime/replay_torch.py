@@ -17,7 +17,8 @@ model's weights (glue.cpp refuses any other input), and the watch below refuses 
 anything else read or wrote an activation: a torch operation other than those the tape takes (a sum or
 product of two tensors, a product or quotient by a number, in float32 as torch computes them; GELU and
 LayerNorm, which the replay calls torch for) or a view; an in-place write; a conversion to a Python
-number; a kernel's in-place write, which says so itself (glue_torch.silu_mul). The positions reach the step only through `runtime.positions`, and each
+number; a pointer to it taken in Python (for a kernel that glue.cpp does not call; one that writes
+in place says so itself too: glue_torch.silu_mul). The positions reach the step only through `runtime.positions`, and each
 read of them must be an attention site's (whose angles and mask the replay remakes at the new
 positions); the weights' plans must be those recorded (or refreshed after packing). Whatever fails
 these leaves the step to the forward pass, which then runs as always. A model whose recordings are
@@ -39,7 +40,7 @@ TRIES = 2  # recordings a model may have refused before it stops recording
 
 # what may read an activation, besides the recorded calls: what a tensor says of itself
 _ABOUT = frozenset(
-    ("__get__", "dim", "size", "stride", "numel", "data_ptr", "is_contiguous", "is_floating_point",
+    ("__get__", "dim", "size", "stride", "numel", "is_contiguous", "is_floating_point",
      "element_size", "storage_offset", "__len__", "ndimension", "nelement", "get_device", "__hash__")
 )  # fmt: skip
 _ADDS = frozenset(("add", "__add__", "__radd__"))
