@@ -308,3 +308,22 @@ def test_a_weight_changed_between_steps(cx, oracle_files, how):
         if replay:
             assert cache.prepared[replay_torch.KEY].replays >= 2
     assert_same(*outs)
+
+
+def test_tapes_that_never_fit_stop_the_recording(cx, oracle_files):
+    """Were every recorded step unfit for the next one (a weight's memory moving at each step, as a
+    sharded model's gathered weights do), a model would record at every step: after two such tapes
+    it stops, and its steps are the forward pass's."""
+    path = oracle_files("llama", "F32").path
+    ids = np.random.default_rng(10).integers(0, 100, size=(1, 10))
+    model = toycards.load(path, target="torch")
+    want, _ = decode(toycards.load(path, target="torch"), ids, 3, False)
+    gamma = model.w["output_norm.weight"]
+    cache, got = model.new_cache(), []
+    with torch.no_grad():
+        got.append(model(ids[:, :3], cache))
+        for t in range(3, 10):
+            gamma.data = gamma.data.clone()  # the same numbers in new memory
+            got.append(model(ids[:, t : t + 1], cache))
+    assert_same(got, want)
+    assert model._replay_tries == 0 and model.replay_why == "a recorded step did not fit the next one"

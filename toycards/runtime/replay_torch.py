@@ -78,9 +78,17 @@ def step(model, forward, x, cache, last):
             kept.replays += 1
             return out
         del cache.prepared[KEY]
+        if kept.replays == 0 and _room(cache, x.shape[-1]):  # a tape that fitted no step: a try spent
+            model._replay_tries -= 1  # (so that a model's steps cannot all be recordings)
+            model.replay_why = "a recorded step did not fit the next one"
     if model._replay_tries <= 0 or not on():  # (a tape exists only where it was on)
         return forward(x, cache, last)
     return _record(cx, model, forward, x, cache, last)
+
+
+def _room(cache, T: int) -> bool:
+    """Every slot's buffers have room for T more rows (else a tape goes as the cache grows)."""
+    return all(b is not None and entry[1] + T <= b.shape[-2] for entry in cache.slots for b in entry[0])
 
 
 def _replayed(cx, kept: _Tape, model, x, cache, last):

@@ -165,7 +165,7 @@ struct Tape {
     std::vector<at::Tensor> made; /* the recorded calls' outputs */
     std::vector<Span> spans;      /* their bytes */
     std::vector<PyObject *> refs; /* weights, cache buffers, sites, the result: held */
-    std::vector<std::pair<PyObject *, const void *>> params; /* each float weight read, and where */
+    std::vector<std::pair<PyObject *, Span>> params; /* each float weight read, and its bytes */
     std::vector<const GQAArgs *> site_args; /* per attention site: its prepared struct, */
     std::vector<PyObject *> sites;          /* its object (ops_torch._GQASite), */
     std::vector<int64_t> site_half;         /* and its angles' width */
@@ -196,6 +196,13 @@ bool taking() {
     return true;
 }
 
+/* The bytes t's storage holds now (none once it is freed: FSDP frees a gathered weight's) */
+Span bytes_of(const at::Tensor &t) {
+    if (!t.has_storage()) return {0, 0};
+    const uintptr_t lo = (uintptr_t)t.storage().data();
+    return {lo, lo + t.storage().nbytes()};
+}
+
 /* t's bytes lie within the output of a call the tape holds */
 bool made_by(const Tape &tape, const at::Tensor &t) {
     const uintptr_t lo = (uintptr_t)t.const_data_ptr(), hi = lo + (uintptr_t)t.numel() * t.element_size();
@@ -213,7 +220,7 @@ void hold(PyObject *o) {
  * Parameter's memory is read in place, so a replay first checks that it is still there */
 bool weight_held(PyObject *o) {
     if (Py_TYPE(o) == (PyTypeObject *)parameter_class) {
-        recording->params.push_back({o, THPVariable_Unpack(o).const_data_ptr()});
+        recording->params.push_back({o, bytes_of(THPVariable_Unpack(o))});
     } else if (Py_TYPE(o) != (PyTypeObject *)quant_class) {
         return false;
     }
@@ -777,8 +784,10 @@ PyObject *replay(PyObject *, PyObject *const *args, Py_ssize_t n) {
         PyTuple_GET_SIZE(sites) != (Py_ssize_t)tape->sites.size() || !PyList_Check(slots))
         Py_RETURN_NONE;
     const int64_t *id = ids->const_data_ptr<int64_t>();
-    for (const auto &[param, at] : tape->params) /* (`param.data = …` moves a weight's memory) */
-        if (THPVariable_Unpack(param).const_data_ptr() != at) Py_RETURN_NONE;
+    for (const auto &[param, was] : tape->params) { /* (`param.data = …` moves a weight's memory) */
+        const Span now = bytes_of(THPVariable_Unpack(param));
+        if (now.lo != was.lo || now.hi != was.hi) Py_RETURN_NONE;
+    }
     const size_t n_sites = tape->sites.size();
     std::vector<const at::Tensor *> cos(n_sites), sin(n_sites), mask(n_sites);
     for (size_t s = 0; s < n_sites; s++) {
