@@ -327,3 +327,20 @@ def test_tapes_that_never_fit_stop_the_recording(cx, oracle_files):
             got.append(model(ids[:, t : t + 1], cache))
     assert_same(got, want)
     assert model._replay_tries == 0 and model.replay_why == "a recorded step did not fit the next one"
+
+
+def test_a_cache_with_a_tape_is_freed(cx, oracle_files):
+    """A tape holds no way back to its cache that the garbage collector cannot see (a site holds its
+    pass's context, which holds the cache): a cache that replayed is freed with its buffers."""
+    import gc
+    import weakref
+
+    model = toycards.load(oracle_files("llama", "F32").path, target="torch")
+    ids = np.random.default_rng(11).integers(0, 100, size=(1, 8))
+    _, cache = decode(model, ids, 3, True)
+    assert cache.prepared[replay_torch.KEY].replays >= 2
+    buffer = weakref.ref(cache.slots[0][0][0])
+    gone = weakref.ref(cache)
+    del cache
+    gc.collect()
+    assert gone() is None and buffer() is None

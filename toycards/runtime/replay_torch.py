@@ -49,9 +49,10 @@ _DIVS = frozenset(("div", "__truediv__"))
 
 
 class _Tape:
-    """A cache's recorded step: glue.cpp's tape, its attention sites ((site, half) each), the shape of
-    the ids it replays, its `last`, its model, the weights' plans it holds (quant_torch's count), and
-    how many steps it has replayed."""
+    """A cache's recorded step: glue.cpp's tape, its attention sites (what a site's angles and mask
+    are made of: ρ, θ, the layout, the mask, and the angles' width), the shape of the ids it replays,
+    its `last`, its model, the weights' plans it holds (quant_torch's count), and how many steps it
+    has replayed."""
 
     __slots__ = ("tape", "sites", "shape", "last", "model", "plans", "replays")
 
@@ -102,8 +103,8 @@ def _replayed(cx, kept: _Tape, model, x, cache, last):
     T = x.shape[-1]
     t = ops_torch.arange(cache.length + 1, cache.length + T + 1)  # as runtime.Context makes them
     sites = []
-    for site, half in kept.sites:
-        now = ops_torch._GQASite(site.rho, t, site.theta, site.layout, site.mask)
+    for rho, theta, layout, mask, half in kept.sites:
+        now = ops_torch._GQASite(rho, t, theta, layout, mask)
         cos, sin = now.angles(2 * half)
         mask = now.allowed(cache.length + T)
         if mask is None:
@@ -145,6 +146,8 @@ def _record(cx, model, forward, x, cache, last):
         return _refused(model, "the positions were read other than by attention", out)
     if calls != len(cache.slots):
         return _refused(model, "the cache holds other arrays than the attention's keys and values", out)
+    sites = tuple((site.rho, site.theta, site.layout, site.mask, half) for site, half in sites)  # (not the
+    # sites themselves: a site holds its pass's context, and so the cache, which would hold itself)
     out = out.clone()  # (each replay writes over the tape's own)
     started = before + [0] * (len(cache.slots) - len(before))  # (slots this step made held no rows)
     kept = _Tape(tape, sites, x.shape, last, model)

@@ -164,10 +164,10 @@ struct Tape {
     std::vector<Entry> e;
     std::vector<at::Tensor> made; /* the recorded calls' outputs */
     std::vector<Span> spans;      /* their bytes */
-    std::vector<PyObject *> refs; /* weights, cache buffers, sites, the result: held */
+    std::vector<PyObject *> refs; /* weights, cache buffers, the result: held */
     std::vector<std::pair<PyObject *, Span>> params; /* each float weight read, and its bytes */
     std::vector<const GQAArgs *> site_args; /* per attention site: its prepared struct, */
-    std::vector<PyObject *> sites;          /* its object (ops_torch._GQASite), */
+    std::vector<PyObject *> sites;          /* its object (ops_torch._GQASite, held until tape_info), */
     std::vector<int64_t> site_half;         /* and its angles' width */
     at::Tensor ids;
     Span ids_span{0, 0};
@@ -176,6 +176,7 @@ struct Tape {
     std::string spoiled; /* why it cannot be replayed */
     ~Tape() {
         for (PyObject *o : refs) Py_DECREF(o);
+        for (PyObject *o : sites) Py_XDECREF(o);
     }
 };
 
@@ -381,7 +382,7 @@ void take_gqa(const GQAArgs *a, const at::Tensor &Q, const at::Tensor &K, const 
     size_t s = 0;
     while (s < tape.site_args.size() && tape.site_args[s] != a) s++;
     if (s == tape.site_args.size()) {
-        hold(site);
+        Py_INCREF(site);
         tape.site_args.push_back(a), tape.sites.push_back(site), tape.site_half.push_back(a->half);
     } else if (tape.sites[s] != site || tape.site_half[s] != a->half) {
         return spoil("two attention sites shared one prepared call");
@@ -682,14 +683,23 @@ Tape *tape_of(PyObject *capsule) {
     return (Tape *)PyCapsule_GetPointer(capsule, TAPE); /* (a TypeError where it is not one) */
 }
 
-/* tape_info(tape): ((site, half) per attention site, the number of attention calls) */
+/* tape_info(tape): ((site, half) per attention site, the number of attention calls), once: the tape
+ * lets go of the sites then (a site leads to its pass's context and so to the cache that holds the
+ * tape: a cycle through a capsule, which the garbage collector cannot see into) */
 PyObject *tape_info(PyObject *, PyObject *capsule) {
     Tape *tape = tape_of(capsule);
     if (!tape) return nullptr;
     PyObject *sites = PyTuple_New((Py_ssize_t)tape->sites.size());
     if (!sites) return nullptr;
-    for (size_t i = 0; i < tape->sites.size(); i++)
-        PyTuple_SET_ITEM(sites, i, Py_BuildValue("OL", tape->sites[i], (long long)tape->site_half[i]));
+    for (size_t i = 0; i < tape->sites.size(); i++) {
+        if (!tape->sites[i]) {
+            Py_DECREF(sites);
+            PyErr_SetString(PyExc_RuntimeError, "tape_info is asked once");
+            return nullptr;
+        }
+        PyTuple_SET_ITEM(sites, i, Py_BuildValue("NL", tape->sites[i], (long long)tape->site_half[i]));
+        tape->sites[i] = nullptr; /* (its reference went to the tuple) */
+    }
     long long calls = 0;
     for (const Entry &e : tape->e) calls += e.kind == GQA;
     return Py_BuildValue("NL", sites, calls);
@@ -781,14 +791,14 @@ PyObject *replay(PyObject *, PyObject *const *args, Py_ssize_t n) {
     const at::Tensor *ids = id_tensor(args[1]);
     PyObject *sites = args[2], *slots = args[3];
     if (!ids || ids->numel() != tape->ids.numel() || !PyTuple_Check(sites) ||
-        PyTuple_GET_SIZE(sites) != (Py_ssize_t)tape->sites.size() || !PyList_Check(slots))
+        PyTuple_GET_SIZE(sites) != (Py_ssize_t)tape->site_half.size() || !PyList_Check(slots))
         Py_RETURN_NONE;
     const int64_t *id = ids->const_data_ptr<int64_t>();
     for (const auto &[param, was] : tape->params) { /* (`param.data = …` moves a weight's memory) */
         const Span now = bytes_of(THPVariable_Unpack(param));
         if (now.lo != was.lo || now.hi != was.hi) Py_RETURN_NONE;
     }
-    const size_t n_sites = tape->sites.size();
+    const size_t n_sites = tape->site_half.size();
     std::vector<const at::Tensor *> cos(n_sites), sin(n_sites), mask(n_sites);
     for (size_t s = 0; s < n_sites; s++) {
         PyObject *item = PyTuple_GET_ITEM(sites, s);
