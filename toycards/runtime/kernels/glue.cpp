@@ -154,7 +154,7 @@ struct Entry {
     GQAArgs a = {}; /* GQA: as the recorded call had it */
     size_t site = 0;
     PyObject *kc = nullptr, *vc = nullptr; /* the cache buffers it wrote (held) */
-    at::Tensor kct, vct;
+    at::Tensor kct, vct, heads; /* (heads: the tape's copy of the call's key/value head per query head) */
     /* GELU, LAYER_NORM: torch's own operator on the recorded tensors, into the output */
     at::Tensor in, out, gamma, beta, mean, rstd;
     std::string approximate; /* GELU's */
@@ -389,6 +389,9 @@ void take_gqa(const GQAArgs *a, const at::Tensor &Q, const at::Tensor &K, const 
     }
     Entry n;
     n.kind = GQA, n.a = *a, n.site = s, n.kc = caches[0], n.vc = caches[1], n.kct = Kc, n.vct = Vc;
+    n.heads = at::detail::empty_cpu({a->H}, at::kLong, false, std::nullopt);
+    std::memcpy(n.heads.mutable_data_ptr(), a->kv, a->H * sizeof(int64_t));
+    n.a.kv = n.heads.const_data_ptr<int64_t>();
     hold(caches[0]), hold(caches[1]);
     n.a.out = keep(out);
     take(std::move(n));
