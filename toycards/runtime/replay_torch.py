@@ -14,11 +14,11 @@ quarter of a Q4_0 step (~4 ms). Replayed, the step is its kernels, RoPE's angles
 When a replay computes what the card's code computes: the tape holds every call that read an
 activation (an output of a recorded call, or the ids), each reading only recorded outputs and the
 model's weights (glue.cpp refuses any other input), and the watch below refuses a recording in which
-anything else read or wrote an activation: a torch operation other than those the tape takes (a sum or
-product of two tensors, a product or quotient by a number, in float32 as torch computes them; GELU and
-LayerNorm, which the replay calls torch for) or a view; an in-place write; a conversion to a Python
-number; a pointer to it taken in Python (for a kernel that glue.cpp does not call; one that writes
-in place says so itself too: glue_torch.silu_mul). The positions reach the step only through `runtime.positions`, and each
+anything else read or wrote an activation: a torch operation other than those the tape takes (a sum
+or product of two tensors, a product or quotient by a number, in float32 as torch computes them;
+GELU, tanh and LayerNorm, which the replay calls torch for) or a view; an in-place write; a
+conversion to a Python number; a pointer to it taken in Python (for a kernel that glue.cpp does not
+call; one that writes in place says so itself too: glue_torch.silu_mul). The positions reach the step only through `runtime.positions`, and each
 read of them must be an attention site's (whose angles and mask the replay remakes at the new
 positions); the weights' plans must be those recorded (or refreshed after packing). Whatever fails
 these leaves the step to the forward pass, which then runs as always. A model whose recordings are
@@ -184,12 +184,14 @@ def _by_number(name, args, kwargs):
 
 def _operator(name, args, kwargs, out):
     """glue.cpp's tape_op arguments for the torch operators the tape calls itself, else None: GELU
-    (either form), LayerNorm over the last axis."""
+    (either form), tanh (soft caps), LayerNorm over the last axis."""
     if not isinstance(out, torch.Tensor) or not args or not isinstance(args[0], torch.Tensor):
         return None
     x = args[0]
     if name == "gelu" and len(args) == 1 and set(kwargs) <= {"approximate"}:
         return "gelu", out, x, kwargs.get("approximate", "none")
+    if name == "tanh" and len(args) == 1 and not kwargs:
+        return "tanh", out, x
     if name == "layer_norm":
         call = dict(zip(("normalized_shape", "weight", "bias", "eps"), args[1:], strict=False), **kwargs)
         if set(call) <= {"normalized_shape", "weight", "bias", "eps"} and tuple(call["normalized_shape"]) == (

@@ -20,6 +20,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/ops/gelu.h>
 #include <ATen/ops/native_layer_norm.h>
+#include <ATen/ops/tanh.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -135,7 +136,7 @@ struct Span {
     uintptr_t lo, hi;
 };
 
-enum Kind { RMS, LINEAR, LINEARS, SWIGLU, GQA, GATHER, ROWS, ADD, MUL, DIV, TIMES, GELU, LAYER_NORM };
+enum Kind { RMS, LINEAR, LINEARS, SWIGLU, GQA, GATHER, ROWS, ADD, MUL, DIV, TIMES, GELU, TANH, LAYER_NORM };
 
 struct Entry {
     Kind kind = RMS;
@@ -155,7 +156,7 @@ struct Entry {
     size_t site = 0;
     PyObject *kc = nullptr, *vc = nullptr; /* the cache buffers it wrote (held) */
     at::Tensor kct, vct, heads; /* (heads: the tape's copy of the call's key/value head per query head) */
-    /* GELU, LAYER_NORM: torch's own operator on the recorded tensors, into the output */
+    /* GELU, TANH, LAYER_NORM: torch's own operator on the recorded tensors, into the output */
     at::Tensor in, out, gamma, beta, mean, rstd;
     std::string approximate; /* GELU's */
 };
@@ -592,9 +593,9 @@ bool operand(PyObject *o, bool optional, at::Tensor *out) {
 }
 
 /* tape_op(name, out, x, ...): out = name(x, ...), just computed by torch, written down to be computed
- * again by the same torch operator (so to the bit) from C++: "gelu" (…, approximate) and "layer_norm"
- * (…, γ or None, β or None, ε) over the last axis. False where it cannot be (the recording is then
- * spoiled) */
+ * again by the same torch operator (so to the bit) from C++: "gelu" (…, approximate), "tanh" and
+ * "layer_norm" (…, γ or None, β or None, ε) over the last axis. False where it cannot be (the
+ * recording is then spoiled) */
 PyObject *tape_op(PyObject *, PyObject *const *args, Py_ssize_t n) {
     if (n < 3 || !taking()) Py_RETURN_FALSE;
     const char *name = PyUnicode_Check(args[0]) ? PyUnicode_AsUTF8(args[0]) : nullptr;
@@ -605,6 +606,8 @@ PyObject *tape_op(PyObject *, PyObject *const *args, Py_ssize_t n) {
     bool fits = y && operand(args[2], false, &e.in) && e.in.sizes().equals(y->sizes());
     if (fits && op == "gelu" && n == 4 && PyUnicode_Check(args[3])) {
         e.kind = GELU, e.approximate = PyUnicode_AsUTF8(args[3]);
+    } else if (fits && op == "tanh" && n == 3) {
+        e.kind = TANH;
     } else if (fits && op == "layer_norm" && n == 6 && operand(args[3], true, &e.gamma) && operand(args[4], true, &e.beta)) {
         const int64_t d = y->size(-1);
         e.kind = LAYER_NORM, e.eps = PyFloat_AsDouble(args[5]), e.d = d;
@@ -762,6 +765,7 @@ int run(const Entry &e) {
         }
         return 0;
     case GELU: at::gelu_out(const_cast<at::Tensor &>(e.out), e.in, e.approximate); return 0;
+    case TANH: at::tanh_out(const_cast<at::Tensor &>(e.out), e.in); return 0;
     case LAYER_NORM: {
         at::Tensor out = e.out, mean = e.mean, rstd = e.rstd;
         const c10::optional<at::Tensor> g = e.gamma.defined() ? c10::optional<at::Tensor>(e.gamma) : c10::nullopt;
