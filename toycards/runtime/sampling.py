@@ -241,6 +241,8 @@ def sample(
     """
     _validate(temperature, top_k, top_p)
     z = np.asarray(logits)
+    if temperature == 0.0 and z.ndim == 1 and z.size and z.dtype.kind == "f" and np.isfinite(z.max()):
+        return int(np.argmax(z))  # greedy: no NaN or +inf (max would be), float64's order is float32's
     held = _scratch(z.shape[0]) if z.ndim == 1 else (None, None, None)  # (the check refuses other ranks)
     z = _check_logits(z, ndim=1, into=held[0])  # (N_V,)
     if temperature == 0.0:
