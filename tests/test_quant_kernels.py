@@ -1068,3 +1068,30 @@ def test_weights_pack_ahead_of_the_first_product(tmp_path, monkeypatch, target, 
         got, want = (np.asarray(m(torch.from_numpy(ids) if target == "torch" else ids)) for m in (model, stored))
     assert np.array_equal(got, want)
     assert all(w._plan.packed == 1 for w in first)
+
+
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_K, Q.Q6_K, Q.F16], ids=lambda t: t.name)
+@pytest.mark.parametrize("target", ["torch", "numpy"])
+def test_rows_of_a_weight_are_a_weight_over_the_same_blocks(qtype, target):
+    """`W[a:b]` (a card's `W_gu[1:d_ff, :]`) of a weight kept in its blocks is a weight of its own over
+    the same bytes, made once: its products are the whole weight's rows to the bit (packed in groups
+    from another first row, or not), within the kernels' rounding of the dequantized rows; any other
+    index still gives the dequantized array."""
+    rng = np.random.default_rng(12)
+    shape = (40, 256)
+    blocks = small_blocks(qtype, shape, rng)
+    module = quant_torch if target == "torch" else quant_numpy
+    W = module.QuantWeight(blocks, qtype, shape)
+    dense = W.dequantize()
+    dense = dense.numpy() if torch.is_tensor(dense) else dense
+    x = rng.normal(size=(1, 2, shape[1])).astype(np.float32)
+    xs = torch.from_numpy(x) if target == "torch" else x
+    whole = np.asarray(W.linear(xs))
+    for a, b in ((0, 16), (5, 29), (13, 40)):
+        part = W[a:b]
+        assert isinstance(part, module.QuantWeight) and part is W[a:b, :] and part.shape[0] == b - a
+        y = np.asarray(part.linear(xs))
+        assert np.array_equal(y, whole[..., a:b])
+        check_product(y[0], x[0], dense[a:b], qtype, 2)
+    assert W[0:40] is W
+    assert np.array_equal(np.asarray(W[::2]), dense[::2]) and np.array_equal(np.asarray(W[3]), dense[3])

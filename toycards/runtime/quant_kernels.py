@@ -292,6 +292,27 @@ def gqa_shapes(q_shape, k_shape, v_shape, H, H_kv, layout, cap) -> tuple | None:
     return lead, T, d
 
 
+def row_range(index, n: int) -> tuple[int, int] | None:
+    """(a, b) where `W[index]` of a weight W [n, k] keeps rows a … b−1 whole (`W[a:b]`, `W[a:b, :]`,
+    `W[a:b, ...]`, step 1), else None: the rows of a weight kept in its blocks are a weight of their
+    own over the same bytes (a card's `W_gu[1:d_ff, :]`, Phi-3's gate rows of a fused ffn_up).
+
+    >>> row_range(slice(None, 8), 16), row_range((slice(8, 16), slice(None)), 16), row_range(slice(0, 16, 2), 16)
+    ((0, 8), (8, 16), None)
+    """
+    if isinstance(index, tuple):
+        if len(index) == 2 and (index[1] is Ellipsis or index[1] == slice(None)):
+            index = index[0]
+        elif len(index) == 1:
+            index = index[0]
+        else:
+            return None
+    if not isinstance(index, slice) or index.step not in (None, 1):
+        return None
+    a, b, _ = index.indices(n)
+    return (a, b) if a < b else None
+
+
 def plan(ggml_type: int, w_ptr: int, row_bytes: int, n: int, k: int) -> Plan:
     """The Plan of W [n, k] (`row_bytes` per row at `w_ptr`); keep the weight's memory alive with it."""
     return Plan(ggml_type, row_bytes, n, k, w_ptr, 0)

@@ -440,7 +440,20 @@ class QuantWeight:
         return getattr(self.dequantize(), name)
 
     def __getitem__(self, index):
-        return self.dequantize()[index]
+        rows = kernels.row_range(index, self.shape[0])
+        return self.dequantize()[index] if rows is None else self.rows(*rows)
+
+    def rows(self, a: int, b: int) -> QuantWeight:
+        """Rows a … b−1 as a weight of their own over the same blocks, made once (a card step slices
+        the same rows at every pass; before, each slice dequantized the whole weight)."""
+        if (a, b) == (0, self.shape[0]):
+            return self
+        views = self.__dict__.setdefault("_views", {})
+        if (a, b) not in views:
+            views[a, b] = QuantWeight(
+                self._np[a:b], self.ggml_type, (b - a, self.shape[1]), f"{self.name}[{a}:{b}]"
+            )
+        return views[a, b]
 
 
 kernels.forward_operators(QuantWeight, _unwrap)
