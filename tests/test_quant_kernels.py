@@ -1074,9 +1074,10 @@ def test_weights_pack_ahead_of_the_first_product(tmp_path, monkeypatch, target, 
 @pytest.mark.parametrize("target", ["torch", "numpy"])
 def test_rows_of_a_weight_are_a_weight_over_the_same_blocks(qtype, target):
     """`W[a:b]` (a card's `W_gu[1:d_ff, :]`) of a weight kept in its blocks is a weight of its own over
-    the same bytes, made once: its products are the whole weight's rows to the bit (packed in groups
-    from another first row, or not), within the kernels' rounding of the dequantized rows; any other
-    index still gives the dequantized array."""
+    the same bytes, made once: its products are the whole weight's rows to the bit, within the
+    kernels' rounding of the dequantized rows; rows on the weight's packed groups read its packed copy
+    (made at once for the types that pack at their first product, handed to them when the others
+    pack); any other index still gives the dequantized array."""
     rng = np.random.default_rng(12)
     shape = (40, 256)
     blocks = small_blocks(qtype, shape, rng)
@@ -1087,11 +1088,18 @@ def test_rows_of_a_weight_are_a_weight_over_the_same_blocks(qtype, target):
     x = rng.normal(size=(1, 2, shape[1])).astype(np.float32)
     xs = torch.from_numpy(x) if target == "torch" else x
     whole = np.asarray(W.linear(xs))
-    for a, b in ((0, 16), (5, 29), (13, 40)):
+    ranges = ((0, 16), (5, 29), (12, 40), (8, 38))
+    for a, b in ranges:
         part = W[a:b]
         assert isinstance(part, module.QuantWeight) and part is W[a:b, :] and part.shape[0] == b - a
         y = np.asarray(part.linear(xs))
         assert np.array_equal(y, whole[..., a:b])
         check_product(y[0], x[0], dense[a:b], qtype, 2)
+    if quant_kernels.pack_rows(qtype):
+        W._pack()  # (the K-quants pack later: their views read the copy from then on)
+        for a, b in ranges:
+            aligned = a % 4 == 0 and b % 4 == 0
+            assert aligned == np.shares_memory(np.asarray(W[a:b]._packed), np.asarray(W._packed)), (a, b)
+            assert np.array_equal(np.asarray(W[a:b].linear(xs)), whole[..., a:b])
     assert W[0:40] is W
     assert np.array_equal(np.asarray(W[::2]), dense[::2]) and np.array_equal(np.asarray(W[3]), dense[3])

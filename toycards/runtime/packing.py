@@ -4,7 +4,8 @@ products read fastest, quant_kernels.pack_rows), for either target.
 Owns: `pack_weights` (the copies of many weights in one C call, the file's pages handed back as
 they are copied, under the `PACKING` lock, so that a weight packs once whichever thread asks),
 `pack_ahead` (on a thread of its own as a model is made, for the types that pack at their first
-product: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) and `LaterPacking` (after some decoding: the K-quants).
+product: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), `LaterPacking` (after some decoding: the K-quants) and
+`row_view` (a weight's rows as a weight, reading its packed copy).
 Leaves out: the packed layout and the products on it (kernels/quant.c, quant_kernels.py), the
 weights themselves (quant_torch.py, quant_numpy.py: `_stored`, `_buffer`, `_adopt`).
 """
@@ -20,7 +21,7 @@ import threading
 
 import numpy as np
 
-from toycards.runtime.quant_kernels import Plan, _check, library, plan
+from toycards.runtime.quant_kernels import Plan, _check, library, pack_rows, plan
 
 PACKING = threading.Lock()  # weights pack under this lock (each weight packs once)
 PACK_BYTES = 1 << 20  # bytes of a weight packed (and its file pages handed back) at a time
@@ -75,6 +76,38 @@ def pack_weights(weights, one_thread: bool = False) -> None:
         plans = packed_copies(items, one_thread)
         for w, (_, blocks), o, packed in zip(todo, stored, offsets, plans, strict=True):
             w._adopt(buffer[o : o + blocks.nbytes], packed)
+            _share_rows(w)
+
+
+def row_view(weight, a: int, b: int, make):
+    """Rows a … b−1 of `weight` (either target's QuantWeight, rows 0 … n−1 not all of them) as a
+    weight of their own, `make(a, b)` over the same blocks, made once and kept in the weight. Where
+    the weight packs at its first product it packs now, and a view whose rows fall on its packed
+    groups reads them in its copy (a card slicing a fused weight, Phi-3's gate and up rows, then costs
+    no second copy; the file's pages of a packed weight are handed back, and a view of its blocks
+    would read them in again)."""
+    views = weight.__dict__.setdefault("_views", {})
+    view = views.get((a, b))
+    if view is None:
+        view = views[a, b] = make(a, b)
+        if weight._unpacked and weight._pack_first:
+            pack_weights((weight,))
+        with PACKING:
+            _share_rows(weight)
+    return view
+
+
+def _share_rows(weight) -> None:
+    """Each row view of `weight` with no copy of its own reads its rows of the weight's packed copy,
+    where they fall on its groups (under PACKING; again whenever the weight packs)."""
+    if weight._packed is None:
+        return
+    group, n, row_bytes, p = pack_rows(weight.ggml_type), weight.shape[0], weight.row_bytes, weight._plan
+    for (a, b), view in weight.__dict__.get("_views", {}).items():
+        if view._unpacked and group and a % group == 0 and (b % group == 0 or b == n):
+            rows = plan(p.type, p.w + a * row_bytes, row_bytes, b - a, p.k)
+            rows.packed = 1
+            view._adopt(weight._packed[a * row_bytes : b * row_bytes], rows)
 
 
 def pack_ahead(weights) -> threading.Thread | None:

@@ -122,12 +122,13 @@ class QuantWeight:
         """Rows a … b−1 as a weight of their own over the same blocks, made once (see quant_torch)."""
         if (a, b) == (0, self.shape[0]):
             return self
-        views = self.__dict__.setdefault("_views", {})
-        if (a, b) not in views:
-            views[a, b] = QuantWeight(
+
+        def view(a: int, b: int) -> QuantWeight:
+            return QuantWeight(
                 self.blocks[a:b], self.ggml_type, (b - a, self.shape[1]), f"{self.name}[{a}:{b}]"
             )
-        return views[a, b]
+
+        return packing.row_view(self, a, b, view)
 
     def __getattr__(self, name: str):  # any other array attribute or method: the dequantized array's
         if name.startswith("_"):

@@ -448,12 +448,11 @@ class QuantWeight:
         the same rows at every pass; before, each slice dequantized the whole weight)."""
         if (a, b) == (0, self.shape[0]):
             return self
-        views = self.__dict__.setdefault("_views", {})
-        if (a, b) not in views:
-            views[a, b] = QuantWeight(
-                self._np[a:b], self.ggml_type, (b - a, self.shape[1]), f"{self.name}[{a}:{b}]"
-            )
-        return views[a, b]
+
+        def view(a: int, b: int) -> QuantWeight:
+            return QuantWeight(self._np[a:b], self.ggml_type, (b - a, self.shape[1]), f"{self.name}[{a}:{b}]")
+
+        return packing.row_view(self, a, b, view)
 
 
 kernels.forward_operators(QuantWeight, _unwrap)
