@@ -109,9 +109,15 @@ class Context:
         self.cache, self.ops = cache, ops
         self.offset = cache.length if cache is not None else 0
         self.n_new = n_new
-        self.pos = ops.arange(self.offset + 1, self.offset + n_new + 1)
+        self.pos = Context.positions_after(self.offset, n_new, ops)
         self.slot = 0
         self.memo: dict = {}  # what the layers of this pass share (RoPE angles, masks): kernels' own keys
+
+    @staticmethod
+    def positions_after(offset: int, n_new: int, ops):
+        """The 1-based positions of n_new tokens after `offset` cached ones (what a replayed decoding
+        step takes for its own too: replay_torch)."""
+        return ops.arange(offset + 1, offset + n_new + 1)
 
     def keep_last(self) -> None:
         """From here on the pass computes its last token alone (generated code, `last=True`)."""

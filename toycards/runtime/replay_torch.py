@@ -101,7 +101,7 @@ def _replayed(cx, kept: _Tape, model, x, cache, last):
             return None
         kept.plans = quant_torch.plans_adopted
     T = x.shape[-1]
-    t = ops_torch.arange(cache.length + 1, cache.length + T + 1)  # as runtime.Context makes them
+    t = context.Context.positions_after(cache.length, T, ops_torch)
     sites = []
     for rho, theta, layout, mask, half in kept.sites:
         now = ops_torch._GQASite(rho, t, theta, layout, mask)

@@ -54,7 +54,7 @@ swiglu_fn k_swiglu;
 gqa_fn k_gqa;
 gather_fn k_gather_rows;
 PyObject *tensor_class, *parameter_class, *quant_class; /* torch.Tensor, nn.Parameter, QuantWeight */
-PyObject *plan_name;                                    /* "_cplan" */
+PyObject *plan_name, *rows_plan_name;                   /* "_cplan", "_eplan" */
 int float_direct;   /* tc_float_direct(F32): float32 weights are multiplied in place */
 int64_t few_tokens; /* quant_torch.FEW_TOKENS */
 
@@ -75,21 +75,24 @@ PyObject *plain_all(PyObject *, PyObject *const *args, Py_ssize_t n) {
     Py_RETURN_TRUE;
 }
 
+/* The plan at the address a QuantWeight's attribute `name` holds (`_cplan` for products, `_eplan` for
+ * gathering rows), or null where it holds 0 or none */
+const Weight *plan_at(PyObject *o, PyObject *name) {
+    PyObject *a = PyObject_GetAttr(o, name);
+    const uintptr_t at = a && PyLong_Check(a) ? (uintptr_t)PyLong_AsUnsignedLongLong(a) : 0;
+    Py_XDECREF(a);
+    if (PyErr_Occurred()) PyErr_Clear();
+    return (const Weight *)at;
+}
+
 /* The kernel plan of weight o for few tokens of k entries: a QuantWeight's own (its `_cplan`, 0 until
  * it may be read: not packed yet, or no kernel), or one made here for a plain 2-D float32 tensor read
  * in place (quant_torch._few_token_plan). False where neither applies. */
 bool weight_of(PyObject *o, int64_t k, Weight *out) {
     if (Py_TYPE(o) == (PyTypeObject *)quant_class) {
-        PyObject *a = PyObject_GetAttr(o, plan_name);
-        if (!a) {
-            PyErr_Clear();
-            return false;
-        }
-        const uintptr_t at = PyLong_Check(a) ? (uintptr_t)PyLong_AsUnsignedLongLong(a) : 0;
-        Py_DECREF(a);
-        if (PyErr_Occurred()) PyErr_Clear();
-        if (!at) return false;
-        *out = *(const Weight *)at;
+        const Weight *w = plan_at(o, plan_name);
+        if (!w) return false;
+        *out = *w;
         return out->k == k;
     }
     const at::Tensor *t = float_direct ? plain(o) : nullptr;
@@ -470,12 +473,9 @@ PyObject *embed(PyObject *, PyObject *const *args, Py_ssize_t n) {
     Weight w{};
     const at::Tensor *table = nullptr;
     if (Py_TYPE(args[0]) == (PyTypeObject *)quant_class) {
-        PyObject *at = PyObject_GetAttrString(args[0], "_eplan");
-        const uintptr_t address = at && PyLong_Check(at) ? (uintptr_t)PyLong_AsUnsignedLongLong(at) : 0;
-        Py_XDECREF(at);
-        if (PyErr_Occurred()) PyErr_Clear();
-        if (!address) Py_RETURN_NONE;
-        w = *(const Weight *)address;
+        const Weight *plan = plan_at(args[0], rows_plan_name);
+        if (!plan) Py_RETURN_NONE;
+        w = *plan;
     } else if (!(table = plain(args[0])) || table->dim() != 2) {
         Py_RETURN_NONE;
     }
@@ -712,15 +712,10 @@ PyObject *tape_info(PyObject *, PyObject *capsule) {
 }
 
 /* The plan of a weight kept in its blocks, as its attribute `name` gives it now: false where none */
-bool plan_now(PyObject *o, const char *name, Weight *out) {
-    PyObject *at = PyObject_GetAttrString(o, name);
-    const uintptr_t address = at && PyLong_Check(at) ? (uintptr_t)PyLong_AsUnsignedLongLong(at) : 0;
-    Py_XDECREF(at);
-    if (PyErr_Occurred()) PyErr_Clear();
-    if (!address) return false;
-    const Weight &w = *(const Weight *)address;
-    if (w.n != out->n || w.k != out->k) return false;
-    *out = w;
+bool plan_now(PyObject *o, PyObject *name, Weight *out) {
+    const Weight *w = plan_at(o, name);
+    if (!w || w->n != out->n || w->k != out->k) return false;
+    *out = *w;
     return true;
 }
 
@@ -732,7 +727,7 @@ PyObject *tape_refresh(PyObject *, PyObject *capsule) {
     for (Entry &e : tape->e)
         for (int i = 0; i < e.m; i++)
             if (Py_TYPE(e.wo[i]) == (PyTypeObject *)quant_class &&
-                !plan_now(e.wo[i], e.kind == GATHER ? "_eplan" : "_cplan", &e.w[i]))
+                !plan_now(e.wo[i], e.kind == GATHER ? rows_plan_name : plan_name, &e.w[i]))
                 Py_RETURN_FALSE;
     Py_RETURN_TRUE;
 }
@@ -948,5 +943,6 @@ PyModuleDef module = {PyModuleDef_HEAD_INIT, "toycards_glue", "toycards' per-tok
 
 PyMODINIT_FUNC PyInit_toycards_glue(void) {
     plan_name = PyUnicode_InternFromString("_cplan");
-    return plan_name ? PyModule_Create(&module) : nullptr;
+    rows_plan_name = PyUnicode_InternFromString("_eplan");
+    return plan_name && rows_plan_name ? PyModule_Create(&module) : nullptr;
 }
