@@ -498,6 +498,91 @@ def test_packing_hands_the_file_pages_back(tmp_path, monkeypatch, target):
     assert own._plan.packed == 1 and np.array_equal(writable, blocks)
 
 
+@pytest.mark.skipif(not quant_kernels.float_direct(0) or not os.path.exists("/proc/self/smaps"),
+                    reason="no in-place float products here, or no /proc/self/smaps")  # fmt: skip
+@pytest.mark.parametrize("qtype", [Q.F32, Q.F16, Q.BF16], ids=lambda t: t.name)
+def test_float_weights_are_copied_into_memory_of_their_own(tmp_path, monkeypatch, qtype):
+    """The torch target copies the matrices it would read in the file's pages (F32 parameters, F16
+    and BF16 weights kept in their bytes) into memory of its own as the model is made, the file's
+    pages handed back as it copies (tied weights: one copy); its logits, a whole pass and decoding,
+    are to the bit those of the weights read in the file's pages (TOYCARDS_WEIGHTS=mapped), and a
+    write to a weight (training) never reaches the file."""
+    monkeypatch.setattr(packing, "PACK_BYTES", 64 * 1024)
+    path = llama_file(tmp_path / "floats.gguf", (1, 512, 1024, 600, 4, 2), lambda i, name, shape: qtype, tied=True)
+    on_disk = path.read_bytes()
+
+    def matrices(model) -> list:
+        if qtype == Q.F32:
+            return [p for p in model.parameters() if p.dim() == 2]
+        return list({id(w): w for w in model.w._quantized.values()}.values())
+
+    def address(w) -> int:
+        return w.data_ptr() if qtype == Q.F32 else w._plan.w
+
+    model = toycards.load(path, target="torch")
+    if model._packing_ahead is not None:
+        model._packing_ahead.join()
+    ranges = _file_ranges(path)
+    kept = matrices(model)
+    assert len(kept) == 8  # the token embedding (the output too), Q, K, V, O, gate, up, down
+    assert model.w["output.weight"] is model.w["token_embd.weight"]
+    for w in kept:
+        assert not any(a <= address(w) < b for a, b in ranges), w
+        if qtype != Q.F32:
+            assert w._packed is not None and w._plan.packed == 0
+    mapped_bytes = sum(p.numel() * 4 for p in kept) if qtype == Q.F32 else sum(w.nbytes for w in kept)
+    assert _mapped_kib(path) * 1024 < 0.1 * mapped_bytes, (_mapped_kib(path), mapped_bytes)
+
+    monkeypatch.setenv(packing.WEIGHTS, "mapped")
+    mapped = toycards.load(path, target="torch")
+    from toycards.models.load import SMALL_F32  # F32 tensors up to this size are read, never mapped
+
+    in_file = [w for w in matrices(mapped) if qtype != Q.F32 or w.numel() * 4 > SMALL_F32]
+    assert len(in_file) >= 3 and all(any(a <= address(w) < b for a, b in _file_ranges(path)) for w in in_file)
+    ids = [int(i) for i in np.random.default_rng(3).integers(0, 600, size=9)]
+    assert np.array_equal(model.logits(ids), mapped.logits(ids))
+    assert np.array_equal(decode_logits(model, ids), decode_logits(mapped, ids))
+    if qtype == Q.F32:
+        with torch.no_grad():
+            for p in kept:
+                p.add_(1.0)
+        assert not np.array_equal(model.logits(ids), mapped.logits(ids))
+    assert path.read_bytes() == on_disk
+
+
+@pytest.mark.skipif(not quant_kernels.library(), reason="no C kernels here")
+def test_weight_memory_is_aligned_zeroed_and_on_huge_pages_where_asked(monkeypatch):
+    """Copies' memory starts on a cache line (a 2 MiB page when large), is zero and writable; large
+    blocks are marked for the kernel's huge pages (THPeligible where the kernel has them), and
+    TOYCARDS_WEIGHTS=mapped asks for ordinary memory."""
+    thp = "/sys/kernel/mm/transparent_hugepage/enabled"
+    huge = os.path.exists(thp) and "[never]" not in open(thp, encoding="utf-8").read()
+    for nbytes in (1, 100, (2 << 20) + 5, 5 << 20):
+        m = packing.weight_memory(nbytes)
+        assert m.dtype == np.uint8 and m.shape == (nbytes,) and m.flags.writeable and not m.any()
+        assert m.ctypes.data % (packing.HUGE_PAGE if nbytes >= packing.HUGE_PAGE else 64) == 0
+        m[-1] = 7
+        if nbytes >= packing.HUGE_PAGE and huge:
+            assert _thp_eligible(m.ctypes.data)
+    monkeypatch.setenv(packing.WEIGHTS, "mapped")
+    m = packing.weight_memory(3 << 20)
+    assert m.ctypes.data % 64 == 0 and not m.any()
+
+
+def _thp_eligible(address: int) -> bool:
+    """Whether the mapping holding `address` may get transparent huge pages (/proc/self/smaps)."""
+    inside = False
+    with open("/proc/self/smaps", encoding="utf-8") as fh:
+        for line in fh:
+            fields = line.split()
+            if "-" in fields[0] and fields[0][0] in "0123456789abcdef" and len(fields) >= 5:
+                start, end = (int(v, 16) for v in fields[0].split("-"))
+                inside = start <= address < end
+            elif inside and fields[0] == "THPeligible:":
+                return fields[1] == "1"
+    return False
+
+
 def _file_ranges(path) -> list[tuple[int, int]]:
     """The address ranges of this process's mappings of the file at `path` (/proc/self/maps)."""
     ranges = []

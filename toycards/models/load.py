@@ -156,17 +156,18 @@ def _kept(f, p: BoundParam, target: str, read):
       page cache);
     - a small F32 tensor (norm scales, biases) as a copy, `read(name)`: mapping it would map
       its neighbours' bytes too (see `GGUFFile.read`);
-    - a larger F32 tensor as a copy-on-write view of the file for torch (numpy: None, and the
-      caller keeps the read-only view `f.tensor` gives).
+    - a larger F32 tensor, for torch, as a read-only view of the file, which the model copies into
+      memory of its own (`packing.resident_float32`), or with `TOYCARDS_WEIGHTS=mapped` as a
+      copy-on-write view (numpy: None, and the caller keeps the read-only view `f.tensor` gives).
     A part of a fused tensor is its rows' blocks (a row's blocks never cross into the next row)."""
-    from toycards.runtime import quant_kernels
+    from toycards.runtime import packing, quant_kernels
 
     name = p.tensor
     info = f.tensor_info(name)
     if info.type_name == "F32" and info.n_bytes <= SMALL_F32:
         return p.part(read(name))
-    if target == "torch" and info.type_name == "F32":
-        return p.part(f.raw(name, private=True))
+    if target == "torch" and info.type_name == "F32":  # copied by the model, or copy-on-write
+        return p.part(f.raw(name, private=not packing.resident()))
     if (
         target not in ("torch", "numpy")
         or len(info.shape) != 2

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from toycards.runtime import quant_kernels, replay_torch
+from toycards.runtime import packing, quant_kernels, replay_torch
 from toycards.runtime.context import KVCache
 from toycards.runtime.model_base import ModelAPI
 from toycards.runtime.quant_torch import QuantWeight
@@ -111,6 +111,7 @@ class TorchModel(nn.Module, ModelAPI):
         params: dict[str, nn.Parameter] = {}
         holders: dict[str, nn.Module] = {}
         quantized: dict[str, QuantWeight] = {}
+        weights = packing.resident_float32(weights)  # the file's float32 matrices in memory of ours
         for name, value in weights.items():
             if shared and name in shared:
                 continue

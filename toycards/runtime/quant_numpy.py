@@ -87,8 +87,8 @@ class QuantWeight:
 
     @staticmethod
     def _buffer(nbytes: int):
-        """Bytes for packed copies, and their address."""
-        buffer = np.empty(nbytes, dtype=np.uint8)
+        """Bytes for packed copies (packing.weight_memory), and their address."""
+        buffer = packing.weight_memory(nbytes)
         return buffer, _ptr(buffer)
 
     def _adopt(self, packed: np.ndarray, plan) -> None:

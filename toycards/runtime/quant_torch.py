@@ -18,8 +18,7 @@ made. For the int8 types that GEMM runs in bfloat16 where the CPU has bfloat16 i
 (about twice float32's speed): tile and x rounded to bfloat16, sums in float32, the result rounded
 to bfloat16. `TOYCARDS_PREFILL=float32` keeps every many-token product in float32 on tiles.
 F16 and BF16 rows are not dequantized for few tokens either: the kernel widens their elements in
-registers, and
-`float_linear` does the same for a float32 parameter (an F32 file's matrices, memory-mapped), which
+registers, and `float_linear` does the same for a float32 parameter (an F32 file's matrices), which
 torch's own GEMV reads at about half the speed. Quantized weights
 are not trainable: training dequantizes at load (`toycards.load(..., dequantize=True)`). Gradients
 still flow through them to whatever is (a norm's γ, the inputs): the backward dequantizes the weight
@@ -29,8 +28,11 @@ Where the few-token kernel reads a packed weight faster (`quant_kernels.pack_row
 it rounds to int8, with the AVX-512 kernels), the blocks are copied into that layout (groups of
 rows side by side, the same bytes in another order: quant_kernels.pack) and every later use reads
 the copy: at the first product where the copy regroups the blocks too (Q4_0, Q4_1, Q5_0, Q5_1,
-Q8_0), after some decoding elsewhere (the K-quants: packing.LaterPacking); the file's pages of the weight are handed back as the copy grows (madvise), so the weight still
-costs its size in memory once.
+Q8_0), after some decoding elsewhere (the K-quants: packing.LaterPacking); the file's pages of the
+weight are handed back as the copy grows (madvise), so the weight still costs its size in memory
+once. F16 and BF16 weights read in the file's pages are copied as stored, as the model is made
+(`packing.resident`, as are an F32 file's matrices: packing.resident_float32); every copy lies on
+2 MiB pages where the kernel has them.
 """
 
 from __future__ import annotations
@@ -277,9 +279,18 @@ class QuantWeight:
         # then, where that is faster, their packed copy (`_pack`)
         self._plan = kernels.plan(self.ggml_type, self.blocks.data_ptr(), self.row_bytes, n, k)
         self._plan_ref = ctypes.byref(self._plan)
-        self._unpacked = self.fast and kernels.pack_rows(self.ggml_type) > 0  # a packed copy would be faster
+        # a float type the products read in place in the file's pages gets a copy (packing.resident)
+        copied = (
+            self.fast
+            and kernels.float_direct(self.ggml_type)
+            and packing.file_view(blocks)
+            and packing.resident()
+        )
+        self._unpacked = self.fast and (
+            copied or kernels.pack_rows(self.ggml_type) > 0
+        )  # a copy would be faster
         # it packs at its first product; else, if at all, after some decoding (packing.LaterPacking)
-        self._pack_first = self._unpacked and kernels.packs_at_first_product(self.ggml_type)
+        self._pack_first = self._unpacked and (copied or kernels.packs_at_first_product(self.ggml_type))
         # the plan's address where the C++ glue may read it (glue_cpp.py), else 0 (not packed yet)
         self._cplan = ctypes.addressof(self._plan) if self.fast and not self._pack_first else 0
         self._eplan = ctypes.addressof(self._plan) if self.fast else 0  # what the glue's `embed` reads
@@ -402,8 +413,8 @@ class QuantWeight:
 
     @staticmethod
     def _buffer(nbytes: int):
-        """Bytes for packed copies, and their address."""
-        buffer = torch.empty(nbytes, dtype=torch.uint8)
+        """Bytes for packed copies (packing.weight_memory), and their address."""
+        buffer = torch.from_numpy(packing.weight_memory(nbytes))
         return buffer, buffer.data_ptr()
 
     def _adopt(self, packed: torch.Tensor, plan) -> None:

@@ -1138,12 +1138,14 @@ int tc_pack(const tc_weight *p, int64_t r0, int64_t r1, uint8_t *out, int64_t on
     return 0;
 }
 
-/* count weights packed one after another: weight i (plans[i], as stored) into outs[i] (as many
- * bytes) as tc_pack makes it, about `slice` bytes at a time; where hand_back[i] (its bytes a read-only
- * view of a file: quant_kernels decides) the whole pages under each slice are unmapped once it is
- * copied (read again, they map again from the file), so that a weight costs its size once while it
- * packs. One call for many weights: a thread packing a model's weights ahead of its first products
- * (quant_kernels.pack_ahead) takes Python's lock only before and after them. */
+/* count weights copied one after another: weight i (plans[i], as stored) into outs[i] (as many
+ * bytes), packed as tc_pack makes it where its type packs (tc_packs), else as stored (the float types
+ * the products read in place: a copy in the process's own memory), about `slice` bytes at a time;
+ * where hand_back[i] (its bytes a read-only view of a file: packing.py decides) the whole pages under
+ * each slice are unmapped once it is copied (read again, they map again from the file), so that a
+ * weight costs its size once while it is copied. One call for many weights: a thread packing a
+ * model's weights ahead of its first products (packing.pack_ahead) takes Python's lock only before
+ * and after them. */
 int tc_pack_weights(const tc_weight *plans, uint8_t *const *outs, const uint8_t *hand_back, int64_t count,
                     int64_t slice, int64_t one_thread) {
 #ifdef __linux__
@@ -1151,11 +1153,17 @@ int tc_pack_weights(const tc_weight *plans, uint8_t *const *outs, const uint8_t 
 #endif
     for (int64_t i = 0; i < count; i++) {
         const tc_weight *p = &plans[i];
-        const int64_t group = ROWS * p->row_bytes, step = (slice / group > 1 ? slice / group : 1) * ROWS;
+        const int64_t rows = tc_packs((int)p->type) ? ROWS : 1, group = rows * p->row_bytes;
+        const int64_t step = (slice / group > 1 ? slice / group : 1) * rows;
+        if (p->packed) return -1;
         for (int64_t r0 = 0; r0 < p->n; r0 += step) {
             const int64_t r1 = p->n - r0 < step ? p->n : r0 + step;
-            const int code = tc_pack(p, r0, r1, outs[i], one_thread);
-            if (code != 0) return code;
+            if (rows > 1) {
+                const int code = tc_pack(p, r0, r1, outs[i], one_thread);
+                if (code != 0) return code;
+            } else {
+                memcpy(outs[i] + r0 * p->row_bytes, p->w + r0 * p->row_bytes, (size_t)((r1 - r0) * p->row_bytes));
+            }
 #ifdef __linux__
             if (hand_back[i]) {
                 const uintptr_t a = (uintptr_t)(p->w + r0 * p->row_bytes), b = (uintptr_t)(p->w + r1 * p->row_bytes);
