@@ -502,12 +502,13 @@ def test_packing_hands_the_file_pages_back(tmp_path, monkeypatch, target):
                     reason="no in-place float products here, or no /proc/self/smaps")  # fmt: skip
 @pytest.mark.parametrize("qtype", [Q.F32, Q.F16, Q.BF16], ids=lambda t: t.name)
 def test_float_weights_are_copied_into_memory_of_their_own(tmp_path, monkeypatch, qtype):
-    """The torch target copies the matrices it would read in the file's pages (F32 parameters, F16
-    and BF16 weights kept in their bytes) into memory of its own as the model is made, the file's
-    pages handed back as it copies (tied weights: one copy); its logits, a whole pass and decoding,
-    are to the bit those of the weights read in the file's pages (TOYCARDS_WEIGHTS=mapped), and a
-    write to a weight (training) never reaches the file."""
+    """With TOYCARDS_WEIGHTS=resident the torch target copies the matrices it would read in the
+    file's pages (F32 parameters, F16 and BF16 weights kept in their bytes) into memory of its own
+    as the model is made, the file's pages handed back as it copies (tied weights: one copy); its
+    logits, a whole pass and decoding, are to the bit those of the weights read in the file's pages
+    (the default), and a write to a weight (training) never reaches the file."""
     monkeypatch.setattr(packing, "PACK_BYTES", 64 * 1024)
+    monkeypatch.setenv(packing.WEIGHTS, "resident")
     path = llama_file(tmp_path / "floats.gguf", (1, 512, 1024, 600, 4, 2), lambda i, name, shape: qtype, tied=True)
     on_disk = path.read_bytes()
 
@@ -533,7 +534,7 @@ def test_float_weights_are_copied_into_memory_of_their_own(tmp_path, monkeypatch
     mapped_bytes = sum(p.numel() * 4 for p in kept) if qtype == Q.F32 else sum(w.nbytes for w in kept)
     assert _mapped_kib(path) * 1024 < 0.1 * mapped_bytes, (_mapped_kib(path), mapped_bytes)
 
-    monkeypatch.setenv(packing.WEIGHTS, "mapped")
+    monkeypatch.delenv(packing.WEIGHTS)
     mapped = toycards.load(path, target="torch")
     from toycards.models.load import SMALL_F32  # F32 tensors up to this size are read, never mapped
 
@@ -552,9 +553,9 @@ def test_float_weights_are_copied_into_memory_of_their_own(tmp_path, monkeypatch
 
 @pytest.mark.skipif(not quant_kernels.library(), reason="no C kernels here")
 def test_weight_memory_is_aligned_zeroed_and_on_huge_pages_where_asked(monkeypatch):
-    """Copies' memory starts on a cache line (a 2 MiB page when large), is zero and writable; large
-    blocks are marked for the kernel's huge pages (THPeligible where the kernel has them), and
-    TOYCARDS_WEIGHTS=mapped asks for ordinary memory."""
+    """Resident copies' memory starts on a cache line (a 2 MiB page when large), is zero and
+    writable; large blocks are marked for the kernel's huge pages (THPeligible where the kernel has
+    them); packed copies go there only with TOYCARDS_WEIGHTS=resident."""
     thp = "/sys/kernel/mm/transparent_hugepage/enabled"
     huge = os.path.exists(thp) and "[never]" not in open(thp, encoding="utf-8").read()
     for nbytes in (1, 100, (2 << 20) + 5, 5 << 20):
@@ -564,9 +565,17 @@ def test_weight_memory_is_aligned_zeroed_and_on_huge_pages_where_asked(monkeypat
         m[-1] = 7
         if nbytes >= packing.HUGE_PAGE and huge:
             assert _thp_eligible(m.ctypes.data)
-    monkeypatch.setenv(packing.WEIGHTS, "mapped")
-    m = packing.weight_memory(3 << 20)
-    assert m.ctypes.data % 64 == 0 and not m.any()
+    shape = (64, 256)
+    blocks = small_blocks(Q.Q8_0, shape, np.random.default_rng(2))
+    for resident in (False, True):
+        if resident:
+            monkeypatch.setenv(packing.WEIGHTS, "resident")
+        for module in (quant_torch, quant_numpy):
+            w = module.QuantWeight(np.repeat(blocks, 200, axis=0), Q.Q8_0, (shape[0] * 200, shape[1]))
+            w._pack()
+            assert (w._packed is not None) == bool(quant_kernels.pack_rows(Q.Q8_0))
+            if w._packed is not None and huge and (resident or module is quant_torch):  # (NumPy: its own way)
+                assert _thp_eligible(w._plan.w) == resident
 
 
 def _thp_eligible(address: int) -> bool:

@@ -8,9 +8,9 @@ they are copied, under the `PACKING` lock, so that a weight packs once whichever
 `pack_ahead` (on a thread of its own as a model is made, for the types that pack at their first
 product: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, and on the torch target the float types it copies),
 `LaterPacking` (after some decoding: the K-quants), `row_view` (a weight's rows as a weight,
-reading its packed copy), `resident` and `weight_memory` (`TOYCARDS_WEIGHTS`: copies on 2 MiB
-pages, or the float weights read in the file's pages) and `resident_float32` (a model's float32
-matrices copied there).
+reading its packed copy), `resident` and `weight_memory` (`TOYCARDS_WEIGHTS=resident`: copies
+on 2 MiB pages, the float weights copied too) and `resident_float32` (a model's float32 matrices
+copied there).
 Leaves out: the packed layout and the products on it (kernels/quant.c, quant_kernels.py), the
 weights themselves (quant_torch.py, quant_numpy.py: `_stored`, `_buffer`, `_adopt`).
 """
@@ -36,28 +36,29 @@ MADV_HUGEPAGE = getattr(mmap, "MADV_HUGEPAGE", 14)  # Linux's number where Pytho
 
 
 def resident() -> bool:
-    """Whether the torch target copies the weights it reads in place into memory of its own
-    (`weight_memory`), handing the file's pages back as it copies: the default. The float types
-    (F32, F16, BF16) are then copied as the model is made, as the quantized types are packed, and
-    every copy lies on 2 MiB pages where the kernel has them. `TOYCARDS_WEIGHTS=mapped` reads the
-    float weights in the file's pages instead (shared with the page cache and other processes, as
-    llama.cpp's default `mmap`), and puts packed copies on ordinary pages.
+    """Whether the weights the torch target reads in place are copied into memory of its own on
+    2 MiB pages (`TOYCARDS_WEIGHTS=resident`; the C kernels needed): the float types (F32, F16,
+    BF16) as the model is made, the file's pages handed back as it copies, and every packed copy
+    (either target) on `weight_memory` too. By default (`mapped`) the float weights are read in
+    the file's pages (shared with the page cache and other processes, as llama.cpp's default
+    `mmap`) and packed copies lie on ordinary pages.
 
-    Why: a decoding step reads every weight once, and on a two-core AMD EPYC (Zen 4) host a step
-    ran ~7% faster with SmolLM2-135M's F32 matrices in anonymous memory on 2 MiB pages than in
-    the file's pages (17.8–19.2 against 19.1–21.1 ms, six runs alternating), and packed Q8_0 and
-    Q4_0 copies on 2 MiB pages ~4–15% faster than on 4 KiB pages: fewer TLB misses on a stream of
-    hundreds of MB, and page faults of 2 MiB as a copy grows."""
+    Why not by default: a decoding step reads every weight once, and on a two-core AMD EPYC (Zen 4)
+    virtual machine resident weights made SmolLM2-135M's steps ~8–9% faster on F32, ~6% on F16 and
+    ~2–9% on the packed Q8_0/Q4_0 (paired steps of two models in one process: fewer TLB misses on a
+    stream of hundreds of MB), but fresh memory there costs ~0.65 ms a MB on 4 KiB pages and up to
+    ~1.5 ms on 2 MiB ones the first time it is touched (the host backs it then; the file's pages
+    are backed already): an F32 load took 0.7–1.2 s against 0.1, a Q8_0 first prefill 0.2–0.4 s
+    against 0.14, so a generation repays it only after some hundreds of tokens."""
     value = os.environ.get(WEIGHTS, "").strip().lower()
-    return value != "mapped" and library() is not None
+    return value == "resident" and library() is not None
 
 
 def weight_memory(nbytes: int) -> np.ndarray:
-    """`nbytes` new zero bytes (uint8) for weights' copies, starting on a cache line: anonymous
-    memory on 2 MiB pages where the kernel gives them (`madvise(MADV_HUGEPAGE)` on an aligned
-    mapping, Linux; the memory is freed when the last array over it goes), else, or where not
-    `resident()`, ordinary memory."""
-    if nbytes < HUGE_PAGE or not resident() or not sys.platform.startswith("linux"):
+    """`nbytes` new zero bytes (uint8) for resident weights' copies, starting on a cache line:
+    anonymous memory on 2 MiB pages where the kernel gives them (`madvise(MADV_HUGEPAGE)` on an
+    aligned mapping, Linux; freed when the last array over it goes), else ordinary memory."""
+    if nbytes < HUGE_PAGE or not sys.platform.startswith("linux"):
         whole = np.zeros(nbytes + 64, dtype=np.uint8)
         start = -whole.ctypes.data % 64
         return whole[start : start + nbytes]

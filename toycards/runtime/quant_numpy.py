@@ -87,8 +87,8 @@ class QuantWeight:
 
     @staticmethod
     def _buffer(nbytes: int):
-        """Bytes for packed copies (packing.weight_memory), and their address."""
-        buffer = packing.weight_memory(nbytes)
+        """Bytes for packed copies (packing.weight_memory where resident), and their address."""
+        buffer = packing.weight_memory(nbytes) if packing.resident() else np.empty(nbytes, dtype=np.uint8)
         return buffer, _ptr(buffer)
 
     def _adopt(self, packed: np.ndarray, plan) -> None:

@@ -30,9 +30,9 @@ rows side by side, the same bytes in another order: quant_kernels.pack) and ever
 the copy: at the first product where the copy regroups the blocks too (Q4_0, Q4_1, Q5_0, Q5_1,
 Q8_0), after some decoding elsewhere (the K-quants: packing.LaterPacking); the file's pages of the
 weight are handed back as the copy grows (madvise), so the weight still costs its size in memory
-once. F16 and BF16 weights read in the file's pages are copied as stored, as the model is made
-(`packing.resident`, as are an F32 file's matrices: packing.resident_float32); every copy lies on
-2 MiB pages where the kernel has them.
+once. With `TOYCARDS_WEIGHTS=resident` (packing.resident), F16 and BF16 weights read in the file's
+pages are copied as stored too, as the model is made (and an F32 file's matrices:
+packing.resident_float32), and every copy lies on 2 MiB pages where the kernel has them.
 """
 
 from __future__ import annotations
@@ -413,8 +413,11 @@ class QuantWeight:
 
     @staticmethod
     def _buffer(nbytes: int):
-        """Bytes for packed copies (packing.weight_memory), and their address."""
-        buffer = torch.from_numpy(packing.weight_memory(nbytes))
+        """Bytes for packed copies (packing.weight_memory where resident), and their address."""
+        if packing.resident():
+            buffer = torch.from_numpy(packing.weight_memory(nbytes))
+        else:
+            buffer = torch.empty(nbytes, dtype=torch.uint8)
         return buffer, buffer.data_ptr()
 
     def _adopt(self, packed: torch.Tensor, plan) -> None:
