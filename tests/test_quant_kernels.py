@@ -418,6 +418,7 @@ def test_packed_weight_is_the_same_weight(qtype, shape, monkeypatch):
     NumPy twin kept from packing runs the same kernel on rows as stored), and the packed copy is the
     layout quant.c describes (packed here one group at a time)."""
     monkeypatch.setattr(packing, "PACK_BYTES", 1)
+    monkeypatch.delenv(packing.WEIGHTS, raising=False)  # (resident weights all pack first)
     rng = np.random.default_rng(shape[0] * 1000 + shape[1])
     blocks = small_blocks(qtype, shape, rng)
     w = quant_torch.reference_dequantize(blocks, qtype, shape)
@@ -840,6 +841,7 @@ def test_later_packing_after_some_decoding(tmp_path, monkeypatch, target):
     the first AFTER decoding steps, then pack one a step; every step's logits are those of a model
     whose weights never pack (the same floats, packed or not)."""
     monkeypatch.setattr(packing.LaterPacking, "AFTER", 3)
+    monkeypatch.delenv(packing.WEIGHTS, raising=False)  # (resident weights all pack ahead)
     path = tiny_llama(tmp_path, "Q4_K_M")
     model = toycards.load(path, target=target)
     never = toycards.load(path, target=target)
@@ -857,6 +859,29 @@ def test_later_packing_after_some_decoding(tmp_path, monkeypatch, target):
             packed = sum(w._packed is not None for w in later.values())
             assert packed == max(0, t + 1 - 3)
     assert not model._later.waiting
+
+
+@pytest.mark.skipif(not PACKED, reason="no packed kernels on this CPU (AVX-512 VNNI)")
+@pytest.mark.parametrize("target", ["torch", "numpy"])
+def test_resident_weights_all_pack_ahead(tmp_path, monkeypatch, target):
+    """With TOYCARDS_WEIGHTS=resident the K-quants pack ahead of the first product as the other
+    types do (no LaterPacking), into memory of the model's own; the logits, a pass and decoding,
+    are those of the default model, whose K-quants are read as stored."""
+    path = tiny_llama(tmp_path, "Q4_K_M")
+    monkeypatch.delenv(packing.WEIGHTS, raising=False)
+    default = toycards.load(path, target=target)
+    monkeypatch.setenv(packing.WEIGHTS, "resident")
+    model = toycards.load(path, target=target)
+    assert not model._later.waiting and default._later.waiting
+    model._packing_ahead.join()
+    kept = list(model.w._quantized.values()) if target == "torch" else list(model.w.values())
+    blocks = [w for w in kept if isinstance(w, quant_torch.QuantWeight | quant_numpy.QuantWeight)]
+    assert blocks and all(w._packed is not None and w._plan.packed == 1 for w in blocks)
+    ranges = _file_ranges(path)
+    assert not any(a <= w._plan.w < b for w in blocks for a, b in ranges)
+    ids = [int(i) for i in np.random.default_rng(6).integers(0, 300, size=10)]
+    assert np.array_equal(model.logits(ids), default.logits(ids))
+    assert np.array_equal(decode_logits(model, ids), decode_logits(default, ids))
 
 
 def test_float_linear_leaves_other_cases_to_torch():

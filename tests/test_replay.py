@@ -124,6 +124,7 @@ def test_weights_in_their_blocks_packed_between_replays(cx, tmp_path, monkeypatc
     packed copy), and weights that pack after a few decoding steps, between replays: the tape reads
     their new plans, and the logits stay the forward pass's."""
     monkeypatch.setattr(packing.LaterPacking, "AFTER", 3)
+    monkeypatch.delenv(packing.WEIGHTS, raising=False)  # (resident weights all pack ahead)
     path = quantized_llama(tmp_path, tied)
     ids = np.random.default_rng(3).integers(0, 160, size=(1, 40))
     got_model, want_model = toycards.load(path, target="torch"), toycards.load(path, target="torch")

@@ -39,7 +39,8 @@ def resident() -> bool:
     """Whether the weights the torch target reads in place are copied into memory of its own on
     2 MiB pages (`TOYCARDS_WEIGHTS=resident`; the C kernels needed): the float types (F32, F16,
     BF16) as the model is made, the file's pages handed back as it copies, and every packed copy
-    (either target) on `weight_memory` too. By default (`mapped`) the float weights are read in
+    (either target) on `weight_memory` too, the K-quants' made ahead as the others' (not after
+    some decoding: `LaterPacking` waits because of that first cost). By default (`mapped`) the float weights are read in
     the file's pages (shared with the page cache and other processes, as llama.cpp's default
     `mmap`) and packed copies lie on ordinary pages.
 
