@@ -14,6 +14,8 @@ alternate A B A B for --rounds rounds and the medians are printed: decode tok/s,
 (first and warm), peak RSS, the ratios, and whether the greedy tokens agree; the first token's
 wait (load and first prefill, where each runner does its one-time work: llama.cpp repacks some
 weights as it loads, toycards packs each at its first product);
+--weights resident runs toycards with TOYCARDS_WEIGHTS=resident and llama.cpp without mmap (each
+copies every weight into memory of its own as it loads: slower to start, faster to decode);
 with --numpy, the NumPy target's peak RSS against the file's size and its speed against the torch
 target's; then the same ratios per CPU-second of each process (on one thread, what a machine loaded by other
 work changes least), the load average, the load time and the peak RSS after load.
@@ -126,9 +128,11 @@ def run_llama_cpp(path: str, ids: list[int], decode: int, threads: int, kv: str)
     import numpy as np
 
     start = time.perf_counter()
+    own_copies = os.environ.get("TOYCARDS_WEIGHTS") == "resident"  # --weights resident: no mmap either
     llm = llama_cpp.Llama(
         model_path=path, n_ctx=len(ids) + decode + 8, n_batch=max(512, len(ids)), n_threads=threads,
         n_threads_batch=threads, logits_all=False, verbose=False, type_k=KV_GGML[kv], type_v=KV_GGML[kv],
+        use_mmap=not own_copies,
     )  # fmt: skip
     loaded = time.perf_counter() - start
     load_rss = peak_rss_mb()
@@ -222,7 +226,12 @@ def make_copy(path: Path, tmp: Path, type_name: str, args: argparse.Namespace) -
 
 
 def _spawn(python: str, which: str, path: Path, ids: list[int], args: argparse.Namespace) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(args.threads),
+        "PYTHONPATH": str(ROOT),
+        "TOYCARDS_WEIGHTS": args.weights,
+    }
     cmd = [python, __file__, "--child", which, "--file", str(path), "--ids", json.dumps(ids),
            "--decode", str(args.decode), "--threads", str(args.threads), "--kv-cache", args.kv_cache]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
@@ -315,6 +324,11 @@ def main() -> None:
     )  # fmt: skip
     p.add_argument("--shape-dir", help="with --shape llama-1b: keep (and reuse) its files in this folder")
     p.add_argument(
+        "--weights", choices=["mapped", "resident"], default="mapped",
+        help="mapped: each runner's default (weights read in the file's pages where it can); resident:"
+        " toycards with TOYCARDS_WEIGHTS=resident, llama.cpp without mmap (both copy every weight)",
+    )  # fmt: skip
+    p.add_argument(
         "--numpy", action="store_true",
         help="also run toycards' NumPy target: its peak RSS against the file's size, its speed against the torch target's",
     )  # fmt: skip
@@ -349,7 +363,7 @@ def prompt_ids(path: Path, args: argparse.Namespace) -> list[int]:
     ids = (tok.encode(TEXT * (1 + args.prefill // 20)))[: args.prefill]
     print(
         f"prefill {len(ids)}, decode {args.decode}, {args.threads} threads, KV cache {args.kv_cache},"
-        f" {args.rounds} rounds, medians"
+        f" weights {args.weights}, {args.rounds} rounds, medians"
     )
     return ids
 
