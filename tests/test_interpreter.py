@@ -677,6 +677,24 @@ def test_a_vector_of_ones(construct, target):
     )
 
 
+# ── a value that follows from the hyperparameters alone: made once per model ───────────────
+@pytest.mark.parametrize("target", ["numpy"] + (["torch"] if HAS_TORCH else []))
+def test_a_constant_is_made_once_and_a_later_entry_write_writes_a_copy(target):
+    """A step whose value follows from the hyperparameters alone (`r ← ones(| d)`) is made at the
+    model's first pass and kept (ModelAPI.constant); a later step that writes one of its entries
+    writes a copy: pass after pass, cached decoding included, the model agrees with the reference,
+    and the kept value is still the one made."""
+    steps = "4  r ← [ones(| d / 2); ones(| d / 2)]\n5  r[1] ← r[1] + 1\n6  X ← X + r · 1^⊺"
+    models = tiny_models(steps, target)
+    m, ids = models[target], np.asarray(ids_for(11, 6))
+    want = models["reference"](ids)
+    for n in range(3):
+        close_to_reference(m.logits(list(ids)), want, f"pass {n + 1}, {target}")
+    close_to_reference(decode(m, ids, 3), want, f"cached, {target}")
+    assert list(m._constants) == [4]  # step 4 alone: step 5 writes an entry, step 6 reads X
+    assert np.array_equal(np.asarray(m._constants[4]), np.ones(8))
+
+
 # ── a stored stack of matrices (a layer's experts), one matrix at a time ─────────────────────
 STACK = """toycards 1
 

@@ -10,6 +10,7 @@ must be caught by the replay of the recorded step that checks each tape.
 
 from __future__ import annotations
 
+import inspect
 import os
 
 import numpy as np
@@ -32,14 +33,14 @@ pytestmark = pytest.mark.skipif(
 # qwen2: q/k/v biases; granite: products and a quotient by numbers (embedding, residuals, logits);
 # olmo3: a window of 4 over the cache; smollm3: a layer without RoPE; gemma, gemma3: GeGLU (torch's
 # GELU, a product of two tensors); starcoder2: LayerNorm with biases, GELU; gemma2: soft-capped
-# scores and logits (tanh), a window on alternate layers
+# scores and logits (tanh), a window on alternate layers; phi2, phi3, stablelm: μ ⊙ Q and μ ⊙ K, μ a
+# constant of the model (its hyperparameters' magnitude vector: ModelAPI.constant); phi3: the gate and
+# up rows of one fused weight (views of an F32 parameter), torch's SiLU outside SwiGLU
 REPLAYED = ("llama", "qwen2", "qwen3", "granite", "smollm3", "olmo2", "olmo3")
-REPLAYED += ("gemma", "gemma2", "gemma3", "starcoder2")
+REPLAYED += ("gemma", "gemma2", "gemma3", "starcoder2", "phi2", "phi3", "stablelm")
 REFUSED = {  # a card, and what its step does that the tape does not hold
     "gpt2": "an addition read a tensor no recorded call made",  # the learned positions' rows, in torch
     "olmoe": "torch's linear",  # the router's choice of experts
-    "phi3": "a product read a tensor no recorded call made",  # μ ⊙ Q, μ made by the pass
-    "stablelm": "a product read a tensor no recorded call made",  # the same μ
 }
 
 
@@ -95,6 +96,29 @@ def test_a_card_the_tape_cannot_hold_is_refused_and_runs_its_steps(cx, oracle_fi
     assert replay_torch.KEY not in cache.prepared
     assert REFUSED[case] in model.replay_why
     assert model._replay_tries == 0  # it stopped recording
+
+
+def test_a_constant_of_the_model_is_made_once_and_read_by_the_replay(cx, oracle_files):
+    """Phi-3's μ (its RoPE magnitude on the rotated entries of a head) follows from the hyperparameters
+    alone: the generated pass makes it at the model's first pass and keeps it (`self.constant`), the
+    tape reads that tensor, and a per-pass value is still refused (test above: GPT-2's positions). Made
+    in inference mode, it is no inference tensor: a pass with autograd saves it for its backward. Moved
+    (`to`), the model makes it again."""
+    model = toycards.load(oracle_files("phi3", "F32").path, target="torch")
+    assert "mu = self.constant(" in inspect.getsource(type(model).forward)
+    ids = np.random.default_rng(5).integers(0, model.hp["N_V"], size=(1, 12))
+    with torch.inference_mode():
+        got, cache = decode(model, ids, 4, True)
+    kept = dict(model._constants)
+    mu = next(v for v in kept.values() if torch.is_tensor(v) and v.dim() == 1)
+    assert not mu.is_inference() and cache.prepared[replay_torch.KEY].replays >= 5
+    want, _ = decode(model, ids, 4, False)
+    assert_same(got, want)
+    assert all(model._constants[k] is v for k, v in kept.items())  # the same objects, pass after pass
+    model(torch.from_numpy(ids[:, :5])).sum().backward()  # autograd through μ ⊙ Q
+    assert model.w["blk.0.attn_norm.weight"].grad is not None
+    model.to("cpu")
+    assert not getattr(model, "_constants", {})
 
 
 class _Glue:

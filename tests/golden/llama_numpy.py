@@ -262,7 +262,7 @@ class Model(NumpyModel):
         # 4  ρ̃ ← rope_divisors(ρ | scaling, θ_base, s, ℓ_orig)  ∷ ℝ^{d_h/2}
         rho_tilde = rope_divisors(self.w['rope_freqs.weight'], scaling, theta_base, s, ell_orig, ctx=ctx)
         # 5  m ← rope_magnitude(| scaling, s, a_r)  ∷ ℝ
-        m = rope_magnitude(scaling, s, a_r, ctx=ctx)
+        m = self.constant(5, lambda: rope_magnitude(scaling, s, a_r, ctx=ctx))
         # 6  for l = 1, 2, …, L do
         for l in range(1, L + 1):
             # 7  for t ∈ [ℓ]: X̃[:, t] ← rms_norm(X[:, t] | γ_l^1, ε)

@@ -60,6 +60,8 @@ class StepEmitter:
     def __init__(self, emitter: Emitter, scope: Scope, ex: ExprEmitter) -> None:
         self.em, self.scope, self.ex = emitter, scope, ex
         self.number = 0
+        # the entry point's names whose value follows from its hyperparameters alone (`_constant`)
+        self.constants: set[str] = set()
         for name in run_time_hypers(emitter).get(scope.algo.name, ()):
             if name in scope.vals and scope.vals[name].py:
                 scope.vals[name] = scope.vals[name].with_(py=False)
@@ -143,8 +145,31 @@ class StepEmitter:
         else:
             out.append(pad + self.note(s))
             lines: list[str] = []
+            constant = self._constant(s, depth)
             self.simple(s, lines)
+            made = re.fullmatch(r"(\w+) = (.+)", lines[0]) if constant and len(lines) == 1 else None
+            if made and made.group(1) == self.scope.vals[s.target.id].code:
+                lines = [f"{made.group(1)} = self.constant({self.number}, lambda: {made.group(2)})"]
+                self.constants.add(s.target.id)  # (one line: no array written entry by entry, so a
+                # later entry write to the name copies it first, never writing the kept value)
             out += [pad + line for line in lines]
+
+    def _constant(self, s: ir.Stmt, depth: int) -> bool:
+        """Whether step s of the entry point's top level gives a name a value that follows from the
+        hyperparameters alone (and names given such values before it): `ρ ← ones(| n_r)`,
+        `μ ← rotated_magnitude(| m, d_h, d_r)`. Such a step becomes `self.constant(step, make)`: made
+        at the model's first pass and kept (runtime.model_base.ModelAPI.constant), where each pass made
+        it anew; and a recorded decoding step may read it as its own (replay_torch). Every other
+        assignment takes its name out of that set."""
+        for st in ir.walk(s):
+            if isinstance(st, ir.Assign):
+                self.constants.discard(_target_name(st.target))
+        if not (
+            self.scope.is_main and depth == 0 and isinstance(s, ir.Assign) and isinstance(s.target, ir.Name)
+        ):
+            return False
+        hypers = {n for d in self.scope.algo.hyper_decls for n in d.names}
+        return free_names(s.value) <= hypers | self.scope.enum_options | self.constants
 
     def _for_seq(self, s: ir.ForSeq, out, pad, depth) -> None:
         # the body runs again after its last step: whatever it shares anywhere is shared at its top

@@ -36,6 +36,16 @@ class ModelAPI:
         self._later = packing.LaterPacking(kept)
         self._packing_ahead = packing.pack_ahead(kept)
 
+    def constant(self, step: int, make):
+        """The value of the card's entry-point `step` that follows from the hyperparameters alone
+        (codegen's `StepEmitter._constant`: RoPE's divisors ρ, a magnitude vector μ): `make()` at the
+        model's first pass, the same value at every later one (dropped where the weights move:
+        `_apply`)."""
+        made = self.__dict__.setdefault("_constants", {})
+        if step not in made:
+            made[step] = make()
+        return made[step]
+
     def _decoding_step(self, forward, *args):
         """`forward(*args)` as one decoding step (few new tokens): under the model's prefetch choice,
         then the turn of a weight that packs after some decoding."""

@@ -139,6 +139,7 @@ class TorchModel(nn.Module, ModelAPI):
         device = fn(torch.empty(0)).device
         if device.type != "cpu":
             self._float_kept()
+        self.__dict__.pop("_constants", None)  # made again, on the device and in the type the weights take
         moved = super()._apply(fn, recurse)
         self._device = None if device.type == "cpu" else device
         return moved
@@ -157,6 +158,18 @@ class TorchModel(nn.Module, ModelAPI):
             holders[name] = _register(self, name, made[id(q)])
         self.w = Weights(holders)
         self._kernel_choices(())
+
+    def constant(self, step: int, make):
+        """ModelAPI.constant, made outside inference mode (a pass under `torch.inference_mode()`
+        would make inference tensors, which a later pass with autograd could not save for its
+        backward); a decoding step being recorded reads it as its own (replay_torch.constant)."""
+        made = self.__dict__.setdefault("_constants", {})
+        if step not in made:
+            with torch.inference_mode(False):
+                made[step] = make()
+        value = made[step]
+        replay_torch.constant(value)
+        return value
 
     @property
     def device(self) -> torch.device:

@@ -16,7 +16,7 @@ activation (an output of a recorded call, or the ids), each reading only recorde
 model's weights (glue.cpp refuses any other input), and the watch below refuses a recording in which
 anything else read or wrote an activation: a torch operation other than those the tape takes (a sum
 or product of two tensors, a product or quotient by a number, in float32 as torch computes them;
-GELU, tanh and LayerNorm, which the replay calls torch for) or a view; an in-place write; a
+GELU, tanh, SiLU and LayerNorm, which the replay calls torch for) or a view; an in-place write; a
 conversion to a Python number; a pointer to it taken in Python (for a kernel that glue.cpp does not
 call; one that writes in place says so itself too: glue_torch.silu_mul). The positions reach the step only through `runtime.positions`, and each
 read of them must be an attention site's (whose angles and mask the replay remakes at the new
@@ -129,7 +129,9 @@ def _record(cx, model, forward, x, cache, last):
 
     if not cx.record(x):  # another thread is recording a step
         return forward(x, cache, last)
+    global _recording
     context.positions = read
+    _recording = True
     try:
         with _Watch(cx):
             out = forward(x, cache, last)
@@ -138,6 +140,7 @@ def _record(cx, model, forward, x, cache, last):
         raise
     finally:
         context.positions = positions
+        _recording = False
     tape = cx.recorded(out)
     if isinstance(tape, str):
         return _refused(model, tape, out)
@@ -163,6 +166,19 @@ def _record(cx, model, forward, x, cache, last):
     return _refused(model, "a replayed step differed from the forward pass", out, tries=0)
 
 
+def constant(value) -> None:
+    """A value of the card that follows from its hyperparameters alone, made once per model
+    (TorchModel.constant): where a step is being recorded, the tape keeps it as it keeps its calls'
+    outputs, and a recorded call may read it (the same tensor at every later step, never written)."""
+    if _recording and isinstance(value, torch.Tensor):
+        cx = glue_cpp.module()
+        if cx is not None:
+            cx.tape_constant(value)
+
+
+_recording = False  # a step is being recorded (on some thread: glue.cpp's own state says which)
+
+
 def _refused(model, why: str, out, tries: int | None = None):
     """`out`, the step's logits, from a model whose recording was refused for `why`: one try fewer, or
     `tries` left."""
@@ -184,14 +200,15 @@ def _by_number(name, args, kwargs):
 
 def _operator(name, args, kwargs, out):
     """glue.cpp's tape_op arguments for the torch operators the tape calls itself, else None: GELU
-    (either form), tanh (soft caps), LayerNorm over the last axis."""
+    (either form), tanh (soft caps), SiLU (a gate outside SwiGLU: Phi-3's), LayerNorm over the last
+    axis."""
     if not isinstance(out, torch.Tensor) or not args or not isinstance(args[0], torch.Tensor):
         return None
     x = args[0]
     if name == "gelu" and len(args) == 1 and set(kwargs) <= {"approximate"}:
         return "gelu", out, x, kwargs.get("approximate", "none")
-    if name == "tanh" and len(args) == 1 and not kwargs:
-        return "tanh", out, x
+    if name in ("tanh", "silu") and len(args) == 1 and not any(kwargs.values()):  # (F.silu's inplace=False)
+        return name, out, x
     if name == "layer_norm":
         call = dict(zip(("normalized_shape", "weight", "bias", "eps"), args[1:], strict=False), **kwargs)
         if set(call) <= {"normalized_shape", "weight", "bias", "eps"} and tuple(call["normalized_shape"]) == (

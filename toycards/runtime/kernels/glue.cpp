@@ -20,6 +20,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/ops/gelu.h>
 #include <ATen/ops/native_layer_norm.h>
+#include <ATen/ops/silu.h>
 #include <ATen/ops/tanh.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/core/GradMode.h>
@@ -139,7 +140,7 @@ struct Span {
     uintptr_t lo, hi;
 };
 
-enum Kind { RMS, LINEAR, LINEARS, SWIGLU, GQA, GATHER, ROWS, ADD, MUL, DIV, TIMES, GELU, TANH, LAYER_NORM };
+enum Kind { RMS, LINEAR, LINEARS, SWIGLU, GQA, GATHER, ROWS, ADD, MUL, DIV, TIMES, GELU, TANH, SILU, LAYER_NORM };
 
 struct Entry {
     Kind kind = RMS;
@@ -159,7 +160,7 @@ struct Entry {
     size_t site = 0;
     PyObject *kc = nullptr, *vc = nullptr; /* the cache buffers it wrote (held) */
     at::Tensor kct, vct, heads; /* (heads: the tape's copy of the call's key/value head per query head) */
-    /* GELU, TANH, LAYER_NORM: torch's own operator on the recorded tensors, into the output */
+    /* GELU, TANH, SILU, LAYER_NORM: torch's own operator on the recorded tensors, into the output */
     at::Tensor in, out, gamma, beta, mean, rstd;
     std::string approximate; /* GELU's */
 };
@@ -168,6 +169,7 @@ struct Tape {
     std::vector<Entry> e;
     std::vector<at::Tensor> made; /* the recorded calls' outputs */
     std::vector<Span> spans;      /* their bytes */
+    std::vector<Span> constants;  /* the bytes of the model's constants it read (tape_constant, in `made`) */
     std::vector<PyObject *> refs; /* weights, cache buffers, the result: held */
     std::vector<std::pair<PyObject *, Span>> params; /* each float weight read, and its bytes */
     std::vector<const GQAArgs *> site_args; /* per attention site: its prepared struct, */
@@ -208,11 +210,12 @@ Span bytes_of(const at::Tensor &t) {
     return {lo, lo + t.storage().nbytes()};
 }
 
-/* t's bytes lie within the output of a call the tape holds */
+/* t's bytes lie within the output of a call the tape holds, or within one of the model's constants */
 bool made_by(const Tape &tape, const at::Tensor &t) {
     const uintptr_t lo = (uintptr_t)t.const_data_ptr(), hi = lo + (uintptr_t)t.numel() * t.element_size();
-    for (const Span &s : tape.spans)
-        if (s.lo <= lo && hi <= s.hi) return true;
+    for (const std::vector<Span> *spans : {&tape.spans, &tape.constants})
+        for (const Span &s : *spans)
+            if (s.lo <= lo && hi <= s.hi) return true;
     return false;
 }
 
@@ -221,13 +224,34 @@ void hold(PyObject *o) {
     recording->refs.push_back(o);
 }
 
+/* o is a view of a Parameter (a card's rows of a fused float weight, `W_gu[1:d_ff, :]`), now held with
+ * it: the Parameter's memory is read in place and checked as its own is (`weight_held`) */
+bool view_of_parameter(PyObject *o) {
+    if (!THPVariable_Check(o)) return false;
+    const at::Tensor &t = THPVariable_Unpack(o);
+    if (!t.is_view()) return false;
+    PyObject *base = THPVariable_Wrap(t._base()); /* (a new reference: the tape holds it) */
+    if (!base) {
+        PyErr_Clear();
+        return false;
+    }
+    if (Py_TYPE(base) != (PyTypeObject *)parameter_class) {
+        Py_DECREF(base);
+        return false;
+    }
+    recording->params.push_back({base, bytes_of(THPVariable_Unpack(base))});
+    recording->refs.push_back(base);
+    hold(o);
+    return true;
+}
+
 /* o is one of the model's weights (a Parameter, or a weight kept in its blocks), now held; a
  * Parameter's memory is read in place, so a replay first checks that it is still there */
 bool weight_held(PyObject *o) {
     if (Py_TYPE(o) == (PyTypeObject *)parameter_class) {
         recording->params.push_back({o, bytes_of(THPVariable_Unpack(o))});
     } else if (Py_TYPE(o) != (PyTypeObject *)quant_class) {
-        return false;
+        return view_of_parameter(o);
     }
     hold(o);
     return true;
@@ -525,6 +549,20 @@ PyObject *taped(PyObject *, PyObject *o) {
     Py_RETURN_FALSE;
 }
 
+/* tape_constant(t): t, a value of the card that follows from its hyperparameters alone and that the
+ * model makes once (TorchModel.constant), is kept with the tape, and a recorded call may read it as it
+ * reads a recorded output (the replay reads the same memory, which nothing writes); unlike an output it
+ * is no activation: torch may read it (`taped` is false) */
+PyObject *tape_constant(PyObject *, PyObject *o) {
+    if (!recording || !THPVariable_Check(o) || !taking()) Py_RETURN_FALSE;
+    const at::Tensor &t = THPVariable_Unpack(o);
+    if (!t.has_storage() || !t.device().is_cpu() || t.numel() == 0) Py_RETURN_FALSE;
+    recording->made.push_back(t);
+    const uintptr_t lo = (uintptr_t)t.const_data_ptr();
+    recording->constants.push_back({lo, lo + (uintptr_t)t.numel() * t.element_size()});
+    Py_RETURN_TRUE;
+}
+
 /* tape_add(a, b, out[, times]): a + b = out (a ⊙ b where `times`), just computed by torch (a residual,
  * a bias, a gate), written down; False where it cannot be (the recording is then spoiled): each term a
  * recorded output or a weight, out shaped as one of them, the other of its shape or a row of its last
@@ -593,8 +631,8 @@ bool operand(PyObject *o, bool optional, at::Tensor *out) {
 }
 
 /* tape_op(name, out, x, ...): out = name(x, ...), just computed by torch, written down to be computed
- * again by the same torch operator (so to the bit) from C++: "gelu" (…, approximate), "tanh" and
- * "layer_norm" (…, γ or None, β or None, ε) over the last axis. False where it cannot be (the
+ * again by the same torch operator (so to the bit) from C++: "gelu" (…, approximate), "tanh", "silu"
+ * and "layer_norm" (…, γ or None, β or None, ε) over the last axis. False where it cannot be (the
  * recording is then spoiled) */
 PyObject *tape_op(PyObject *, PyObject *const *args, Py_ssize_t n) {
     if (n < 3 || !taking()) Py_RETURN_FALSE;
@@ -608,6 +646,8 @@ PyObject *tape_op(PyObject *, PyObject *const *args, Py_ssize_t n) {
         e.kind = GELU, e.approximate = PyUnicode_AsUTF8(args[3]);
     } else if (fits && op == "tanh" && n == 3) {
         e.kind = TANH;
+    } else if (fits && op == "silu" && n == 3) {
+        e.kind = SILU;
     } else if (fits && op == "layer_norm" && n == 6 && operand(args[3], true, &e.gamma) && operand(args[4], true, &e.beta)) {
         const int64_t d = y->size(-1);
         e.kind = LAYER_NORM, e.eps = PyFloat_AsDouble(args[5]), e.d = d;
@@ -615,9 +655,10 @@ PyObject *tape_op(PyObject *, PyObject *const *args, Py_ssize_t n) {
         if ((e.gamma.defined() && (e.gamma.dim() != 1 || e.gamma.size(0) != d)) ||
             (e.beta.defined() && (e.beta.dim() != 1 || e.beta.size(0) != d)))
             fits = false;
-        const int64_t rows = y->numel() / d;
-        e.mean = at::detail::empty_cpu({rows, 1}, at::kFloat, false, std::nullopt);
-        e.rstd = at::detail::empty_cpu({rows, 1}, at::kFloat, false, std::nullopt);
+        std::vector<int64_t> stats(y->sizes().begin(), y->sizes().end()); /* the shape LayerNorm gives */
+        stats.back() = 1;                                                  /* its mean and 1/σ: x's, d → 1 */
+        e.mean = at::detail::empty_cpu(stats, at::kFloat, false, std::nullopt);
+        e.rstd = at::detail::empty_cpu(stats, at::kFloat, false, std::nullopt);
     } else {
         fits = false;
     }
@@ -761,6 +802,7 @@ int run(const Entry &e) {
         return 0;
     case GELU: at::gelu_out(const_cast<at::Tensor &>(e.out), e.in, e.approximate); return 0;
     case TANH: at::tanh_out(const_cast<at::Tensor &>(e.out), e.in); return 0;
+    case SILU: at::silu_out(const_cast<at::Tensor &>(e.out), e.in); return 0;
     case LAYER_NORM: {
         at::Tensor out = e.out, mean = e.mean, rstd = e.rstd;
         const c10::optional<at::Tensor> g = e.gamma.defined() ? c10::optional<at::Tensor>(e.gamma) : c10::nullopt;
@@ -927,6 +969,7 @@ PyMethodDef methods[] = {
     {"recorded", recorded, METH_O, "recorded(result): the tape, or why there is none"},
     {"spoil", spoil_py, METH_O, "spoil(why): the step being recorded cannot be replayed"},
     {"taped", taped, METH_O, "taped(t): t's memory is a recorded output or the step's ids"},
+    {"tape_constant", tape_constant, METH_O, "tape_constant(t): t, a constant of the model, is the tape's"},
     {"tape_add", (PyCFunction)(void (*)(void))tape_add, METH_FASTCALL, "tape_add(a, b, out): write a + b down"},
     {"tape_scale", (PyCFunction)(void (*)(void))tape_scale, METH_FASTCALL,
      "tape_scale(x, c, out, divide): write x · c (x / c) down"},
