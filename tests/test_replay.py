@@ -21,7 +21,7 @@ from gguf import GGMLQuantizationType
 from test_quant_kernels import NO_KERNELS, llama_file
 
 import toycards
-from toycards.runtime import glue_cpp, glue_torch, ops_torch, packing, quant_torch, replay_torch
+from toycards.runtime import glue_cpp, glue_torch, ops_torch, packing, quant_kernels, quant_torch, replay_torch
 
 Q = GGMLQuantizationType
 
@@ -160,7 +160,10 @@ def test_weights_in_their_blocks_packed_between_replays(cx, tmp_path, monkeypatc
 
     monkeypatch.setattr(glue_cpp, "module", lambda: _Glue(cx, tape_refresh=refresh))
     got, cache = decode(got_model, ids, 4, True)
-    assert refreshed.count(True) >= 3  # weights packed between replays of one tape
+    if quant_kernels.pack_rows(Q.Q8_0):  # (the AVX-512 kernels pack; without them nothing does)
+        assert refreshed.count(True) >= 3  # weights packed between replays of one tape
+    else:
+        assert not refreshed  # no new plans, nothing to refresh
     want, _ = decode(want_model, ids, 4, False)
     assert_same(got, want)
     assert cache.prepared[replay_torch.KEY].replays >= 5, got_model.replay_why
