@@ -21,7 +21,15 @@ from gguf import GGMLQuantizationType
 from test_quant_kernels import NO_KERNELS, llama_file
 
 import toycards
-from toycards.runtime import glue_cpp, glue_torch, ops_torch, packing, quant_kernels, quant_torch, replay_torch
+from toycards.runtime import (
+    glue_cpp,
+    glue_torch,
+    ops_torch,
+    packing,
+    quant_kernels,
+    quant_torch,
+    replay_torch,
+)
 
 Q = GGMLQuantizationType
 
