@@ -26,7 +26,7 @@ import threading
 
 import numpy as np
 
-from toycards.runtime.quant_kernels import Plan, _check, library, pack_rows, plan
+from toycards.runtime.quant_kernels import Plan, _check, library, pack_rows, packs_at_first_product, plan
 
 PACKING = threading.Lock()  # weights pack under this lock (each weight packs once)
 PACK_BYTES = 1 << 20  # bytes of a weight packed (and its file pages handed back) at a time
@@ -53,6 +53,13 @@ def resident() -> bool:
     against 0.14, so a generation repays it only after some hundreds of tokens."""
     value = os.environ.get(WEIGHTS, "").strip().lower()
     return value == "resident" and library() is not None
+
+
+def packs_first(ggml_type: int) -> bool:
+    """Whether a weight of this type that has a faster copy makes it at its first product (resident
+    weights: every type; else the types whose copy regroups the blocks), rather than after some
+    decoding (`LaterPacking`). Both targets' QuantWeight ask this."""
+    return resident() or packs_at_first_product(ggml_type)
 
 
 def weight_memory(nbytes: int) -> np.ndarray:

@@ -71,8 +71,7 @@ class QuantWeight:
         self._plan = kernels.plan(self.ggml_type, _ptr(blocks), self.row_bytes, *shape) if self.fast else None
         self._unpacked = self.fast and kernels.pack_rows(self.ggml_type) > 0  # a packed copy would be faster
         # it packs at its first product (resident: every type); else after some decoding (packing.LaterPacking)
-        first = packing.resident() or kernels.packs_at_first_product(self.ggml_type)
-        self._pack_first = self._unpacked and first
+        self._pack_first = self._unpacked and packing.packs_first(self.ggml_type)
         self._gemm = self.fast and kernels.int8_prefill(self.ggml_type)
         self._packed: np.ndarray | None = None
         # the few-token product may read `_plan` as it is (no packing due at the first product)

@@ -290,8 +290,7 @@ class QuantWeight:
             copied or kernels.pack_rows(self.ggml_type) > 0
         )  # a copy would be faster
         # it packs at its first product (resident: every type); else after some decoding (packing.LaterPacking)
-        first = copied or packing.resident() or kernels.packs_at_first_product(self.ggml_type)
-        self._pack_first = self._unpacked and first
+        self._pack_first = self._unpacked and (copied or packing.packs_first(self.ggml_type))
         # the plan's address where the C++ glue may read it (glue_cpp.py), else 0 (not packed yet)
         self._cplan = ctypes.addressof(self._plan) if self.fast and not self._pack_first else 0
         self._eplan = ctypes.addressof(self._plan) if self.fast else 0  # what the glue's `embed` reads
