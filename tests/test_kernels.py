@@ -165,7 +165,9 @@ def test_grouped_query_attention(funcs, kv_index):
     assert_close(ungrouped, slow)
 
 
-@pytest.mark.parametrize("d", [16, 24])  # 16: the AVX-512 path (rows of whole vectors); 24: the plain one
+# 16: rows of whole vectors (AVX-512's 16 lanes, AVX2's 8); 24: whole AVX2 vectors, a tail on AVX-512;
+# 20: the plain loop on either
+@pytest.mark.parametrize("d", [16, 24, 20])
 @pytest.mark.parametrize("kv_index", [None, [0, 0, 1, 1, 2, 2], [2, 0, 1, 0, 1, 2]])
 def test_attention_on_cache_views(funcs, kv_index, d):
     """One query against keys and values that are the first rows of a larger cache buffer (a
@@ -221,9 +223,10 @@ def test_grouped_query_attention_pass_by_pass(
 def test_half_cache_pass_by_pass(funcs, monkeypatch, d, half):
     """A float16 KV cache: GQAttention's kernel (keys and values rounded to halves as it writes
     them, read back as halves) equals the card's steps over the same float16 cache (torch's own
-    rounding) pass by pass, prompts and decoding steps, for head sizes of whole 16-lane vectors (64:
-    the unrolled one), with a tail, and partly rotated; the half cache's outputs are not the float32
-    cache's (the rows were rounded) but within float16's relative precision of them."""
+    rounding) pass by pass, prompts and decoding steps, for head sizes of whole vectors (64 and 128:
+    the unrolled ones, 128 in two passes of 8 registers on AVX2), with a tail, and partly rotated;
+    the half cache's outputs are not the float32 cache's (the rows were rounded) but within
+    float16's relative precision of them."""
     from toycards.runtime import glue_torch
 
     H, H_kv = 6, 2

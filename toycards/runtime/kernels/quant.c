@@ -1589,6 +1589,27 @@ static inline vf vload_w(int type, const uint8_t *w, int64_t i) {
 #define VZERO _mm512_setzero_ps
 #define VADD _mm512_add_ps
 #define VSUM _mm512_reduce_add_ps
+#define VSET1 _mm512_set1_ps
+#define VMUL _mm512_mul_ps
+#define VSUB _mm512_sub_ps
+#define VSTORE _mm512_storeu_ps
+static inline vf vload_half(const uint16_t *h) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h)); }
+/* v where ok[lane] is not 0, else 0 */
+static inline vf vkeep(vf v, const uint8_t *ok) {
+    return _mm512_maskz_mov_ps(
+        _mm512_cmpneq_epi32_mask(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)ok)), _mm512_setzero_si512()), v);
+}
+/* lanes 0 … n − 1 of v to p (n ≤ VL) */
+static inline void vstore_first(float *p, vf v, int64_t n) { _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), v); }
+/* lanes that are NaN become 0 */
+static inline vf vnan_to_0(vf v) { return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v); }
+static inline __m512i vround_to_int(vf v) { return _mm512_cvtps_epi32(v); }
+static inline vf vpow2(__m512i n) { /* 2ⁿ from the exponent bits, n + 127 in 0 … 255 */
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n, _mm512_set1_epi32(127)), 23));
+}
+#define VMAX _mm512_max_ps
+#define VMIN _mm512_min_ps
+#define VFNMA _mm512_fnmadd_ps
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define HAVE_FLOAT_DOT 1
 typedef __m256 vf;
@@ -1610,6 +1631,26 @@ static inline float vsum8(__m256 v) {
 #define VZERO _mm256_setzero_ps
 #define VADD _mm256_add_ps
 #define VSUM vsum8
+#define VSET1 _mm256_set1_ps
+#define VMUL _mm256_mul_ps
+#define VSUB _mm256_sub_ps
+#define VSTORE _mm256_storeu_ps
+static inline vf vload_half(const uint16_t *h) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h)); }
+static inline vf vkeep(vf v, const uint8_t *ok) {
+    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)ok));
+    return _mm256_andnot_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(b, _mm256_setzero_si256())), v);
+}
+static inline void vstore_first(float *p, vf v, int64_t n) {
+    _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), v);
+}
+static inline vf vnan_to_0(vf v) { return _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q)); }
+static inline __m256i vround_to_int(vf v) { return _mm256_cvtps_epi32(v); }
+static inline vf vpow2(__m256i n) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23));
+}
+#define VMAX _mm256_max_ps
+#define VMIN _mm256_min_ps
+#define VFNMA _mm256_fnmadd_ps
 #else
 #define HAVE_FLOAT_DOT 0
 #endif
@@ -2002,6 +2043,9 @@ static inline void round_to_halves(const float *x, uint16_t *y, int64_t d) {
 #if defined(__AVX512F__)
     for (; i + 16 <= d; i += 16)
         _mm256_storeu_si256((__m256i *)(y + i), _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+#elif defined(__F16C__)
+    for (; i + 8 <= d; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
 #endif
     for (; i < d; i++) y[i] = half_of(x[i]);
 }
@@ -2015,12 +2059,15 @@ static inline const void *kv_row(const void *rows, int64_t j, int64_t d, int kv1
 static inline float dot_half(const float *q, const uint16_t *k, int64_t d) {
     int64_t i = 0;
     float acc = 0.0f;
-#if defined(__AVX512F__)
-    if (d >= 16) {
-        __m512 a = _mm512_setzero_ps();
-        for (; i + 16 <= d; i += 16)
-            a = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + i))), a);
-        acc = _mm512_reduce_add_ps(a);
+#if HAVE_FLOAT_DOT
+    if (d >= VL) { /* two sums in flight */
+        vf a = VZERO(), b = VZERO();
+        for (; i + 2 * VL <= d; i += 2 * VL) {
+            a = VFMA(VLOAD(q + i), vload_half(k + i), a);
+            b = VFMA(VLOAD(q + i + VL), vload_half(k + i + VL), b);
+        }
+        if (i + VL <= d) a = VFMA(VLOAD(q + i), vload_half(k + i), a), i += VL;
+        acc = VSUM(VADD(a, b));
     }
 #endif
     for (; i < d; i++) acc += q[i] * float_of_half(k[i]);
@@ -2038,12 +2085,11 @@ static float scores_row(const float *q, const void *K_rows, int kv16, int64_t S,
             acc = dot_half(q, (const uint16_t *)K_rows + j * d, d);
         } else {
             const float *k = (const float *)K_rows + j * d;
-#if defined(__AVX512F__)
-            if (d % 16 == 0) {
-                __m512 a = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(k));
-                for (int64_t i = 16; i < d; i += 16)
-                    a = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), _mm512_loadu_ps(k + i), a);
-                acc = _mm512_reduce_add_ps(a);
+#if HAVE_FLOAT_DOT
+            if (d % VL == 0) {
+                vf a = VMUL(VLOAD(q), VLOAD(k));
+                for (int64_t i = VL; i < d; i += VL) a = VFMA(VLOAD(q + i), VLOAD(k + i), a);
+                acc = VSUM(a);
             } else
 #endif
             {
@@ -2072,52 +2118,43 @@ static inline void allowed_span(const uint8_t *ok, int64_t S, int64_t *j0, int64
  * and the −∞ of masked keys applied; m their maximum): a softmax over the allowed keys (ok [n]; NaN
  * when none is allowed, as the card's −∞ mask makes it), then the weighted sum of the values
  * Vh [n, d] (rows contiguous) into o [d]. p is overwritten. */
-#if defined(__AVX512F__)
-/* exp_f32 on 16 lanes (the same steps, NaN kept: min/max with the constant first return x when x
+#if HAVE_FLOAT_DOT
+/* exp_f32 on VL lanes (the same steps, NaN kept: min/max with the constant first return x when x
  * is NaN) */
-static inline __m512 exp_ps(__m512 x) {
-    x = _mm512_max_ps(_mm512_set1_ps(-88.0f), _mm512_min_ps(_mm512_set1_ps(88.8f), x));
-    const __m512 shift = _mm512_set1_ps(12582912.0f);
-    __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), shift), shift);
-    n = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(n, n, _CMP_ORD_Q), n);
-    const __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x));
-    __m512 q = _mm512_set1_ps(1.9875691500e-4f);
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.3981999507e-3f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(8.3334519073e-3f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(4.1665795894e-2f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.6666665459e-1f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(5.0000001201e-1f));
-    q = _mm512_add_ps(_mm512_fmadd_ps(q, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-    const __m512i two_n = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_mul_ps(q, _mm512_castsi512_ps(two_n));
+static inline vf vexp(vf x) {
+    x = VMAX(VSET1(-88.0f), VMIN(VSET1(88.8f), x));
+    const vf shift = VSET1(12582912.0f);
+    const vf n = vnan_to_0(VSUB(VFMA(x, VSET1(1.44269504088896341f), shift), shift));
+    const vf r = VFMA(n, VSET1(2.12194440e-4f), VFNMA(n, VSET1(0.693359375f), x));
+    vf q = VSET1(1.9875691500e-4f);
+    q = VFMA(q, r, VSET1(1.3981999507e-3f));
+    q = VFMA(q, r, VSET1(8.3334519073e-3f));
+    q = VFMA(q, r, VSET1(4.1665795894e-2f));
+    q = VFMA(q, r, VSET1(1.6666665459e-1f));
+    q = VFMA(q, r, VSET1(5.0000001201e-1f));
+    q = VADD(VFMA(q, VMUL(r, r), r), VSET1(1.0f));
+    return VMUL(q, vpow2(vround_to_int(n)));
 }
 
-/* o [16·nv] = inv · Σ_j p[j] · Vh[j] (rows of 16·nv floats), the row held in registers: nv a
- * constant where it is called, so that the loop over the row's vectors unrolls */
-static inline __attribute__((always_inline)) void weigh_values(const float *p, const float *Vh, int64_t n, float inv,
+/* the most vectors of an output row weigh_values holds in registers (AVX2 has 16 of them) */
+#define HELD_VECTORS (VL == 16 ? 16 : 8)
+
+/* o [VL·nv] = inv · Σ_j p[j] · V[j][c0 …] (V's rows of d entries, float32 or halves when kv16; the nv
+ * vectors from entry c0 on), the vectors held in registers: kv16 and nv constants where it is called,
+ * so that the loop over them unrolls */
+static inline __attribute__((always_inline)) void weigh_values(const float *p, const void *V, const int kv16,
+                                                               int64_t n, int64_t d, int64_t c0, float inv,
                                                                const int64_t nv, float *o) {
-    __m512 ov[16];
-    for (int64_t v = 0; v < nv; v++) ov[v] = _mm512_setzero_ps();
+    vf ov[HELD_VECTORS];
+    for (int64_t v = 0; v < nv; v++) ov[v] = VZERO();
     for (int64_t j = 0; j < n; j++) {
-        const float *vr = Vh + j * 16 * nv;
-        const __m512 e = _mm512_set1_ps(p[j]);
-        for (int64_t v = 0; v < nv; v++) ov[v] = _mm512_fmadd_ps(e, _mm512_loadu_ps(vr + 16 * v), ov[v]);
-    }
-    for (int64_t v = 0; v < nv; v++) _mm512_storeu_ps(o + 16 * v, _mm512_mul_ps(ov[v], _mm512_set1_ps(inv)));
-}
-
-/* weigh_values for rows of halves */
-static inline __attribute__((always_inline)) void weigh_values_half(const float *p, const uint16_t *Vh, int64_t n,
-                                                                    float inv, const int64_t nv, float *o) {
-    __m512 ov[16];
-    for (int64_t v = 0; v < nv; v++) ov[v] = _mm512_setzero_ps();
-    for (int64_t j = 0; j < n; j++) {
-        const uint16_t *vr = Vh + j * 16 * nv;
-        const __m512 e = _mm512_set1_ps(p[j]);
+        const int64_t at = j * d + c0;
+        const vf e = VSET1(p[j]);
         for (int64_t v = 0; v < nv; v++)
-            ov[v] = _mm512_fmadd_ps(e, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 16 * v))), ov[v]);
+            ov[v] = VFMA(e, kv16 ? vload_half((const uint16_t *)V + at + VL * v) : VLOAD((const float *)V + at + VL * v),
+                         ov[v]);
     }
-    for (int64_t v = 0; v < nv; v++) _mm512_storeu_ps(o + 16 * v, _mm512_mul_ps(ov[v], _mm512_set1_ps(inv)));
+    for (int64_t v = 0; v < nv; v++) VSTORE(o + VL * v, VMUL(ov[v], VSET1(inv)));
 }
 #endif
 
@@ -2129,30 +2166,31 @@ static void weigh_row(float *p, float m, const void *V_rows, int kv16, int64_t n
     }
     float l = 0.0f;
     int64_t j = 0;
-#if defined(__AVX512F__)
-    __m512 lv = _mm512_setzero_ps();
-    for (; j + 16 <= n; j += 16) {
-        const __mmask16 allowed = _mm512_cmpneq_epi32_mask(
-            _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(ok + j))), _mm512_setzero_si512());
-        const __m512 e = _mm512_maskz_mov_ps(allowed, exp_ps(_mm512_sub_ps(_mm512_loadu_ps(p + j), _mm512_set1_ps(m))));
-        _mm512_storeu_ps(p + j, e);
-        lv = _mm512_add_ps(lv, e);
+#if HAVE_FLOAT_DOT
+    vf lv = VZERO();
+    for (; j + VL <= n; j += VL) {
+        const vf e = vkeep(vexp(VSUB(VLOAD(p + j), VSET1(m))), ok + j);
+        VSTORE(p + j, e);
+        lv = VADD(lv, e);
     }
-    l = _mm512_reduce_add_ps(lv);
+    l = VSUM(lv);
 #endif
     for (; j < n; j++) {
         p[j] = ok[j] ? exp_f32(p[j] - m) : 0.0f;
         l += p[j];
     }
     const float inv = 1.0f / l;
-#if defined(__AVX512F__)
-    if (d % 16 == 0 && d <= 256) { /* the row in registers, its vector count a constant where it is common */
-#define WEIGH(fn, V) (d == 64 ? fn(p, V, n, inv, 4, o) : d == 128 ? fn(p, V, n, inv, 8, o) : fn(p, V, n, inv, d / 16, o))
-        if (kv16)
-            WEIGH(weigh_values_half, (const uint16_t *)V_rows);
-        else
-            WEIGH(weigh_values, (const float *)V_rows);
+#if HAVE_FLOAT_DOT
+    if (d % VL == 0) { /* the row in registers, HELD_VECTORS at a time; the count a constant where common */
+        for (int64_t c0 = 0; c0 < d; c0 += HELD_VECTORS * VL) {
+            const int64_t nv = (d - c0) / VL < HELD_VECTORS ? (d - c0) / VL : HELD_VECTORS;
+#define WEIGH(kv16, nv) weigh_values(p, V_rows, kv16, n, d, c0, inv, nv, o + c0)
+            if (kv16)
+                nv == 4 ? WEIGH(1, 4) : nv == 8 ? WEIGH(1, 8) : nv == HELD_VECTORS ? WEIGH(1, HELD_VECTORS) : WEIGH(1, nv);
+            else
+                nv == 4 ? WEIGH(0, 4) : nv == 8 ? WEIGH(0, 8) : nv == HELD_VECTORS ? WEIGH(0, HELD_VECTORS) : WEIGH(0, nv);
 #undef WEIGH
+        }
         return;
     }
 #endif
@@ -2194,12 +2232,11 @@ static void attend_row(const float *q, const void *Kh, const void *Vh, int kv16,
 }
 
 #define QUERY_RUN 16 /* queries of one head per work item of tc_gqa */
-#define RUN_KEYS 16  /* keys per block of attend_run: one vector of scores */
+#if HAVE_FLOAT_DOT
+#define RUN_KEYS VL /* keys per block of attend_run: one vector of scores */
 
-#if defined(__AVX512F__)
-
-/* Keys Kh [S, d] in blocks of RUN_KEYS, each block transposed: Kt [⌈S/16⌉][d][16], Kt[b][i][c] =
- * Kh[16b + c][i] (past the last key, the block's first key again: lanes attend_run masks off) */
+/* Keys Kh [S, d] in blocks of RUN_KEYS, each block transposed: Kt [⌈S/VL⌉][d][VL], Kt[b][i][c] =
+ * Kh[VL·b + c][i] (past the last key, the block's first key again: lanes attend_run masks off) */
 static void transpose_keys(const void *Kh, int kv16, int64_t S, int64_t d, float *Kt) {
     for (int64_t jb = 0; jb < S; jb += RUN_KEYS, Kt += d * RUN_KEYS)
         for (int64_t c = 0; c < RUN_KEYS; c++) {
@@ -2214,11 +2251,11 @@ static void transpose_keys(const void *Kh, int kv16, int64_t S, int64_t d, float
         }
 }
 
-/* Up to QUERY_RUN query rows of one head at once, Qr [nr, d] (d a multiple of 16, at most 256),
+/* Up to QUERY_RUN query rows of one head at once, Qr [nr, d] (d a multiple of VL),
  * against keys Kh, values Vh [S, d]; allowed [nr, S] (row stride S); each row as attend_row, out
  * row r at o + r·o_stride. The scores of every row over the keys of the rows' spans together come
- * 16 keys at a time from the head's transposed blocks of K (Kt, transpose_keys: made once a call of
- * tc_gqa, which every query head of the key head and every run reads), 16 scores a vector with no
+ * VL keys at a time from the head's transposed blocks of K (Kt, transpose_keys: made once a call of
+ * tc_gqa, which every query head of the key head and every run reads), VL scores a vector with no
  * horizontal sums; P: scratch of nr·S floats (scores left of a row's span are written, never read). */
 static void attend_run(const float *Qr, int64_t nr, const void *Vh, int kv16, int64_t S, int64_t d, const uint8_t *allowed,
                        float scale, float cap, float *P, const float *Kt_head, float *o, int64_t o_stride) {
@@ -2230,23 +2267,21 @@ static void attend_run(const float *Qr, int64_t nr, const void *Vh, int kv16, in
     for (int64_t jb = J0 / RUN_KEYS * RUN_KEYS; jb < J1; jb += RUN_KEYS) {
         const int64_t nb = J1 - jb < RUN_KEYS ? J1 - jb : RUN_KEYS;
         const float *Kt = Kt_head + jb * d; /* block jb / 16: d · 16 floats each */
-        const __mmask16 keep = (__mmask16)((1u << nb) - 1u);
         int64_t r = 0;
         for (; r < nr; r += 4) { /* four rows at a time, two sums each: eight chains of FMAs */
             const int64_t g = nr - r < 4 ? nr - r : 4;
-            __m512 acc[4][2];
-            for (int64_t u = 0; u < 4; u++) acc[u][0] = acc[u][1] = _mm512_setzero_ps();
+            vf acc[4][2];
+            for (int64_t u = 0; u < 4; u++) acc[u][0] = acc[u][1] = VZERO();
             for (int64_t i = 0; i < d; i += 2) {
-                const __m512 k0 = _mm512_loadu_ps(Kt + i * RUN_KEYS), k1 = _mm512_loadu_ps(Kt + (i + 1) * RUN_KEYS);
+                const vf k0 = VLOAD(Kt + i * RUN_KEYS), k1 = VLOAD(Kt + (i + 1) * RUN_KEYS);
                 for (int64_t u = 0; u < 4; u++) {
                     const float *q = Qr + (r + (u < g ? u : 0)) * d;
-                    acc[u][0] = _mm512_fmadd_ps(_mm512_set1_ps(q[i]), k0, acc[u][0]);
-                    acc[u][1] = _mm512_fmadd_ps(_mm512_set1_ps(q[i + 1]), k1, acc[u][1]);
+                    acc[u][0] = VFMA(VSET1(q[i]), k0, acc[u][0]);
+                    acc[u][1] = VFMA(VSET1(q[i + 1]), k1, acc[u][1]);
                 }
             }
             for (int64_t u = 0; u < g; u++)
-                _mm512_mask_storeu_ps(P + (r + u) * S + jb, keep,
-                                      _mm512_mul_ps(_mm512_add_ps(acc[u][0], acc[u][1]), _mm512_set1_ps(scale)));
+                vstore_first(P + (r + u) * S + jb, VMUL(VADD(acc[u][0], acc[u][1]), VSET1(scale)), nb);
         }
     }
     for (int64_t r = 0; r < nr; r++) {
@@ -2293,7 +2328,7 @@ int tc_attention(const float *Q, const float *K, const float *V, int64_t B, int6
 
 static _Thread_local float *scratch_head;
 static _Thread_local int64_t scratch_head_cap;
-#if defined(__AVX512F__)
+#if HAVE_FLOAT_DOT
 static _Thread_local void *keys_t; /* the calling thread's transposed keys (transpose_keys) */
 static _Thread_local int64_t keys_t_cap;
 #endif
@@ -2323,7 +2358,7 @@ static int gqa_item(const gqa_args *a, int64_t it, const float *Kt, int64_t head
     }
     const uint8_t *allowed = a->allowed;
     const float scale = (float)a->scale, cap = (float)a->cap;
-#if defined(__AVX512F__)
+#if HAVE_FLOAT_DOT
     if (Kt && nr >= 4) { /* a prompt's queries: scores a block of keys at a time */
         attend_run(Qr, nr, Vh, kv16, S, d, allowed + t0 * S, scale, cap, P, Kt + (b * Hkv + kvh) * head_keys, o, H * d);
         return 0;
@@ -2376,10 +2411,11 @@ int tc_gqa(const gqa_args *a) {
     /* the work: each head's queries in runs of QUERY_RUN (a prompt's many, a decoding step's one) */
     const int64_t runs = (T + QUERY_RUN - 1) / QUERY_RUN, items = B * H * runs;
     int failed = 0;
-    float *Kt = 0; /* [B][Hkv][⌈S/16⌉ · 16][d], for attend_run */
-    const int64_t head_keys = (S + RUN_KEYS - 1) / RUN_KEYS * RUN_KEYS * d;
-#if defined(__AVX512F__)
-    if (T >= 4 && d % 16 == 0 && d <= 256) {
+    float *Kt = 0; /* [B][Hkv][⌈S/VL⌉ · VL][d], for attend_run */
+    int64_t head_keys = 0;
+#if HAVE_FLOAT_DOT
+    if (T >= 4 && d % VL == 0) {
+        head_keys = (S + RUN_KEYS - 1) / RUN_KEYS * RUN_KEYS * d;
         if (!(Kt = (float *)grown(&keys_t, &keys_t_cap, (int64_t)sizeof(float) * B * Hkv * head_keys))) return -2;
 #pragma omp parallel for collapse(2) schedule(static) if (!one_thread && B * Hkv * S * d >= PARALLEL_ATTENTION)
         for (int64_t b = 0; b < B; b++)
