@@ -356,7 +356,8 @@ def test_other_uses_get_the_dequantized_tensor():
 
 
 # ── packed weights (quant_kernels.pack_rows: groups of rows with their blocks side by side) ──
-PACKED = [t for t in TYPES if quant_kernels.pack_rows(t)]
+PACKED = [t for t in TYPES if quant_kernels.pack_rows(t)]  # AVX-512: every type x is rounded for; AVX2: Q4_0, Q4_1, Q8_0
+PACKED_K = [t for t in PACKED if t in K_QUANTS]
 SPLIT = (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0)  # the types whose packed steps quant.c regroups
 # rows: one short of a group, groups and a remainder; blocks of 32 per row: 1, 8 (one step, no tail),
 # 9 (a step and an odd block), 19 (two steps, a pair and an odd block), 18 and 2 (a tail of two
@@ -389,17 +390,33 @@ def split_step(step: np.ndarray, qtype: Q) -> np.ndarray:
     return np.concatenate([*parts, *runs]).astype(np.uint8)
 
 
+def lanes_group(group: np.ndarray, qtype: Q) -> np.ndarray:
+    """Eight rows as stored (uint8 [8, row_bytes]) in the AVX2 kernels' packed layout: for each block,
+    the eight rows' scales d, then (Q4_1) their mins m, then their quant bytes four at a time, row
+    after row (bytes 0…3 of rows 0…7, bytes 4…7 of rows 0…7, …)."""
+    block_bytes = GGML_QUANT_SIZES[qtype][1]
+    b = group.reshape(8, -1, block_bytes).transpose(1, 0, 2)  # [blocks, rows, block bytes]
+    head = 4 if qtype == Q.Q4_1 else 2
+    fields = [b[:, :, f : f + 2].reshape(len(b), 16) for f in range(0, head, 2)]
+    chunks = b[:, :, head:].reshape(len(b), 8, -1, 4).transpose(0, 2, 1, 3).reshape(len(b), -1)
+    return np.concatenate([*fields, chunks], axis=1).ravel()
+
+
 def packed_layout(blocks: np.ndarray, qtype: Q, k: int, rows: int) -> np.ndarray:
     """The packed layout as quant.c's tc_pack describes it, built step by step: groups of `rows`
-    rows, for each step of 256 elements each row's bytes of it in turn (`split_step`), then each
-    row's bytes past its last whole step (when that is two blocks a row, the group's 8 split as one
-    step); the rows after the last whole group as stored."""
+    rows; with the AVX2 kernels (8 rows) each group as `lanes_group`, else for each step of 256
+    elements each row's bytes of it in turn (`split_step`), then each row's bytes past its last
+    whole step (when that is two blocks a row, the group's 8 split as one step); the rows after the
+    last whole group as stored."""
     n, row_bytes = blocks.shape
     per_block, block_bytes = GGML_QUANT_SIZES[qtype]
     steps, step = k // 256, 256 // per_block * block_bytes
     out = []
     full = n - n % rows
     for g in range(0, full, rows):
+        if rows == 8:
+            out.append(lanes_group(blocks[g : g + 8], qtype))
+            continue
         for s in range(steps):
             out += [split_step(blocks[g + r, s * step : (s + 1) * step], qtype) for r in range(rows)]
         tails = np.concatenate([blocks[g + r, steps * step :] for r in range(rows)])
@@ -834,7 +851,7 @@ def test_models_time_only_their_decoding_steps(tmp_path, monkeypatch, prefetch_r
         assert model._prefetch.steps == 3
 
 
-@pytest.mark.skipif(not PACKED, reason="no packed kernels on this CPU (AVX-512 VNNI)")
+@pytest.mark.skipif(not PACKED_K, reason="no packed K-quant kernels on this CPU (AVX-512 VNNI)")
 @pytest.mark.parametrize("target", ["torch", "numpy"])
 def test_later_packing_after_some_decoding(tmp_path, monkeypatch, target):
     """In a Q4_K_M-style model (Q4_K, Q6_K) the K-quants are read as stored through the prompt and
@@ -861,7 +878,7 @@ def test_later_packing_after_some_decoding(tmp_path, monkeypatch, target):
     assert not model._later.waiting
 
 
-@pytest.mark.skipif(not PACKED, reason="no packed kernels on this CPU (AVX-512 VNNI)")
+@pytest.mark.skipif(not PACKED_K, reason="no packed K-quant kernels on this CPU (AVX-512 VNNI)")
 @pytest.mark.parametrize("target", ["torch", "numpy"])
 def test_resident_weights_all_pack_ahead(tmp_path, monkeypatch, target):
     """With TOYCARDS_WEIGHTS=resident the K-quants pack ahead of the first product as the other
@@ -1214,10 +1231,10 @@ def test_rows_of_a_weight_are_a_weight_over_the_same_blocks(qtype, target):
         y = np.asarray(part.linear(xs))
         assert np.array_equal(y, whole[..., a:b])
         check_product(y[0], x[0], dense[a:b], qtype, 2)
-    if quant_kernels.pack_rows(qtype):
+    if group := quant_kernels.pack_rows(qtype):
         W._pack()  # (the K-quants pack later: their views read the copy from then on)
         for a, b in ranges:
-            aligned = a % 4 == 0 and b % 4 == 0
+            aligned = a % group == 0 and b % group == 0
             assert aligned == np.shares_memory(np.asarray(W[a:b]._packed), np.asarray(W._packed)), (a, b)
             assert np.array_equal(np.asarray(W[a:b].linear(xs)), whole[..., a:b])
     assert W[0:40] is W
