@@ -83,7 +83,7 @@ def test_grouped_query_attention_pass_by_pass(funcs, monkeypatch, layout, half, 
 def test_half_cache_pass_by_pass(funcs, monkeypatch, d, half):
     """A float16 KV cache: GQAttention's C call (keys and values rounded to halves as it writes
     them, read back as halves) equals the card's NumPy steps over the same float16 cache (NumPy's own
-    rounding) pass by pass, for head sizes of whole 16-lane vectors (64: the unrolled one), with a
+    rounding) pass by pass, for head sizes of whole vectors (64 and 128: the unrolled ones), with a
     tail, and partly rotated; and the half cache's outputs are not the float32 cache's (the rows were
     rounded) but within float16's relative precision of them."""
     H, H_kv = 6, 2
@@ -113,6 +113,21 @@ def test_half_cache_on_a_plain_x86_64(tmp_path):
         pytest.skip("an x86-64 build")
     ran = run_rebuilt(__file__, "x86-64", tmp_path, "test_half_cache_pass_by_pass or test_halves_as_numpy_rounds")
     assert ran == "." * 5, ran
+
+
+@needs_kernels
+def test_attention_in_avx2_vectors_on_an_avx512_cpu(tmp_path):
+    """The attention tests with the kernels built for AVX2 (x86-64-v3: 8-lane vectors, where this
+    CPU's own build takes 16): the float16 cache's dot products, the softmax, the weighted values
+    (a head of 128 in two passes of 8 registers) and a prompt's blocked scores at the other width.
+    Where the CPU has AVX2 and not AVX-512 its own build is that one, and the tests above cover it."""
+    from rebuilt import run_rebuilt
+
+    flags = quant_kernels._cpu_flags().split()
+    if "avx512f" not in flags or "avx2" not in flags:
+        pytest.skip("the CPU's own build is the AVX2 one, or it cannot run it")
+    select = "test_half_cache_pass_by_pass or test_grouped_query_attention_pass_by_pass"
+    assert run_rebuilt(__file__, "x86-64-v3", tmp_path, select) == "." * (4 + 4 * 3), select
 
 
 @needs_kernels

@@ -678,6 +678,9 @@ def test_avx2_kernels_without_avx512(tmp_path):
     assert ran == "." * n_types * (len(TOKENS) + 2 + 1), ran  # linear, tiled, embed
     # the AVX2 in-place float products (F32, F16, BF16)
     assert run_rebuilt(__file__, "x86-64-v3", tmp_path, "test_float_weights_in_place") == "." * 27
+    # the AVX2 packed layout (Q4_0, Q4_1 and Q8_0, eight rows a group, a row a lane)
+    ran = run_rebuilt(__file__, "x86-64-v3", tmp_path, "test_packed_weight_is_the_same_weight")
+    assert ran == "." * 3 * len(PACKED_SHAPES), ran
 
 
 # ── float weights read in place (F32 parameters, F16 and BF16 blocks) ────────────────────
