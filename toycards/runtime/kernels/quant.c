@@ -696,17 +696,18 @@ static inline __attribute__((always_inline)) void dot_rows(const int type, const
     }
 #else
 /* AVX2 (no 512-bit registers): a weight as stored is multiplied one row at a time (DOT_ROW: four rows
- * at once, each from its own stream, ran 1.0-1.3x slower on a Zen 1). A packed weight of Q4_0, Q4_1 or
- * Q8_0 (LANES, see tc_pack) holds its rows in groups of eight with their blocks interleaved four
+ * at once, each from its own stream, ran 1.0-1.3x slower on a Zen 1). A packed weight of Q4_0, Q4_1,
+ * Q8_0 or Q4_K (LANES, see tc_pack; Q4_K's kernel is dot_lanes_q4_k, with the K-quants below) holds
+ * its rows in groups of eight with their blocks interleaved four
  * bytes at a time, so that one 256-bit vector holds the same four quants of eight rows, a row a lane:
  * the four x values they multiply are one broadcast, a block's integer sums of eight rows come out in
  * one vector with no horizontal sum, and its eight scales are one load. Q4: the eight maddubs of a
  * block add up in int16 (at most 8 · 2 · 15 · 127 = 30480) before one widening; Q8_0 (quants −128 …
  * 127 through the sign trick, pairs up to 2 · 128 · 127) widens each. On a Zen 1 core, from cache:
- * 2.7x (Q4_0), 2.2x (Q4_1) and 1.8x (Q8_0) the one-row speed. */
+ * 2.7x (Q4_0), 2.2x (Q4_1) and 1.8x (Q8_0) the one-row speed (1.8x Q4_K). */
 #define ROWS 8
 #define LANES 1
-#define LANE_TYPE(TYPE) ((TYPE) == Q4_0 || (TYPE) == Q4_1 || (TYPE) == Q8_0)
+#define LANE_TYPE(TYPE) ((TYPE) == Q4_0 || (TYPE) == Q4_1 || (TYPE) == Q8_0 || (TYPE) == Q4_K)
 static inline __attribute__((always_inline)) void dot_lanes(const int type, const uint8_t *g, int64_t n_blocks,
                                                             const int8_t *qx, const float *dx, const float *sx,
                                                             float *y) {
@@ -957,36 +958,88 @@ K_ROWS(dot_q5_k, Q5_K_CALL)
 K_ROWS(dot_q6_k_rows, Q6_K_CALL)
 
 #else
+/* One row of Q4_K or Q5_K as stored: a sub-block's integer sum whole, then its float steps in the
+ * order of dot_lanes_q4_k's lanes (Σ_j d·sc_j · (p_j·dx_j), less Σ_j dmin·m_j · sx_j), so that a packed
+ * Q4_K weight's products equal the stored one's to the bit. */
 static float dot_q45_k(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx,
                        int five) {
-    __m256 acc = _mm256_setzero_ps();
-    float extra = 0.0f;
+    float acc = 0.0f, acc_m = 0.0f;
     const int bs = five ? 176 : 144;
     for (int64_t b = 0; b < n_blocks; b += 8, w += bs) { /* 8 x blocks: one weight block of 256 */
         const float d = f16(w), dmin = f16(w + 2);
         const uint8_t *scales = w + 4, *qh = w + 16, *qs = w + (five ? 48 : 16);
         const __m256i hbits = five ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
         for (int j = 0; j < 8; j += 2, qs += 32) {
-            int sc1, m1, sc2, m2;
-            scale_min_k4(j, scales, &sc1, &m1);
-            scale_min_k4(j + 1, scales, &sc2, &m2);
             const __m256i v = _mm256_loadu_si256((const __m256i *)qs);
-            __m256i lo = low_nibbles32(v), hi = high_nibbles32(v);
+            __m256i q[2] = {low_nibbles32(v), high_nibbles32(v)};
             if (five) {
-                const __m256i u1 = _mm256_set1_epi8((char)(1u << j)), u2 = _mm256_set1_epi8((char)(2u << j));
                 const __m256i sixteen = _mm256_set1_epi8(0x10);
-                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, u1), u1), sixteen));
-                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, u2), u2), sixteen));
+                for (int h = 0; h < 2; h++) {
+                    const __m256i u = _mm256_set1_epi8((char)((1u + h) << j));
+                    q[h] = _mm256_or_si256(q[h], _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, u), u), sixteen));
+                }
             }
-            const int64_t x1 = b + j, x2 = b + j + 1;
-            const __m256i p1 = dot_u8s8(lo, _mm256_loadu_si256((const __m256i *)(qx + 32 * x1)));
-            const __m256i p2 = dot_u8s8(hi, _mm256_loadu_si256((const __m256i *)(qx + 32 * x2)));
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(d * (float)sc1 * dx[x1]), acc);
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p2), _mm256_set1_ps(d * (float)sc2 * dx[x2]), acc);
-            extra -= dmin * ((float)m1 * sx[x1] + (float)m2 * sx[x2]);
+            for (int h = 0; h < 2; h++) {
+                const int64_t xb = b + j + h;
+                int sc, m;
+                scale_min_k4(j + h, scales, &sc, &m);
+                const float p = (float)hsum_epi32(dot_u8s8(q[h], _mm256_loadu_si256((const __m256i *)(qx + 32 * xb))));
+                acc = fmaf(d * (float)sc, p * dx[xb], acc);
+                acc_m = fmaf(dmin * (float)m, sx[xb], acc_m);
+            }
         }
     }
-    return hsum(acc) + extra;
+    return acc - acc_m;
+}
+
+/* Eight rows of a packed Q4_K group (see tc_pack) at once, a row a lane: per weight block, the rows'
+ * six-bit scales and mins of sub-block j from the three 32-bit words of their 12 bytes (as
+ * scale_min_k4 takes them), and per pair of sub-blocks (2i, 2i + 1: the low and high nibbles of 32
+ * quant bytes) eight chunks of four bytes of each row, each multiplied by one broadcast of four x
+ * values, summed in int16 (at most 8 · 2 · 15 · 127 = 30480) before one widening. */
+static void dot_lanes_q4_k(const uint8_t *g, int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx,
+                           float *y) {
+    const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0F), six = _mm256_set1_epi32(63);
+    const __m256i four = _mm256_set1_epi32(15), two = _mm256_set1_epi32(3);
+    __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n_blocks; b += 8, g += 8 * 144) {
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
+        const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16)));
+        const __m256i w0 = _mm256_loadu_si256((const __m256i *)(g + 32)), w1 = _mm256_loadu_si256((const __m256i *)(g + 64));
+        const __m256i w2 = _mm256_loadu_si256((const __m256i *)(g + 96));
+        const uint8_t *q = g + 128;
+        for (int i = 0; i < 4; i++) {
+            __m256i s[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            const int8_t *xl = qx + 32 * (b + 2 * i), *xh = xl + 32;
+            for (int c = 0; c < 8; c++) {
+                int32_t a, e;
+                memcpy(&a, xl + 4 * c, 4), memcpy(&e, xh + 4 * c, 4);
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(q + 256 * i + 32 * c));
+                s[0] = _mm256_add_epi16(s[0], _mm256_maddubs_epi16(_mm256_and_si256(v, low), _mm256_set1_epi32(a)));
+                s[1] = _mm256_add_epi16(s[1], _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low),
+                                                                   _mm256_set1_epi32(e)));
+            }
+            for (int h = 0; h < 2; h++) {
+                const int j = 2 * i + h, k = 8 * (j & 3);
+                const __m128i at = _mm_cvtsi32_si128(k), hi_at = _mm_cvtsi32_si128(k + 6), m_at = _mm_cvtsi32_si128(k + 4);
+                __m256i sc, m;
+                if (j < 4) {
+                    sc = _mm256_and_si256(_mm256_srl_epi32(w0, at), six);
+                    m = _mm256_and_si256(_mm256_srl_epi32(w1, at), six);
+                } else {
+                    sc = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi32(w2, at), four),
+                                         _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(w0, hi_at), two), 4));
+                    m = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi32(w2, m_at), four),
+                                        _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(w1, hi_at), two), 4));
+                }
+                const int64_t xb = b + j;
+                const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(s[h], ones));
+                acc = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)), _mm256_mul_ps(p, _mm256_set1_ps(dx[xb])), acc);
+                acc_m = _mm256_fmadd_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(m)), _mm256_set1_ps(sx[xb]), acc_m);
+            }
+        }
+    }
+    _mm256_storeu_ps(y, _mm256_sub_ps(acc, acc_m));
 }
 
 static float dot_q6_k(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx) {
@@ -1019,7 +1072,14 @@ static float dot_q4_k_one(const uint8_t *w, int64_t nb, const int8_t *qx, const 
 static float dot_q5_k_one(const uint8_t *w, int64_t nb, const int8_t *qx, const float *dx, const float *sx) {
     return dot_q45_k(w, nb, qx, dx, sx, 1);
 }
-ROWS_OF(dot_q4_k, dot_q4_k_one)
+static void dot_q4_k(const uint8_t *w, int64_t rs, int64_t ss, const uint8_t *tw, int64_t ts, int R,
+                     int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx, float *y) {
+    (void)ss, (void)tw, (void)ts;
+    if (R == ROWS)
+        dot_lanes_q4_k(w, n_blocks, qx, dx, sx, y);
+    else
+        for (int r = 0; r < R; r++) y[r] = dot_q4_k_one(w + r * rs, n_blocks, qx, dx, sx);
+}
 ROWS_OF(dot_q5_k, dot_q5_k_one)
 ROWS_OF(dot_q6_k_rows, dot_q6_k)
 #endif
@@ -1124,15 +1184,23 @@ static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t
  * which ran at half speed here once the weight was not in cache; packed, a group is read front to
  * back. Split, a step's scales are one load instead of eight, and 64 quants unpack with one mask
  * where the file's blocks take two loads, two shifts and three inserts per pair of blocks.
- * With the AVX2 kernels (LANES, ROWS = 8) the packed types are Q4_0, Q4_1 and Q8_0, and a group of
- * eight rows holds, for each block b of 32 elements (K/32 of them, no steps or tail), the eight rows'
- * float16 scales d of block b (row 0's first), then (Q4_1) their eight mins m, then the quants four
- * bytes at a time: bytes 4c … 4c + 3 of row 0's block b (after its d and m), of row 1's, …, of row
- * 7's, for c = 0, 1, … (Q4: 16 quant bytes, c < 4; Q8_0: 32, c < 8). See dot_lanes. */
+ * With the AVX2 kernels (LANES, ROWS = 8) the packed types are Q4_0, Q4_1, Q8_0 and Q4_K, and a group
+ * of eight rows holds, for each block b (K/32 of them, K/256 for Q4_K; no steps or tail), the eight
+ * rows' float16 scales d of block b (row 0's first), then (Q4_1, Q4_K) their eight mins m or dmin,
+ * then the rest of the blocks four bytes at a time: bytes 4c … 4c + 3 of row 0's block b (after
+ * its d and m), of row 1's, …, of row 7's, for c = 0, 1, … (Q4_0, Q4_1: the 16 quant bytes, c < 4;
+ * Q8_0: 32, c < 8; Q4_K: its 12 bytes of scales and mins, c < 3, then its 128 quant bytes). See
+ * dot_lanes and dot_lanes_q4_k. */
+
+/* a block's elements, its bytes and the bytes of its float16 fields at its start (d; d and m or dmin)
+ * for the types that pack in lanes */
+static inline int lane_elements(int type) { return type == Q4_K ? 256 : 32; }
+static inline int lane_block_bytes(int type) { return type == Q4_K ? 144 : BLOCK_BYTES(type); }
+static inline int lane_head(int type) { return type == Q4_1 || type == Q4_K ? 4 : 2; }
 
 /* row r's block b of a lanes group (LANES) g ↔ the block as stored (blk); `pack` says which way */
 static void lanes_block(int type, uint8_t *g, int64_t b, int r, uint8_t *blk, int pack) {
-    const int bs = BLOCK_BYTES(type), hb = HAS_MIN(type) ? 4 : 2;
+    const int bs = lane_block_bytes(type), hb = lane_head(type);
     uint8_t *o = g + b * 8 * bs;
     for (int f = 0; f < hb; f += 2) /* d, then m */
         pack ? memcpy(o + 8 * f + 2 * r, blk + f, 2) : memcpy(blk + f, o + 8 * f + 2 * r, 2);
@@ -1225,8 +1293,9 @@ int tc_pack(const tc_weight *p, int64_t r0, int64_t r1, uint8_t *out, int64_t on
             const uint8_t *row = p->w + (n0 + r) * rb;
             uint8_t *group = out + n0 * rb;
             if (LANES) {
-                for (int64_t b = 0; b < p->k / 32; b++)
-                    lanes_block((int)p->type, group, b, (int)r, (uint8_t *)row + b * BLOCK_BYTES(p->type), 1);
+                const int type = (int)p->type;
+                for (int64_t b = 0; b < p->k / lane_elements(type); b++)
+                    lanes_block(type, group, b, (int)r, (uint8_t *)row + b * lane_block_bytes(type), 1);
                 continue;
             }
             for (int64_t st = 0; st < steps; st++) {
@@ -1295,7 +1364,8 @@ static const uint8_t *stored_row(const tc_weight *p, int64_t n, uint8_t *buf) {
     const int64_t sb = step_bytes(type), steps = p->k / 256, r = n % ROWS, tail = rb - steps * sb;
     const uint8_t *group = p->w + (n - r) * rb, *at = group + steps * ROWS * sb;
     if (LANES) {
-        for (int64_t b = 0; b < p->k / 32; b++) lanes_block(type, (uint8_t *)group, b, (int)r, buf + b * BLOCK_BYTES(type), 0);
+        for (int64_t b = 0; b < p->k / lane_elements(type); b++)
+            lanes_block(type, (uint8_t *)group, b, (int)r, buf + b * lane_block_bytes(type), 0);
         return buf;
     }
     for (int64_t st = 0; st < steps; st++) {
