@@ -356,7 +356,7 @@ def test_other_uses_get_the_dequantized_tensor():
 
 
 # ── packed weights (quant_kernels.pack_rows: groups of rows with their blocks side by side) ──
-PACKED = [t for t in TYPES if quant_kernels.pack_rows(t)]  # AVX-512: all x is rounded for; AVX2: Q4_0/1, Q8_0, Q4_K
+PACKED = [t for t in TYPES if quant_kernels.pack_rows(t)]  # AVX-512: all x is rounded for; AVX2: not Q5_*
 PACKED_LATER = [t for t in PACKED if not quant_kernels.packs_at_first_product(t)]  # AVX-512's K-quants
 SPLIT = (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0)  # the types whose packed steps quant.c regroups
 # rows: one short of a group, groups and a remainder; blocks of 32 per row: 1, 8 (one step, no tail),
@@ -392,13 +392,16 @@ def split_step(step: np.ndarray, qtype: Q) -> np.ndarray:
 
 def lanes_group(group: np.ndarray, qtype: Q) -> np.ndarray:
     """Eight rows as stored (uint8 [8, row_bytes]) in the AVX2 kernels' packed layout: for each block,
-    the eight rows' scales d, then (Q4_1, Q4_K) their mins m or dmin, then the rest of their blocks
-    four bytes at a time, row after row (bytes 0…3 of rows 0…7, bytes 4…7 of rows 0…7, …)."""
+    the eight rows' scales d (Q6_K's from the end of its blocks), then (Q4_1, Q4_K) their mins m or
+    dmin, then the rest of their blocks four bytes at a time, row after row (bytes 0…3 of rows 0…7,
+    bytes 4…7 of rows 0…7, …)."""
     block_bytes = GGML_QUANT_SIZES[qtype][1]
     b = group.reshape(8, -1, block_bytes).transpose(1, 0, 2)  # [blocks, rows, block bytes]
     head = 4 if qtype in (Q.Q4_1, Q.Q4_K) else 2
-    fields = [b[:, :, f : f + 2].reshape(len(b), 16) for f in range(0, head, 2)]
-    chunks = b[:, :, head:].reshape(len(b), 8, -1, 4).transpose(0, 2, 1, 3).reshape(len(b), -1)
+    at = block_bytes - 2 if qtype == Q.Q6_K else 0  # where the float16 fields are
+    rest = b[:, :, :at] if qtype == Q.Q6_K else b[:, :, head:]
+    fields = [b[:, :, at + f : at + f + 2].reshape(len(b), 16) for f in range(0, head, 2)]
+    chunks = rest.reshape(len(b), 8, -1, 4).transpose(0, 2, 1, 3).reshape(len(b), -1)
     return np.concatenate([*fields, chunks], axis=1).ravel()
 
 
@@ -679,9 +682,9 @@ def test_avx2_kernels_without_avx512(tmp_path):
     assert ran == "." * n_types * (len(TOKENS) + 2 + 1), ran  # linear, tiled, embed
     # the AVX2 in-place float products (F32, F16, BF16)
     assert run_rebuilt(__file__, "x86-64-v3", tmp_path, "test_float_weights_in_place") == "." * 27
-    # the AVX2 packed layout (Q4_0, Q4_1, Q8_0 and Q4_K, eight rows a group, a row a lane)
+    # the AVX2 packed layout (Q4_0, Q4_1, Q8_0, Q4_K and Q6_K, eight rows a group, a row a lane)
     ran = run_rebuilt(__file__, "x86-64-v3", tmp_path, "test_packed_weight_is_the_same_weight")
-    assert ran == "." * (3 * len(PACKED_SHAPES) + len(PACKED_SHAPES_K)), ran
+    assert ran == "." * (3 * len(PACKED_SHAPES) + 2 * len(PACKED_SHAPES_K)), ran
 
 
 # ── float weights read in place (F32 parameters, F16 and BF16 blocks) ────────────────────
@@ -882,7 +885,7 @@ def test_later_packing_after_some_decoding(tmp_path, monkeypatch, target):
     assert not model._later.waiting
 
 
-@pytest.mark.skipif(not {Q.Q4_K, Q.Q6_K} <= set(PACKED), reason="Q6_K does not pack on this CPU (AVX-512 VNNI)")
+@pytest.mark.skipif(not PACKED_LATER, reason="no types here that pack after some decoding (AVX-512 VNNI)")
 @pytest.mark.parametrize("target", ["torch", "numpy"])
 def test_resident_weights_all_pack_ahead(tmp_path, monkeypatch, target):
     """With TOYCARDS_WEIGHTS=resident the K-quants pack ahead of the first product as the other

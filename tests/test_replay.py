@@ -143,8 +143,8 @@ class _Glue:
 
 def quantized_llama(tmp_path, tied=False):
     """A 2-layer Llama of mixed block types: Q8_0, Q4_0, Q4_1 (which pack at their first product), Q4_K
-    and Q6_K (which pack after some decoding with the AVX-512 kernels; with the AVX2 ones Q4_K packs
-    at its first product and Q6_K not at all), F16 and F32."""
+    and Q6_K (which pack after some decoding with the AVX-512 kernels, at their first product with
+    the AVX2 ones), F16 and F32."""
     kinds = (Q.Q8_0, Q.Q4_K, Q.Q4_0, Q.F16, Q.Q6_K, Q.Q4_1, Q.F32)
     return llama_file(
         tmp_path / "m.gguf", (2, 256, 512, 160, 4, 2), lambda i, name, shape: kinds[i % 7], tied=tied

@@ -697,17 +697,17 @@ static inline __attribute__((always_inline)) void dot_rows(const int type, const
 #else
 /* AVX2 (no 512-bit registers): a weight as stored is multiplied one row at a time (DOT_ROW: four rows
  * at once, each from its own stream, ran 1.0-1.3x slower on a Zen 1). A packed weight of Q4_0, Q4_1,
- * Q8_0 or Q4_K (LANES, see tc_pack; Q4_K's kernel is dot_lanes_q4_k, with the K-quants below) holds
+ * Q8_0, Q4_K or Q6_K (LANES, see tc_pack; the K-quants' kernels are with theirs below) holds
  * its rows in groups of eight with their blocks interleaved four
  * bytes at a time, so that one 256-bit vector holds the same four quants of eight rows, a row a lane:
  * the four x values they multiply are one broadcast, a block's integer sums of eight rows come out in
  * one vector with no horizontal sum, and its eight scales are one load. Q4: the eight maddubs of a
  * block add up in int16 (at most 8 · 2 · 15 · 127 = 30480) before one widening; Q8_0 (quants −128 …
  * 127 through the sign trick, pairs up to 2 · 128 · 127) widens each. On a Zen 1 core, from cache:
- * 2.7x (Q4_0), 2.2x (Q4_1) and 1.8x (Q8_0) the one-row speed (1.8x Q4_K). */
+ * 2.7x (Q4_0), 2.2x (Q4_1) and 1.8x (Q8_0) the one-row speed (Q4_K 1.8x, Q6_K 1.5x). */
 #define ROWS 8
 #define LANES 1
-#define LANE_TYPE(TYPE) ((TYPE) == Q4_0 || (TYPE) == Q4_1 || (TYPE) == Q8_0 || (TYPE) == Q4_K)
+#define LANE_TYPE(TYPE) ((TYPE) == Q4_0 || (TYPE) == Q4_1 || (TYPE) == Q8_0 || (TYPE) == Q4_K || (TYPE) == Q6_K)
 static inline __attribute__((always_inline)) void dot_lanes(const int type, const uint8_t *g, int64_t n_blocks,
                                                             const int8_t *qx, const float *dx, const float *sx,
                                                             float *y) {
@@ -1042,9 +1042,18 @@ static void dot_lanes_q4_k(const uint8_t *g, int64_t n_blocks, const int8_t *qx,
     _mm256_storeu_ps(y, _mm256_sub_ps(acc, acc_m));
 }
 
+static inline int32_t hsum_epi32x4(__m128i s) {
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1)));
+}
+
+/* One row of Q6_K as stored: per half block and chunk of 32 (x block xb) the exact Σ (q − 32)·qx of
+ * its two groups of 16 (the sign trick), then their float steps in dot_lanes_q6_k's order (the
+ * groups of a half block's first 16 elements of each chunk, then of its last 16), so that a packed
+ * Q6_K weight's products equal the stored one's to the bit. */
 static float dot_q6_k(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx) {
     (void)sx;
-    __m256 acc = _mm256_setzero_ps();
+    float acc = 0.0f;
     const __m256i m32 = _mm256_set1_epi8(32);
     for (int64_t b = 0; b < n_blocks; b += 8, w += 210) {
         const float d = f16(w + 208);
@@ -1052,19 +1061,80 @@ static float dot_q6_k(const uint8_t *w, int64_t n_blocks, const int8_t *qx, cons
         const int8_t *sc = (const int8_t *)(w + 192);
         for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8) {
             __m256i q[4];
+            int32_t sums[4][2];
             q6_chunks(ql, qh, q);
             for (int k = 0; k < 4; k++) {
-                const int64_t xb = b + 4 * n + k;
                 const __m256i s = _mm256_sub_epi8(q[k], m32); /* −32 … 31 */
-                const __m256i y = _mm256_loadu_si256((const __m256i *)(qx + 32 * xb));
+                const __m256i y = _mm256_loadu_si256((const __m256i *)(qx + 32 * (b + 4 * n + k)));
                 const __m256i p = dot_u8s8(_mm256_sign_epi8(s, s), _mm256_sign_epi8(y, s));
-                const float f = d * dx[xb];
-                const __m256 scale = _mm256_setr_m128(_mm_set1_ps(f * (float)sc[2 * k]), _mm_set1_ps(f * (float)sc[2 * k + 1]));
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc);
+                sums[k][0] = hsum_epi32x4(_mm256_castsi256_si128(p)), sums[k][1] = hsum_epi32x4(_mm256_extracti128_si256(p, 1));
             }
+            for (int h = 0; h < 2; h++)
+                for (int k = 0; k < 4; k++)
+                    acc = fmaf(d * (float)sc[2 * k + h], (float)sums[k][h] * dx[b + 4 * n + k], acc);
         }
     }
-    return hsum(acc);
+    return acc;
+}
+
+/* Σ of 16 int8 (x + 128 as unsigned bytes, summed by psadbw) */
+static inline int sum16_i8(const int8_t *x) {
+    const __m128i v = _mm_xor_si128(_mm_loadu_si128((const __m128i *)x), _mm_set1_epi8((char)0x80));
+    const __m128i s = _mm_sad_epu8(v, _mm_setzero_si128());
+    return _mm_cvtsi128_si32(s) + _mm_extract_epi16(s, 4) - 16 * 128;
+}
+
+/* Eight rows of a packed Q6_K group (see tc_pack) at once, a row a lane: per half block and half of
+ * its chunks' elements (l < 16, then l ≥ 16: a group of 16 of each chunk k, with its own int8 scale),
+ * four bytes of each row's ql (twice) and qh give the six-bit quants q (0 … 63) of the four chunks,
+ * each multiplied by one broadcast of four x values; two such products sum in int16 (at most
+ * 2 · 2 · 63 · 127 = 32004) before each widening, and a group's Σ (q − 32)·qx is that sum less
+ * 32 · Σ qx of its 16 x values. */
+static void dot_lanes_q6_k(const uint8_t *g, int64_t n_blocks, const int8_t *qx, const float *dx, float *y) {
+    const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0F), fifth = _mm256_set1_epi8(0x30);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n_blocks; b += 8, g += 8 * 210) {
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
+        const uint8_t *ch = g + 16; /* four bytes of each row: ql's chunks 0 … 31, qh's 32 … 47, scales' 48 … 51 */
+        for (int n = 0; n < 2; n++)
+            for (int h = 0; h < 2; h++) {
+                __m256i s32[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                                  _mm256_setzero_si256()};
+                for (int c2 = 0; c2 < 4; c2 += 2) {
+                    __m256i s16[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                                      _mm256_setzero_si256()};
+                    for (int u = 0; u < 2; u++) {
+                        const int c = 4 * h + c2 + u; /* bytes 4c … 4c + 3 of the half's ql runs and qh */
+                        const __m256i a = _mm256_loadu_si256((const __m256i *)(ch + 32 * (16 * n + c)));
+                        const __m256i e = _mm256_loadu_si256((const __m256i *)(ch + 32 * (16 * n + 8 + c)));
+                        const __m256i hb = _mm256_loadu_si256((const __m256i *)(ch + 32 * (32 + 8 * n + c)));
+                        const __m256i q[4] = {
+                            _mm256_or_si256(_mm256_and_si256(a, low), _mm256_and_si256(_mm256_slli_epi16(hb, 4), fifth)),
+                            _mm256_or_si256(_mm256_and_si256(e, low), _mm256_and_si256(_mm256_slli_epi16(hb, 2), fifth)),
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low), _mm256_and_si256(hb, fifth)),
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(e, 4), low),
+                                            _mm256_and_si256(_mm256_srli_epi16(hb, 2), fifth))};
+                        for (int k = 0; k < 4; k++) {
+                            int32_t x4;
+                            memcpy(&x4, qx + 32 * (b + 4 * n + k) + 4 * c, 4);
+                            s16[k] = _mm256_add_epi16(s16[k], _mm256_maddubs_epi16(q[k], _mm256_set1_epi32(x4)));
+                        }
+                    }
+                    for (int k = 0; k < 4; k++) s32[k] = _mm256_add_epi32(s32[k], _mm256_madd_epi16(s16[k], ones));
+                }
+                for (int k = 0; k < 4; k++) {
+                    const int64_t xb = b + 4 * n + k;
+                    const int gi = 8 * n + 2 * k + h; /* the group's scale: byte gi % 4 of chunk 48 + gi / 4 */
+                    const __m256i words = _mm256_loadu_si256((const __m256i *)(ch + 32 * (48 + gi / 4)));
+                    const __m256i sc = _mm256_sra_epi32(_mm256_sll_epi32(words, _mm_cvtsi32_si128(24 - 8 * (gi % 4))),
+                                                        _mm_cvtsi32_si128(24));
+                    const __m256i sum = _mm256_sub_epi32(s32[k], _mm256_set1_epi32(32 * sum16_i8(qx + 32 * xb + 16 * h)));
+                    acc = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)),
+                                          _mm256_mul_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(dx[xb])), acc);
+                }
+            }
+    }
+    _mm256_storeu_ps(y, acc);
 }
 static float dot_q4_k_one(const uint8_t *w, int64_t nb, const int8_t *qx, const float *dx, const float *sx) {
     return dot_q45_k(w, nb, qx, dx, sx, 0);
@@ -1081,7 +1151,14 @@ static void dot_q4_k(const uint8_t *w, int64_t rs, int64_t ss, const uint8_t *tw
         for (int r = 0; r < R; r++) y[r] = dot_q4_k_one(w + r * rs, n_blocks, qx, dx, sx);
 }
 ROWS_OF(dot_q5_k, dot_q5_k_one)
-ROWS_OF(dot_q6_k_rows, dot_q6_k)
+static void dot_q6_k_rows(const uint8_t *w, int64_t rs, int64_t ss, const uint8_t *tw, int64_t ts, int R,
+                          int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx, float *y) {
+    (void)ss, (void)tw, (void)ts;
+    if (R == ROWS)
+        dot_lanes_q6_k(w, n_blocks, qx, dx, y);
+    else
+        for (int r = 0; r < R; r++) y[r] = dot_q6_k(w + r * rs, n_blocks, qx, dx, sx);
+}
 #endif
 
 /* One weight's part of a few-token int8 product: its "calls" are its packed groups of ROWS rows, then
@@ -1184,28 +1261,32 @@ static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t
  * which ran at half speed here once the weight was not in cache; packed, a group is read front to
  * back. Split, a step's scales are one load instead of eight, and 64 quants unpack with one mask
  * where the file's blocks take two loads, two shifts and three inserts per pair of blocks.
- * With the AVX2 kernels (LANES, ROWS = 8) the packed types are Q4_0, Q4_1, Q8_0 and Q4_K, and a group
- * of eight rows holds, for each block b (K/32 of them, K/256 for Q4_K; no steps or tail), the eight
- * rows' float16 scales d of block b (row 0's first), then (Q4_1, Q4_K) their eight mins m or dmin,
- * then the rest of the blocks four bytes at a time: bytes 4c … 4c + 3 of row 0's block b (after
- * its d and m), of row 1's, …, of row 7's, for c = 0, 1, … (Q4_0, Q4_1: the 16 quant bytes, c < 4;
- * Q8_0: 32, c < 8; Q4_K: its 12 bytes of scales and mins, c < 3, then its 128 quant bytes). See
- * dot_lanes and dot_lanes_q4_k. */
+ * With the AVX2 kernels (LANES, ROWS = 8) the packed types are Q4_0, Q4_1, Q8_0, Q4_K and Q6_K, and a
+ * group of eight rows holds, for each block b (K/32 of them, K/256 for the K-quants; no steps or
+ * tail), the eight rows' float16 scales d of block b (row 0's first; Q6_K's from the end of its
+ * blocks), then (Q4_1, Q4_K) their eight mins m or dmin, then the rest of the blocks four bytes at
+ * a time: bytes 4c … 4c + 3 of row 0's block b (past its d and m), of row 1's, …, of row 7's, for c
+ * = 0, 1, … (Q4_0, Q4_1: the 16 quant bytes, c < 4; Q8_0: 32, c < 8; Q4_K: its 12 bytes of scales
+ * and mins, c < 3, then its 128 quant bytes; Q6_K: ql, qh, then the 16 int8 scales, c < 52). See
+ * dot_lanes, dot_lanes_q4_k and dot_lanes_q6_k. */
 
-/* a block's elements, its bytes and the bytes of its float16 fields at its start (d; d and m or dmin)
- * for the types that pack in lanes */
-static inline int lane_elements(int type) { return type == Q4_K ? 256 : 32; }
-static inline int lane_block_bytes(int type) { return type == Q4_K ? 144 : BLOCK_BYTES(type); }
+/* for the types that pack in lanes: a block's elements and bytes, the bytes of its float16 fields (d;
+ * d and m or dmin) and where they are in a block as stored (at its start; Q6_K's d at its end), and
+ * where the rest of it starts */
+static inline int lane_elements(int type) { return type == Q4_K || type == Q6_K ? 256 : 32; }
+static inline int lane_block_bytes(int type) { return type == Q4_K ? 144 : type == Q6_K ? 210 : BLOCK_BYTES(type); }
 static inline int lane_head(int type) { return type == Q4_1 || type == Q4_K ? 4 : 2; }
+static inline int lane_head_at(int type) { return type == Q6_K ? 208 : 0; }
+static inline int lane_rest_at(int type) { return type == Q6_K ? 0 : lane_head(type); }
 
 /* row r's block b of a lanes group (LANES) g ↔ the block as stored (blk); `pack` says which way */
 static void lanes_block(int type, uint8_t *g, int64_t b, int r, uint8_t *blk, int pack) {
-    const int bs = lane_block_bytes(type), hb = lane_head(type);
+    const int bs = lane_block_bytes(type), hb = lane_head(type), h0 = lane_head_at(type), q0 = lane_rest_at(type);
     uint8_t *o = g + b * 8 * bs;
     for (int f = 0; f < hb; f += 2) /* d, then m */
-        pack ? memcpy(o + 8 * f + 2 * r, blk + f, 2) : memcpy(blk + f, o + 8 * f + 2 * r, 2);
+        pack ? memcpy(o + 8 * f + 2 * r, blk + h0 + f, 2) : memcpy(blk + h0 + f, o + 8 * f + 2 * r, 2);
     for (int c = 0; c < (bs - hb) / 4; c++)
-        pack ? memcpy(o + 8 * hb + 32 * c + 4 * r, blk + hb + 4 * c, 4) : memcpy(blk + hb + 4 * c, o + 8 * hb + 32 * c + 4 * r, 4);
+        pack ? memcpy(o + 8 * hb + 32 * c + 4 * r, blk + q0 + 4 * c, 4) : memcpy(blk + q0 + 4 * c, o + 8 * hb + 32 * c + 4 * r, 4);
 }
 
 /* 16 bytes x, y → 16 bytes each of lo, hi: lo[e] = x[e]'s low nibble | y[e]'s low nibble << 4,
@@ -1269,7 +1350,8 @@ static void unpack_step(int type, const uint8_t *o, uint8_t *b) {
 }
 
 /* the rows of a packed group (ROWS) when weights of `type` are multiplied faster packed (the types
- * whose x is quantized with the AVX-512 kernels; Q4_0, Q4_1 and Q8_0 with the AVX2 ones), else 0 */
+ * whose x is quantized with the AVX-512 kernels; Q4_0, Q4_1, Q8_0, Q4_K and Q6_K with the AVX2 ones),
+ * else 0 */
 int tc_packs(int type) {
     return ROWS > 1 && HAVE_INT8_DOT && (LANES ? LANE_TYPE(type) : step_bytes(type) > 0) ? ROWS : 0;
 }
