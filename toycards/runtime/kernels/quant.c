@@ -381,8 +381,9 @@ static _Thread_local int64_t scratch_row_cap, scratch_bytes_cap;
  * The tests hold this to dequantize(W) · dequantize(quantize(x)) within float32 rounding, and the
  * logits it gives to llama.cpp's own deviation from exact arithmetic (which quantizes x the same way).
  * Buffers: qx int8 [T, K], dx float32 [T, K/32], sx float32 [T, K/32] (dx · Σ qx of the block).
+ * (F16C too: the packed kernels widen eight rows' float16 scales at once; every AVX2 CPU has it.)
  */
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 #include <math.h>
 #define HAVE_INT8_DOT 1
