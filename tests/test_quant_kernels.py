@@ -392,12 +392,12 @@ def split_step(step: np.ndarray, qtype: Q) -> np.ndarray:
 
 def lanes_group(group: np.ndarray, qtype: Q) -> np.ndarray:
     """Eight rows as stored (uint8 [8, row_bytes]) in the AVX2 kernels' packed layout: for each block,
-    the eight rows' scales d (Q6_K's from the end of its blocks), then (Q4_1, Q4_K) their mins m or
-    dmin, then the rest of their blocks four bytes at a time, row after row (bytes 0…3 of rows 0…7,
+    the eight rows' scales d (Q6_K's from the end of its blocks), then (Q4_1, Q5_1, Q4_K) their mins m
+    or dmin, then the rest of their blocks four bytes at a time, row after row (bytes 0…3 of rows 0…7,
     bytes 4…7 of rows 0…7, …)."""
     block_bytes = GGML_QUANT_SIZES[qtype][1]
     b = group.reshape(8, -1, block_bytes).transpose(1, 0, 2)  # [blocks, rows, block bytes]
-    head = 4 if qtype in (Q.Q4_1, Q.Q4_K) else 2
+    head = 4 if qtype in (Q.Q4_1, Q.Q5_1, Q.Q4_K) else 2
     at = block_bytes - 2 if qtype == Q.Q6_K else 0  # where the float16 fields are
     rest = b[:, :, :at] if qtype == Q.Q6_K else b[:, :, head:]
     fields = [b[:, :, at + f : at + f + 2].reshape(len(b), 16) for f in range(0, head, 2)]
@@ -682,9 +682,9 @@ def test_avx2_kernels_without_avx512(tmp_path):
     assert ran == "." * n_types * (len(TOKENS) + 2 + 1), ran  # linear, tiled, embed
     # the AVX2 in-place float products (F32, F16, BF16)
     assert run_rebuilt(__file__, "x86-64-v3", tmp_path, "test_float_weights_in_place") == "." * 27
-    # the AVX2 packed layout (Q4_0, Q4_1, Q8_0, Q4_K and Q6_K, eight rows a group, a row a lane)
+    # the AVX2 packed layout (every type x is rounded for but Q5_K, eight rows a group, a row a lane)
     ran = run_rebuilt(__file__, "x86-64-v3", tmp_path, "test_packed_weight_is_the_same_weight")
-    assert ran == "." * (3 * len(PACKED_SHAPES) + 2 * len(PACKED_SHAPES_K)), ran
+    assert ran == "." * (5 * len(PACKED_SHAPES) + 2 * len(PACKED_SHAPES_K)), ran
 
 
 # ── float weights read in place (F32 parameters, F16 and BF16 blocks) ────────────────────

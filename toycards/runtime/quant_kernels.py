@@ -320,9 +320,9 @@ def plan(ggml_type: int, w_ptr: int, row_bytes: int, n: int, k: int) -> Plan:
 
 def pack_rows(ggml_type: int) -> int:
     """The rows of a packed group where the few-token product of this type runs faster on a packed
-    copy of the weight (the types whose x it rounds to int8 with the AVX-512 kernels; Q4_0, Q4_1, Q8_0,
-    Q4_K and Q6_K with the AVX2 ones: groups of rows with their blocks side by side, read as one
-    stream), else 0."""
+    copy of the weight (the types whose x it rounds to int8 with the AVX-512 kernels; all of them but
+    Q5_K with the AVX2 ones: groups of rows with their blocks side by side, read as one stream),
+    else 0."""
     lib = library()
     return 0 if lib is None else int(lib.tc_packs(ggml_type))
 

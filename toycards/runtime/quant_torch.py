@@ -25,7 +25,7 @@ still flow through them to whatever is (a norm's γ, the inputs): the backward d
 again a tile at a time, so autograd keeps no float copy of it (`_ThroughBlocks`).
 
 Where the few-token kernel reads a packed weight faster (`quant_kernels.pack_rows`: the types whose x
-it rounds to int8 with the AVX-512 kernels; all but Q5_0, Q5_1 and Q5_K with the AVX2 ones), the blocks are copied into that layout (groups of
+it rounds to int8 with the AVX-512 kernels; all of them but Q5_K with the AVX2 ones), the blocks are copied into that layout (groups of
 rows side by side, the same bytes in another order: quant_kernels.pack) and every later use reads
 the copy: at the first product where the copy regroups the blocks too (Q4_0, Q4_1, Q5_0, Q5_1,
 Q8_0), after some decoding elsewhere (the K-quants: packing.LaterPacking); the file's pages of the

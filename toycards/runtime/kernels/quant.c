@@ -698,17 +698,27 @@ static inline __attribute__((always_inline)) void dot_rows(const int type, const
 #else
 /* AVX2 (no 512-bit registers): a weight as stored is multiplied one row at a time (DOT_ROW: four rows
  * at once, each from its own stream, ran 1.0-1.3x slower on a Zen 1). A packed weight of Q4_0, Q4_1,
- * Q8_0, Q4_K or Q6_K (LANES, see tc_pack; the K-quants' kernels are with theirs below) holds
+ * Q5_0, Q5_1, Q8_0, Q4_K or Q6_K (LANES, see tc_pack; the K-quants' kernels are with theirs below) holds
  * its rows in groups of eight with their blocks interleaved four
  * bytes at a time, so that one 256-bit vector holds the same four quants of eight rows, a row a lane:
  * the four x values they multiply are one broadcast, a block's integer sums of eight rows come out in
  * one vector with no horizontal sum, and its eight scales are one load. Q4: the eight maddubs of a
  * block add up in int16 (at most 8 · 2 · 15 · 127 = 30480) before one widening; Q8_0 (quants −128 …
  * 127 through the sign trick, pairs up to 2 · 128 · 127) widens each. On a Zen 1 core, from cache:
- * 2.7x (Q4_0), 2.2x (Q4_1) and 1.8x (Q8_0) the one-row speed (Q4_K 1.8x, Q6_K 1.5x). */
+ * 2.7x (Q4_0), 2.2x (Q4_1), 2.0x (Q5_0, Q5_1) and 1.8x (Q8_0) the one-row speed (Q4_K 1.8x, Q6_K
+ * 1.5x). */
 #define ROWS 8
 #define LANES 1
-#define LANE_TYPE(TYPE) ((TYPE) == Q4_0 || (TYPE) == Q4_1 || (TYPE) == Q8_0 || (TYPE) == Q4_K || (TYPE) == Q6_K)
+#define LANE_TYPE(TYPE) ((TYPE) == Q4_0 || (TYPE) == Q4_1 || (TYPE) == Q5_0 || (TYPE) == Q5_1 || (TYPE) == Q8_0 || \
+                         (TYPE) == Q4_K || (TYPE) == Q6_K)
+/* byte i of each 32-bit lane: 16 where bit `shift` + i of the lane's word w is set, else 0 (i < 4) */
+static inline __m256i fifth_bits_of_lanes(__m256i w, int shift) {
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
+                                            0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
+    const __m256i bit = _mm256_set1_epi32(0x08040201);
+    const __m256i b = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_srl_epi32(w, _mm_cvtsi32_si128(shift)), spread), bit);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(b, bit), _mm256_set1_epi8(0x10));
+}
 static inline __attribute__((always_inline)) void dot_lanes(const int type, const uint8_t *g, int64_t n_blocks,
                                                             const int8_t *qx, const float *dx, const float *sx,
                                                             float *y) {
@@ -731,6 +741,26 @@ static inline __attribute__((always_inline)) void dot_lanes(const int type, cons
                 s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p1, ones));
             }
             sum = _mm256_add_epi32(s0, s1);
+        } else if (HAS_QH(type)) { /* Q5: the rows' qh words, then chunk j of their quants (as below); a
+                                    * quant's fifth bit (16) from bit 4j + i or 16 + 4j + i of its row's
+                                    * word; two chunks' products (at most 4 · 2 · 31 · 127 = 31496) a widening */
+            const __m256i H = _mm256_loadu_si256((const __m256i *)q);
+            __m256i s32 = _mm256_setzero_si256();
+            for (int j = 0; j < 4; j += 2) {
+                __m256i s16 = _mm256_setzero_si256();
+                for (int u = j; u < j + 2; u++) {
+                    int32_t xl, xh;
+                    memcpy(&xl, qx + 4 * u, 4), memcpy(&xh, qx + 16 + 4 * u, 4);
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 + 32 * u));
+                    const __m256i lo = _mm256_or_si256(_mm256_and_si256(v, low), fifth_bits_of_lanes(H, 4 * u));
+                    const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low),
+                                                       fifth_bits_of_lanes(H, 16 + 4 * u));
+                    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(lo, _mm256_set1_epi32(xl)));
+                    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi, _mm256_set1_epi32(xh)));
+                }
+                s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(s16, ones));
+            }
+            sum = s32;
         } else { /* chunk j: bytes 4j … 4j + 3 of the rows' quants: elements 4j + i (low), 16 + 4j + i (high) */
             __m256i s16 = _mm256_setzero_si256();
             for (int j = 0; j < 4; j++) {
@@ -1265,13 +1295,14 @@ static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t
  * which ran at half speed here once the weight was not in cache; packed, a group is read front to
  * back. Split, a step's scales are one load instead of eight, and 64 quants unpack with one mask
  * where the file's blocks take two loads, two shifts and three inserts per pair of blocks.
- * With the AVX2 kernels (LANES, ROWS = 8) the packed types are Q4_0, Q4_1, Q8_0, Q4_K and Q6_K, and a
- * group of eight rows holds, for each block b (K/32 of them, K/256 for the K-quants; no steps or
- * tail), the eight rows' float16 scales d of block b (row 0's first; Q6_K's from the end of its
- * blocks), then (Q4_1, Q4_K) their eight mins m or dmin, then the rest of the blocks four bytes at
- * a time: bytes 4c … 4c + 3 of row 0's block b (past its d and m), of row 1's, …, of row 7's, for c
- * = 0, 1, … (Q4_0, Q4_1: the 16 quant bytes, c < 4; Q8_0: 32, c < 8; Q4_K: its 12 bytes of scales
- * and mins, c < 3, then its 128 quant bytes; Q6_K: ql, qh, then the 16 int8 scales, c < 52). See
+ * With the AVX2 kernels (LANES, ROWS = 8) the packed types are those whose x is quantized but Q5_K,
+ * and a group of eight rows holds, for each block b (K/32 of them, K/256 for the K-quants; no steps
+ * or tail), the eight rows' float16 scales d of block b (row 0's first; Q6_K's from the end of its
+ * blocks), then (Q4_1, Q5_1, Q4_K) their eight mins m or dmin, then the rest of the blocks four bytes
+ * at a time: bytes 4c … 4c + 3 of row 0's block b (past its d and m), of row 1's, …, of row 7's, for
+ * c = 0, 1, … (Q4_0, Q4_1: the 16 quant bytes, c < 4; Q5_0, Q5_1: the qh word, then those, c < 5;
+ * Q8_0: 32, c < 8; Q4_K: its 12 bytes of scales and mins, c < 3, then its 128 quant bytes; Q6_K: ql,
+ * qh, then the 16 int8 scales, c < 52). See
  * dot_lanes, dot_lanes_q4_k and dot_lanes_q6_k. */
 
 /* for the types that pack in lanes: a block's elements and bytes, the bytes of its float16 fields (d;
@@ -1279,7 +1310,7 @@ static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t
  * where the rest of it starts */
 static inline int lane_elements(int type) { return type == Q4_K || type == Q6_K ? 256 : 32; }
 static inline int lane_block_bytes(int type) { return type == Q4_K ? 144 : type == Q6_K ? 210 : BLOCK_BYTES(type); }
-static inline int lane_head(int type) { return type == Q4_1 || type == Q4_K ? 4 : 2; }
+static inline int lane_head(int type) { return HAS_MIN(type) || type == Q4_K ? 4 : 2; }
 static inline int lane_head_at(int type) { return type == Q6_K ? 208 : 0; }
 static inline int lane_rest_at(int type) { return type == Q6_K ? 0 : lane_head(type); }
 
@@ -1354,8 +1385,7 @@ static void unpack_step(int type, const uint8_t *o, uint8_t *b) {
 }
 
 /* the rows of a packed group (ROWS) when weights of `type` are multiplied faster packed (the types
- * whose x is quantized with the AVX-512 kernels; Q4_0, Q4_1, Q8_0, Q4_K and Q6_K with the AVX2 ones),
- * else 0 */
+ * whose x is quantized with the AVX-512 kernels; all of them but Q5_K with the AVX2 ones), else 0 */
 int tc_packs(int type) {
     return ROWS > 1 && HAVE_INT8_DOT && (LANES ? LANE_TYPE(type) : step_bytes(type) > 0) ? ROWS : 0;
 }
