@@ -356,7 +356,7 @@ def test_other_uses_get_the_dequantized_tensor():
 
 
 # ── packed weights (quant_kernels.pack_rows: groups of rows with their blocks side by side) ──
-PACKED = [t for t in TYPES if quant_kernels.pack_rows(t)]  # AVX-512: all x is rounded for; AVX2: not Q5_*
+PACKED = [t for t in TYPES if quant_kernels.pack_rows(t)]  # AVX-512: all x is rounded for; AVX2: all but Q5_K
 PACKED_LATER = [t for t in PACKED if not quant_kernels.packs_at_first_product(t)]  # AVX-512's K-quants
 SPLIT = (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0)  # the types whose packed steps quant.c regroups
 # rows: one short of a group, groups and a remainder; blocks of 32 per row: 1, 8 (one step, no tail),
