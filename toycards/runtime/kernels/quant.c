@@ -698,9 +698,9 @@ static inline __attribute__((always_inline)) void dot_rows(const int type, const
 #else
 /* AVX2 (no 512-bit registers): a weight as stored is multiplied one row at a time (DOT_ROW: four rows
  * at once, each from its own stream, ran 1.0-1.3x slower on a Zen 1). A packed weight of Q4_0, Q4_1,
- * Q5_0, Q5_1, Q8_0, Q4_K or Q6_K (LANES, see tc_pack; the K-quants' kernels are with theirs below) holds
- * its rows in groups of eight with their blocks interleaved four
- * bytes at a time, so that one 256-bit vector holds the same four quants of eight rows, a row a lane:
+ * Q5_0, Q5_1, Q8_0, Q4_K or Q6_K (LANES, see tc_pack; the K-quants' kernels are with theirs below)
+ * holds its rows in groups of eight with their blocks interleaved four bytes at a time, so that one
+ * 256-bit vector holds the same four quants of eight rows, a row a lane:
  * the four x values they multiply are one broadcast, a block's integer sums of eight rows come out in
  * one vector with no horizontal sum, and its eight scales are one load. Q4: the eight maddubs of a
  * block add up in int16 (at most 8 · 2 · 15 · 127 = 30480) before one widening; Q8_0 (quants −128 …
