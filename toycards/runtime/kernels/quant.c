@@ -788,42 +788,35 @@ static inline int32_t hsum_epi32(__m256i v) {
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
     return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1)));
 }
-/* One row as stored. The LANE_TYPEs take a block's integer sum whole and then the float steps of its
- * lane in dot_lanes, in the same order (a row's sum does not depend on the layout: a packed weight's
- * products equal the stored one's to the bit); the others sum eight partial products a block. */
+/* One row as stored: a block's integer sum whole and then the float steps of its lane in dot_lanes,
+ * in the same order (a row's sum does not depend on the layout: a packed weight's products equal the
+ * stored one's to the bit). */
 #define DOT_ROW(NAME, TYPE)                                                                            \
     static float NAME##_one(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx,    \
                             const float *sx) {                                                         \
-        __m256 acc = _mm256_setzero_ps();                                                              \
-        float extra = 0.0f, sum = 0.0f, sum_m = 0.0f;                                                  \
+        float sum = 0.0f, sum_m = 0.0f;                                                                \
         for (int64_t b = 0; b < n_blocks; b++, qx += 32, w += BLOCK_BYTES(TYPE)) {                     \
-            const __m256i y = _mm256_loadu_si256((const __m256i *)qx);                                 \
             const float d = f16(w);                                                                    \
-            const __m256i p = block_products(TYPE, w, y);                                              \
-            if (LANE_TYPE(TYPE)) {                                                                     \
-                const float ps = (float)hsum_epi32(p);                                                 \
-                if (HAS_MIN(TYPE))                                                                     \
-                    sum = fmaf(d, ps * dx[b], sum), sum_m = fmaf(f16(w + 2), sx[b], sum_m);            \
-                else                                                                                   \
-                    sum = fmaf(d, fmaf(ps, dx[b], -BIAS(TYPE) * sx[b]), sum);                          \
-                continue;                                                                              \
-            }                                                                                          \
-            extra += block_extra(TYPE, w, d, sx[b]);                                                   \
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * dx[b]), acc);              \
+            const float ps = (float)hsum_epi32(block_products(TYPE, w, _mm256_loadu_si256((const __m256i *)qx))); \
+            if (HAS_MIN(TYPE))                                                                         \
+                sum = fmaf(d, ps * dx[b], sum), sum_m = fmaf(f16(w + 2), sx[b], sum_m);                \
+            else                                                                                       \
+                sum = fmaf(d, fmaf(ps, dx[b], -BIAS(TYPE) * sx[b]), sum);                              \
         }                                                                                              \
-        return LANE_TYPE(TYPE) ? sum + sum_m : hsum(acc) + extra;                                      \
+        return sum + sum_m;                                                                            \
     }
-/* a packed group's eight rows at once (R = ROWS, LANE_TYPE), else R rows one at a time */
-#define DOT_ROWS(NAME, TYPE)                                                                           \
-    DOT_ROW(NAME, TYPE)                                                                                \
+/* the rows interface (as DOT_ROWS) of a type packed in lanes: a packed group's eight rows at
+ * once by LANES_CALL (R = ROWS), else R rows as stored one at a time by ONE */
+#define LANE_ROWS(NAME, ONE, LANES_CALL)                                                               \
     static void NAME(const uint8_t *w, int64_t rs, int64_t ss, const uint8_t *tw, int64_t ts, int R,  \
                      int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx, float *y) { \
         (void)ss, (void)tw, (void)ts;                                                                  \
-        if (LANE_TYPE(TYPE) && R == ROWS)                                                              \
-            dot_lanes(TYPE, w, n_blocks, qx, dx, sx, y);                                               \
+        if (R == ROWS)                                                                                 \
+            LANES_CALL;                                                                                \
         else                                                                                           \
-            for (int r = 0; r < R; r++) y[r] = NAME##_one(w + r * rs, n_blocks, qx, dx, sx);            \
+            for (int r = 0; r < R; r++) y[r] = ONE(w + r * rs, n_blocks, qx, dx, sx);                  \
     }
+#define DOT_ROWS(NAME, TYPE) DOT_ROW(NAME, TYPE) LANE_ROWS(NAME, NAME##_one, dot_lanes(TYPE, w, n_blocks, qx, dx, sx, y))
 #endif
 /* the rows interface over a one-row dot product of a weight as stored (row r at w + r·rs) */
 #define ROWS_OF(NAME, DOT)                                                                             \
@@ -1176,23 +1169,9 @@ static float dot_q4_k_one(const uint8_t *w, int64_t nb, const int8_t *qx, const 
 static float dot_q5_k_one(const uint8_t *w, int64_t nb, const int8_t *qx, const float *dx, const float *sx) {
     return dot_q45_k(w, nb, qx, dx, sx, 1);
 }
-static void dot_q4_k(const uint8_t *w, int64_t rs, int64_t ss, const uint8_t *tw, int64_t ts, int R,
-                     int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx, float *y) {
-    (void)ss, (void)tw, (void)ts;
-    if (R == ROWS)
-        dot_lanes_q4_k(w, n_blocks, qx, dx, sx, y);
-    else
-        for (int r = 0; r < R; r++) y[r] = dot_q4_k_one(w + r * rs, n_blocks, qx, dx, sx);
-}
+LANE_ROWS(dot_q4_k, dot_q4_k_one, dot_lanes_q4_k(w, n_blocks, qx, dx, sx, y))
 ROWS_OF(dot_q5_k, dot_q5_k_one)
-static void dot_q6_k_rows(const uint8_t *w, int64_t rs, int64_t ss, const uint8_t *tw, int64_t ts, int R,
-                          int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx, float *y) {
-    (void)ss, (void)tw, (void)ts;
-    if (R == ROWS)
-        dot_lanes_q6_k(w, n_blocks, qx, dx, y);
-    else
-        for (int r = 0; r < R; r++) y[r] = dot_q6_k(w + r * rs, n_blocks, qx, dx, sx);
-}
+LANE_ROWS(dot_q6_k_rows, dot_q6_k, dot_lanes_q6_k(w, n_blocks, qx, dx, y))
 #endif
 
 /* One weight's part of a few-token int8 product: its "calls" are its packed groups of ROWS rows, then
