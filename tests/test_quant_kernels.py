@@ -5,7 +5,7 @@ exact value of the product the file defines), version 2 the C kernel that multip
 (F32, F16 and BF16 read in place, and, on dequantized tiles, every type for more than FEW_TOKENS
 tokens where there is no version 4), version 3 the C kernel that quantizes x to int8 blocks of 32
 first, as llama.cpp does (Q8_0, Q4_*, Q5_* and the K-quants for few tokens), version 4 the int8 GEMM
-that takes the same x blocks for more tokens (those types, on CPUs with AVX-512 VNNI). Version 2
+that takes the same x blocks for more tokens (those types, on CPUs with AVX2 or AVX-512). Version 2
 must equal version 1 to float32 rounding; versions 3 and 4 must equal version 1 applied to the
 int8-rounded x to float32 rounding, and version 1 on the exact x to within the rounding bound
 Σ_k |w_k| · dx_k / 2 (each x_k moves by at most half its block's step dx_k).
@@ -158,12 +158,13 @@ GEMM_SHAPES_K = ((3, 256), (16, 512), (17, 256), (33, 1024))
 GEMM_CASES = [(t, shape) for t in INT8 for shape in (GEMM_SHAPES_K if t in K_QUANTS else GEMM_SHAPES)]
 
 
-@pytest.mark.skipif(not INT8, reason="no int8 GEMM on this CPU (AVX-512 VNNI)")
+@pytest.mark.skipif(not INT8, reason="no int8 GEMM on this CPU (AVX2 or AVX-512)")
 @pytest.mark.parametrize(("qtype", "shape"), GEMM_CASES, ids=lambda c: getattr(c, "name", str(c)))
 @pytest.mark.parametrize("n_tokens", (quant_torch.FEW_TOKENS + 1, 16, 23))
 def test_int8_gemm_tiles_and_token_groups(qtype, shape, n_tokens):
     """Version 4 on the shapes its tiles cut unevenly: rows that fill no tile or leave a partial
-    one, quads past the last transposed 16, tokens past the last group of 8; on the blocks as
+    one (tiles of 16 rows with AVX-512, 8 with AVX2), quads past the last transposed 16, tokens
+    past the last group (of 8; of 4 with AVX2); on the blocks as
     stored and on their packed copy (which it reads back as stored), and on the NumPy target (on one
     thread; each tile's sums are one thread's either way), which must all agree exactly."""
     rng = np.random.default_rng(shape[0] * 7 + shape[1] + n_tokens)
@@ -685,6 +686,10 @@ def test_avx2_kernels_without_avx512(tmp_path):
     # the AVX2 packed layout (every type x is rounded for but Q5_K, eight rows a group, a row a lane)
     ran = run_rebuilt(__file__, "x86-64-v3", tmp_path, "test_packed_weight_is_the_same_weight")
     assert ran == "." * (5 * len(PACKED_SHAPES) + 2 * len(PACKED_SHAPES_K)), ran
+    # the AVX2 int8 GEMM (tiles of eight rows, a packed group unpacked straight into its tile)
+    ran = run_rebuilt(__file__, "x86-64-v3", tmp_path, "test_int8_gemm_tiles_and_token_groups")
+    shapes = sum(len(GEMM_SHAPES_K if t in K_QUANTS else GEMM_SHAPES) for t in TYPES if quant_kernels.quantizes_x(t))
+    assert ran == "." * 3 * shapes, ran
 
 
 # ── float weights read in place (F32 parameters, F16 and BF16 blocks) ────────────────────
@@ -1100,11 +1105,13 @@ def deviation(logits: np.ndarray, exact: np.ndarray) -> tuple[float, float]:
 
 def test_real_file_prefill_deviation():
     """SmolLM2-135M Q4_1 (Q8_0 embedding), a prompt in one pass (the many-token products: the int8
-    GEMM where the CPU has AVX-512 VNNI, else bfloat16 GEMMs where it has those): its logits deviate
-    from exact float32 math on the dequantized weights about as llama.cpp's own do, and it picks the
-    exact greedy token as often. llama.cpp on this prompt (test_real_file_deviation_within_llama_cpps,
-    which compares with it directly): 3.50% of the logits' range at most, 0.76% rms, 15 of 16 greedy
-    picks exact. Measured: int8 3.60% / 0.52%, 15 of 16; bfloat16 1.7% / 0.36%, 16; float32 0."""
+    GEMM where the CPU has AVX2 or AVX-512, else bfloat16 GEMMs where it has those): its logits
+    deviate from exact float32 math on the dequantized weights about as llama.cpp's own do (within
+    1.25× of its max and rms deviation, as test_real_file_deviation_within_llama_cpps holds it where
+    llama.cpp is installed), and it picks the exact greedy token as often. llama.cpp on this prompt:
+    3.50% of the logits' range at most, 0.76% rms, 15 of 16 greedy picks exact (its AVX-512 build on
+    a Zen 4); 3.57%, 0.91%, 15 (its AVX2 build on a Zen 1). Measured: int8 3.60% / 0.52%, 15 of 16
+    (AVX-512, Zen 4), 3.41% / 0.80%, 16 (AVX2, Zen 1); bfloat16 1.7% / 0.36%, 16; float32 0."""
     from real_model import smollm2_q4_1
 
     import toycards
@@ -1115,7 +1122,7 @@ def test_real_file_prefill_deviation():
     exact = toycards.load(path, target="torch", dequantize=True).logits(ids)
     full = model.logits(ids)
     worst, rms = deviation(full, exact)
-    assert worst <= 1.25 * 0.035 and rms <= 0.0076, (worst, rms)  # as for decoding: within 1.25× of its max
+    assert worst <= 1.25 * 0.035 and rms <= 1.25 * 0.0076, (worst, rms)  # llama.cpp's AVX-512 deviation
     assert (full.argmax(-1) == exact.argmax(-1)).sum() >= 15
 
 

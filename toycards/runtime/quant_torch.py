@@ -11,7 +11,7 @@ Leaves out: the kernels (quant_kernels.py) and the reference they are held to, g
 The product picks its kernel by the number of tokens: up to `FEW_TOKENS` rows of x, the C kernel
 reads each weight row once and takes its dot products with every token (decoding). More (prefill):
 for the types whose x the kernels round to int8 blocks (as llama.cpp's quantized products do), the
-C int8 GEMM where the CPU has AVX-512 VNNI (`quant_kernels.many_tokens`: the sums decoding takes,
+C int8 GEMM where the CPU has AVX2 or AVX-512 (`quant_kernels.many_tokens`: the sums decoding takes,
 for every token); otherwise the weight is dequantized a tile of rows at a time (a million
 elements) into a buffer that a GEMM multiplies by, so no full float copy of the matrix is ever
 made. For the int8 types that GEMM runs in bfloat16 where the CPU has bfloat16 instructions

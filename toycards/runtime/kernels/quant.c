@@ -1538,7 +1538,7 @@ int tc_gather_rows(const tc_weight *p, const int64_t *ids, int64_t n_ids, float 
 }
 
 
-/* ── version 4, many tokens of the types whose x is quantized: an int8 GEMM (AVX-512 VNNI) ────────
+/* ── version 4, many tokens of the types whose x is quantized: an int8 GEMM ──────────────────────
  * x is quantized as for version 3 (quantize_x: int8 blocks of 32, dx, sx = dx · Σ qx), so many tokens
  * get the sums few tokens get, up to the order of float32 additions. Each weight row is first written
  * as unsigned quants q ∈ [0, 255] with a float scale d and a float offset m per group of L elements
@@ -1546,32 +1546,45 @@ int tc_gather_rows(const tc_weight *p, const int64_t *ids, int64_t n_ids, float 
  *   Q8_0  q = v + 128, m = −128·d      Q4_0  q = nibble, m = −8·d       Q4_1  q = nibble, m as stored
  *   Q5_0  m = −16·d                    Q5_1  m as stored                 (q: nibble + 16·fifth bit)
  *   Q4_K / Q5_K  d = d·sc_j, m = −dmin·m_j     Q6_K  d = d·sc_g, q = 6-bit quant, m = −32·d·sc_g
- * Then a group's part of Σ w·x is d·dx·Σ q·qx + m·dx·Σ qx (exact integers Σ q·qx, by vpdpbusd).
- * The rows go 16 at a time (one int32 lane a row) into a tile, q as [K/4][16 rows][4] (four
- * consecutive quants of a row in a lane), d and m as [K/L][16]; each thread builds its tiles in L2
- * and multiplies them by every token, 8 tokens at a time: per group and token, L/4 vpdpbusd (the
- * tile's 64 bytes against the token's 4 quants broadcast), then its sum converted to float and
- * scaled by one FMA, its offset part by another. On this two-core AMD EPYC a 1536×576 Q4_0 product
- * of 128 tokens runs at ~600 GOPS at best, ~400 typically, tiles included (torch's bfloat16 GEMM on
- * dequantized tiles: ~250 GFLOPS, the tiles apart); a tile costs a byte an element, built once for
- * all the tokens. */
-#if HAVE_INT8_DOT && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+ * (with the AVX2 kernels Q8_0's q is v itself, −128 … 127, and m = 0: see below). Then a group's
+ * part of Σ w·x is d·dx·Σ q·qx + m·dx·Σ qx, the integer sums Σ q·qx exact. The rows go GEMM_ROWS at
+ * a time (one int32 lane a row) into a tile, q as [K/4][GEMM_ROWS rows][4] (four consecutive quants
+ * of a row in a lane), d and m as [K/L][GEMM_ROWS]; each thread builds its tiles in L2 and multiplies
+ * them by every token, GEMM_TOKENS at a time: per group and token, L/4 vector products (the tile's
+ * quads of all its rows against the token's quad broadcast), then its sum converted to float and
+ * scaled by one FMA, its offset part by another. A tile costs a byte an element, built once for all
+ * the tokens.
+ * AVX-512 VNNI: tiles of 16 rows, 8 tokens, vpdpbusd sums straight into int32. On a two-core AMD
+ * EPYC (Zen 4) a 1536×576 Q4_0 product of 128 tokens runs at ~600 GOPS at best, ~400 typically,
+ * tiles included (torch's bfloat16 GEMM on dequantized tiles: ~250 GFLOPS, the tiles apart).
+ * AVX2 (LANES): tiles of 8 rows, 4 tokens. A packed group is a tile already but for unpacking: each
+ * 32-bit lane of its chunks holds one row's four bytes, so its nibbles (with Q5's fifth bits and Q6_K's
+ * high bits) are the tile's vectors, with no transpose; rows as stored go through gemm_row and an
+ * 8 × 8 transpose of 32-bit words. With no vpdpbusd, vpmaddubsw's int16 pairs add up in int16 while
+ * they cannot overflow: eight quads of Q4 (q ≤ 15: 8 · 2 · 15 · 127 = 30480), four of Q5 (q ≤ 31),
+ * two of Q6_K (q ≤ 63), then one vpmaddwd widens them. Q8_0's q would overflow one pair (2 · 255 ·
+ * 127), so its tile keeps v with m = 0 and multiplies |v| by x with v's sign, each quad widened. */
+#if HAVE_INT8_DOT && (LANES || (defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)))
 #define HAVE_GEMM 1
+#if LANES
+enum { GEMM_ROWS = 8, GEMM_TOKENS = 4 };
+#else
 enum { GEMM_ROWS = 16, GEMM_TOKENS = 8 };
+#endif
 
 /* the group length L of a type's tile (see above) */
 static inline int gemm_group(int type) { return type == Q6_K ? 16 : 32; }
 
-/* one row as stored (b, K elements) → its unsigned quants q [K], and d, m [K / L] (see above), with
- * the version 3 kernels' unpacking (nibbles, unsigned_quants, q6_chunks) */
+/* one row as stored (b, K elements) → its quants q [K], and d, m [K / L] (see above), with the
+ * version 3 kernels' unpacking (nibbles, unsigned_quants, q6_chunks) */
 static void gemm_row(int type, const uint8_t *b, int64_t K, uint8_t *q, float *d, float *m) {
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     switch (type) {
-    case Q8_0:
+    case Q8_0: /* AVX2: v, m = 0; AVX-512: v + 128, m = −128·d */
         for (int64_t g = 0; g < K / 32; g++, b += 34, q += 32) {
-            d[g] = f16(b), m[g] = -128.0f * d[g];
+            d[g] = f16(b), m[g] = LANES ? 0.0f : -128.0f * d[g];
             const __m256i v = _mm256_loadu_si256((const __m256i *)(b + 2));
-            _mm256_storeu_si256((__m256i *)q, _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)));
+            _mm256_storeu_si256((__m256i *)q, LANES ? v : _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)));
         }
         return;
     case Q4_0:
@@ -1620,6 +1633,177 @@ static void gemm_row(int type, const uint8_t *b, int64_t K, uint8_t *q, float *d
     }
 }
 
+typedef void (*gemm_fn)(const uint8_t *, const float *, const float *, int64_t, const int8_t *, const float *,
+                        const float *, float *, int64_t, int);
+
+#if LANES
+/* a packed group of eight rows (g, see tc_pack) → its tile: wq [K/4][8][4], dt and mt [K/L][8], each
+ * vector as gemm_row and the transpose would give it (the same q, the same float d and m) */
+static void gemm_lanes_tile(int type, const uint8_t *g, int64_t K, uint8_t *wq, float *dt, float *mt) {
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    const __m256 negate = _mm256_set1_ps(-0.0f);
+    if (type == Q4_K) { /* per block: 8 sub-blocks of 32, their scales and mins as dot_lanes_q4_k takes them */
+        const __m256i six = _mm256_set1_epi32(63), four = _mm256_set1_epi32(15), two = _mm256_set1_epi32(3);
+        for (int64_t b = 0; b < K / 256; b++, g += 8 * 144, wq += 8 * 256, dt += 64, mt += 64) {
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
+            const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16)));
+            const __m256i w0 = _mm256_loadu_si256((const __m256i *)(g + 32)), w1 = _mm256_loadu_si256((const __m256i *)(g + 64));
+            const __m256i w2 = _mm256_loadu_si256((const __m256i *)(g + 96));
+            for (int j = 0; j < 8; j++) {
+                const int k = 8 * (j & 3);
+                const __m128i at = _mm_cvtsi32_si128(k), hi_at = _mm_cvtsi32_si128(k + 6), m_at = _mm_cvtsi32_si128(k + 4);
+                __m256i sc, mn;
+                if (j < 4) {
+                    sc = _mm256_and_si256(_mm256_srl_epi32(w0, at), six);
+                    mn = _mm256_and_si256(_mm256_srl_epi32(w1, at), six);
+                } else {
+                    sc = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi32(w2, at), four),
+                                         _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(w0, hi_at), two), 4));
+                    mn = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi32(w2, m_at), four),
+                                         _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(w1, hi_at), two), 4));
+                }
+                _mm256_storeu_ps(dt + 8 * j, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)));
+                _mm256_storeu_ps(mt + 8 * j, _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(mn)), negate));
+            }
+            for (int i = 0; i < 4; i++) /* sub-blocks 2i (low nibbles), 2i + 1 (high) */
+                for (int c = 0; c < 8; c++) {
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(g + 128 + 256 * i + 32 * c));
+                    _mm256_storeu_si256((__m256i *)(wq + 32 * (16 * i + c)), _mm256_and_si256(v, low));
+                    _mm256_storeu_si256((__m256i *)(wq + 32 * (16 * i + 8 + c)),
+                                        _mm256_and_si256(_mm256_srli_epi16(v, 4), low));
+                }
+        }
+        return;
+    }
+    if (type == Q6_K) { /* per block: 16 groups of 16, their int8 scales; the quants as dot_lanes_q6_k builds them */
+        const __m256i fifth = _mm256_set1_epi8(0x30);
+        for (int64_t b = 0; b < K / 256; b++, g += 8 * 210, wq += 8 * 256, dt += 128, mt += 128) {
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
+            const uint8_t *ch = g + 16;
+            for (int gi = 0; gi < 16; gi++) {
+                const __m256i words = _mm256_loadu_si256((const __m256i *)(ch + 32 * (48 + gi / 4)));
+                const __m256i sc = _mm256_sra_epi32(_mm256_sll_epi32(words, _mm_cvtsi32_si128(24 - 8 * (gi % 4))),
+                                                    _mm_cvtsi32_si128(24));
+                const __m256 ds = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
+                _mm256_storeu_ps(dt + 8 * gi, ds);
+                _mm256_storeu_ps(mt + 8 * gi, _mm256_mul_ps(_mm256_set1_ps(-32.0f), ds));
+            }
+            for (int n = 0; n < 2; n++)
+                for (int c = 0; c < 8; c++) { /* elements 128n + 32k + 4c … + 3 of the eight rows */
+                    const __m256i a = _mm256_loadu_si256((const __m256i *)(ch + 32 * (16 * n + c)));
+                    const __m256i e = _mm256_loadu_si256((const __m256i *)(ch + 32 * (16 * n + 8 + c)));
+                    const __m256i hb = _mm256_loadu_si256((const __m256i *)(ch + 32 * (32 + 8 * n + c)));
+                    const __m256i q[4] = {
+                        _mm256_or_si256(_mm256_and_si256(a, low), _mm256_and_si256(_mm256_slli_epi16(hb, 4), fifth)),
+                        _mm256_or_si256(_mm256_and_si256(e, low), _mm256_and_si256(_mm256_slli_epi16(hb, 2), fifth)),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low), _mm256_and_si256(hb, fifth)),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(e, 4), low),
+                                        _mm256_and_si256(_mm256_srli_epi16(hb, 2), fifth))};
+                    for (int k = 0; k < 4; k++) _mm256_storeu_si256((__m256i *)(wq + 32 * (32 * n + 8 * k + c)), q[k]);
+                }
+        }
+        return;
+    }
+    const int64_t gb = 8 * BLOCK_BYTES(type), hb = HAS_MIN(type) ? 4 : 2; /* a group's block; its d (and m) */
+    for (int64_t b = 0; b < K / 32; b++, g += gb, wq += 256) {
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
+        _mm256_storeu_ps(dt + 8 * b, d);
+        _mm256_storeu_ps(mt + 8 * b, type == Q8_0    ? _mm256_setzero_ps()
+                                     : HAS_MIN(type) ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16)))
+                                                     : _mm256_mul_ps(_mm256_set1_ps(-BIAS(type)), d));
+        const uint8_t *c = g + 8 * hb;
+        if (type == Q8_0) { /* chunk c: elements 4c … 4c + 3 of the eight rows, v as stored */
+            memcpy(wq, c, 256);
+            continue;
+        }
+        const __m256i H = HAS_QH(type) ? _mm256_loadu_si256((const __m256i *)c) : _mm256_setzero_si256();
+        if (HAS_QH(type)) c += 32;
+        for (int j = 0; j < 4; j++) { /* chunk j: elements 4j + i (low nibbles), 16 + 4j + i (high) */
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(c + 32 * j));
+            __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+            if (HAS_QH(type))
+                lo = _mm256_or_si256(lo, fifth_bits_of_lanes(H, 4 * j)), hi = _mm256_or_si256(hi, fifth_bits_of_lanes(H, 16 + 4 * j));
+            _mm256_storeu_si256((__m256i *)(wq + 32 * j), lo);
+            _mm256_storeu_si256((__m256i *)(wq + 32 * (4 + j)), hi);
+        }
+    }
+}
+
+/* 8 rows of 8 int32 each (rows[r], a row stride apart) transposed into out [8][8]: out[i][r] = rows[r][i] */
+static inline void transpose_rows(const uint8_t *rows, int64_t stride, uint8_t *out) {
+    __m256i a[8], t[8];
+    for (int r = 0; r < 8; r++) a[r] = _mm256_loadu_si256((const __m256i *)(rows + r * stride));
+    for (int r = 0; r < 8; r += 2) { /* words i, i + 1 (i = 0, 2 of each 128-bit half) of rows r, r + 1 */
+        t[r] = _mm256_unpacklo_epi32(a[r], a[r + 1]);
+        t[r + 1] = _mm256_unpackhi_epi32(a[r], a[r + 1]);
+    }
+    for (int r = 0; r < 8; r += 4) /* rows r … r + 3: words 0 and 4, 1 and 5, 2 and 6, 3 and 7 */
+        for (int k = 0; k < 2; k++) {
+            a[r + 2 * k] = _mm256_unpacklo_epi64(t[r + k], t[r + 2 + k]);
+            a[r + 2 * k + 1] = _mm256_unpackhi_epi64(t[r + k], t[r + 2 + k]);
+        }
+    for (int i = 0; i < 4; i++) { /* the halves: word i of the eight rows, then word i + 4 */
+        _mm256_storeu_si256((__m256i *)(out + 32 * i), _mm256_permute2x128_si256(a[i], a[4 + i], 0x20));
+        _mm256_storeu_si256((__m256i *)(out + 32 * (i + 4)), _mm256_permute2x128_si256(a[i], a[4 + i], 0x31));
+    }
+}
+
+/* y [TT tokens][8 rows of the tile] (row stride N, the first R rows stored) from a tile and TT
+ * tokens' qx [TT][K], dxg and sxg [TT][K/L] (each group's dx and dx · Σ qx): per group, DEPTH quads'
+ * pairs added in int16 before each widening (see above; DEPTH = 1: Q8_0's sign trick) */
+static inline __attribute__((always_inline)) void gemm_tokens(const int L, const int DEPTH, const int TT,
+                                                              const uint8_t *wq, const float *dt, const float *mt,
+                                                              int64_t K, const int8_t *qx, const float *dxg,
+                                                              const float *sxg, float *y, int64_t N, int R) {
+    const int64_t ng = K / L;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[GEMM_TOKENS];
+    for (int t = 0; t < TT; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < ng; g++) {
+        const __m256 d = _mm256_loadu_ps(dt + GEMM_ROWS * g), m = _mm256_loadu_ps(mt + GEMM_ROWS * g);
+        const uint8_t *wg = wq + 32 * g * (L / 4);
+        for (int t = 0; t < TT; t++) {
+            const int8_t *xg = qx + t * K + g * L;
+            __m256i s32 = _mm256_setzero_si256();
+            for (int j0 = 0; j0 < L / 4; j0 += DEPTH) {
+                __m256i s16 = _mm256_setzero_si256();
+                for (int j = j0; j < j0 + DEPTH; j++) {
+                    const __m256i w = _mm256_loadu_si256((const __m256i *)(wg + 32 * j));
+                    int32_t quad;
+                    memcpy(&quad, xg + 4 * j, 4);
+                    const __m256i xq = _mm256_set1_epi32(quad);
+                    s16 = _mm256_add_epi16(s16, DEPTH == 1 ? _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xq, w))
+                                                           : _mm256_maddubs_epi16(w, xq));
+                }
+                s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(s16, ones));
+            }
+            const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(dxg[t * ng + g]));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), scale, acc[t]);
+            acc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(sxg[t * ng + g]), acc[t]);
+        }
+    }
+    const __m256i rows = _mm256_cmpgt_epi32(_mm256_set1_epi32(R), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    for (int t = 0; t < TT; t++) _mm256_maskstore_ps(y + t * N, rows, acc[t]);
+}
+
+#define GEMM_FN(NAME, L, DEPTH, TT)                                                                     \
+    static void NAME##_##TT(const uint8_t *wq, const float *dt, const float *mt, int64_t K, const int8_t *qx, \
+                            const float *dxg, const float *sxg, float *y, int64_t N, int R) {           \
+        gemm_tokens(L, DEPTH, TT, wq, dt, mt, K, qx, dxg, sxg, y, N, R);                                \
+    }
+#define GEMM_FNS(NAME, L, DEPTH)                                                                        \
+    GEMM_FN(NAME, L, DEPTH, 1) GEMM_FN(NAME, L, DEPTH, 2) GEMM_FN(NAME, L, DEPTH, 3) GEMM_FN(NAME, L, DEPTH, 4) \
+    static const gemm_fn NAME[GEMM_TOKENS + 1] = {0, NAME##_1, NAME##_2, NAME##_3, NAME##_4};
+GEMM_FNS(gemm_q4, 32, 8)
+GEMM_FNS(gemm_q5, 32, 4)
+GEMM_FNS(gemm_q6, 16, 2)
+GEMM_FNS(gemm_q8, 32, 1)
+
+/* a type's kernels by token count (see gemm_tokens) */
+static const gemm_fn *gemm_fns(int type) {
+    return type == Q8_0 ? gemm_q8 : type == Q6_K ? gemm_q6 : type == Q5_0 || type == Q5_1 || type == Q5_K ? gemm_q5 : gemm_q4;
+}
+#else
 /* one packed step of a SPLIT type (o: its 8 scales d, the 8 mins m of Q4_1 and Q5_1, the 8 qh of Q5_0
  * and Q5_1, then its quants, see tc_pack), blocks j0 … j1 − 1 of it → those blocks' unsigned quants q
  * [32 per block] and d, m as gemm_row gives them, read in place: Q8_0's quants are stored as v + 128
@@ -1664,14 +1848,9 @@ static void gemm_packed_row(const tc_weight *p, int64_t n, uint8_t *q, float *d,
         gemm_row(type, at + r * tail, p->k - 256 * steps, q, d, m);
 }
 
-/* a thread's tile and row buffers (see gemm_tile), and the calling thread's half-block scales of x
- * (Q6_K, see gemm_int8), grown as needed and kept */
-static _Thread_local void *tile_q, *tile_f, *halves_f;
-static _Thread_local int64_t tile_q_cap, tile_f_cap, halves_f_cap;
-
 /* 16 rows of 16 int32 each (rows[r], a row stride apart) transposed into out [16][16]: out[i][r] =
  * rows[r][i], four rounds of shuffles */
-static inline void transpose16(const uint8_t *rows, int64_t stride, uint8_t *out) {
+static inline void transpose_rows(const uint8_t *rows, int64_t stride, uint8_t *out) {
     __m512i a[16], t[16];
     for (int r = 0; r < 16; r++) a[r] = _mm512_loadu_si512((const void *)(rows + r * stride));
     for (int r = 0; r < 16; r += 2) { /* 32-bit pairs of rows r, r + 1 */
@@ -1694,38 +1873,6 @@ static inline void transpose16(const uint8_t *rows, int64_t stride, uint8_t *out
     }
     for (int k = 0; k < 16; k++) /* a[k], lane r: rows[r][i], i = k with its two low bits swapped */
         _mm512_storeu_si512((void *)(out + 64 * ((k & 12) | (k & 1) << 1 | (k >> 1 & 1))), a[k]);
-}
-
-/* rows n0 … n0 + R − 1 (R ≤ 16) of the plan's weight as a tile: wq [K/4][16][4], dt and mt [K/L][16]
- * (rows R … 15 zero); 0, or −2 when out of memory. Each row's quants go to a row buffer [16][K],
- * transposed 16 quads at a time. */
-static int gemm_tile(const tc_weight *p, int64_t n0, int R, uint8_t **wq, float **dt, float **mt) {
-    const int type = (int)p->type;
-    const int64_t K = p->k, ng = K / gemm_group(type);
-    uint8_t *q = (uint8_t *)grown(&tile_q, &tile_q_cap, 2 * GEMM_ROWS * K);
-    float *f = (float *)grown(&tile_f, &tile_f_cap, (int64_t)sizeof(float) * 2 * (GEMM_ROWS + 1) * ng);
-    uint8_t *bytes = p->packed ? row_buffer(p) : 0;
-    if (!q || !f || (p->packed && !bytes)) return -2;
-    uint8_t *rows = q + GEMM_ROWS * K;
-    float *row_d = f + 2 * GEMM_ROWS * ng, *row_m = row_d + ng;
-    *wq = q, *dt = f, *mt = f + GEMM_ROWS * ng;
-    if (R < GEMM_ROWS) {
-        memset(rows + R * K, 0, (size_t)((GEMM_ROWS - R) * K));
-        memset(f, 0, sizeof(float) * (size_t)(2 * GEMM_ROWS * ng));
-    }
-    const int64_t full = p->n - p->n % ROWS; /* packed rows (see tc_pack) */
-    for (int r = 0; r < R; r++) {
-        if (p->packed && SPLIT(type) && n0 + r < full)
-            gemm_packed_row(p, n0 + r, rows + r * K, row_d, row_m);
-        else
-            gemm_row(type, stored_row(p, n0 + r, bytes), K, rows + r * K, row_d, row_m);
-        for (int64_t g = 0; g < ng; g++) (*dt)[GEMM_ROWS * g + r] = row_d[g], (*mt)[GEMM_ROWS * g + r] = row_m[g];
-    }
-    int64_t i = 0; /* quads */
-    for (; i + 16 <= K / 4; i += 16) transpose16(rows + 4 * i, K, q + 64 * i);
-    for (; i < K / 4; i++)
-        for (int r = 0; r < GEMM_ROWS; r++) memcpy(q + 64 * i + 4 * r, rows + r * K + 4 * i, 4);
-    return 0;
 }
 
 /* y [TT tokens][16 rows of the tile] (row stride N, the first R rows stored) from a tile and TT
@@ -1761,8 +1908,6 @@ static inline __attribute__((always_inline)) void gemm_tokens(const int L, const
     for (int t = 0; t < TT; t++) _mm512_mask_storeu_ps(y + t * N, rows, acc[t]);
 }
 
-typedef void (*gemm_fn)(const uint8_t *, const float *, const float *, int64_t, const int8_t *, const float *,
-                        const float *, float *, int64_t, int);
 #define GEMM_FN(L, TT)                                                                                      \
     static void gemm_##L##_##TT(const uint8_t *wq, const float *dt, const float *mt, int64_t K,              \
                                 const int8_t *qx, const float *dxg, const float *sxg, float *y, int64_t N,   \
@@ -1778,11 +1923,63 @@ static const gemm_fn gemm_32[GEMM_TOKENS + 1] = {0, gemm_32_1, gemm_32_2, gemm_3
 static const gemm_fn gemm_16[GEMM_TOKENS + 1] = {0, gemm_16_1, gemm_16_2, gemm_16_3, gemm_16_4,
                                                  gemm_16_5, gemm_16_6, gemm_16_7, gemm_16_8};
 
-/* y [T, N] = x [T, K] · Wᵀ by tiles of 16 rows, each thread building its own (version 4); on the
- * calling thread alone when `one_thread` (as tc_dequant_rows) */
+/* a type's kernels by token count (see gemm_tokens) */
+static const gemm_fn *gemm_fns(int type) { return gemm_group(type) == 16 ? gemm_16 : gemm_32; }
+#endif
+
+/* a thread's tile and row buffers (see gemm_tile), and the calling thread's half-block scales of x
+ * (Q6_K, see gemm_int8), grown as needed and kept */
+static _Thread_local void *tile_q, *tile_f, *halves_f;
+static _Thread_local int64_t tile_q_cap, tile_f_cap, halves_f_cap;
+
+/* rows n0 … n0 + R − 1 (R ≤ GEMM_ROWS) of the plan's weight as a tile: wq [K/4][GEMM_ROWS][4], dt and
+ * mt [K/L][GEMM_ROWS] (rows R … GEMM_ROWS − 1 zero); 0, or −2 when out of memory. A packed group
+ * of eight rows is unpacked straight into its tile (AVX2); otherwise each row's quants go to a row
+ * buffer [GEMM_ROWS][K], transposed GEMM_ROWS quads at a time. */
+static int gemm_tile(const tc_weight *p, int64_t n0, int R, uint8_t **wq, float **dt, float **mt) {
+    const int type = (int)p->type;
+    const int64_t K = p->k, ng = K / gemm_group(type);
+    uint8_t *q = (uint8_t *)grown(&tile_q, &tile_q_cap, 2 * GEMM_ROWS * K);
+    float *f = (float *)grown(&tile_f, &tile_f_cap, (int64_t)sizeof(float) * 2 * (GEMM_ROWS + 1) * ng);
+    if (!q || !f) return -2;
+    uint8_t *rows = q + GEMM_ROWS * K;
+    float *row_d = f + 2 * GEMM_ROWS * ng, *row_m = row_d + ng;
+    *wq = q, *dt = f, *mt = f + GEMM_ROWS * ng;
+    const int64_t full = p->n - p->n % ROWS; /* packed rows (see tc_pack) */
+#if LANES
+    if (p->packed && n0 + GEMM_ROWS <= full) { /* n0 is a multiple of 8: one group */
+        gemm_lanes_tile(type, p->w + n0 * p->row_bytes, K, q, *dt, *mt);
+        return 0;
+    }
+#endif
+    uint8_t *bytes = p->packed ? row_buffer(p) : 0;
+    if (p->packed && !bytes) return -2;
+    if (R < GEMM_ROWS) {
+        memset(rows + R * K, 0, (size_t)((GEMM_ROWS - R) * K));
+        memset(f, 0, sizeof(float) * (size_t)(2 * GEMM_ROWS * ng));
+    }
+    for (int r = 0; r < R; r++) {
+#if !LANES
+        if (p->packed && SPLIT(type) && n0 + r < full)
+            gemm_packed_row(p, n0 + r, rows + r * K, row_d, row_m);
+        else
+#endif
+            gemm_row(type, stored_row(p, n0 + r, bytes), K, rows + r * K, row_d, row_m);
+        for (int64_t g = 0; g < ng; g++) (*dt)[GEMM_ROWS * g + r] = row_d[g], (*mt)[GEMM_ROWS * g + r] = row_m[g];
+    }
+    int64_t i = 0; /* quads */
+    for (; i + GEMM_ROWS <= K / 4; i += GEMM_ROWS) transpose_rows(rows + 4 * i, K, q + 4 * GEMM_ROWS * i);
+    for (; i < K / 4; i++)
+        for (int r = 0; r < GEMM_ROWS; r++) memcpy(q + 4 * GEMM_ROWS * i + 4 * r, rows + r * K + 4 * i, 4);
+    return 0;
+}
+
+/* y [T, N] = x [T, K] · Wᵀ by tiles of GEMM_ROWS rows, each thread building its own (version 4); on
+ * the calling thread alone when `one_thread` (as tc_dequant_rows) */
 static int gemm_int8(const tc_weight *p, const float *x, int64_t T, float *y, int64_t one_thread) {
     const int type = (int)p->type, L = gemm_group(type);
     const int64_t N = p->n, K = p->k, nb = K / 32, ng = K / L, tiles = (N + GEMM_ROWS - 1) / GEMM_ROWS;
+    const gemm_fn *fns = gemm_fns(type);
     int8_t *qx;
     float *dx, *sx, *dxg, *sxg;
     if (!scratch_x(T * K, T * nb, &qx, &dx, &sx)) return -2;
@@ -1815,8 +2012,7 @@ static int gemm_int8(const tc_weight *p, const float *x, int64_t T, float *y, in
             }
             for (int64_t t0 = 0; t0 < T; t0 += GEMM_TOKENS) {
                 const int tt = (int)(T - t0 < GEMM_TOKENS ? T - t0 : GEMM_TOKENS);
-                (L == 16 ? gemm_16 : gemm_32)[tt](wq, dt, mt, K, qx + t0 * K, dxg + t0 * ng, sxg + t0 * ng,
-                                                   y + t0 * N + n0, N, R);
+                fns[tt](wq, dt, mt, K, qx + t0 * K, dxg + t0 * ng, sxg + t0 * ng, y + t0 * N + n0, N, R);
             }
         }
     }
