@@ -2063,6 +2063,7 @@ static inline vf vload_w(int type, const uint8_t *w, int64_t i) {
 #define VSET1 _mm512_set1_ps
 #define VMUL _mm512_mul_ps
 #define VSUB _mm512_sub_ps
+#define VDIV _mm512_div_ps
 #define VSTORE _mm512_storeu_ps
 static inline vf vload_half(const uint16_t *h) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h)); }
 /* v where ok[lane] is not 0, else 0 */
@@ -2105,6 +2106,7 @@ static inline float vsum8(__m256 v) {
 #define VSET1 _mm256_set1_ps
 #define VMUL _mm256_mul_ps
 #define VSUB _mm256_sub_ps
+#define VDIV _mm256_div_ps
 #define VSTORE _mm256_storeu_ps
 static inline vf vload_half(const uint16_t *h) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h)); }
 static inline vf vkeep(vf v, const uint8_t *ok) {
@@ -2127,6 +2129,23 @@ static inline vf vpow2(__m256i n) {
 #endif
 
 #if HAVE_FLOAT_DOT
+/* exp_f32 on VL lanes (the same steps, NaN kept: min/max with the constant first return x when x
+ * is NaN) */
+static inline vf vexp(vf x) {
+    x = VMAX(VSET1(-88.0f), VMIN(VSET1(88.8f), x));
+    const vf shift = VSET1(12582912.0f);
+    const vf n = vnan_to_0(VSUB(VFMA(x, VSET1(1.44269504088896341f), shift), shift));
+    const vf r = VFMA(n, VSET1(2.12194440e-4f), VFNMA(n, VSET1(0.693359375f), x));
+    vf q = VSET1(1.9875691500e-4f);
+    q = VFMA(q, r, VSET1(1.3981999507e-3f));
+    q = VFMA(q, r, VSET1(8.3334519073e-3f));
+    q = VFMA(q, r, VSET1(4.1665795894e-2f));
+    q = VFMA(q, r, VSET1(1.6666665459e-1f));
+    q = VFMA(q, r, VSET1(5.0000001201e-1f));
+    q = VADD(VFMA(q, VMUL(r, r), r), VSET1(1.0f));
+    return VMUL(q, vpow2(vround_to_int(n)));
+}
+
 /* row w [K] of a float type times one x [K]: read in order (one stream: ~1.6× the bandwidth of four
  * rows interleaved on one core), four sums in flight, one horizontal sum; `type` is a constant where
  * this is inlined */
@@ -2373,8 +2392,14 @@ static _Thread_local int64_t scratch_h_cap;
 
 /* g [n] ← SiLU(g) · u = g / (1 + e^−g) · u, entry by entry */
 static inline void silu_mul(float *g, const float *u, int64_t n) {
-#pragma omp simd
-    for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + exp_f32(-g[i])) * u[i];
+    int64_t i = 0;
+#if HAVE_FLOAT_DOT /* VL lanes at a time by vexp (exp_f32's NaN test kept `omp simd` from vectorizing it) */
+    for (; i + VL <= n; i += VL) {
+        const vf x = VLOAD(g + i);
+        VSTORE(g + i, VMUL(VDIV(x, VADD(VSET1(1.0f), vexp(VMUL(x, VSET1(-1.0f))))), VLOAD(u + i)));
+    }
+#endif
+    for (; i < n; i++) g[i] = g[i] / (1.0f + exp_f32(-g[i])) * u[i];
 }
 
 /* The prelude's SwiGLU for few tokens: y [T, d_e] = W_down · (SiLU(W_gate · x) ⊙ (W_up · x)), x [T, d_e],
@@ -2590,23 +2615,6 @@ static inline void allowed_span(const uint8_t *ok, int64_t S, int64_t *j0, int64
  * when none is allowed, as the card's −∞ mask makes it), then the weighted sum of the values
  * Vh [n, d] (rows contiguous) into o [d]. p is overwritten. */
 #if HAVE_FLOAT_DOT
-/* exp_f32 on VL lanes (the same steps, NaN kept: min/max with the constant first return x when x
- * is NaN) */
-static inline vf vexp(vf x) {
-    x = VMAX(VSET1(-88.0f), VMIN(VSET1(88.8f), x));
-    const vf shift = VSET1(12582912.0f);
-    const vf n = vnan_to_0(VSUB(VFMA(x, VSET1(1.44269504088896341f), shift), shift));
-    const vf r = VFMA(n, VSET1(2.12194440e-4f), VFNMA(n, VSET1(0.693359375f), x));
-    vf q = VSET1(1.9875691500e-4f);
-    q = VFMA(q, r, VSET1(1.3981999507e-3f));
-    q = VFMA(q, r, VSET1(8.3334519073e-3f));
-    q = VFMA(q, r, VSET1(4.1665795894e-2f));
-    q = VFMA(q, r, VSET1(1.6666665459e-1f));
-    q = VFMA(q, r, VSET1(5.0000001201e-1f));
-    q = VADD(VFMA(q, VMUL(r, r), r), VSET1(1.0f));
-    return VMUL(q, vpow2(vround_to_int(n)));
-}
-
 /* the most vectors of an output row weigh_values holds in registers (AVX2 has 16 of them) */
 #define HELD_VECTORS (VL == 16 ? 16 : 8)
 
