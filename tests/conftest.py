@@ -7,8 +7,8 @@ asks for it.
 
 The suite multiplies prefill products in float32 (`TOYCARDS_PREFILL=float32`, also for the
 subprocesses it starts), so that the oracle tests compare the card's exact arithmetic with
-transformers to 1e-4; tests/test_quant_kernels.py turns the shipped prefill (the int8 GEMM, or
-bfloat16 GEMMs) back on and holds it to its own references.
+transformers to 1e-4; tests/test_quant_kernels.py turns the shipped prefill (the int8 GEMM) back
+on and holds it to its own references.
 """
 
 from __future__ import annotations

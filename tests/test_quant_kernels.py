@@ -45,10 +45,9 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(autouse=True)
 def prefill_as_shipped(monkeypatch):
-    """These tests hold the products as shipped, the int8 GEMM and bfloat16 prefill included, to
-    their references (the rest of the suite multiplies in float32: see conftest.py)."""
+    """These tests hold the products as shipped, the int8 GEMM included, to their references (the
+    rest of the suite multiplies in float32: see conftest.py)."""
     monkeypatch.delenv("TOYCARDS_PREFILL", raising=False)
-    monkeypatch.setattr(quant_torch, "_bf16_cpu", None)
 
 
 def test_the_kernels_build():
@@ -99,14 +98,6 @@ def check_product(y: np.ndarray, x: np.ndarray, w: np.ndarray, qtype: int, n_tok
         bound = (dx.astype(np.float64) / 2) @ np.abs(w64).T
         worst = np.abs(exact - y) - bound
         assert worst.max() <= ROUNDING * scale.max(), f"beyond the int8 rounding bound by {worst.max():.3g}"
-    elif n_tokens > quant_torch.FEW_TOKENS and quant_torch.bf16_prefill(qtype) and from_torch:
-        # bfloat16 GEMM: x and the tile rounded to bfloat16 (exactly as torch rounds), the sums in
-        # float32, the result rounded to bfloat16 (half a unit of its 8th significant bit)
-        xb, wb = (torch.from_numpy(a).to(torch.bfloat16).double().numpy() for a in (x, w))
-        want, scale = xb @ wb.T, np.abs(xb) @ np.abs(wb).T
-        worst = np.abs(y - want) - 2.0**-8 * np.abs(want)
-        assert worst.max() <= ROUNDING * scale.max(), f"beyond bfloat16 rounding by {worst.max():.3g}"
-        return
     else:
         want, scale = x64 @ w64.T, np.abs(x64) @ np.abs(w64).T
     err = np.abs(y - want) / scale.max()
@@ -140,8 +131,8 @@ def test_linear_torch(weight, n_tokens):
 
 @pytest.mark.parametrize("n_tokens", (quant_torch.FEW_TOKENS + 1, 33))
 def test_linear_torch_tiled(weight, n_tokens, monkeypatch):
-    """Where the CPU has no int8 GEMM (no AVX-512 VNNI), many tokens take dequantized tiles and a
-    GEMM, in bfloat16 where `bf16_prefill`: held to the same references (here with the GEMM off)."""
+    """Where there is no int8 GEMM (no AVX2; or TOYCARDS_PREFILL=float32), many tokens take
+    dequantized tiles and a float32 GEMM: held to the same references (here with the GEMM off)."""
     monkeypatch.setattr(quant_kernels, "many_tokens", lambda ggml_type: False)
     qtype, blocks, w = weight
     x = np.random.default_rng(n_tokens).normal(size=(n_tokens, w.shape[1])).astype(np.float32)
@@ -181,19 +172,6 @@ def test_int8_gemm_tiles_and_token_groups(qtype, shape, n_tokens):
     assert np.array_equal(quant_numpy.QuantWeight(blocks, qtype, shape).linear(x), y.numpy())
 
 
-def test_bf16_tiles_equal_the_reference_rounded(weight):
-    """The prefill tiles in bfloat16 are gguf.quants' values rounded as torch rounds float32 to
-    bfloat16 (to nearest, ties to even), NaN where they are NaN."""
-    qtype, blocks, w = weight
-    want = torch.from_numpy(w[2:]).to(torch.bfloat16)
-    got = torch.empty(want.shape, dtype=torch.bfloat16)
-    plan = quant_kernels.plan(qtype, blocks.ctypes.data, blocks.shape[1], *w.shape)
-    quant_kernels.dequant_rows_bf16(plan, 2, w.shape[0], got.data_ptr())
-    nan = want.isnan()
-    assert torch.equal(got.isnan(), nan)
-    assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))
-
-
 def test_tiles_of_two_weights_at_once_keep_their_own_buffers(monkeypatch):
     """A thread's tile buffer is kept between products; a second weight's tiles taken while the
     first's are still in use (a generator not finished) get a buffer of their own, and the kept one
@@ -203,18 +181,18 @@ def test_tiles_of_two_weights_at_once_keep_their_own_buffers(monkeypatch):
     a_blocks, b_blocks = (small_blocks(Q.Q8_0, (10, 160), rng) for _ in range(2))
     a, b = (quant_torch.QuantWeight(bl, Q.Q8_0, (10, 160)) for bl in (a_blocks, b_blocks))
     a_want, b_want = (quant_torch.reference_dequantize(bl, Q.Q8_0, (10, 160)) for bl in (a_blocks, b_blocks))
-    for _ in b._tiles(torch.float32):  # the thread now keeps a buffer
+    for _ in b._tiles():  # the thread now keeps a buffer
         pass
     seen = 0
-    for r0, r1, tile in a._tiles(torch.float32):
-        for s0, s1, other in b._tiles(torch.float32):
+    for r0, r1, tile in a._tiles():
+        for s0, s1, other in b._tiles():
             assert np.array_equal(other.numpy(), b_want[s0:s1])
         assert np.array_equal(tile.numpy(), a_want[r0:r1])  # b's tiles did not overwrite a's
         seen += r1 - r0
     assert seen == 10
     kept = quant_kernels._spare_tiles.__dict__[torch.float32]
     assert kept.numel() == 3 * 160
-    assert [t.data_ptr() for _, _, t in a._tiles(torch.float32)][0] == kept.data_ptr()  # reused
+    assert [t.data_ptr() for _, _, t in a._tiles()][0] == kept.data_ptr()  # reused
 
 
 def test_numpy_products_keep_their_tile_buffer(monkeypatch):
@@ -234,23 +212,6 @@ def test_numpy_products_keep_their_tile_buffer(monkeypatch):
     kept = quant_kernels._spare_tiles.__dict__[np.float32]
     check_product(q.linear(x[::-1].copy()), x[::-1], w, Q.F16, x.shape[0])
     assert quant_kernels._spare_tiles.__dict__[np.float32] is kept and kept.size == 3 * 160
-
-
-def test_bf16_prefill_only_where_x_is_rounded_to_int8_anyway(monkeypatch):
-    """bfloat16 GEMMs are for the types whose decoding kernel already rounds x to int8 (as
-    llama.cpp does) and that have no int8 GEMM here; float weights (F16, BF16, F32 files) keep
-    float32 products. With AVX-512 VNNI the int8 GEMM takes every int8 type."""
-    for qtype in (Q.F16, Q.BF16, Q.F32):
-        assert not quant_torch.bf16_prefill(qtype) and not quant_kernels.many_tokens(qtype)
-    assert not any(quant_torch.bf16_prefill(t) and quant_kernels.many_tokens(t) for t in TYPES)
-    flags = quant_kernels._cpu_flags().split()
-    if "avx512_vnni" in flags and quant_kernels.quantizes_x(Q.Q8_0):
-        assert all(quant_kernels.many_tokens(t) == quant_kernels.quantizes_x(t) for t in TYPES)
-    monkeypatch.setattr(quant_kernels, "many_tokens", lambda ggml_type: False)  # a CPU without it
-    if ("avx512_bf16" in flags or "amx_bf16" in flags) and quant_kernels.quantizes_x(Q.Q8_0):
-        assert quant_torch.bf16_prefill(Q.Q8_0)  # bfloat16 instructions and int8 decoding: it is on
-    if quant_torch.bf16_prefill(Q.Q8_0):  # and then for exactly the int8 types
-        assert all(quant_torch.bf16_prefill(t) == quant_kernels.quantizes_x(t) for t in TYPES)
 
 
 @pytest.mark.parametrize("n_tokens", (1, quant_numpy.FEW_TOKENS + 1))
@@ -1046,14 +1007,11 @@ def test_model_logits_match_the_dequantized_path(tmp_path, mix):
     types = {t for kind, t in MIXES[mix].items()}
     int8 = any(quant_kernels.quantizes_x(t) for t in types)
     gemm = any(quant_kernels.many_tokens(t) for t in types)
-    rounded = gemm or any(quant_torch.bf16_prefill(t) for t in types)
     full = kept.logits(ids)  # 12 tokens: the int8 GEMM, or dequantized tiles and a GEMM
-    # float32 GEMM: rounding. int8 x (as decoding, below). bfloat16 (x, tile and result rounded, each
-    # relative to its own size): measured 1.8–2.3% of the logits' range for Q8_0/Q4_0/Q4_1, and 6.7%
-    # for Q4_K_M, whose blocks of random bytes give mins as large as the scales' whole range (real
-    # files: test_real_file_prefill_deviation); a wrong tile or layout moves them by their range
+    # float32 GEMM: rounding. int8 x (as decoding, below; real files: test_real_file_prefill_deviation);
+    # a wrong tile or layout moves them by their range
     full_err = np.abs(full - want).max() / scale
-    assert full_err <= (0.1 if rounded else 1e-5), full_err
+    assert full_err <= (0.1 if gemm else 1e-5), full_err
     step = decode_logits(kept, ids)  # one token at a time: the few-token kernels
     err = np.abs(step - want).max() / scale
     # float32 kernels: rounding. int8 activations (as llama.cpp's): 3–5% of the logits' range on
@@ -1105,13 +1063,13 @@ def deviation(logits: np.ndarray, exact: np.ndarray) -> tuple[float, float]:
 
 def test_real_file_prefill_deviation():
     """SmolLM2-135M Q4_1 (Q8_0 embedding), a prompt in one pass (the many-token products: the int8
-    GEMM where the CPU has AVX2 or AVX-512, else bfloat16 GEMMs where it has those): its logits
+    GEMM where the CPU has AVX2 or AVX-512): its logits
     deviate from exact float32 math on the dequantized weights about as llama.cpp's own do (within
     1.25× of its max and rms deviation, as test_real_file_deviation_within_llama_cpps holds it where
     llama.cpp is installed), and it picks the exact greedy token as often. llama.cpp on this prompt:
     3.50% of the logits' range at most, 0.76% rms, 15 of 16 greedy picks exact (its AVX-512 build on
     a Zen 4); 3.57%, 0.91%, 15 (its AVX2 build on a Zen 1). Measured: int8 3.60% / 0.52%, 15 of 16
-    (AVX-512, Zen 4), 3.41% / 0.80%, 16 (AVX2, Zen 1); bfloat16 1.7% / 0.36%, 16; float32 0."""
+    (AVX-512, Zen 4), 3.41% / 0.80%, 16 (AVX2, Zen 1); float32 tiles 0."""
     from real_model import smollm2_q4_1
 
     import toycards

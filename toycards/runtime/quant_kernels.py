@@ -76,7 +76,6 @@ def _build() -> ctypes.CDLL | None:
         return None
     lib = ctypes.CDLL(str(target))
     lib.tc_dequant_rows.argtypes = [ctypes.POINTER(Plan), _I, _I, _P, _I]
-    lib.tc_dequant_rows_bf16.argtypes = [ctypes.POINTER(Plan), _I, _I, _P]
     lib.tc_gather_rows.argtypes = [ctypes.POINTER(Plan), _P, _I, _P]
     lib.tc_pack.argtypes = [ctypes.POINTER(Plan), _I, _I, _P, _I]
     plans, addresses, flags = ctypes.POINTER(Plan), ctypes.POINTER(_P), ctypes.POINTER(ctypes.c_uint8)
@@ -91,7 +90,6 @@ def _build() -> ctypes.CDLL | None:
         lib.tc_pack_weights,
         lib.tc_packs,
         lib.tc_dequant_rows,
-        lib.tc_dequant_rows_bf16,
         lib.tc_gather_rows,
         lib.tc_quantizes_x,
         lib.tc_float_direct,
@@ -203,14 +201,14 @@ def quantizes_x(ggml_type: int) -> bool:
 
 def float32_prefill() -> bool:
     """`TOYCARDS_PREFILL=float32`: many-token products on dequantized tiles in float32 (the exact
-    arithmetic of the dequantized weights, slower) instead of the int8 GEMM or bfloat16 GEMMs; read
+    arithmetic of the dequantized weights, slower) instead of the int8 GEMM; read
     when a weight is made."""
     return os.environ.get("TOYCARDS_PREFILL", "").lower() == "float32"
 
 
 def many_tokens(ggml_type: int) -> bool:
     """Whether `linear` multiplies any number of tokens of this type (more than FEW_TOKENS by the
-    int8 GEMM: x quantized as for few tokens, the weight's rows 16 at a time as unsigned bytes), so
+    int8 GEMM: x quantized as for few tokens, the weight's rows 16 or 8 at a time as bytes), so
     that no dequantized tile is needed."""
     lib = library()
     return lib is not None and ggml_type in SUPPORTED and bool(lib.tc_gemm(ggml_type))
@@ -394,12 +392,6 @@ def dequant_rows(p: Plan, r0: int, r1: int, out_ptr: int, one_thread: bool = Fal
     """Rows [r0, r1) of plan p's weight as float32 into out [(r1 − r0), k]; `one_thread`: on the
     calling thread alone (see tc_dequant_rows)."""
     _check(library().tc_dequant_rows(ctypes.byref(p), r0, r1, out_ptr, int(one_thread)), "dequant_rows")
-
-
-def dequant_rows_bf16(p: Plan, r0: int, r1: int, out_ptr: int) -> None:
-    """Rows [r0, r1) of plan p's weight rounded to bfloat16 (to nearest, ties to even) into out
-    [(r1 − r0), k]."""
-    _check(library().tc_dequant_rows_bf16(ctypes.byref(p), r0, r1, out_ptr), "dequant_rows_bf16")
 
 
 def gather_rows(p: Plan, ids_ptr: int, n_ids: int, out_ptr: int) -> bool:

@@ -12,11 +12,9 @@ The product picks its kernel by the number of tokens: up to `FEW_TOKENS` rows of
 reads each weight row once and takes its dot products with every token (decoding). More (prefill):
 for the types whose x the kernels round to int8 blocks (as llama.cpp's quantized products do), the
 C int8 GEMM where the CPU has AVX2 or AVX-512 (`quant_kernels.many_tokens`: the sums decoding takes,
-for every token); otherwise the weight is dequantized a tile of rows at a time (a million
-elements) into a buffer that a GEMM multiplies by, so no full float copy of the matrix is ever
-made. For the int8 types that GEMM runs in bfloat16 where the CPU has bfloat16 instructions
-(about twice float32's speed): tile and x rounded to bfloat16, sums in float32, the result rounded
-to bfloat16. `TOYCARDS_PREFILL=float32` keeps every many-token product in float32 on tiles.
+for every token); otherwise (and for every type with `TOYCARDS_PREFILL=float32`) the weight is
+dequantized a tile of rows at a time (a million elements) into a buffer that a float32 GEMM
+multiplies by, so no full float copy of the matrix is ever made.
 F16 and BF16 rows are not dequantized for few tokens either: the kernel widens their elements in
 registers, and `float_linear` does the same for a float32 parameter (an F32 file's matrices), which
 torch's own GEMV reads at about half the speed. Quantized weights
@@ -50,23 +48,7 @@ from toycards.runtime import quant_kernels as kernels
 from toycards.runtime.glue_torch import plain
 
 FEW_TOKENS = glue_cpp.FEW_TOKENS  # x rows up to which the row-at-a-time kernel beats dequantize-then-GEMM
-_bf16_cpu: bool | None = None
 plans_adopted = 0  # how many weights have taken a new kernel plan (packed) so far: a replayed step's check
-
-
-def bf16_prefill(ggml_type: int) -> bool:
-    """Whether many-token products of this type multiply in bfloat16 (see the module docstring):
-    a type whose few-token kernel quantizes x to int8 but that has no int8 GEMM here, a CPU with
-    bfloat16 GEMMs, not turned off."""
-    global _bf16_cpu
-    if _bf16_cpu is None:
-        try:
-            _bf16_cpu = not kernels.float32_prefill() and bool(
-                torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-            )
-        except (AttributeError, RuntimeError):
-            _bf16_cpu = False
-    return _bf16_cpu and kernels.quantizes_x(ggml_type) and not kernels.many_tokens(ggml_type)
 
 
 def reference_dequantize(blocks: np.ndarray, ggml_type: int, shape: tuple[int, ...]) -> np.ndarray:
@@ -366,27 +348,22 @@ class QuantWeight:
         return y if x.dtype == torch.float32 else y.to(x.dtype)
 
     def _tiled(self, x2: torch.Tensor) -> torch.Tensor:
-        """x2 [T, K] · Wᵀ a tile of rows at a time: dequantize the tile, then a GEMM (bfloat16 where
-        `bf16_prefill`, else float32)."""
+        """x2 [T, K] · Wᵀ a tile of rows at a time: dequantize the tile, then a float32 GEMM."""
         y = torch.empty(x2.shape[0], self.shape[0], dtype=torch.float32)  # (T, N)
-        bf16 = bf16_prefill(self.ggml_type)
-        if bf16:
-            x2 = x2.to(torch.bfloat16)
-        for r0, r1, tile in self._tiles(torch.bfloat16 if bf16 else torch.float32):
-            y[:, r0:r1] = x2 @ tile.T if bf16 else float_gemm(x2, tile)
+        for r0, r1, tile in self._tiles():
+            y[:, r0:r1] = float_gemm(x2, tile)
         return y
 
-    def _tiles(self, dtype: torch.dtype):
-        """(r0, r1, W[r0:r1] dequantized to `dtype`) for consecutive tiles of about TILE_FLOATS
+    def _tiles(self):
+        """(r0, r1, W[r0:r1] dequantized to float32) for consecutive tiles of about TILE_FLOATS
         elements, in one buffer (kernels.tile_buffer), overwritten from tile to tile."""
         n, k = self.shape
         rows = max(1, min(n, kernels.TILE_FLOATS // k))
-        dequant = kernels.dequant_rows_bf16 if dtype is torch.bfloat16 else kernels.dequant_rows
-        with kernels.tile_buffer(dtype, rows * k, lambda size: torch.empty(size, dtype=dtype)) as buffer:
+        with kernels.tile_buffer(torch.float32, rows * k, lambda size: torch.empty(size)) as buffer:
             tile = buffer[: rows * k].view(rows, k)  # (rows, K)
             for r0 in range(0, n, rows):
                 r1 = min(n, r0 + rows)
-                dequant(self._plan, r0, r1, tile.data_ptr())
+                kernels.dequant_rows(self._plan, r0, r1, tile.data_ptr())
                 yield r0, r1, tile[: r1 - r0]
 
     def grad_of_x(self, gy: torch.Tensor) -> torch.Tensor:
@@ -397,7 +374,7 @@ class QuantWeight:
         if not self.fast:
             return (gy2 @ self.dequantize()).view(*gy.shape[:-1], k)
         gx = torch.zeros(gy2.shape[0], k, dtype=torch.float32)
-        for r0, r1, tile in self._tiles(torch.float32):
+        for r0, r1, tile in self._tiles():
             gx.addmm_(gy2[:, r0:r1], tile)
         return gx.view(*gy.shape[:-1], k)
 

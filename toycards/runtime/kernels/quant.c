@@ -351,14 +351,6 @@ static row_fn row_kernel(int type) {
 /* 1 when `type` has a kernel here */
 int tc_supported(int type) { return row_kernel(type) != 0; }
 
-/* float32 → bfloat16, rounded to nearest, ties to even (NaN stays NaN), as torch's .to(torch.bfloat16) */
-static inline uint16_t bf16_of(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
 /* *buf with room for `bytes`: a thread's scratch buffer, grown as needed and kept from call to call
  * (no malloc per product); NULL when out of memory */
 static void *grown(void **buf, int64_t *cap, int64_t bytes) {
@@ -1502,27 +1494,6 @@ int tc_dequant_rows(const tc_weight *p, int64_t r0, int64_t r1, float *out, int6
 #pragma omp parallel for schedule(static) if (!one_thread)
     for (int64_t r = r0; r < r1; r++)
         if (dequant_row(p, row, r, out + (r - r0) * p->k)) failed = 1;
-    return failed ? -2 : 0;
-}
-
-/* rows [r0, r1) of the plan's weight dequantized and rounded to bfloat16 into out [(r1 − r0), K]
- * (uint16 bit patterns) */
-int tc_dequant_rows_bf16(const tc_weight *p, int64_t r0, int64_t r1, uint16_t *out) {
-    row_fn row = row_kernel((int)p->type);
-    if (!row) return -1;
-    const int64_t K = p->k;
-    int failed = 0;
-#pragma omp parallel for schedule(static)
-    for (int64_t r = r0; r < r1; r++) {
-        float *f = (float *)grown(&scratch_row, &scratch_row_cap, (int64_t)sizeof(float) * K);
-        if (!f || dequant_row(p, row, r, f)) {
-            failed = 1;
-            continue;
-        }
-        uint16_t *o = out + (r - r0) * K;
-#pragma omp simd
-        for (int64_t i = 0; i < K; i++) o[i] = bf16_of(f[i]);
-    }
     return failed ? -2 : 0;
 }
 
