@@ -1008,6 +1008,23 @@ static float dot_q45_k(const uint8_t *w, int64_t n_blocks, const int8_t *qx, con
     return acc - acc_m;
 }
 
+/* the six-bit scales sc and mins m of sub-block j of eight rows of a packed Q4_K group (a row a
+ * lane), from the three 32-bit words w0, w1, w2 of their 12 bytes, as scale_min_k4 takes them */
+static inline void lanes_scale_min_k4(int j, __m256i w0, __m256i w1, __m256i w2, __m256i *sc, __m256i *m) {
+    const __m256i six = _mm256_set1_epi32(63), four = _mm256_set1_epi32(15), two = _mm256_set1_epi32(3);
+    const int k = 8 * (j & 3);
+    const __m128i at = _mm_cvtsi32_si128(k), hi_at = _mm_cvtsi32_si128(k + 6), m_at = _mm_cvtsi32_si128(k + 4);
+    if (j < 4) {
+        *sc = _mm256_and_si256(_mm256_srl_epi32(w0, at), six);
+        *m = _mm256_and_si256(_mm256_srl_epi32(w1, at), six);
+    } else {
+        *sc = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi32(w2, at), four),
+                              _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(w0, hi_at), two), 4));
+        *m = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi32(w2, m_at), four),
+                             _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(w1, hi_at), two), 4));
+    }
+}
+
 /* Eight rows of a packed Q4_K group (see tc_pack) at once, a row a lane: per weight block, the rows'
  * six-bit scales and mins of sub-block j from the three 32-bit words of their 12 bytes (as
  * scale_min_k4 takes them), and per pair of sub-blocks (2i, 2i + 1: the low and high nibbles of 32
@@ -1015,8 +1032,7 @@ static float dot_q45_k(const uint8_t *w, int64_t n_blocks, const int8_t *qx, con
  * values, summed in int16 (at most 8 · 2 · 15 · 127 = 30480) before one widening. */
 static void dot_lanes_q4_k(const uint8_t *g, int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx,
                            float *y) {
-    const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0F), six = _mm256_set1_epi32(63);
-    const __m256i four = _mm256_set1_epi32(15), two = _mm256_set1_epi32(3);
+    const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0F);
     __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
     for (int64_t b = 0; b < n_blocks; b += 8, g += 8 * 144) {
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
@@ -1036,18 +1052,9 @@ static void dot_lanes_q4_k(const uint8_t *g, int64_t n_blocks, const int8_t *qx,
                                                                    _mm256_set1_epi32(e)));
             }
             for (int h = 0; h < 2; h++) {
-                const int j = 2 * i + h, k = 8 * (j & 3);
-                const __m128i at = _mm_cvtsi32_si128(k), hi_at = _mm_cvtsi32_si128(k + 6), m_at = _mm_cvtsi32_si128(k + 4);
+                const int j = 2 * i + h;
                 __m256i sc, m;
-                if (j < 4) {
-                    sc = _mm256_and_si256(_mm256_srl_epi32(w0, at), six);
-                    m = _mm256_and_si256(_mm256_srl_epi32(w1, at), six);
-                } else {
-                    sc = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi32(w2, at), four),
-                                         _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(w0, hi_at), two), 4));
-                    m = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi32(w2, m_at), four),
-                                        _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(w1, hi_at), two), 4));
-                }
+                lanes_scale_min_k4(j, w0, w1, w2, &sc, &m);
                 const int64_t xb = b + j;
                 const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(s[h], ones));
                 acc = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)), _mm256_mul_ps(p, _mm256_set1_ps(dx[xb])), acc);
@@ -1093,6 +1100,27 @@ static float dot_q6_k(const uint8_t *w, int64_t n_blocks, const int8_t *qx, cons
     return acc;
 }
 
+/* the six-bit quants (0 … 63) of elements 32k + 4c … 32k + 4c + 3 of half n of eight rows' block of
+ * a packed Q6_K group (a row a lane), k = 0 … 3, from chunk c of the half's two ql runs and its qh
+ * (ch: the block's chunks, past its d) */
+static inline void lanes_q6_k(const uint8_t *ch, int n, int c, __m256i q[4]) {
+    const __m256i low = _mm256_set1_epi8(0x0F), fifth = _mm256_set1_epi8(0x30);
+    const __m256i a = _mm256_loadu_si256((const __m256i *)(ch + 32 * (16 * n + c)));
+    const __m256i e = _mm256_loadu_si256((const __m256i *)(ch + 32 * (16 * n + 8 + c)));
+    const __m256i hb = _mm256_loadu_si256((const __m256i *)(ch + 32 * (32 + 8 * n + c)));
+    q[0] = _mm256_or_si256(_mm256_and_si256(a, low), _mm256_and_si256(_mm256_slli_epi16(hb, 4), fifth));
+    q[1] = _mm256_or_si256(_mm256_and_si256(e, low), _mm256_and_si256(_mm256_slli_epi16(hb, 2), fifth));
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low), _mm256_and_si256(hb, fifth));
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(e, 4), low), _mm256_and_si256(_mm256_srli_epi16(hb, 2), fifth));
+}
+
+/* the int8 scales of group gi (0 … 15) of eight rows' block of a packed Q6_K group, a row a lane:
+ * byte gi % 4 of chunk 48 + gi / 4 */
+static inline __m256i lanes_q6_k_scale(const uint8_t *ch, int gi) {
+    const __m256i words = _mm256_loadu_si256((const __m256i *)(ch + 32 * (48 + gi / 4)));
+    return _mm256_sra_epi32(_mm256_sll_epi32(words, _mm_cvtsi32_si128(24 - 8 * (gi % 4))), _mm_cvtsi32_si128(24));
+}
+
 /* Σ of 16 int8 (x + 128 as unsigned bytes, summed by psadbw) */
 static inline int sum16_i8(const int8_t *x) {
     const __m128i v = _mm_xor_si128(_mm_loadu_si128((const __m128i *)x), _mm_set1_epi8((char)0x80));
@@ -1107,7 +1135,7 @@ static inline int sum16_i8(const int8_t *x) {
  * 2 · 2 · 63 · 127 = 32004) before each widening, and a group's Σ (q − 32)·qx is that sum less
  * 32 · Σ qx of its 16 x values. */
 static void dot_lanes_q6_k(const uint8_t *g, int64_t n_blocks, const int8_t *qx, const float *dx, float *y) {
-    const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0F), fifth = _mm256_set1_epi8(0x30);
+    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < n_blocks; b += 8, g += 8 * 210) {
         ahead(g + 8 * 210, 8 * 210); /* its reads hop about the group's block: the hardware prefetchers
@@ -1124,15 +1152,8 @@ static void dot_lanes_q6_k(const uint8_t *g, int64_t n_blocks, const int8_t *qx,
                                       _mm256_setzero_si256()};
                     for (int u = 0; u < 2; u++) {
                         const int c = 4 * h + c2 + u; /* bytes 4c … 4c + 3 of the half's ql runs and qh */
-                        const __m256i a = _mm256_loadu_si256((const __m256i *)(ch + 32 * (16 * n + c)));
-                        const __m256i e = _mm256_loadu_si256((const __m256i *)(ch + 32 * (16 * n + 8 + c)));
-                        const __m256i hb = _mm256_loadu_si256((const __m256i *)(ch + 32 * (32 + 8 * n + c)));
-                        const __m256i q[4] = {
-                            _mm256_or_si256(_mm256_and_si256(a, low), _mm256_and_si256(_mm256_slli_epi16(hb, 4), fifth)),
-                            _mm256_or_si256(_mm256_and_si256(e, low), _mm256_and_si256(_mm256_slli_epi16(hb, 2), fifth)),
-                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low), _mm256_and_si256(hb, fifth)),
-                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(e, 4), low),
-                                            _mm256_and_si256(_mm256_srli_epi16(hb, 2), fifth))};
+                        __m256i q[4];
+                        lanes_q6_k(ch, n, c, q);
                         for (int k = 0; k < 4; k++) {
                             int32_t x4;
                             memcpy(&x4, qx + 32 * (b + 4 * n + k) + 4 * c, 4);
@@ -1143,10 +1164,7 @@ static void dot_lanes_q6_k(const uint8_t *g, int64_t n_blocks, const int8_t *qx,
                 }
                 for (int k = 0; k < 4; k++) {
                     const int64_t xb = b + 4 * n + k;
-                    const int gi = 8 * n + 2 * k + h; /* the group's scale: byte gi % 4 of chunk 48 + gi / 4 */
-                    const __m256i words = _mm256_loadu_si256((const __m256i *)(ch + 32 * (48 + gi / 4)));
-                    const __m256i sc = _mm256_sra_epi32(_mm256_sll_epi32(words, _mm_cvtsi32_si128(24 - 8 * (gi % 4))),
-                                                        _mm_cvtsi32_si128(24));
+                    const __m256i sc = lanes_q6_k_scale(ch, 8 * n + 2 * k + h);
                     const __m256i sum = _mm256_sub_epi32(s32[k], _mm256_set1_epi32(32 * sum16_i8(qx + 32 * xb + 16 * h)));
                     acc = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)),
                                           _mm256_mul_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(dx[xb])), acc);
@@ -1614,25 +1632,14 @@ static void gemm_lanes_tile(int type, const uint8_t *g, int64_t K, uint8_t *wq, 
     const __m256i low = _mm256_set1_epi8(0x0F);
     const __m256 negate = _mm256_set1_ps(-0.0f);
     if (type == Q4_K) { /* per block: 8 sub-blocks of 32, their scales and mins as dot_lanes_q4_k takes them */
-        const __m256i six = _mm256_set1_epi32(63), four = _mm256_set1_epi32(15), two = _mm256_set1_epi32(3);
         for (int64_t b = 0; b < K / 256; b++, g += 8 * 144, wq += 8 * 256, dt += 64, mt += 64) {
             const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
             const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16)));
             const __m256i w0 = _mm256_loadu_si256((const __m256i *)(g + 32)), w1 = _mm256_loadu_si256((const __m256i *)(g + 64));
             const __m256i w2 = _mm256_loadu_si256((const __m256i *)(g + 96));
             for (int j = 0; j < 8; j++) {
-                const int k = 8 * (j & 3);
-                const __m128i at = _mm_cvtsi32_si128(k), hi_at = _mm_cvtsi32_si128(k + 6), m_at = _mm_cvtsi32_si128(k + 4);
                 __m256i sc, mn;
-                if (j < 4) {
-                    sc = _mm256_and_si256(_mm256_srl_epi32(w0, at), six);
-                    mn = _mm256_and_si256(_mm256_srl_epi32(w1, at), six);
-                } else {
-                    sc = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi32(w2, at), four),
-                                         _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(w0, hi_at), two), 4));
-                    mn = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi32(w2, m_at), four),
-                                         _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(w1, hi_at), two), 4));
-                }
+                lanes_scale_min_k4(j, w0, w1, w2, &sc, &mn);
                 _mm256_storeu_ps(dt + 8 * j, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)));
                 _mm256_storeu_ps(mt + 8 * j, _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(mn)), negate));
             }
@@ -1647,29 +1654,18 @@ static void gemm_lanes_tile(int type, const uint8_t *g, int64_t K, uint8_t *wq, 
         return;
     }
     if (type == Q6_K) { /* per block: 16 groups of 16, their int8 scales; the quants as dot_lanes_q6_k builds them */
-        const __m256i fifth = _mm256_set1_epi8(0x30);
         for (int64_t b = 0; b < K / 256; b++, g += 8 * 210, wq += 8 * 256, dt += 128, mt += 128) {
             const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
             const uint8_t *ch = g + 16;
             for (int gi = 0; gi < 16; gi++) {
-                const __m256i words = _mm256_loadu_si256((const __m256i *)(ch + 32 * (48 + gi / 4)));
-                const __m256i sc = _mm256_sra_epi32(_mm256_sll_epi32(words, _mm_cvtsi32_si128(24 - 8 * (gi % 4))),
-                                                    _mm_cvtsi32_si128(24));
-                const __m256 ds = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
+                const __m256 ds = _mm256_mul_ps(d, _mm256_cvtepi32_ps(lanes_q6_k_scale(ch, gi)));
                 _mm256_storeu_ps(dt + 8 * gi, ds);
                 _mm256_storeu_ps(mt + 8 * gi, _mm256_mul_ps(_mm256_set1_ps(-32.0f), ds));
             }
             for (int n = 0; n < 2; n++)
                 for (int c = 0; c < 8; c++) { /* elements 128n + 32k + 4c … + 3 of the eight rows */
-                    const __m256i a = _mm256_loadu_si256((const __m256i *)(ch + 32 * (16 * n + c)));
-                    const __m256i e = _mm256_loadu_si256((const __m256i *)(ch + 32 * (16 * n + 8 + c)));
-                    const __m256i hb = _mm256_loadu_si256((const __m256i *)(ch + 32 * (32 + 8 * n + c)));
-                    const __m256i q[4] = {
-                        _mm256_or_si256(_mm256_and_si256(a, low), _mm256_and_si256(_mm256_slli_epi16(hb, 4), fifth)),
-                        _mm256_or_si256(_mm256_and_si256(e, low), _mm256_and_si256(_mm256_slli_epi16(hb, 2), fifth)),
-                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low), _mm256_and_si256(hb, fifth)),
-                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(e, 4), low),
-                                        _mm256_and_si256(_mm256_srli_epi16(hb, 2), fifth))};
+                    __m256i q[4];
+                    lanes_q6_k(ch, n, c, q);
                     for (int k = 0; k < 4; k++) _mm256_storeu_si256((__m256i *)(wq + 32 * (32 * n + 8 * k + c)), q[k]);
                 }
         }
