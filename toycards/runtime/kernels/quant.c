@@ -1739,8 +1739,9 @@ static inline __attribute__((always_inline)) void gemm_tokens(const int L, const
                     int32_t quad;
                     memcpy(&quad, xg + 4 * j, 4);
                     const __m256i xq = _mm256_set1_epi32(quad);
-                    s16 = _mm256_add_epi16(s16, DEPTH == 1 ? _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xq, w))
-                                                           : _mm256_maddubs_epi16(w, xq));
+                    const __m256i p = DEPTH == 1 ? _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xq, w))
+                                                 : _mm256_maddubs_epi16(w, xq); /* |v| · (x with v's sign) */
+                    s16 = _mm256_add_epi16(s16, p);
                 }
                 s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(s16, ones));
             }
@@ -1768,7 +1769,9 @@ GEMM_FNS(gemm_q8, 32, 1)
 
 /* a type's kernels by token count (see gemm_tokens) */
 static const gemm_fn *gemm_fns(int type) {
-    return type == Q8_0 ? gemm_q8 : type == Q6_K ? gemm_q6 : type == Q5_0 || type == Q5_1 || type == Q5_K ? gemm_q5 : gemm_q4;
+    if (type == Q8_0) return gemm_q8;
+    if (type == Q6_K) return gemm_q6;
+    return type == Q5_0 || type == Q5_1 || type == Q5_K ? gemm_q5 : gemm_q4;
 }
 #else
 /* one packed step of a SPLIT type (o: its 8 scales d, the 8 mins m of Q4_1 and Q5_1, the 8 qh of Q5_0
