@@ -1727,26 +1727,30 @@ static inline __attribute__((always_inline)) void gemm_tokens(const int L, const
     __m256 acc[GEMM_TOKENS];
     for (int t = 0; t < TT; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t g = 0; g < ng; g++) {
-        const __m256 d = _mm256_loadu_ps(dt + GEMM_ROWS * g), m = _mm256_loadu_ps(mt + GEMM_ROWS * g);
-        const uint8_t *wg = wq + 32 * g * (L / 4);
-        for (int t = 0; t < TT; t++) {
-            const int8_t *xg = qx + t * K + g * L;
-            __m256i s32 = _mm256_setzero_si256();
-            for (int j0 = 0; j0 < L / 4; j0 += DEPTH) {
-                __m256i s16 = _mm256_setzero_si256();
-                for (int j = j0; j < j0 + DEPTH; j++) {
-                    const __m256i w = _mm256_loadu_si256((const __m256i *)(wg + 32 * j));
+        __m256i s32[GEMM_TOKENS];
+        for (int j0 = 0; j0 < L / 4; j0 += DEPTH) {
+            __m256i s16[GEMM_TOKENS];
+            for (int j = j0; j < j0 + DEPTH; j++) { /* quad j of the group: its vector, against each token's */
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(wq + 32 * (g * (L / 4) + j)));
+                const __m256i u = DEPTH == 1 ? _mm256_sign_epi8(w, w) : w; /* Q8_0: |v| */
+                for (int t = 0; t < TT; t++) {
                     int32_t quad;
-                    memcpy(&quad, xg + 4 * j, 4);
-                    const __m256i xq = _mm256_set1_epi32(quad);
-                    const __m256i p = DEPTH == 1 ? _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xq, w))
-                                                 : _mm256_maddubs_epi16(w, xq); /* |v| · (x with v's sign) */
-                    s16 = _mm256_add_epi16(s16, p);
+                    memcpy(&quad, qx + t * K + g * L + 4 * j, 4);
+                    __m256i xq = _mm256_set1_epi32(quad);
+                    if (DEPTH == 1) xq = _mm256_sign_epi8(xq, w); /* x with v's sign */
+                    const __m256i p = _mm256_maddubs_epi16(u, xq);
+                    s16[t] = j == j0 ? p : _mm256_add_epi16(s16[t], p);
                 }
-                s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(s16, ones));
             }
+            for (int t = 0; t < TT; t++) {
+                const __m256i wide = _mm256_madd_epi16(s16[t], ones);
+                s32[t] = j0 == 0 ? wide : _mm256_add_epi32(s32[t], wide);
+            }
+        }
+        const __m256 d = _mm256_loadu_ps(dt + GEMM_ROWS * g), m = _mm256_loadu_ps(mt + GEMM_ROWS * g);
+        for (int t = 0; t < TT; t++) {
             const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(dxg[t * ng + g]));
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), scale, acc[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32[t]), scale, acc[t]);
             acc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(sxg[t * ng + g]), acc[t]);
         }
     }
