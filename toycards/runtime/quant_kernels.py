@@ -341,7 +341,7 @@ def pack(p: Plan, r0: int, r1: int, out_ptr: int, one_thread: bool = False) -> N
     _check(library().tc_pack(ctypes.byref(p), r0, r1, out_ptr, int(one_thread)), "pack")
 
 
-TILE_FLOATS = 1 << 20  # elements of one dequantized tile (4 MiB of float32, 2 MiB of bfloat16)
+TILE_FLOATS = 1 << 20  # elements of one dequantized tile (4 MiB of float32)
 _spare_tiles = threading.local()  # a thread's tile buffer of TILE_FLOATS elements per dtype, between products
 
 
