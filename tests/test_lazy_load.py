@@ -42,9 +42,10 @@ import toycards
 torch.set_num_threads(1)
 model = toycards.load(sys.argv[1], target="torch")
 peak = {PEAK}  # bytes: torch imported, the model loaded, nothing run yet
+ahead = model._packing_ahead is not None  # a thread copying weights as the process goes on
 with torch.inference_mode():
     logits = model.logits([17, 300, 4000])
-print(json.dumps({{"peak": peak, "shape": list(logits.shape), "finite": bool(np.isfinite(logits).all()),
+print(json.dumps({{"peak": peak, "ahead": ahead, "shape": list(logits.shape), "finite": bool(np.isfinite(logits).all()),
                   "std": float(logits[-1].std())}}))
 """
 DESCRIBE = f"""
@@ -87,6 +88,8 @@ def test_load_and_describe_of_a_1b_q4_k_file_touch_no_weights(llama_1b_file, tmp
     assert got["peak"] < 1.2 * size, (
         f"load peaked at {got['peak'] / 2**20:.0f} MiB, file {size / 2**20:.0f} MiB"
     )
+    # nor does any weight pack ahead after it (on AVX2 all of them would: packing.PACK_AHEAD_BYTES)
+    assert not got["ahead"]
     # the weights are usable: the same process then ran a forward pass over all 16 layers
     assert got["shape"] == [3, SHAPE.n_vocab] and got["finite"] and got["std"] > 0
 

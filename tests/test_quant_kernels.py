@@ -1178,6 +1178,40 @@ def test_weights_pack_ahead_of_the_first_product(tmp_path, monkeypatch, target, 
     assert all(w._plan.packed == 1 for w in first)
 
 
+@pytest.mark.skipif(not PACKED, reason="no packed kernels on this CPU (AVX-512 VNNI)")
+@pytest.mark.parametrize("target", ["torch", "numpy"])
+def test_weights_over_the_pack_ahead_budget_pack_at_their_first_product(tmp_path, monkeypatch, target):
+    """Weights that come to more than PACK_AHEAD_BYTES do not pack as the model is made (its load
+    stays lazy: no copy, the file's blocks read in place) but each at its first product; at the
+    budget exactly they do pack ahead. The logits are those of the rows as stored either way."""
+    path = tiny_llama(tmp_path, "Q8_0")
+
+    def first_weights(model):
+        kept = list(model.w._quantized.values()) if target == "torch" else list(model.w.values())
+        return list({id(w): w for w in kept if getattr(w, "_pack_first", False)}.values())
+
+    budget = sum(w.blocks.nbytes for w in first_weights(toycards.load(path, target=target)))
+    monkeypatch.setattr(packing, "PACK_AHEAD_BYTES", budget)
+    ahead = toycards.load(path, target=target)
+    assert ahead._packing_ahead is not None
+    ahead._packing_ahead.join()
+    assert all(w._plan.packed == 1 for w in first_weights(ahead))
+
+    monkeypatch.setattr(packing, "PACK_AHEAD_BYTES", budget - 1)
+    model = toycards.load(path, target=target)
+    first = first_weights(model)
+    assert first and model._packing_ahead is None
+    ranges = _file_ranges(path)  # this model's mapping of the file among them
+    assert all(w._unpacked and w._packed is None and any(a <= w._plan.w < b for a, b in ranges) for w in first)
+    ids = np.arange(20)[None]
+    with torch.inference_mode():
+        got, want = (np.asarray(m(torch.from_numpy(ids) if target == "torch" else ids)) for m in (model, ahead))
+    assert np.array_equal(got, want)
+    products = [w for w in first if w.name != "token_embd.weight"]  # the table's rows are only gathered
+    assert len(products) == len(first) - 1
+    assert all(w._plan.packed == 1 and w._packed is not None for w in products)  # at their first product
+
+
 @pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_K, Q.Q6_K, Q.F16], ids=lambda t: t.name)
 @pytest.mark.parametrize("target", ["torch", "numpy"])
 def test_rows_of_a_weight_are_a_weight_over_the_same_blocks(qtype, target):
