@@ -90,7 +90,7 @@ def check_product(y: np.ndarray, x: np.ndarray, w: np.ndarray, qtype: int, n_tok
     y = y.double().numpy() if from_torch else y
     x64, w64 = x.astype(np.float64), w.astype(np.float64)
     few = n_tokens <= quant_torch.FEW_TOKENS
-    if quant_kernels.quantizes_x(qtype) and (few or quant_kernels.many_tokens(qtype)):  # versions 3, 4
+    if quant_kernels.quantizes_x(qtype) and (few or quant_kernels.int8_prefill(qtype)):  # versions 3, 4
         x_hat, dx = q8_blocks(x)
         want = x_hat.astype(np.float64) @ w64.T
         scale = np.abs(x_hat) @ np.abs(w64).T
@@ -133,7 +133,7 @@ def test_linear_torch(weight, n_tokens):
 def test_linear_torch_tiled(weight, n_tokens, monkeypatch):
     """Where there is no int8 GEMM (no AVX2; or TOYCARDS_PREFILL=float32), many tokens take
     dequantized tiles and a float32 GEMM: held to the same references (here with the GEMM off)."""
-    monkeypatch.setattr(quant_kernels, "many_tokens", lambda ggml_type: False)
+    monkeypatch.setattr(quant_kernels, "int8_prefill", lambda ggml_type: False)
     qtype, blocks, w = weight
     x = np.random.default_rng(n_tokens).normal(size=(n_tokens, w.shape[1])).astype(np.float32)
     q = quant_torch.QuantWeight(blocks, qtype, w.shape)
@@ -141,7 +141,7 @@ def test_linear_torch_tiled(weight, n_tokens, monkeypatch):
     check_product(q.linear(torch.from_numpy(x)), x, w, qtype, n_tokens)
 
 
-INT8 = [t for t in TYPES if quant_kernels.many_tokens(t)]
+INT8 = [t for t in TYPES if quant_kernels.quantizes_x(t)]
 # rows: fewer than a tile of 16, one tile, one more, two and one; quads of 4 elements per row: 24
 # (one transposed 16 and 8 more), 16, 40, 256; tokens: one more than FEW_TOKENS, 16, 23 (8 and 7 more)
 GEMM_SHAPES = ((3, 96), (16, 64), (17, 160), (33, 1024))
@@ -1006,7 +1006,7 @@ def test_model_logits_match_the_dequantized_path(tmp_path, mix):
     scale = np.abs(want).max()
     types = {t for kind, t in MIXES[mix].items()}
     int8 = any(quant_kernels.quantizes_x(t) for t in types)
-    gemm = any(quant_kernels.many_tokens(t) for t in types)
+    gemm = any(quant_kernels.int8_prefill(t) for t in types)
     full = kept.logits(ids)  # 12 tokens: the int8 GEMM, or dequantized tiles and a GEMM
     # float32 GEMM: rounding. int8 x (as decoding, below; real files: test_real_file_prefill_deviation);
     # a wrong tile or layout moves them by their range

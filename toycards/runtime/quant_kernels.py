@@ -3,7 +3,7 @@
 Owns: compiling kernels/quant.c (`cc -O3 -march=native -fopenmp -shared`) into the toycards cache
 (a file named after the source, the compiler and the machine, so an edit or another CPU builds
 afresh), loading it, and the calls on a weight's `Plan` (its type, shape and where its bytes are):
-`linear_fn` (few tokens, or any number where `many_tokens`), `gemm` (the int8 GEMM, optionally on
+`linear_fn` (few tokens, or any number where `quantizes_x`), `gemm` (the int8 GEMM, optionally on
 the calling thread), `dequant_rows` (a tile of rows, for a float GEMM on many tokens, or the whole
 matrix), `gather_rows` (embedding lookups) and `pack` (a copy in the layout the few-token product
 reads fastest, where `pack_rows`; when weights pack is runtime/packing.py's). Which ggml types have a kernel
@@ -83,7 +83,6 @@ def _build() -> ctypes.CDLL | None:
     lib.tc_quantizes_x.argtypes = [ctypes.c_int]
     lib.tc_float_direct.argtypes = [ctypes.c_int]
     lib.tc_packs.argtypes = [ctypes.c_int]
-    lib.tc_gemm.argtypes = [ctypes.c_int]
     lib.tc_gemm_linear.argtypes = [ctypes.POINTER(Plan), _P, _I, _P, _I]
     for fn in (
         lib.tc_pack,
@@ -93,7 +92,6 @@ def _build() -> ctypes.CDLL | None:
         lib.tc_gather_rows,
         lib.tc_quantizes_x,
         lib.tc_float_direct,
-        lib.tc_gemm,
         lib.tc_gemm_linear,
         lib.tc_linear,
         lib.tc_swiglu,
@@ -194,8 +192,9 @@ def available(ggml_type: int) -> bool:
 
 
 def quantizes_x(ggml_type: int) -> bool:
-    """Whether `matmul` quantizes x to int8 blocks of 32 for this type (as llama.cpp does), rather
-    than multiplying in float32."""
+    """Whether the products of this type quantize x to int8 blocks of 32 (as llama.cpp does) rather
+    than multiplying in float32: few tokens' and any number's (more than FEW_TOKENS by the int8
+    GEMM: the weight's rows 16 or 8 at a time as bytes, no dequantized tile)."""
     return available(ggml_type) and bool(library().tc_quantizes_x(ggml_type))
 
 
@@ -206,19 +205,11 @@ def float32_prefill() -> bool:
     return os.environ.get("TOYCARDS_PREFILL", "").lower() == "float32"
 
 
-def many_tokens(ggml_type: int) -> bool:
-    """Whether `linear` multiplies any number of tokens of this type (more than FEW_TOKENS by the
-    int8 GEMM: x quantized as for few tokens, the weight's rows 16 or 8 at a time as bytes), so
-    that no dequantized tile is needed."""
-    lib = library()
-    return lib is not None and ggml_type in SUPPORTED and bool(lib.tc_gemm(ggml_type))
-
-
 def int8_prefill(ggml_type: int) -> bool:
     """Whether a weight of this type made now multiplies many tokens by the int8 GEMM: the kernel
-    exists (`many_tokens`) and `TOYCARDS_PREFILL=float32` does not ask for float32 tiles (both targets
+    exists (`quantizes_x`) and `TOYCARDS_PREFILL=float32` does not ask for float32 tiles (both targets
     decide so)."""
-    return many_tokens(ggml_type) and not float32_prefill()
+    return quantizes_x(ggml_type) and not float32_prefill()
 
 
 def float_direct(ggml_type: int) -> bool:
@@ -378,12 +369,12 @@ def _check(code: int, what: str) -> None:
 
 def linear(p: Plan, x_ptr: int, t: int, y_ptr: int) -> None:
     """y [t, n] = x [t, k] · Wᵀ for plan p's weight (x, y contiguous float32): t ≤ FEW_TOKENS, or
-    any t where `many_tokens`."""
+    any t where `quantizes_x` (the int8 GEMM)."""
     _check(library().tc_linear(ctypes.byref(p), _P(x_ptr), _I(t), _P(y_ptr)), "linear")
 
 
 def gemm(p: Plan, x_ptr: int, t: int, y_ptr: int, one_thread: bool = False) -> None:
-    """y [t, n] = x [t, k] · Wᵀ by the int8 GEMM (any t, a type where `many_tokens`); `one_thread`:
+    """y [t, n] = x [t, k] · Wᵀ by the int8 GEMM (any t, a type where `quantizes_x`); `one_thread`:
     on the calling thread alone (see tc_dequant_rows)."""
     _check(library().tc_gemm_linear(ctypes.byref(p), x_ptr, t, y_ptr, int(one_thread)), "gemm")
 

@@ -4,7 +4,7 @@ Owns: the NumPy twin of quant_torch.QuantWeight (the file's bytes, uint8 [N, row
 memory-mapped; products by the C kernels of quant_kernels.py, or gguf.quants without them; the
 dequantized array for any other use, through `__array__`), so that a quantized file costs about
 its own size in memory on the NumPy target too. Many tokens take the int8 GEMM where
-`quant_kernels.many_tokens`, else (or with `TOYCARDS_PREFILL=float32`) dequantized tiles and
+`quant_kernels.quantizes_x`, else (or with `TOYCARDS_PREFILL=float32`) dequantized tiles and
 NumPy's GEMM.
 Where the few-token kernel reads a packed copy faster (`quant_kernels.pack_rows`), the first
 product makes that copy (or, for the types whose copy only puts rows side by side, some decoding

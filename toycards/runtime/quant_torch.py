@@ -11,7 +11,7 @@ Leaves out: the kernels (quant_kernels.py) and the reference they are held to, g
 The product picks its kernel by the number of tokens: up to `FEW_TOKENS` rows of x, the C kernel
 reads each weight row once and takes its dot products with every token (decoding). More (prefill):
 for the types whose x the kernels round to int8 blocks (as llama.cpp's quantized products do), the
-C int8 GEMM where the CPU has AVX2 or AVX-512 (`quant_kernels.many_tokens`: the sums decoding takes,
+C int8 GEMM where the CPU has AVX2 or AVX-512 (`quant_kernels.quantizes_x`: the sums decoding takes,
 for every token); otherwise (and for every type with `TOYCARDS_PREFILL=float32`) the weight is
 dequantized a tile of rows at a time (a million elements) into a buffer that a float32 GEMM
 multiplies by, so no full float copy of the matrix is ever made.
@@ -109,7 +109,7 @@ def float_gemm(x: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
 
 def _c_product(plan, x: torch.Tensor, t: int, n: int) -> torch.Tensor:
     """x [..., K] (t rows, contiguous float32) · Wᵀ → [..., n] by the C product of W's plan (t up to
-    FEW_TOKENS, or any t where `kernels.many_tokens`)."""
+    FEW_TOKENS, or any t where `kernels.quantizes_x`)."""
     global _c_linear
     if _c_linear is None:  # bound once: this is what a decoding step calls most
         _c_linear = kernels.linear_fn()

@@ -1553,8 +1553,7 @@ int tc_gather_rows(const tc_weight *p, const int64_t *ids, int64_t n_ids, float 
  * they cannot overflow: eight quads of Q4 (q ≤ 15: 8 · 2 · 15 · 127 = 30480), four of Q5 (q ≤ 31),
  * two of Q6_K (q ≤ 63), then one vpmaddwd widens them. Q8_0's q would overflow one pair (2 · 255 ·
  * 127), so its tile keeps v with m = 0 and multiplies |v| by x with v's sign, each quad widened. */
-#if HAVE_INT8_DOT && (LANES || (defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)))
-#define HAVE_GEMM 1
+#if HAVE_INT8_DOT /* LANES (AVX2), or the AVX-512 VNNI kernels: every build with the int8 kernels */
 #if LANES
 enum { GEMM_ROWS = 8, GEMM_TOKENS = 4 };
 #else
@@ -1992,8 +1991,6 @@ static int gemm_int8(const tc_weight *p, const float *x, int64_t T, float *y, in
     }
     return failed ? -2 : 0;
 }
-#else
-#define HAVE_GEMM 0
 #endif
 
 
@@ -2214,14 +2211,11 @@ int tc_quantizes_x(int type) {
                              type == Q4_K || type == Q5_K || type == Q6_K);
 }
 
-/* 1 when tc_linear multiplies many tokens (more than FEW_TOKENS) of `type` by the int8 GEMM */
-int tc_gemm(int type) { return HAVE_GEMM && tc_quantizes_x(type); }
-
-/* y [T, N] = x [T, K] · Wᵀ by the int8 GEMM (a type of tc_gemm, any T), on the calling thread alone
- * when `one_thread` (the NumPy target: see tc_dequant_rows) */
+/* y [T, N] = x [T, K] · Wᵀ by the int8 GEMM (a type of tc_quantizes_x, any T), on the calling thread
+ * alone when `one_thread` (the NumPy target: see tc_dequant_rows) */
 int tc_gemm_linear(const tc_weight *p, const float *x, int64_t T, float *y, int64_t one_thread) {
-    if (!tc_gemm((int)p->type) || (p->packed && !tc_packs((int)p->type))) return -1;
-#if HAVE_GEMM
+    if (!tc_quantizes_x((int)p->type) || (p->packed && !tc_packs((int)p->type))) return -1;
+#if HAVE_INT8_DOT
     return gemm_int8(p, x, T, y, one_thread);
 #else
     (void)x, (void)T, (void)y, (void)one_thread;
@@ -2230,7 +2224,8 @@ int tc_gemm_linear(const tc_weight *p, const float *x, int64_t T, float *y, int6
 }
 
 /* y [T, N] = x [T, K] · Wᵀ of the plan's weight: for few tokens (FEW_TOKENS at most), any type; for
- * more, the types of tc_gemm (the caller uses a float GEMM on dequantized tiles for the others) */
+ * more, the types of tc_quantizes_x, by the int8 GEMM (the caller uses a float GEMM on dequantized
+ * tiles for the others) */
 int tc_linear(const tc_weight *p, const float *x, int64_t T, float *y) {
     const int type = (int)p->type;
     const uint8_t *W = p->w;
@@ -2248,9 +2243,7 @@ int tc_linear(const tc_weight *p, const float *x, int64_t T, float *y) {
     if (!row) return -1;
 #if HAVE_INT8_DOT
     if (tc_quantizes_x(type)) {
-#if HAVE_GEMM
         if (T > FEW_TOKENS) return gemm_int8(p, x, T, y, 0);
-#endif
         return tc_matmul_int8(type, W, row_bytes, N, K, (int)p->packed, x, T, y);
     }
 #endif
