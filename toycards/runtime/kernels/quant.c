@@ -1925,8 +1925,9 @@ static int gemm_tile(const tc_weight *p, int64_t n0, int R, uint8_t **wq, float 
         return 0;
     }
 #endif
-    uint8_t *bytes = p->packed ? row_buffer(p) : 0;
-    if (p->packed && !bytes) return -2;
+    /* a packed row's bytes as stored (AVX-512; with LANES every packed row took the branch above) */
+    uint8_t *bytes = p->packed && !LANES ? row_buffer(p) : 0;
+    if (p->packed && !LANES && !bytes) return -2;
     if (R < GEMM_ROWS) {
         memset(rows + R * K, 0, (size_t)((GEMM_ROWS - R) * K));
         memset(f, 0, sizeof(float) * (size_t)(2 * GEMM_ROWS * ng));
