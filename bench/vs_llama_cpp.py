@@ -13,7 +13,8 @@ pass also pays one-time costs, such as library code pages the machine had droppe
 alternate A B A B for --rounds rounds and the medians are printed: decode tok/s, prefill tok/s
 (first and warm), peak RSS, the ratios, and whether the greedy tokens agree; the first token's
 wait (load and first prefill, where each runner does its one-time work: llama.cpp repacks some
-weights as it loads, toycards packs each at its first product);
+weights as it loads, toycards packs a small model's as it loads and a larger one's at its first
+decoding step);
 --weights resident runs toycards with TOYCARDS_WEIGHTS=resident and llama.cpp without mmap (each
 copies every weight into memory of its own as it loads: slower to start, faster to decode);
 with --numpy, the NumPy target's peak RSS against the file's size and its speed against the torch
@@ -288,7 +289,8 @@ def compare(path: Path, ids: list[int], args: argparse.Namespace) -> None:
             f" ({n['decode']:.1f} tok/s)   prefill ×{n['prefill'] / a['prefill']:.2f}   greedy tokens as torch's {agree}/{args.decode}"
         )
     # the first token's wait, load and first prefill: each runner does its one-time work in one of
-    # the two (llama.cpp repacks weights in its load, toycards packs them at their first product)
+    # the two (llama.cpp repacks weights in its load; toycards packs a small model's in its load, a
+    # larger one's in its first decoding step, which this leaves out)
     print(
         f"  first token after load + prefill: {a['first_token_s']:.3f} / {b['first_token_s']:.3f} s"
         f" = ×{b['first_token_s'] / a['first_token_s']:.2f} the speed"

@@ -319,7 +319,7 @@ def test_other_uses_get_the_dequantized_tensor():
 
 # ── packed weights (quant_kernels.pack_rows: groups of rows with their blocks side by side) ──
 PACKED = [t for t in TYPES if quant_kernels.pack_rows(t)]  # AVX-512: all x is rounded for; AVX2: all but Q5_K
-PACKED_LATER = [t for t in PACKED if not quant_kernels.packs_at_first_product(t)]  # AVX-512's K-quants
+PACKED_LATER = [t for t in PACKED if not quant_kernels.packs_at_first_decoding(t)]  # AVX-512's K-quants
 SPLIT = (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0)  # the types whose packed steps quant.c regroups
 # rows: one short of a group, groups and a remainder; blocks of 32 per row: 1, 8 (one step, no tail),
 # 9 (a step and an odd block), 19 (two steps, a pair and an odd block), 18 and 2 (a tail of two
@@ -395,7 +395,7 @@ def packed_layout(blocks: np.ndarray, qtype: Q, k: int, rows: int) -> np.ndarray
 @pytest.mark.skipif(not PACKED, reason="no packed kernels on this CPU (AVX-512 VNNI)")
 @pytest.mark.parametrize(("qtype", "shape"), PACKED_CASES, ids=lambda c: getattr(c, "name", str(c)))
 def test_packed_weight_is_the_same_weight(qtype, shape, monkeypatch):
-    """A packed weight (by its first product where `packs_at_first_product`, else by LaterPacking,
+    """A packed weight (by its first few-token product where `packs_at_first_decoding`, else by LaterPacking,
     here `_pack`) multiplies, dequantizes and embeds exactly as the same blocks read in place (a
     NumPy twin kept from packing runs the same kernel on rows as stored), and the packed copy is the
     layout quant.c describes (packed here one group at a time)."""
@@ -407,7 +407,7 @@ def test_packed_weight_is_the_same_weight(qtype, shape, monkeypatch):
     q, stored = quant_torch.QuantWeight(blocks, qtype, shape), quant_numpy.QuantWeight(blocks, qtype, shape)
     stored._unpacked = False  # never packed: the rows as stored
     x = rng.normal(size=(3, shape[1])).astype(np.float32)
-    first = quant_kernels.packs_at_first_product(qtype)
+    first = quant_kernels.packs_at_first_decoding(qtype)
     lanes = quant_kernels.pack_rows(qtype) == 8  # (the AVX2 layout regroups every type it packs)
     assert first == (qtype in SPLIT or lanes)
     for t in (1, 3):  # before the copy, where it is made later: the rows as stored
@@ -714,7 +714,7 @@ def test_prefetch_setting_leaves_the_products_alone(qtype, prefetch_restored):
         if qtype == Q.F32:
             ys.append([quant_torch.float_linear(x, torch.from_numpy(blocks)) for x in xs])
         else:
-            q = quant_torch.QuantWeight(blocks, qtype, shape)  # packed at its first product, where it packs
+            q = quant_torch.QuantWeight(blocks, qtype, shape)  # packed at its first (few-token) product, where it packs
             ys.append([q.linear(x) for x in xs])
     assert all(a is not None and torch.equal(a, b) for a, b in zip(*ys))
 
@@ -1154,9 +1154,10 @@ def test_weights_pack_together():
 @pytest.mark.parametrize("wait", [True, False], ids=["after-packing", "racing-it"])
 def test_weights_pack_ahead_of_the_first_product(tmp_path, monkeypatch, target, wait):
     """A loaded model's weights that pack at their first product pack on a thread of their own as
-    the model is made (here all of them before any product, when waited for); a pass that comes
-    first (racing it) waits for the weights it needs. Either way the logits are those of a model
-    whose weights are read as stored (the same floats, packed or not)."""
+    the model is made (here all of them before any product, when waited for); a prompt's pass that
+    comes first (racing it) reads each weight as stored or packed, whichever it finds. Either way
+    the logits are those of a model whose weights are read as stored (the same floats, packed or
+    not)."""
     path = tiny_llama(tmp_path, "Q8_0")
     model = toycards.load(path, target=target)
     kept = list(model.w._quantized.values()) if target == "torch" else list(model.w.values())
@@ -1175,15 +1176,18 @@ def test_weights_pack_ahead_of_the_first_product(tmp_path, monkeypatch, target, 
     with torch.inference_mode():
         got, want = (np.asarray(m(torch.from_numpy(ids) if target == "torch" else ids)) for m in (model, stored))
     assert np.array_equal(got, want)
+    model._packing_ahead.join()
     assert all(w._plan.packed == 1 for w in first)
 
 
 @pytest.mark.skipif(not PACKED, reason="no packed kernels on this CPU (AVX-512 VNNI)")
 @pytest.mark.parametrize("target", ["torch", "numpy"])
-def test_weights_over_the_pack_ahead_budget_pack_at_their_first_product(tmp_path, monkeypatch, target):
+def test_weights_over_the_pack_ahead_budget_pack_at_their_first_decoding_step(tmp_path, monkeypatch, target):
     """Weights that come to more than PACK_AHEAD_BYTES do not pack as the model is made (its load
-    stays lazy: no copy, the file's blocks read in place) but each at its first product; at the
-    budget exactly they do pack ahead. The logits are those of the rows as stored either way."""
+    stays lazy: no copy, the file's blocks read in place), nor for a prompt's many-token products
+    (the int8 GEMM's tiles come as fast from the blocks as stored), but each at its first few-token
+    product (decoding); at the budget exactly they do pack ahead. The logits are those of the rows
+    as stored either way."""
     path = tiny_llama(tmp_path, "Q8_0")
 
     def first_weights(model):
@@ -1203,13 +1207,15 @@ def test_weights_over_the_pack_ahead_budget_pack_at_their_first_product(tmp_path
     assert first and model._packing_ahead is None
     ranges = _file_ranges(path)  # this model's mapping of the file among them
     assert all(w._unpacked and w._packed is None and any(a <= w._plan.w < b for a, b in ranges) for w in first)
-    ids = np.arange(20)[None]
-    with torch.inference_mode():
-        got, want = (np.asarray(m(torch.from_numpy(ids) if target == "torch" else ids)) for m in (model, ahead))
-    assert np.array_equal(got, want)
     products = [w for w in first if w.name != "token_embd.weight"]  # the table's rows are only gathered
     assert len(products) == len(first) - 1
-    assert all(w._plan.packed == 1 and w._packed is not None for w in products)  # at their first product
+    for n_tokens in (20, 1):  # a prompt (many-token products), then one token (few-token products)
+        ids = np.arange(n_tokens)[None]
+        with torch.inference_mode():
+            got, want = (np.asarray(m(torch.from_numpy(ids) if target == "torch" else ids)) for m in (model, ahead))
+        assert np.array_equal(got, want)
+        packed = [w._plan.packed == 1 and w._packed is not None for w in products]
+        assert packed == [n_tokens <= quant_torch.FEW_TOKENS] * len(products), (n_tokens, packed)
 
 
 @pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_K, Q.Q6_K, Q.F16], ids=lambda t: t.name)
@@ -1218,7 +1224,7 @@ def test_rows_of_a_weight_are_a_weight_over_the_same_blocks(qtype, target):
     """`W[a:b]` (a card's `W_gu[1:d_ff, :]`) of a weight kept in its blocks is a weight of its own over
     the same bytes, made once: its products are the whole weight's rows to the bit, within the
     kernels' rounding of the dequantized rows; rows on the weight's packed groups read its packed copy
-    (made at once for the types that pack at their first product, handed to them when the others
+    (made at once for the types that pack first, `packs_first`, handed to them when the others
     pack); any other index still gives the dequantized array."""
     rng = np.random.default_rng(12)
     shape = (40, 256)

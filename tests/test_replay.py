@@ -142,8 +142,8 @@ class _Glue:
 
 
 def quantized_llama(tmp_path, tied=False):
-    """A 2-layer Llama of mixed block types: Q8_0, Q4_0, Q4_1 (which pack at their first product), Q4_K
-    and Q6_K (which pack after some decoding with the AVX-512 kernels, at their first product with
+    """A 2-layer Llama of mixed block types: Q8_0, Q4_0, Q4_1 (which pack at their first decoding step), Q4_K
+    and Q6_K (which pack after some decoding with the AVX-512 kernels, at their first decoding step with
     the AVX2 ones), F16 and F32."""
     kinds = (Q.Q8_0, Q.Q4_K, Q.Q4_0, Q.F16, Q.Q6_K, Q.Q4_1, Q.F32)
     return llama_file(
@@ -169,10 +169,10 @@ def test_weights_in_their_blocks_packed_between_replays(cx, tmp_path, monkeypatc
 
     monkeypatch.setattr(glue_cpp, "module", lambda: _Glue(cx, tape_refresh=refresh))
     got, cache = decode(got_model, ids, 4, True)
-    later = [t for t in (Q.Q4_K, Q.Q6_K) if quant_kernels.pack_rows(t) and not quant_kernels.packs_at_first_product(t)]
+    later = [t for t in (Q.Q4_K, Q.Q6_K) if quant_kernels.pack_rows(t) and not quant_kernels.packs_at_first_decoding(t)]
     if later:  # (the AVX-512 kernels pack the K-quants after some steps)
         assert refreshed.count(True) >= 3  # weights packed between replays of one tape
-    else:  # (the AVX2 kernels pack what they pack at its first product)
+    else:  # (the AVX2 kernels pack what they pack at its first decoding step)
         assert not refreshed  # no new plans, nothing to refresh
     want, _ = decode(want_model, ids, 4, False)
     assert_same(got, want)

@@ -5,9 +5,10 @@ live in.
 
 Owns: `pack_weights` (the copies of many weights in one C call, the file's pages handed back as
 they are copied, under the `PACKING` lock, so that a weight packs once whichever thread asks),
-`pack_ahead` (on a thread of its own as a model is made, for the types that pack at their first
-product: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, on AVX2 the K-quants too, where they come to
-PACK_AHEAD_BYTES or less; and where resident, the float types the torch target copies),
+`packs_first` (the types that pack at their first few-token product, not at a prompt's: Q4_0,
+Q4_1, Q5_0, Q5_1, Q8_0, on AVX2 the K-quants too; where resident, every type), `pack_ahead` (those
+on a thread of their own as a model is made, where they come to PACK_AHEAD_BYTES or less, or where
+resident: then also the float types the torch target copies),
 `LaterPacking` (after some decoding: the K-quants on AVX-512), `row_view` (a weight's rows as a weight,
 reading its packed copy), `resident` and `weight_memory` (`TOYCARDS_WEIGHTS=resident`: copies
 on 2 MiB pages, the float weights copied too) and `resident_float32` (a model's float32 matrices
@@ -27,11 +28,11 @@ import threading
 
 import numpy as np
 
-from toycards.runtime.quant_kernels import Plan, _check, library, pack_rows, packs_at_first_product, plan
+from toycards.runtime.quant_kernels import Plan, _check, library, pack_rows, packs_at_first_decoding, plan
 
 PACKING = threading.Lock()  # weights pack under this lock (each weight packs once)
 PACK_BYTES = 1 << 20  # bytes of a weight packed (and its file pages handed back) at a time
-PACK_AHEAD_BYTES = 256 << 20  # the most bytes of weights that pack ahead of the first product (pack_ahead)
+PACK_AHEAD_BYTES = 256 << 20  # the most bytes of weights that pack as a model is made (pack_ahead)
 WEIGHTS = "TOYCARDS_WEIGHTS"
 HUGE_PAGE = 2 << 20  # bytes of one of the kernel's transparent huge pages (x86-64, most arm64)
 MADV_HUGEPAGE = getattr(mmap, "MADV_HUGEPAGE", 14)  # Linux's number where Python does not name it
@@ -58,10 +59,19 @@ def resident() -> bool:
 
 
 def packs_first(ggml_type: int) -> bool:
-    """Whether a weight of this type that has a faster copy makes it at its first product (resident
-    weights: every type; else the types whose copy regroups the blocks), rather than after some
-    decoding (`LaterPacking`). Both targets' QuantWeight ask this."""
-    return resident() or packs_at_first_product(ggml_type)
+    """Whether a weight of this type that has a faster copy makes it at its first few-token product
+    (resident weights: every type; else the types whose copy regroups the blocks,
+    `packs_at_first_decoding`), rather than after some decoding (`LaterPacking`); or ahead of it
+    (`pack_ahead`). Both targets' QuantWeight ask this.
+
+    Not at a prompt's many-token product: the int8 GEMM builds its tiles from the blocks as stored
+    about as fast as from the copy, and a copy made there would be fresh memory on the prompt's
+    critical path (and none at all where no token is decoded: scoring, `logits()`). On a two-core
+    Zen 1, Llama-3.2-1B-shaped files (the AVX2 kernels: every weight packs), prompt of 128 tokens
+    then 32 decoded, one process each, four pairs: first prefill 3.04–3.27 against 3.37–4.70 s when
+    it packed, decoding 2.18–2.53 against 1.87–2.31 s (its first step now packs), the two together
+    5.21–5.80 against 5.48–7.01 s."""
+    return resident() or packs_at_first_decoding(ggml_type)
 
 
 def weight_memory(nbytes: int) -> np.ndarray:
@@ -81,7 +91,7 @@ def weight_memory(nbytes: int) -> np.ndarray:
 
 def _reset_packing_in_child() -> None:
     """A process forked while a thread packed (pack_ahead) has that thread's lock held and no thread:
-    its weights are as they were before the packing (unpacked) and pack anew at their first product."""
+    its weights are as they were before the packing (unpacked) and pack anew (`packs_first`)."""
     global PACKING
     PACKING = threading.Lock()
 
@@ -169,7 +179,7 @@ def pack_weights(weights, one_thread: bool = False) -> None:
 def row_view(weight, a: int, b: int, make):
     """Rows a … b−1 of `weight` (either target's QuantWeight, rows 0 … n−1 not all of them) as a
     weight of their own, `make(a, b)` over the same blocks, made once and kept in the weight. Where
-    the weight packs at its first product it packs now, and a view whose rows fall on its packed
+    the weight packs first (`packs_first`) it packs now, and a view whose rows fall on its packed
     groups reads them in its copy (a card slicing a fused weight, Phi-3's gate and up rows, then costs
     no second copy; the file's pages of a packed weight are handed back, and a view of its blocks
     would read them in again)."""
@@ -200,17 +210,18 @@ def _share_rows(weight) -> None:
 
 
 def pack_ahead(weights) -> threading.Thread | None:
-    """Pack the weights that pack at their first product (`packs_at_first_product`) on a thread of
+    """Pack the weights that pack at their first few-token product (`packs_first`) on a thread of
     their own, started as a model is made: while the loader then reads the vocabulary (Python, under
     its interpreter lock) the packing runs in C without that lock, on the other core, instead of in
     the first prefill (SmolLM2 Q4_0: ~37 ms of a ~140 ms first prefill, mostly the copies' fresh
-    pages). A product that comes first waits for it under PACKING. Should it fail (memory), the
-    weights stay as they are and pack at their first product, which then says why.
+    pages). A few-token product that comes first waits for it under PACKING; a prompt's product
+    reads each weight as stored or packed, whichever it finds. Should it fail (memory), the weights
+    stay as they are and pack at their first few-token product, which then says why.
 
     Only where they come to PACK_AHEAD_BYTES or less, unless `resident()` (copies asked for as the
     model is made): more would not be copied by the time the loader is done, and the load would no
     longer be lazy (its peak before the first token would hold the weights). On a two-core Zen 1, a
-    Llama-3.2-1B-shaped Q4_K file (666 MiB; on AVX2 every weight packs at its first product) loaded
+    Llama-3.2-1B-shaped Q4_K file (666 MiB; on AVX2 every weight packs ahead or first) loaded
     in ~0.36 s, peaking at 530–570 MiB packing ahead against 253 MiB not, and its first prefill of
     128 tokens took 3.02–3.07 against 3.15 s; SmolLM2-135M's Q4_0 and Q8_0 first prefills took 0.41
     and 0.61–0.66 s packing ahead, 0.51–0.52 and 0.73–0.76 s not."""
@@ -218,7 +229,7 @@ def pack_ahead(weights) -> threading.Thread | None:
     if not todo or library() is None:
         return None
     if not resident() and sum(w.blocks.nbytes for w in todo) > PACK_AHEAD_BYTES:
-        return None  # they pack at their first product
+        return None  # they pack at their first few-token product
 
     def run() -> None:
         with contextlib.suppress(Exception):
@@ -246,7 +257,7 @@ def file_view(blocks: np.ndarray) -> bool:
 
 class LaterPacking:
     """The packed copies of one model's weights that pack only after some decoding: those whose copy
-    only puts a group's rows side by side (`pack_rows`, not `packs_at_first_product`). Their copy
+    only puts a group's rows side by side (`pack_rows`, not `packs_at_first_decoding`). Their copy
     pays for itself only over a long generation: on a Llama-3.2-1B-shaped Q4_K file it made decoding
     ~5% faster (16.3–17.1 against 17.1–17.9 ms a token) and cost its first prefill 0.24–0.55 s of
     fresh memory (597–956 against 362–405 ms), so a short run is faster without it. They are read

@@ -316,10 +316,13 @@ def pack_rows(ggml_type: int) -> int:
     return 0 if lib is None else int(lib.tc_packs(ggml_type))
 
 
-def packs_at_first_product(ggml_type: int) -> bool:
-    """Whether a weight of this type packs at its first product (`pack_rows` and a packed step that
-    regroups its bytes: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), rather than only after some decoding
-    (`LaterPacking`: the types whose packed copy only puts rows side by side, the K-quants)."""
+def packs_at_first_decoding(ggml_type: int) -> bool:
+    """Whether a weight of this type packs at its first few-token product, a model's first decoding
+    step (`pack_rows` and a packed step that regroups its bytes: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, and
+    with the AVX2 kernels Q4_K and Q6_K), rather than only after some decoding (`LaterPacking`: the
+    types whose packed copy only puts rows side by side, the K-quants with the AVX-512 kernels).
+    A prompt's many-token products read the blocks as stored until then: the int8 GEMM builds its
+    tiles from them about as fast (see packing.py)."""
     lib = library()
     return lib is not None and bool(lib.tc_pack_regroups(ggml_type))
 

@@ -7,7 +7,7 @@ its own size in memory on the NumPy target too. Many tokens take the int8 GEMM w
 `quant_kernels.quantizes_x`, else (or with `TOYCARDS_PREFILL=float32`) dequantized tiles and
 NumPy's GEMM.
 Where the few-token kernel reads a packed copy faster (`quant_kernels.pack_rows`), the first
-product makes that copy (or, for the types whose copy only puts rows side by side, some decoding
+few-token product makes that copy where `pack_ahead` did not (or, for the types whose copy only puts rows side by side, some decoding
 later: `packing.LaterPacking`) and hands the file's pages back, as quant_torch does. Its kernels run on the
 calling thread where NumPy comes next (the GEMM, dequantizing, packing): OpenBLAS's threads, still
 spinning after a GEMM, and the kernels' OpenMP threads fought over the cores (packing SmolLM2 Q4_0
@@ -70,11 +70,12 @@ class QuantWeight:
         # packed copy (`_pack`)
         self._plan = kernels.plan(self.ggml_type, _ptr(blocks), self.row_bytes, *shape) if self.fast else None
         self._unpacked = self.fast and kernels.pack_rows(self.ggml_type) > 0  # a packed copy would be faster
-        # it packs at its first product (resident: every type); else after some decoding (packing.LaterPacking)
+        # it packs at its first few-token product (resident: every type); else after some decoding
+        # (packing.LaterPacking); ahead of either where packing.pack_ahead takes it
         self._pack_first = self._unpacked and packing.packs_first(self.ggml_type)
         self._gemm = self.fast and kernels.int8_prefill(self.ggml_type)
         self._packed: np.ndarray | None = None
-        # the few-token product may read `_plan` as it is (no packing due at the first product)
+        # the few-token product may read `_plan` as it is (no packing due at its first call)
         self._ready = self.fast and not self._pack_first
 
     def _pack(self) -> None:
@@ -156,10 +157,10 @@ class QuantWeight:
         x = np.asarray(x)
         if not self.fast:
             return x @ self.dequantize().T
-        if self._unpacked and self._pack_first:
-            self._pack()
         lead = x.shape[:-1]
         x2 = np.ascontiguousarray(x.reshape(-1, k), dtype=np.float32)  # (T, K)
+        if x2.shape[0] <= FEW_TOKENS and self._unpacked and self._pack_first:
+            self._pack()
         y = np.empty((x2.shape[0], n), dtype=np.float32)  # (T, N)
         if x2.shape[0] <= FEW_TOKENS:
             kernels.linear(self._plan, _ptr(x2), x2.shape[0], _ptr(y))

@@ -25,8 +25,10 @@ again a tile at a time, so autograd keeps no float copy of it (`_ThroughBlocks`)
 Where the few-token kernel reads a packed weight faster (`quant_kernels.pack_rows`: the types whose x
 it rounds to int8 with the AVX-512 kernels; all of them but Q5_K with the AVX2 ones), the blocks are copied into that layout (groups of
 rows side by side, the same bytes in another order: quant_kernels.pack) and every later use reads
-the copy: at the first product where the copy regroups the blocks too (Q4_0, Q4_1, Q5_0, Q5_1,
-Q8_0), after some decoding elsewhere (the K-quants: packing.LaterPacking); the file's pages of the
+the copy: ahead of the first product or at the first few-token one where the copy regroups the
+blocks too (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; with the AVX2 kernels the K-quants too: packing.packs_first,
+a prompt's products reading the blocks as stored until then), after some decoding elsewhere (the
+K-quants: packing.LaterPacking); the file's pages of the
 weight are handed back as the copy grows (madvise), so the weight still costs its size in memory
 once. With `TOYCARDS_WEIGHTS=resident` (packing.resident), F16 and BF16 weights read in the file's
 pages are copied as stored too, as the model is made (and an F32 file's matrices:
@@ -271,7 +273,8 @@ class QuantWeight:
         self._unpacked = self.fast and (
             copied or kernels.pack_rows(self.ggml_type) > 0
         )  # a copy would be faster
-        # it packs at its first product (resident: every type); else after some decoding (packing.LaterPacking)
+        # it packs at its first few-token product (resident: every type); else after some decoding
+        # (packing.LaterPacking); ahead of either where packing.pack_ahead takes it
         self._pack_first = self._unpacked and (copied or packing.packs_first(self.ggml_type))
         # the plan's address where the C++ glue may read it (glue_cpp.py), else 0 (not packed yet)
         self._cplan = ctypes.addressof(self._plan) if self.fast and not self._pack_first else 0
@@ -327,9 +330,9 @@ class QuantWeight:
         if self._cplan and (cx := glue_cpp.module()) is not None and (y := cx.linear(x, self)) is not None:
             return y  # few tokens: the call below, from C++ (glue_cpp.py)
         n, k = self.shape
-        if self._unpacked and self._pack_first:
-            self._pack()
         if self.fast and x.shape[-1] == k and (t := _few_tokens(x)):  # decoding: one C call, no reshapes
+            if self._unpacked and self._pack_first:
+                self._pack()
             return _c_product(self._plan_ref, x, t, n)
         if x.shape[-1] != k:
             raise RuntimeError(f"{self.name}: x has {x.shape[-1]} entries per row, the weight {k} columns")
@@ -342,6 +345,8 @@ class QuantWeight:
         if x2.dtype != torch.float32 or not x2.is_contiguous():
             x2 = x2.to(torch.float32).contiguous()
         t = x2.shape[0]
+        if t <= FEW_TOKENS and self._unpacked and self._pack_first:
+            self._pack()
         c_product = t <= FEW_TOKENS or self._gemm  # few tokens, or the int8 GEMM for any number
         y = _c_product(self._plan_ref, x2, t, n) if c_product else self._tiled(x2)  # (T, N)
         y = y.view(*lead, n)
@@ -379,8 +384,8 @@ class QuantWeight:
         return gx.view(*gy.shape[:-1], k)
 
     def _pack(self) -> None:
-        """Copy the blocks into the packed layout, once (ahead of the first product, at it, or at
-        LaterPacking's turn: packing.pack_weights), and read the copy from then on; the file's pages
+        """Copy the blocks into the packed layout, once (ahead of the first product, at the first
+        few-token one, or at LaterPacking's turn: packing.pack_weights), and read the copy from then on; the file's pages
         of the weight go back to the page cache."""
         packing.pack_weights((self,))
 
