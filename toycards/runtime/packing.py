@@ -223,8 +223,10 @@ def pack_ahead(weights) -> threading.Thread | None:
     longer be lazy (its peak before the first token would hold the weights). On a two-core Zen 1, a
     Llama-3.2-1B-shaped Q4_K file (666 MiB; on AVX2 every weight packs ahead or first) loaded
     in ~0.36 s, peaking at 530–570 MiB packing ahead against 253 MiB not, and its first prefill of
-    128 tokens took 3.02–3.07 against 3.15 s; SmolLM2-135M's Q4_0 and Q8_0 first prefills took 0.41
-    and 0.61–0.66 s packing ahead, 0.51–0.52 and 0.73–0.76 s not."""
+    128 tokens took 3.02–3.07 s packing ahead, 3.15 s packing each weight in the prompt instead
+    (before `packs_first` left a prompt's products to the blocks as stored); SmolLM2-135M's Q4_0 and
+    Q8_0 first prefills took 0.41 and 0.61–0.66 s packing ahead, 0.51–0.52 and 0.73–0.76 s packing
+    in the prompt."""
     todo = list({id(w): w for w in weights if getattr(w, "_unpacked", False) and w._pack_first}.values())
     if not todo or library() is None:
         return None

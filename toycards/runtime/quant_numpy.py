@@ -7,8 +7,9 @@ its own size in memory on the NumPy target too. Many tokens take the int8 GEMM w
 `quant_kernels.quantizes_x`, else (or with `TOYCARDS_PREFILL=float32`) dequantized tiles and
 NumPy's GEMM.
 Where the few-token kernel reads a packed copy faster (`quant_kernels.pack_rows`), the first
-few-token product makes that copy where `pack_ahead` did not (or, for the types whose copy only puts rows side by side, some decoding
-later: `packing.LaterPacking`) and hands the file's pages back, as quant_torch does. Its kernels run on the
+few-token product makes that copy where `packing.pack_ahead` did not (or, for the types whose copy
+only puts rows side by side, some decoding later: `packing.LaterPacking`) and hands the file's
+pages back, as quant_torch does. Its kernels run on the
 calling thread where NumPy comes next (the GEMM, dequantizing, packing): OpenBLAS's threads, still
 spinning after a GEMM, and the kernels' OpenMP threads fought over the cores (packing SmolLM2 Q4_0
 took ~1 s on two threads, 0.1 s on one; its warm prefill by the int8 GEMM ~0.6 s, ~0.2 s on one).
