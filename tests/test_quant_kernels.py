@@ -1218,6 +1218,35 @@ def test_weights_over_the_pack_ahead_budget_pack_at_their_first_decoding_step(tm
         assert packed == [n_tokens <= quant_torch.FEW_TOKENS] * len(products), (n_tokens, packed)
 
 
+@pytest.mark.skipif(not quant_kernels.packs_at_first_decoding(Q.Q8_0), reason="no packed kernels on this CPU")
+@pytest.mark.parametrize("target", ["torch", "numpy"])
+def test_a_row_view_packs_its_whole_weight_at_its_first_decoding_product(target, monkeypatch):
+    """A view of rows made before its weight packed (`W[a:b]`) leaves the blocks as stored through a
+    prompt's product, and at its first few-token product packs the whole weight: a view on the copy's
+    groups then reads that copy (no second one), a view off them a copy of its own. Products equal
+    the whole weight's rows throughout."""
+    monkeypatch.delenv(packing.WEIGHTS, raising=False)
+    rng = np.random.default_rng(13)
+    shape, group = (40, 256), quant_kernels.pack_rows(Q.Q8_0)
+    blocks = small_blocks(Q.Q8_0, shape, rng)
+    module = quant_torch if target == "torch" else quant_numpy
+    W = module.QuantWeight(blocks, Q.Q8_0, shape)
+    stored = quant_numpy.QuantWeight(blocks, Q.Q8_0, shape)
+    stored._unpacked = False  # never packed: the rows as stored
+    on, off = W[group : 3 * group], W[5:29]
+    for n_tokens in (quant_torch.FEW_TOKENS + 4, 1):  # a prompt, then a decoding step
+        x = rng.normal(size=(n_tokens, shape[1])).astype(np.float32)
+        want = stored.linear(x)
+        for view, (a, b) in ((on, (group, 3 * group)), (off, (5, 29))):
+            y = view.linear(torch.from_numpy(x) if target == "torch" else x)
+            assert np.array_equal(np.asarray(y), want[:, a:b])
+        if n_tokens > quant_torch.FEW_TOKENS:
+            assert W._packed is None and on._packed is None and off._packed is None
+    assert W._packed is not None and W._plan.packed == 1
+    assert np.shares_memory(np.asarray(on._packed), np.asarray(W._packed))
+    assert off._packed is not None and not np.shares_memory(np.asarray(off._packed), np.asarray(W._packed))
+
+
 @pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_K, Q.Q6_K, Q.F16], ids=lambda t: t.name)
 @pytest.mark.parametrize("target", ["torch", "numpy"])
 def test_rows_of_a_weight_are_a_weight_over_the_same_blocks(qtype, target):

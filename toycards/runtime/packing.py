@@ -158,37 +158,44 @@ def pack_weights(weights, one_thread: bool = False) -> None:
     """Each of `weights` (quant_torch's or quant_numpy's QuantWeight) not yet packed gets its packed
     copy (`packed_copies`, one C call for them all, into one new buffer: one allocation, which torch
     makes without Python's lock, where one per weight let another thread take it back each time) and
-    reads it from then on; under PACKING, so that a weight packs once whichever thread asks first."""
+    reads it from then on; under PACKING, so that a weight packs once whichever thread asks first.
+    A row view (`row_view`) packs its whole weight, whose copy then holds its rows where they fall
+    on the copy's groups, and a copy of its own only where they do not."""
     with PACKING:
-        todo = [w for w in weights if w._unpacked]
-        if not todo:
-            return
-        stored = [w._stored() for w in todo]  # (plan, blocks)
-        offsets, total = [], 0
-        for _, blocks in stored:
-            offsets.append(total)
-            total += -(-blocks.nbytes // 64) * 64  # each copy on a cache line of its own
-        buffer, at = todo[0]._buffer(total)
-        items = [(p, blocks, at + o) for (p, blocks), o in zip(stored, offsets, strict=True)]
-        plans = packed_copies(items, one_thread)
-        for w, (_, blocks), o, packed in zip(todo, stored, offsets, plans, strict=True):
-            w._adopt(buffer[o : o + blocks.nbytes], packed)
-            _share_rows(w)
+        _pack_unpacked([w._whole for w in weights if getattr(w, "_whole", None) is not None], one_thread)
+        _pack_unpacked(weights, one_thread)
+
+
+def _pack_unpacked(weights, one_thread: bool) -> None:
+    """`pack_weights`' copies (under PACKING) of those of `weights` not packed yet."""
+    todo = list({id(w): w for w in weights if w._unpacked}.values())
+    if not todo:
+        return
+    stored = [w._stored() for w in todo]  # (plan, blocks)
+    offsets, total = [], 0
+    for _, blocks in stored:
+        offsets.append(total)
+        total += -(-blocks.nbytes // 64) * 64  # each copy on a cache line of its own
+    buffer, at = todo[0]._buffer(total)
+    items = [(p, blocks, at + o) for (p, blocks), o in zip(stored, offsets, strict=True)]
+    plans = packed_copies(items, one_thread)
+    for w, (_, blocks), o, packed in zip(todo, stored, offsets, plans, strict=True):
+        w._adopt(buffer[o : o + blocks.nbytes], packed)
+        _share_rows(w)
 
 
 def row_view(weight, a: int, b: int, make):
     """Rows a … b−1 of `weight` (either target's QuantWeight, rows 0 … n−1 not all of them) as a
-    weight of their own, `make(a, b)` over the same blocks, made once and kept in the weight. Where
-    the weight packs first (`packs_first`) it packs now, and a view whose rows fall on its packed
-    groups reads them in its copy (a card slicing a fused weight, Phi-3's gate and up rows, then costs
-    no second copy; the file's pages of a packed weight are handed back, and a view of its blocks
-    would read them in again)."""
+    weight of their own, `make(a, b)` over the same blocks, made once and kept in the weight. When
+    the view is to pack (its first few-token product, `packs_first`), the whole weight packs, and a
+    view whose rows fall on its packed groups reads them in its copy (a card slicing a fused weight,
+    Phi-3's gate and up rows, then costs no second copy; the file's pages of a packed weight are
+    handed back, and a view of its blocks would read them in again)."""
     views = weight.__dict__.setdefault("_views", {})
     view = views.get((a, b))
     if view is None:
         view = views[a, b] = make(a, b)
-        if weight._unpacked and weight._pack_first:
-            pack_weights((weight,))
+        view._whole = weight  # what pack_weights packs for it
         with PACKING:
             _share_rows(weight)
     return view
