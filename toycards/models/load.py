@@ -286,6 +286,10 @@ def _load(source, weights, target: str, seed: int, dequantize: bool, device):
         card, path = _as_card(source), weights
     f = open_gguf(path) if path is not None else None
     try:
+        if f is not None and target != "reference":  # the weights into the page cache as the card loads
+            from toycards.runtime import packing
+
+            packing.read_ahead(f.path, 0, f.file_size)  # in file order: the vocabulary comes first
         card = card_for_file(f) if card is None else card
         bound = bind(card.main, f) if f is not None else bind_values(card.main)
         _raise_problems(bound, card, path)

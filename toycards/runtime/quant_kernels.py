@@ -84,6 +84,7 @@ def _build() -> ctypes.CDLL | None:
     lib.tc_float_direct.argtypes = [ctypes.c_int]
     lib.tc_packs.argtypes = [ctypes.c_int]
     lib.tc_gemm_linear.argtypes = [ctypes.POINTER(Plan), _P, _I, _P, _I]
+    lib.tc_read_ahead.argtypes = [_I, _I, _I, _I]
     for fn in (
         lib.tc_pack,
         lib.tc_pack_weights,
@@ -97,6 +98,7 @@ def _build() -> ctypes.CDLL | None:
         lib.tc_swiglu,
         lib.tc_silu_mul,
         lib.tc_linears,
+        lib.tc_read_ahead,
     ):
         fn.restype = ctypes.c_int
     lib.tc_set_prefetch.argtypes = [ctypes.c_int]

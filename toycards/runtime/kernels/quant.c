@@ -26,6 +26,7 @@
  *   Q6_K  ql[128] qh[64] sc[16]:int8 d   16 groups of 16 with int8 scales
  */
 #define _DEFAULT_SOURCE /* madvise and sysconf under -std=c11 */
+#define _POSIX_C_SOURCE 200112L /* posix_fadvise */
 #include <stdint.h>
 
 #include "structs.h"
@@ -36,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #ifdef __linux__
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #endif
@@ -1416,6 +1418,26 @@ int tc_pack(const tc_weight *p, int64_t r0, int64_t r1, uint8_t *out, int64_t on
             }
         }
     return 0;
+}
+
+/* ask the OS to read bytes [offset, offset + length) of the file open as fd into its page cache,
+ * `chunk` bytes a request, and return once all are asked (the reads go on without this thread);
+ * 0, or the error number. Linux clamps one request to the device's readahead size, so one request
+ * for a whole file reads only its start (8 MiB here). Called through ctypes on a thread of its own
+ * (packing.read_ahead): the requests block for a while, and without Python's lock they do not slow
+ * the loader, nor it them. */
+int tc_read_ahead(int64_t fd, int64_t offset, int64_t length, int64_t chunk) {
+#ifdef __linux__
+    for (int64_t at = offset; at < offset + length; at += chunk) {
+        const int64_t n = offset + length - at < chunk ? offset + length - at : chunk;
+        const int e = posix_fadvise((int)fd, (off_t)at, (off_t)n, POSIX_FADV_WILLNEED);
+        if (e) return e;
+    }
+    return 0;
+#else
+    (void)fd, (void)offset, (void)length, (void)chunk;
+    return -1;
+#endif
 }
 
 /* count weights copied one after another: weight i (plans[i], as stored) into outs[i] (as many
