@@ -14,11 +14,8 @@ picks the mix that `mix="Q4_K_M"` writes.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import importlib.util
 import json
-import mmap
 import os
 import subprocess
 import sys
@@ -28,6 +25,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
+from file_pages import cached_fraction, mapped_kib
 from gguf import quants
 from gguf_factory import Q, llama_hparams, llama_inventory, typed, write_gguf
 from llama_1b import SHAPE, random_k_blocks, specs, with_changes, write_llama_1b
@@ -105,33 +103,6 @@ def test_load_and_describe_of_a_1b_q4_k_file_touch_no_weights(llama_1b_file, tmp
     assert f"{N_PARAMS:,}" in done.stdout and f"{SHAPE.n_vocab:,} tokens" in done.stdout, done.stdout[:2000]
 
 
-def _cached_fraction(path: Path) -> float:
-    """The fraction of the file's pages in the OS's page cache (mincore on a mapping of it)."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    size = os.stat(path).st_size
-    pages = -(-size // mmap.PAGESIZE)
-    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-        view = np.frombuffer(mapped, dtype=np.uint8)
-        vec = (ctypes.c_ubyte * pages)()
-        code = libc.mincore(ctypes.c_void_p(view.ctypes.data), ctypes.c_size_t(size), vec)
-        del view
-    assert code == 0, os.strerror(ctypes.get_errno())
-    return sum(v & 1 for v in vec) / pages
-
-
-def _mapped_kib(path: Path) -> int:
-    """Resident KiB of this process's mappings of the file at `path` (/proc/self/smaps)."""
-    total, inside = 0, False
-    with open("/proc/self/smaps", encoding="utf-8") as fh:
-        for line in fh:
-            fields = line.split()
-            if "-" in fields[0] and ":" not in fields[0]:
-                inside = len(fields) == 6 and fields[5] == str(path)
-            elif inside and fields[0] == "Rss:":
-                total += int(fields[1])
-    return total
-
-
 @pytest.mark.skipif(
     not (sys.platform.startswith("linux") and hasattr(os, "posix_fadvise") and quant_kernels.library() is not None),
     reason="reading ahead needs Linux and the C kernels",
@@ -152,15 +123,15 @@ def test_load_reads_the_file_into_the_page_cache_not_into_the_process(tmp_path):
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
-    if _cached_fraction(path) > 0.1:
+    if cached_fraction(path) > 0.1:
         pytest.skip("this file system keeps the file's pages in memory")
     model = toycards.load(path, target="numpy")
     for _ in range(200):  # the reads are the OS's, in the background
-        if _cached_fraction(path) >= 0.95:
+        if cached_fraction(path) >= 0.95:
             break
         time.sleep(0.05)
-    assert _cached_fraction(path) >= 0.95
-    assert _mapped_kib(path) * 1024 < 0.05 * os.stat(path).st_size, _mapped_kib(path)
+    assert cached_fraction(path) >= 0.95
+    assert mapped_kib(path) * 1024 < 0.05 * os.stat(path).st_size, mapped_kib(path)
     assert model.logits([1, 2, 3]).shape == (3, 4096)
 
 

@@ -21,6 +21,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from file_pages import file_ranges, mapped_kib
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
 from gguf_factory import F16_SCALE_OFFSETS, llama_inventory, random_blocks, typed, write_gguf
 
@@ -434,19 +435,6 @@ def test_packed_weight_is_the_same_weight(qtype, shape, monkeypatch):
     assert torch.equal(q.linear(torch.from_numpy(many)), in_place.linear(torch.from_numpy(many)))
 
 
-def _mapped_kib(path) -> int:
-    """Resident KiB of this process's mappings of the file at `path` (/proc/self/smaps)."""
-    total, inside = 0, False
-    with open("/proc/self/smaps", encoding="utf-8") as fh:
-        for line in fh:
-            fields = line.split()
-            if "-" in fields[0] and len(fields) >= 5 and fields[0][0] in "0123456789abcdef":
-                inside = len(fields) >= 6 and fields[-1] == str(path)
-            elif inside and fields[0] == "Rss:":
-                total += int(fields[1])
-    return total
-
-
 @pytest.mark.skipif(not quant_kernels.pack_rows(Q.Q8_0) or not os.path.exists("/proc/self/smaps"),
                     reason="no packed kernels here, or no /proc/self/smaps")  # fmt: skip
 @pytest.mark.parametrize("target", ["torch", "numpy"])
@@ -466,11 +454,11 @@ def test_packing_hands_the_file_pages_back(tmp_path, monkeypatch, target):
     assert not blocks.flags.writeable
     q = (quant_torch if target == "torch" else quant_numpy).QuantWeight(blocks, Q.Q8_0, w.shape)
     want = np.asarray(q.dequantize())  # reads every page of the tensor
-    before = _mapped_kib(path)
+    before = mapped_kib(path)
     assert before * 1024 >= 0.9 * blocks.nbytes
     x = rng.normal(size=(1, 1024)).astype(np.float32)
     y = np.asarray(q.linear(torch.from_numpy(x) if target == "torch" else x))  # packs
-    after = _mapped_kib(path)
+    after = mapped_kib(path)
     assert before - after >= 0.9 * blocks.nbytes / 1024 - 8, (before, after)
     assert np.array_equal(np.asarray(q.dequantize()), want)
     in_place = quant_numpy.QuantWeight(blocks, Q.Q8_0, w.shape)
@@ -507,7 +495,7 @@ def test_float_weights_are_copied_into_memory_of_their_own(tmp_path, monkeypatch
     model = toycards.load(path, target="torch")
     if model._packing_ahead is not None:
         model._packing_ahead.join()
-    ranges = _file_ranges(path)
+    ranges = file_ranges(path)
     kept = matrices(model)
     assert len(kept) == 8  # the token embedding (the output too), Q, K, V, O, gate, up, down
     assert model.w["output.weight"] is model.w["token_embd.weight"]
@@ -516,14 +504,14 @@ def test_float_weights_are_copied_into_memory_of_their_own(tmp_path, monkeypatch
         if qtype != Q.F32:
             assert w._packed is not None and w._plan.packed == 0
     mapped_bytes = sum(p.numel() * 4 for p in kept) if qtype == Q.F32 else sum(w.nbytes for w in kept)
-    assert _mapped_kib(path) * 1024 < 0.1 * mapped_bytes, (_mapped_kib(path), mapped_bytes)
+    assert mapped_kib(path) * 1024 < 0.1 * mapped_bytes, (mapped_kib(path), mapped_bytes)
 
     monkeypatch.delenv(packing.WEIGHTS)
     mapped = toycards.load(path, target="torch")
     from toycards.models.load import SMALL_F32  # F32 tensors up to this size are read, never mapped
 
     in_file = [w for w in matrices(mapped) if qtype != Q.F32 or w.numel() * 4 > SMALL_F32]
-    assert len(in_file) >= 3 and all(any(a <= address(w) < b for a, b in _file_ranges(path)) for w in in_file)
+    assert len(in_file) >= 3 and all(any(a <= address(w) < b for a, b in file_ranges(path)) for w in in_file)
     ids = [int(i) for i in np.random.default_rng(3).integers(0, 600, size=9)]
     assert np.array_equal(model.logits(ids), mapped.logits(ids))
     assert np.array_equal(decode_logits(model, ids), decode_logits(mapped, ids))
@@ -576,18 +564,6 @@ def _thp_eligible(address: int) -> bool:
     return False
 
 
-def _file_ranges(path) -> list[tuple[int, int]]:
-    """The address ranges of this process's mappings of the file at `path` (/proc/self/maps)."""
-    ranges = []
-    with open("/proc/self/maps", encoding="utf-8") as fh:
-        for line in fh:
-            fields = line.split(maxsplit=5)
-            if len(fields) == 6 and fields[5].strip() == str(path):
-                start, end = fields[0].split("-")
-                ranges.append((int(start, 16), int(end, 16)))
-    return ranges
-
-
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="no /proc/self/maps")
 @pytest.mark.parametrize("target", ["torch", "numpy"])
 def test_small_f32_tensors_are_read_not_mapped(tmp_path, target):
@@ -601,7 +577,7 @@ def test_small_f32_tensors_are_read_not_mapped(tmp_path, target):
 
     path = tiny_llama(tmp_path, "Q8_0")
     model = toycards.load(path, target=target)
-    ranges = _file_ranges(path)
+    ranges = file_ranges(path)
     with open_gguf(path) as f:
         small = {n: f.tensor(n, copy=True) for n, i in f.tensors.items() if i.type_name == "F32"}
         assert all(f.tensors[n].n_bytes <= SMALL_F32 for n in small)
@@ -867,7 +843,7 @@ def test_resident_weights_all_pack_ahead(tmp_path, monkeypatch, target):
     kept = list(model.w._quantized.values()) if target == "torch" else list(model.w.values())
     blocks = [w for w in kept if isinstance(w, quant_torch.QuantWeight | quant_numpy.QuantWeight)]
     assert blocks and all(w._packed is not None and w._plan.packed == 1 for w in blocks)
-    ranges = _file_ranges(path)
+    ranges = file_ranges(path)
     assert not any(a <= w._plan.w < b for w in blocks for a, b in ranges)
     ids = [int(i) for i in np.random.default_rng(6).integers(0, 300, size=10)]
     assert np.array_equal(model.logits(ids), default.logits(ids))
@@ -1205,7 +1181,7 @@ def test_weights_over_the_pack_ahead_budget_pack_at_their_first_decoding_step(tm
     model = toycards.load(path, target=target)
     first = first_weights(model)
     assert first and model._packing_ahead is None
-    ranges = _file_ranges(path)  # this model's mapping of the file among them
+    ranges = file_ranges(path)  # this model's mapping of the file among them
     assert all(w._unpacked and w._packed is None and any(a <= w._plan.w < b for a, b in ranges) for w in first)
     products = [w for w in first if w.name != "token_embd.weight"]  # the table's rows are only gathered
     assert len(products) == len(first) - 1
