@@ -11,8 +11,8 @@ on a thread of their own as a model is made, where they come to PACK_AHEAD_BYTES
 resident: then also the float types the torch target copies),
 `LaterPacking` (after some decoding: the K-quants on AVX-512), `row_view` (a weight's rows as a weight,
 reading its packed copy), `resident` and `weight_memory` (`TOYCARDS_WEIGHTS=resident`: copies
-on 2 MiB pages, the float weights copied too) and `resident_float32` (a model's float32 matrices
-copied there).
+on 2 MiB pages, the float weights copied too), `resident_float32` (a model's float32 matrices
+copied there) and `read_ahead` (the file into the OS's page cache as a model loads).
 Leaves out: the packed layout and the products on it (kernels/quant.c, quant_kernels.py), the
 weights themselves (quant_torch.py, quant_numpy.py: `_stored`, `_buffer`, `_adopt`).
 """
