@@ -17,6 +17,7 @@ file dequantized at load, for the full pass and for cached decoding, and the Num
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -1192,6 +1193,48 @@ def test_weights_over_the_pack_ahead_budget_pack_at_their_first_decoding_step(tm
         assert np.array_equal(got, want)
         packed = [w._plan.packed == 1 and w._packed is not None for w in products]
         assert packed == [n_tokens <= quant_torch.FEW_TOKENS] * len(products), (n_tokens, packed)
+
+
+@pytest.mark.skipif(not PACKED, reason="no packed kernels on this CPU (AVX-512 VNNI)")
+@pytest.mark.parametrize("target", ["torch", "numpy"])
+def test_a_load_where_no_thread_starts_reads_and_packs_nothing_ahead(tmp_path, monkeypatch, target):
+    """Where the system starts no more threads (RuntimeError from Thread.start), `load` still makes
+    the model: nothing is read or packed ahead, no file descriptor is left open, the weights pack
+    at their first decoding product, and the logits are those of a model loaded as usual."""
+    path = tiny_llama(tmp_path, "Q8_0")
+    usual = toycards.load(path, target=target)
+    if usual._packing_ahead is not None:
+        usual._packing_ahead.join()
+    started = []
+
+    def refuse(thread):
+        started.append(thread.name)
+        raise RuntimeError("can't start new thread")
+
+    opened, os_open = [], os.open
+
+    def record(*args, **kwargs):
+        opened.append(os_open(*args, **kwargs))
+        return opened[-1]
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    monkeypatch.setattr(os, "open", record)
+    model = toycards.load(path, target=target)
+    monkeypatch.undo()
+    assert sorted(started) == ["toycards-pack-ahead", "toycards-read-ahead"]
+    assert model._packing_ahead is None and opened  # (the read-ahead's descriptor)
+    for fd in opened:
+        with pytest.raises(OSError):
+            os.fstat(fd)  # closed
+    kept = list(model.w._quantized.values()) if target == "torch" else list(model.w.values())
+    first = [w for w in kept if getattr(w, "_pack_first", False) and w.name != "token_embd.weight"]
+    assert first and all(w._unpacked for w in first)
+    for n_tokens in (20, 1):
+        ids = np.arange(n_tokens)[None]
+        with torch.inference_mode():
+            got, want = (np.asarray(m(torch.from_numpy(ids) if target == "torch" else ids)) for m in (model, usual))
+        assert np.array_equal(got, want)
+    assert all(w._plan.packed == 1 for w in first)
 
 
 @pytest.mark.skipif(not quant_kernels.packs_at_first_decoding(Q.Q8_0), reason="no packed kernels on this CPU")

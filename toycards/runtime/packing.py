@@ -245,9 +245,7 @@ def pack_ahead(weights) -> threading.Thread | None:
         with contextlib.suppress(Exception):
             pack_weights(todo, one_thread=True)
 
-    thread = threading.Thread(target=run, name="toycards-pack-ahead", daemon=True)
-    thread.start()
-    return thread
+    return _started(threading.Thread(target=run, name="toycards-pack-ahead", daemon=True))
 
 
 def read_ahead(path, offset: int, length: int) -> threading.Thread | None:
@@ -280,8 +278,19 @@ def read_ahead(path, offset: int, length: int) -> threading.Thread | None:
         finally:
             os.close(fd)
 
-    thread = threading.Thread(target=run, name="toycards-read-ahead", daemon=True)
-    thread.start()
+    thread = _started(threading.Thread(target=run, name="toycards-read-ahead", daemon=True))
+    if thread is None:
+        os.close(fd)
+    return thread
+
+
+def _started(thread: threading.Thread) -> threading.Thread | None:
+    """`thread` started, or None where the system would start no more threads (the work it was to
+    do ahead is then done when it is needed, or not at all)."""
+    try:
+        thread.start()
+    except RuntimeError:  # can't start new thread
+        return None
     return thread
 
 
