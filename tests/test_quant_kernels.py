@@ -596,14 +596,16 @@ def test_small_f32_tensors_are_read_not_mapped(tmp_path, target):
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="an x86-64 target")
-def test_kernels_build_for_a_cpu_without_avx(tmp_path):
-    """quant.c compiles for plain x86-64 (SSE2, no AVX, no F16C): the portable C paths, so that such
-    a CPU gets the kernels and not the slow reference path."""
+@pytest.mark.parametrize("march", ["x86-64", "icelake-server"])
+def test_kernels_build_for_other_cpus(tmp_path, march):
+    """quant.c compiles without a warning for plain x86-64 (SSE2, no AVX, no F16C: the portable C
+    paths, so that such a CPU gets the kernels and not the slow reference path) and for a CPU with
+    AVX-512 F, BW, VL and VNNI (every AVX-512 path; they run only on such a CPU)."""
     import subprocess
 
     flags = [f for f in quant_kernels.FLAGS if not f.startswith("-march=")]
     done = subprocess.run(
-        [quant_kernels.compiler(), *flags, "-march=x86-64", "-Wall", "-Werror", str(quant_kernels.SOURCE),
+        [quant_kernels.compiler(), *flags, f"-march={march}", "-Wall", "-Werror", str(quant_kernels.SOURCE),
          "-o", str(tmp_path / "quant.so"), "-lm"],
         capture_output=True, text=True,
     )  # fmt: skip
