@@ -394,3 +394,25 @@ def test_moe_kernel_breaks_ties_like_topk(moe):
     X, W_r, W_gate, W_up, W_down = moe_inputs(E=4)
     W_r[2] = W_r[1]
     assert_close(*both_ways(moe, X, W_r, W_gate, W_up, W_down, 1, "keep"), tol=1e-5)
+
+
+
+class _Sub(np.ndarray):
+    """An ndarray subclass (as a user's array may be)."""
+
+
+def test_data_ptr_is_the_address_ctypes_gives(tmp_path):
+    """quant_numpy.data_ptr reads an array's data pointer from the array object: the address
+    `.ctypes.data` gives, for fresh arrays, views at an offset, transposes, memory maps and
+    subclasses, kept right as the arrays they came from are gone; anything else is refused."""
+    base = np.arange(60, dtype=np.float32).reshape(6, 10)
+    arrays = [base, base[2:, 3:], base.T, base[::2], np.empty(0, np.int8), np.zeros((), np.float64),
+              np.ones(7, np.float16)[1:], np.frombuffer(bytearray(32), np.uint8)[5:], base[1:].view(_Sub),
+              np.memmap(tmp_path / "m.bin", dtype=np.int32, mode="w+", shape=(4, 4))[1:]]  # fmt: skip
+    for a in arrays:
+        assert quant_numpy.data_ptr(a) == a.ctypes.data, (type(a), a.shape)
+    views = [np.arange(i + 5, dtype=np.int64)[i:] for i in range(50)]  # each the last reference to its base
+    assert all(quant_numpy.data_ptr(v) == v.ctypes.data for v in views)
+    for other in ([1.0, 2.0], b"abcd", memoryview(b"abcd"), 3.0):
+        with pytest.raises(TypeError):
+            quant_numpy.data_ptr(other)

@@ -20,7 +20,7 @@ import numpy as np
 
 from toycards.runtime import quant_kernels
 from toycards.runtime.context import gqa_site
-from toycards.runtime.quant_numpy import FEW_TOKENS
+from toycards.runtime.quant_numpy import FEW_TOKENS, data_ptr
 
 
 def _plain(*arrays) -> bool:
@@ -143,10 +143,10 @@ def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):
         Kc, Vc, used = np.empty(like.shape, dtype=np.float32), np.empty(like.shape, dtype=np.float32), 0
     out = np.empty((*Q.shape[:-1], a.H * a.d), dtype=np.float32)
     kh, vh = Kc.strides[-3] // Kc.itemsize, Vc.strides[-3] // Vc.itemsize
-    a.Q, a.K, a.V, a.out = Q.ctypes.data, K.ctypes.data, V.ctypes.data, out.ctypes.data
-    a.cos, a.sin, a.half = cos.ctypes.data, sin.ctypes.data, cos.shape[-1]
-    a.Kc, a.Vc, a.kh, a.vh, a.kb, a.vb = Kc.ctypes.data, Vc.ctypes.data, kh, vh, kh * a.Hkv, vh * a.Hkv
-    a.used, a.allowed, a.kv_half = used, allowed.ctypes.data, int(half)
+    a.Q, a.K, a.V, a.out = data_ptr(Q), data_ptr(K), data_ptr(V), data_ptr(out)
+    a.cos, a.sin, a.half = data_ptr(cos), data_ptr(sin), cos.shape[-1]
+    a.Kc, a.Vc, a.kh, a.vh, a.kb, a.vb = data_ptr(Kc), data_ptr(Vc), kh, vh, kh * a.Hkv, vh * a.Hkv
+    a.used, a.allowed, a.kv_half = used, data_ptr(allowed), int(half)
     # a prompt's on this thread alone: NumPy's BLAS threads, still spinning after the products, and
     # the kernels' OpenMP threads would fight over the cores (as quant_numpy's prompt kernels)
     a.one_thread = a.T > FEW_TOKENS
