@@ -197,6 +197,26 @@ def test_tiles_of_two_weights_at_once_keep_their_own_buffers(monkeypatch):
     assert [t.data_ptr() for _, _, t in a._tiles()][0] == kept.data_ptr()  # reused
 
 
+@pytest.mark.parametrize("tile_rows", [10, 3], ids=["one-tile", "tiles-of-3"])
+def test_a_tiled_product_equals_the_dequantized_gemm_and_gives_its_buffer_back(monkeypatch, tile_rows):
+    """A prompt's product of an F16 weight (dequantized tiles, then a float32 GEMM): the GEMM of the
+    dequantized weight, whether the weight fits one tile (the GEMM's result itself) or takes several
+    (each into its columns), and the thread's tile buffer is kept for the next product either way."""
+    monkeypatch.setattr(quant_kernels, "TILE_FLOATS", tile_rows * 160)
+    monkeypatch.delitem(quant_kernels._spare_tiles.__dict__, torch.float32, raising=False)
+    rng = np.random.default_rng(11)
+    blocks = small_blocks(Q.F16, (10, 160), rng)
+    w = quant_torch.QuantWeight(blocks, Q.F16, (10, 160))
+    x = torch.from_numpy(rng.normal(size=(2, quant_torch.FEW_TOKENS + 3, 160)).astype(np.float32))
+    want = x.double() @ torch.from_numpy(w.dequantize().numpy()).double().T
+    for _ in range(2):
+        y = w.linear(x)
+        assert y.shape == (2, quant_torch.FEW_TOKENS + 3, 10) and y.dtype == torch.float32
+        assert torch.allclose(y.double(), want, rtol=1e-5, atol=1e-6)
+        kept = quant_kernels._spare_tiles.__dict__.get(torch.float32)
+        assert kept is not None and kept.numel() == tile_rows * 160
+
+
 def test_numpy_products_keep_their_tile_buffer(monkeypatch):
     """The NumPy target's many-token products on tiles (F16 here: a type with no int8 GEMM) reuse
     the thread's tile buffer (kernels.tile_buffer) and still equal the reference, tile after tile

@@ -37,6 +37,7 @@ packing.resident_float32), and every copy lies on 2 MiB pages where the kernel h
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import warnings
 
@@ -353,10 +354,16 @@ class QuantWeight:
         return y if x.dtype == torch.float32 else y.to(x.dtype)
 
     def _tiled(self, x2: torch.Tensor) -> torch.Tensor:
-        """x2 [T, K] · Wᵀ a tile of rows at a time: dequantize the tile, then a float32 GEMM."""
-        y = torch.empty(x2.shape[0], self.shape[0], dtype=torch.float32)  # (T, N)
-        for r0, r1, tile in self._tiles():
-            y[:, r0:r1] = float_gemm(x2, tile)
+        """x2 [T, K] · Wᵀ a tile of rows at a time: dequantize the tile, then a float32 GEMM (a
+        weight in one tile: the GEMM's own result, no copy into y)."""
+        y = None
+        with contextlib.closing(self._tiles()) as tiles:  # (its tile buffer back as this returns)
+            for r0, r1, tile in tiles:
+                if r0 == 0 and r1 == self.shape[0]:
+                    return float_gemm(x2, tile)
+                if y is None:
+                    y = torch.empty(x2.shape[0], self.shape[0], dtype=torch.float32)  # (T, N)
+                y[:, r0:r1] = float_gemm(x2, tile)
         return y
 
     def _tiles(self):
