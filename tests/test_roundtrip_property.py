@@ -339,8 +339,8 @@ def _has_division(node: object) -> bool:
 def test_the_strategies_generate_ceil_and_division():
     """The properties cover what the docstring claims: `⌈…⌉` in expressions, `/` in dimensions
     (`find` fails when no example within its budget has them), and both in one card: about a third
-    of the cards have both, so one in 60 (a fixed series of examples) without is a strategy that
-    lost one. (Not `find` for the card: shrinking a whole card to a smallest one took ~2.5 min.)"""
+    of the cards have both, so none among 60 fixed examples means a strategy lost one of them. (Not
+    `find` for the card: shrinking a whole card to a smallest one took ~2.5 min.)"""
     quick = settings(max_examples=2000, database=None, deadline=None)
     ceil = find(exprs, _has_ceil, settings=quick)
     assert "⌈" in render_card(_one_step(ceil)) and "ceil(" in render_card(_one_step(ceil), ascii=True)
