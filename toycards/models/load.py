@@ -289,7 +289,7 @@ def _load(source, weights, target: str, seed: int, dequantize: bool, device):
         if f is not None and target != "reference":  # the weights into the page cache as the card loads
             from toycards.runtime import packing
 
-            packing.read_ahead(f.path, 0, f.file_size)  # in file order: the vocabulary comes first
+            packing.read_ahead(f.path)
         card = card_for_file(f) if card is None else card
         bound = bind(card.main, f) if f is not None else bind_values(card.main)
         _raise_problems(bound, card, path)

@@ -248,8 +248,8 @@ def pack_ahead(weights) -> threading.Thread | None:
     return _started(threading.Thread(target=run, name="toycards-pack-ahead", daemon=True))
 
 
-def read_ahead(path, offset: int, length: int) -> threading.Thread | None:
-    """Have the OS read bytes [offset, offset + length) of the file at `path` (a model's weights) into
+def read_ahead(path) -> threading.Thread | None:
+    """Have the OS read the file at `path` (a model's, in file order: the vocabulary comes first) into
     its page cache, on a thread of its own (the requests block while the OS queues them), so that a
     file not cached yet comes in large reads while the loader goes on, rather than a page fault at a
     time in the first pass; nothing is mapped into the process (its memory does not grow), as
@@ -265,16 +265,20 @@ def read_ahead(path, offset: int, length: int) -> threading.Thread | None:
     against 0.4–1.4. From a Python thread, one request a call, the interpreter's lock held the
     requests up behind the loader (0.5–1.1 s; almost nothing read by the load's end)."""
     lib = library()
-    if lib is None or length <= 0 or 2 * length > _available_memory():
+    if lib is None:
         return None
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:  # the loader says what is wrong with the file
         return None
+    length = os.fstat(fd).st_size
+    if length <= 0 or 2 * length > _available_memory():
+        os.close(fd)
+        return None
 
     def run() -> None:
         try:
-            lib.tc_read_ahead(fd, offset, length, READ_AHEAD_CHUNK)
+            lib.tc_read_ahead(fd, 0, length, READ_AHEAD_CHUNK)
         finally:
             os.close(fd)
 
