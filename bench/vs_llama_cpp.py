@@ -27,12 +27,13 @@ logits are read with llama_get_logits_ith(ctx, -1).
 --shape llama-1b compares on a 1B-class file instead: a Llama-3.2-1B-shaped GGUF of random Q4_K
 blocks (tests/llama_1b.py: 16 layers, d_e 2048, 128,256 tokens, ~0.7 GB), written in a second or
 two into a temporary folder, or into --shape-dir and reused from there; its --types are the mixes
-that module writes (Q4_K, the default; Q4_K_M, the same with llama.cpp's Q6_K tensors), not copies.
+that module writes (Q4_K, the default; Q5_K; Q4_K_M and Q5_K_M, the same with llama.cpp's Q6_K
+tensors), not copies.
 
     .venv/bin/python bench/vs_llama_cpp.py --llama-python /path/to/venv/bin/python \
         [--types Q4_1,Q8_0,F32] [--prefill 128] [--decode 48] [--threads 2] [--rounds 3]
     .venv/bin/python bench/vs_llama_cpp.py --llama-python /path/to/venv/bin/python --shape llama-1b \
-        [--types Q4_K,Q4_K_M] [--shape-dir DIR] [--decode 16] [--rounds 1]
+        [--types Q4_K,Q4_K_M,Q5_K_M] [--shape-dir DIR] [--decode 16] [--rounds 1]
 """
 
 from __future__ import annotations
@@ -309,7 +310,7 @@ def main() -> None:
     p.add_argument("--file", help="a GGUF file (default: SmolLM2-135M-Instruct Q4_1)")
     p.add_argument(
         "--types", default="",
-        help="also copies of the file at these types, e.g. Q8_0,F32 (--shape llama-1b: its mixes, Q4_K,Q4_K_M)",
+        help="also copies of the file at these types, e.g. Q8_0,F32 (--shape llama-1b: its mixes, e.g. Q4_K,Q5_K_M)",
     )  # fmt: skip
     p.add_argument("--llama-python", default=os.environ.get("TOYCARDS_LLAMA_CPP_PYTHON", sys.executable))
     p.add_argument("--prefill", type=int, default=128)

@@ -2,8 +2,8 @@
 
 Owns: `write_llama_1b(path)`: the 1.24 B-parameter shape of Llama 3.2 1B (`SHAPE`: d_e 2048,
 16 layers, 32 heads, 8 KV heads, d_ff 8192, 128,256 tokens, tied embeddings, RoPE base 500,000 with
-Llama 3's `rope_freqs.weight` factors, RMSNorm ε 1e-5), every matrix as random Q4_K blocks (or the
-Q4_K_M-like mix, `mix="Q4_K_M"`), norms F32 ones, and a byte-level BPE vocabulary of exactly
+Llama 3's `rope_freqs.weight` factors, RMSNorm ε 1e-5), every matrix as random Q4_K blocks (or Q5_K,
+`mix="Q5_K"`; or llama.cpp's Q4_K_M / Q5_K_M mix, `mix="Q4_K_M"`, `"Q5_K_M"`), norms F32 ones, and a byte-level BPE vocabulary of exactly
 128,256 tokens (tests/oracle/vocab.py) that toycards and llama.cpp both read. The blocks are random
 bytes written straight to the file a slice at a time (nothing is quantized; memory stays at one
 slice), so the ~0.7 GB file takes about a second. Leaves out: real weights, and checking the file
@@ -11,7 +11,7 @@ slice), so the ~0.7 GB file takes about a second. Leaves out: real weights, and 
 
 Random blocks decode to finite weights of about N(0, 0.02²)'s size: each block's float16 scales are
 drawn near `D_SCALE[type]` (Q4_K: w = d·sc·q − dmin·m with sc, m, q uniform 6- and 4-bit values,
-dmin ≈ 7.5·d so that w is about centred; Q6_K: w = d·s·(q − 32) with s a random int8), which keeps
+dmin ≈ 7.5·d so that w is about centred; Q5_K the same with 5-bit q and dmin ≈ 15.5·d; Q6_K: w = d·s·(q − 32) with s a random int8), which keeps
 the activations finite through the 16 layers.
 
 >>> path = write_llama_1b(tmp / "llama-1b.Q4_K.gguf")               # doctest: +SKIP
@@ -39,10 +39,12 @@ SHAPE = SimpleNamespace(
 N_CTX = 4096  # the file's context_length: Llama 3.2 says 131072; a smaller one keeps caches small
 
 # float16 block scales: w's standard deviation about 0.02 (see the module docstring)
-D_SCALE = {Q.Q4_K: 8e-5, Q.Q6_K: 1.5e-5}
-DMIN_OVER_D = 7.5  # Q4_K: E[sc·q] = 31.5·7.5 = E[m]·7.5, so dmin = 7.5·d centres w
-SCALE_OFFSETS = {Q.Q4_K: (0, 2), Q.Q6_K: (208,)}  # byte offsets of a block's float16 d (and dmin)
-FILE_TYPE = {"Q4_K": 14, "Q4_K_M": 15}  # llama_ftype: MOSTLY_Q4_K_S (all Q4_K), MOSTLY_Q4_K_M
+D_SCALE = {Q.Q4_K: 8e-5, Q.Q5_K: 4e-5, Q.Q6_K: 1.5e-5}
+# E[sc·q] = 31.5·E[q] = E[m]·(dmin / d): dmin = E[q]·d centres w (Q4_K: E[q] = 7.5; Q5_K: 15.5)
+DMIN_OVER_D = {Q.Q4_K: 7.5, Q.Q5_K: 15.5}
+SCALE_OFFSETS = {Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,)}  # a block's float16 d (and dmin)
+# llama_ftype: MOSTLY_Q4_K_S (all Q4_K), MOSTLY_Q4_K_M, MOSTLY_Q5_K_S (all Q5_K), MOSTLY_Q5_K_M
+FILE_TYPE = {"Q4_K": 14, "Q4_K_M": 15, "Q5_K": 16, "Q5_K_M": 17}
 ROPE_FREQS = TENSOR_NAMES[MODEL_TENSOR.ROPE_FREQS] + ".weight"  # Llama 3's frequency factors
 SLICE_BLOCKS = 1 << 16  # blocks generated and written at a time (9 MiB of Q4_K)
 
@@ -79,25 +81,26 @@ def _more_bits(i: int, n: int) -> bool:
 
 
 def _type_of(name: str, shape: tuple[int, ...], mix: str, n_layer: int) -> int:
-    """The ggml type of one tensor: F32 for vectors, Q4_K for matrices; under Q4_K_M, Q6_K for the
-    (tied) token embedding and for attn_v / ffn_down on the layers `_more_bits` picks, as llama.cpp's
-    Q4_K_M does."""
+    """The ggml type of one tensor: F32 for vectors, the mix's K-quant for matrices (Q4_K, Q5_K);
+    under an _M mix, Q6_K for the (tied) token embedding and for attn_v / ffn_down on the layers
+    `_more_bits` picks, as llama.cpp's Q4_K_M and Q5_K_M do."""
     if len(shape) == 1:
         return Q.F32
-    if mix == "Q4_K":
-        return Q.Q4_K
+    base = Q.Q5_K if mix.startswith("Q5_K") else Q.Q4_K
+    if not mix.endswith("_M"):
+        return base
     if name == TENSOR_NAMES[MODEL_TENSOR.TOKEN_EMBD] + ".weight":
         return Q.Q6_K
     if name.endswith(("attn_v.weight", "ffn_down.weight")):
-        return Q.Q6_K if _more_bits(int(name.split(".")[1]), n_layer) else Q.Q4_K
-    return Q.Q4_K
+        return Q.Q6_K if _more_bits(int(name.split(".")[1]), n_layer) else base
+    return base
 
 
 def specs(mix: str = "Q4_K", hp: SimpleNamespace = SHAPE) -> list[tuple[str, tuple[int, ...], int]]:
     """(name, NumPy shape, ggml type) of every tensor, in file order: rope_freqs, token_embd, the
     layers, output_norm (no output.weight: tied)."""
     if mix not in FILE_TYPE:
-        raise ValueError(f"unknown mix {mix!r}: choose {' or '.join(FILE_TYPE)}")
+        raise ValueError(f"unknown mix {mix!r}: choose {', '.join(FILE_TYPE)}")
     s = hp
     inventory = llama_inventory(s.n_layer, s.d_e, s.d_ff, s.n_vocab, s.n_head, s.n_head_kv, tied=True)
     rope = (ROPE_FREQS, (s.d_e // s.n_head // 2,))
@@ -136,7 +139,7 @@ def random_k_blocks(ggml_type: int, n_blocks: int, rng: np.random.Generator) -> 
     blocks = rng.bit_generator.random_raw(words).view(np.uint8)[: n_blocks * type_size]
     blocks = blocks.reshape(n_blocks, type_size)
     d = D_SCALE[ggml_type] * rng.uniform(0.5, 1.5, n_blocks)
-    scales = [d, DMIN_OVER_D * d * rng.uniform(0.8, 1.2, n_blocks)]
+    scales = [d, DMIN_OVER_D.get(ggml_type, 0.0) * d * rng.uniform(0.8, 1.2, n_blocks)]
     for offset, value in zip(SCALE_OFFSETS[ggml_type], scales):
         blocks[:, offset : offset + 2] = value.astype("<f2").view(np.uint8).reshape(n_blocks, 2)
     return blocks

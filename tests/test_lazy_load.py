@@ -135,8 +135,8 @@ def test_load_reads_the_file_into_the_page_cache_not_into_the_process(tmp_path):
     assert model.logits([1, 2, 3]).shape == (3, 4096)
 
 
-@pytest.mark.parametrize("ggml_type", [Q.Q4_K, Q.Q6_K], ids=lambda t: t.name)
-def testrandom_k_blocks_decode_to_small_finite_weights(ggml_type):
+@pytest.mark.parametrize("ggml_type", [Q.Q4_K, Q.Q5_K, Q.Q6_K], ids=lambda t: t.name)
+def test_random_k_blocks_decode_to_small_finite_weights(ggml_type):
     """gguf.quants (the oracle) decodes the blocks to finite weights of about N(0, 0.02²)'s spread."""
     w = quants.dequantize(random_k_blocks(ggml_type, 4096, np.random.default_rng(1)), ggml_type)
     assert w.size == 4096 * 256 and np.isfinite(w).all()
@@ -153,7 +153,7 @@ def _llama_cpp_python() -> str | None:
 QUANTIZE = """
 import sys, llama_cpp
 p = llama_cpp.llama_model_quantize_default_params()
-p.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
+p.ftype = getattr(llama_cpp, "LLAMA_FTYPE_MOSTLY_" + sys.argv[3])
 p.allow_requantize = True
 sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), p))
 """
@@ -162,10 +162,10 @@ sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode
 @pytest.mark.skipif(
     _llama_cpp_python() is None, reason="llama-cpp-python is not installed (a benchmark dependency)"
 )
-def test_llama_cpp_reads_the_file_and_would_quantize_it_to_the_same_q4_k_m_mix(tmp_path):
+def test_llama_cpp_reads_the_file_and_would_quantize_it_to_the_same_k_m_mixes(tmp_path):
     """On a narrow model of the same depth and vocabulary: llama.cpp loads the file (its metadata and
-    vocabulary included) and gives toycards' greedy tokens, and its own Q4_K_M quantizer picks the
-    Q6_K tensors that `mix="Q4_K_M"` writes."""
+    vocabulary included) and gives toycards' greedy tokens, and its own Q4_K_M and Q5_K_M quantizers
+    pick the Q6_K tensors that `mix="Q4_K_M"` and `mix="Q5_K_M"` write."""
     torch = pytest.importorskip("torch")
     hp = with_changes(d_e=256, n_head=4, n_head_kv=1, d_ff=512)  # Llama 3.2 1B's GQA ratio, 4
     path = write_llama_1b(tmp_path / "narrow.Q4_K.gguf", hp=hp)
@@ -180,10 +180,11 @@ def test_llama_cpp_reads_the_file_and_would_quantize_it_to_the_same_q4_k_m_mix(t
     assert worst < 0.05 * float(np.ptp(theirs)), f"max |Δ logit| {worst:.3g}"  # measured: 1.1% of it
     assert ours.argmax(axis=1).tolist() == theirs.argmax(axis=1).tolist()
 
-    mixed = tmp_path / "narrow.Q4_K_M.gguf"
-    done = subprocess.run(
-        [_llama_cpp_python(), "-c", QUANTIZE, path, mixed], capture_output=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    got = {t.name: int(t.tensor_type) for t in gguf.GGUFReader(mixed).tensors}
-    assert got == {name: ggml_type for name, _, ggml_type in specs("Q4_K_M", hp)}
+    for mix in ("Q4_K_M", "Q5_K_M"):
+        mixed = tmp_path / f"narrow.{mix}.gguf"
+        done = subprocess.run(
+            [_llama_cpp_python(), "-c", QUANTIZE, path, mixed, mix], capture_output=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        got = {t.name: int(t.tensor_type) for t in gguf.GGUFReader(mixed).tensors}
+        assert got == {name: ggml_type for name, _, ggml_type in specs(mix, hp)}, mix

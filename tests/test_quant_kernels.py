@@ -340,7 +340,7 @@ def test_other_uses_get_the_dequantized_tensor():
 
 
 # ── packed weights (quant_kernels.pack_rows: groups of rows with their blocks side by side) ──
-PACKED = [t for t in TYPES if quant_kernels.pack_rows(t)]  # AVX-512: all x is rounded for; AVX2: all but Q5_K
+PACKED = [t for t in TYPES if quant_kernels.pack_rows(t)]  # every type x is rounded for (AVX-512, AVX2)
 PACKED_LATER = [t for t in PACKED if not quant_kernels.packs_at_first_decoding(t)]  # AVX-512's K-quants
 SPLIT = (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0)  # the types whose packed steps quant.c regroups
 # rows: one short of a group, groups and a remainder; blocks of 32 per row: 1, 8 (one step, no tail),
@@ -349,6 +349,17 @@ SPLIT = (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0)  # the types whose packed steps
 PACKED_SHAPES = ((3, 608), (4, 256), (13, 288), (9, 32), (37, 608), (13, 576), (8, 64))
 PACKED_SHAPES_K = ((3, 512), (4, 256), (13, 768), (37, 512))
 PACKED_CASES = [(t, shape) for t in PACKED for shape in (PACKED_SHAPES_K if t in K_QUANTS else PACKED_SHAPES)]
+
+
+@pytest.mark.skipif(not quant_kernels.quantizes_x(Q.Q8_0), reason="no int8 kernels on this CPU")
+def test_every_type_the_int8_kernels_take_packs():
+    """Each type whose x the kernels round to int8 has a packed layout (AVX-512: 4 rows a group,
+    AVX2: 8), so that no such weight decodes one row at a time as stored, Q5_K (Q5_K_M's bulk)
+    included; the float types read their own elements in place and do not pack."""
+    int8 = [t for t in TYPES if quant_kernels.quantizes_x(t)]
+    assert int8 == [t for t in TYPES if t not in (Q.F16, Q.BF16)]
+    assert {quant_kernels.pack_rows(t) for t in int8} in ({4}, {8})
+    assert PACKED == int8
 
 
 def split_step(step: np.ndarray, qtype: Q) -> np.ndarray:
@@ -376,12 +387,12 @@ def split_step(step: np.ndarray, qtype: Q) -> np.ndarray:
 
 def lanes_group(group: np.ndarray, qtype: Q) -> np.ndarray:
     """Eight rows as stored (uint8 [8, row_bytes]) in the AVX2 kernels' packed layout: for each block,
-    the eight rows' scales d (Q6_K's from the end of its blocks), then (Q4_1, Q5_1, Q4_K) their mins m
-    or dmin, then the rest of their blocks four bytes at a time, row after row (bytes 0…3 of rows 0…7,
+    the eight rows' scales d (Q6_K's from the end of its blocks), then (Q4_1, Q5_1, Q4_K, Q5_K) their
+    mins m or dmin, then the rest of their blocks four bytes at a time, row after row (bytes 0…3 of rows 0…7,
     bytes 4…7 of rows 0…7, …)."""
     block_bytes = GGML_QUANT_SIZES[qtype][1]
     b = group.reshape(8, -1, block_bytes).transpose(1, 0, 2)  # [blocks, rows, block bytes]
-    head = 4 if qtype in (Q.Q4_1, Q.Q5_1, Q.Q4_K) else 2
+    head = 4 if qtype in (Q.Q4_1, Q.Q5_1, Q.Q4_K, Q.Q5_K) else 2
     at = block_bytes - 2 if qtype == Q.Q6_K else 0  # where the float16 fields are
     rest = b[:, :, :at] if qtype == Q.Q6_K else b[:, :, head:]
     fields = [b[:, :, at + f : at + f + 2].reshape(len(b), 16) for f in range(0, head, 2)]
@@ -651,9 +662,9 @@ def test_avx2_kernels_without_avx512(tmp_path):
     assert ran == "." * n_types * (len(TOKENS) + 2 + 1), ran  # linear, tiled, embed
     # the AVX2 in-place float products (F32, F16, BF16)
     assert run_rebuilt(__file__, "x86-64-v3", tmp_path, "test_float_weights_in_place") == "." * 27
-    # the AVX2 packed layout (every type x is rounded for but Q5_K, eight rows a group, a row a lane)
+    # the AVX2 packed layout (every type x is rounded for, eight rows a group, a row a lane)
     ran = run_rebuilt(__file__, "x86-64-v3", tmp_path, "test_packed_weight_is_the_same_weight")
-    assert ran == "." * (5 * len(PACKED_SHAPES) + 2 * len(PACKED_SHAPES_K)), ran
+    assert ran == "." * (5 * len(PACKED_SHAPES) + 3 * len(PACKED_SHAPES_K)), ran
     # the AVX2 int8 GEMM (tiles of eight rows, a packed group unpacked straight into its tile)
     ran = run_rebuilt(__file__, "x86-64-v3", tmp_path, "test_int8_gemm_tiles_and_token_groups")
     shapes = sum(len(GEMM_SHAPES_K if t in K_QUANTS else GEMM_SHAPES) for t in TYPES if quant_kernels.quantizes_x(t))
@@ -944,13 +955,14 @@ def test_float_gemm_with_autograd_is_torchs_product():
 
 
 # ── whole models ─────────────────────────────────────────────────────────────────────────
-MIXES = {  # tensor kind → type; "Q4_K_M" as llama.cpp's mix: Q6_K for attn_v, ffn_down and the output
+MIXES = {  # tensor kind → type; "Q4_K_M", "Q5_K_M" as llama.cpp's: Q6_K for attn_v, ffn_down and the output
     "Q8_0": {"": Q.Q8_0},
     "Q4_0": {"": Q.Q4_0},
     "Q4_1": {"": Q.Q4_1, "token_embd": Q.Q8_0},
     "F16": {"": Q.F16},
     "F32": {"": Q.F32},
     "Q4_K_M": {"": Q.Q4_K, "attn_v": Q.Q6_K, "ffn_down": Q.Q6_K, "output.": Q.Q6_K},
+    "Q5_K_M": {"": Q.Q5_K, "attn_v": Q.Q6_K, "ffn_down": Q.Q6_K, "output.": Q.Q6_K},
 }
 
 

@@ -311,9 +311,8 @@ def plan(ggml_type: int, w_ptr: int, row_bytes: int, n: int, k: int) -> Plan:
 
 def pack_rows(ggml_type: int) -> int:
     """The rows of a packed group where the few-token product of this type runs faster on a packed
-    copy of the weight (the types whose x it rounds to int8 with the AVX-512 kernels; all of them but
-    Q5_K with the AVX2 ones: groups of rows with their blocks side by side, read as one stream),
-    else 0."""
+    copy of the weight (the types whose x it rounds to int8, with the AVX-512 and the AVX2 kernels
+    alike: groups of rows with their blocks side by side, read as one stream), else 0."""
     lib = library()
     return 0 if lib is None else int(lib.tc_packs(ggml_type))
 
@@ -321,7 +320,7 @@ def pack_rows(ggml_type: int) -> int:
 def packs_at_first_decoding(ggml_type: int) -> bool:
     """Whether a weight of this type packs at its first few-token product, a model's first decoding
     step (`pack_rows` and a packed step that regroups its bytes: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, and
-    with the AVX2 kernels Q4_K and Q6_K), rather than only after some decoding (`LaterPacking`: the
+    with the AVX2 kernels the K-quants), rather than only after some decoding (`LaterPacking`: the
     types whose packed copy only puts rows side by side, the K-quants with the AVX-512 kernels).
     A prompt's many-token products read the blocks as stored until then: the int8 GEMM builds its
     tiles from them about as fast (see packing.py)."""

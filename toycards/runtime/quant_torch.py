@@ -23,7 +23,7 @@ still flow through them to whatever is (a norm's γ, the inputs): the backward d
 again a tile at a time, so autograd keeps no float copy of it (`_ThroughBlocks`).
 
 Where the few-token kernel reads a packed weight faster (`quant_kernels.pack_rows`: the types whose x
-it rounds to int8 with the AVX-512 kernels; all of them but Q5_K with the AVX2 ones), the blocks are copied into that layout (groups of
+it rounds to int8, with the AVX-512 and the AVX2 kernels alike), the blocks are copied into that layout (groups of
 rows side by side, the same bytes in another order: quant_kernels.pack) and every later use reads
 the copy: ahead of the first product or at the first few-token one where the copy regroups the
 blocks too (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; with the AVX2 kernels the K-quants too: packing.packs_first,

@@ -692,7 +692,7 @@ static inline __attribute__((always_inline)) void dot_rows(const int type, const
 #else
 /* AVX2 (no 512-bit registers): a weight as stored is multiplied one row at a time (DOT_ROW: four rows
  * at once, each from its own stream, ran 1.0-1.3x slower on a Zen 1). A packed weight of Q4_0, Q4_1,
- * Q5_0, Q5_1, Q8_0, Q4_K or Q6_K (LANES, see tc_pack; the K-quants' kernels are with theirs below)
+ * Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K (LANES, see tc_pack; the K-quants' kernels are with theirs below)
  * holds its rows in groups of eight with their blocks interleaved four bytes at a time, so that one
  * 256-bit vector holds the same four quants of eight rows, a row a lane:
  * the four x values they multiply are one broadcast, a block's integer sums of eight rows come out in
@@ -700,11 +700,11 @@ static inline __attribute__((always_inline)) void dot_rows(const int type, const
  * block add up in int16 (at most 8 · 2 · 15 · 127 = 30480) before one widening; Q8_0 (quants −128 …
  * 127 through the sign trick, pairs up to 2 · 128 · 127) widens each. On a Zen 1 core, from cache:
  * 2.7x (Q4_0), 2.2x (Q4_1), 2.0x (Q5_0, Q5_1) and 1.8x (Q8_0) the one-row speed (Q4_K 1.8x, Q6_K
- * 1.5x). */
+ * 1.5x; Q5_K 1.75x, an 8192 × 2048 product on two threads). */
 #define ROWS 8
 #define LANES 1
 #define LANE_TYPE(TYPE) ((TYPE) == Q4_0 || (TYPE) == Q4_1 || (TYPE) == Q5_0 || (TYPE) == Q5_1 || (TYPE) == Q8_0 || \
-                         (TYPE) == Q4_K || (TYPE) == Q6_K)
+                         (TYPE) == Q4_K || (TYPE) == Q5_K || (TYPE) == Q6_K)
 /* byte i of each 32-bit lane: 16 where bit `shift` + i of the lane's word w is set, else 0 (i < 4) */
 static inline __m256i fifth_bits_of_lanes(__m256i w, int shift) {
     const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
@@ -812,13 +812,6 @@ static inline int32_t hsum_epi32(__m256i v) {
     }
 #define DOT_ROWS(NAME, TYPE) DOT_ROW(NAME, TYPE) LANE_ROWS(NAME, NAME##_one, dot_lanes(TYPE, w, n_blocks, qx, dx, sx, y))
 #endif
-/* the rows interface over a one-row dot product of a weight as stored (row r at w + r·rs) */
-#define ROWS_OF(NAME, DOT)                                                                             \
-    static void NAME(const uint8_t *w, int64_t rs, int64_t ss, const uint8_t *tw, int64_t ts, int R,  \
-                     int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx, float *y) { \
-        (void)ss, (void)tw, (void)ts;                                                                  \
-        for (int r = 0; r < R; r++) y[r] = DOT(w + r * rs, n_blocks, qx, dx, sx);                      \
-    }
 DOT_ROWS(dot_q8_0, Q8_0)
 DOT_ROWS(dot_q4_0, Q4_0)
 DOT_ROWS(dot_q4_1, Q4_1)
@@ -977,8 +970,8 @@ K_ROWS(dot_q6_k_rows, Q6_K_CALL)
 
 #else
 /* One row of Q4_K or Q5_K as stored: a sub-block's integer sum whole, then its float steps in the
- * order of dot_lanes_q4_k's lanes (Σ_j d·sc_j · (p_j·dx_j), less Σ_j dmin·m_j · sx_j), so that a packed
- * Q4_K weight's products equal the stored one's to the bit. */
+ * order of dot_lanes_q45_k's lanes (Σ_j d·sc_j · (p_j·dx_j), less Σ_j dmin·m_j · sx_j), so that a packed
+ * Q4_K or Q5_K weight's products equal the stored one's to the bit. */
 static float dot_q45_k(const uint8_t *w, int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx,
                        int five) {
     float acc = 0.0f, acc_m = 0.0f;
@@ -1027,38 +1020,66 @@ static inline void lanes_scale_min_k4(int j, __m256i w0, __m256i w1, __m256i w2,
     }
 }
 
-/* Eight rows of a packed Q4_K group (see tc_pack) at once, a row a lane: per weight block, the rows'
- * six-bit scales and mins of sub-block j from the three 32-bit words of their 12 bytes (as
+/* bytes of 16 where bit `bit` (0 … 7) of the byte in v is set, else 0: one 16-bit shift (at most 4
+ * places, so no bit crosses into the other byte of its word) and a mask */
+static inline __m256i bit_as_16(__m256i v, int bit) {
+    const __m256i moved = bit <= 4 ? _mm256_sll_epi16(v, _mm_cvtsi32_si128(4 - bit))
+                                   : _mm256_srl_epi16(v, _mm_cvtsi32_si128(bit - 4));
+    return _mm256_and_si256(moved, _mm256_set1_epi8(0x10));
+}
+
+/* the quants of chunk c (elements 4c … 4c + 3) of sub-blocks 2i (lo) and 2i + 1 (hi) of eight rows
+ * of a packed Q4_K / Q5_K group's block g (a row a lane): the low and high nibbles of their quant
+ * bytes, with Q5_K's fifth bits (bits 2i and 2i + 1 of the rows' qh bytes for those elements) */
+static inline __attribute__((always_inline)) void lanes_q45_k(const int five, const uint8_t *g, int i, int c,
+                                                              __m256i *lo, __m256i *hi) {
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(g + (five ? 384 : 128) + 256 * i + 32 * c));
+    *lo = _mm256_and_si256(v, low), *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+    if (five) {
+        const __m256i h = _mm256_loadu_si256((const __m256i *)(g + 128 + 32 * c));
+        *lo = _mm256_or_si256(*lo, bit_as_16(h, 2 * i)), *hi = _mm256_or_si256(*hi, bit_as_16(h, 2 * i + 1));
+    }
+}
+
+/* Eight rows of a packed Q4_K or Q5_K group (see tc_pack) at once, a row a lane: per weight block,
+ * the rows' six-bit scales and mins of sub-block j from the three 32-bit words of their 12 bytes (as
  * scale_min_k4 takes them), and per pair of sub-blocks (2i, 2i + 1: the low and high nibbles of 32
- * quant bytes) eight chunks of four bytes of each row, each multiplied by one broadcast of four x
- * values, summed in int16 (at most 8 · 2 · 15 · 127 = 30480) before one widening. */
-static void dot_lanes_q4_k(const uint8_t *g, int64_t n_blocks, const int8_t *qx, const float *dx, const float *sx,
-                           float *y) {
-    const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0F);
+ * quant bytes, lanes_q45_k) eight chunks of four bytes of each row, each multiplied by one broadcast
+ * of four x values, summed in int16 while they cannot overflow (Q4_K: all eight, 8 · 2 · 15 · 127 =
+ * 30480; Q5_K: four, 4 · 2 · 31 · 127 = 31496), then widened. */
+static inline __attribute__((always_inline)) void dot_lanes_q45_k(const int five, const uint8_t *g, int64_t n_blocks,
+                                                                  const int8_t *qx, const float *dx,
+                                                                  const float *sx, float *y) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int depth = five ? 4 : 8;
     __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n_blocks; b += 8, g += 8 * 144) {
+    for (int64_t b = 0; b < n_blocks; b += 8, g += 8 * (five ? 176 : 144)) {
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
         const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16)));
         const __m256i w0 = _mm256_loadu_si256((const __m256i *)(g + 32)), w1 = _mm256_loadu_si256((const __m256i *)(g + 64));
         const __m256i w2 = _mm256_loadu_si256((const __m256i *)(g + 96));
-        const uint8_t *q = g + 128;
         for (int i = 0; i < 4; i++) {
             __m256i s[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
             const int8_t *xl = qx + 32 * (b + 2 * i), *xh = xl + 32;
-            for (int c = 0; c < 8; c++) {
-                int32_t a, e;
-                memcpy(&a, xl + 4 * c, 4), memcpy(&e, xh + 4 * c, 4);
-                const __m256i v = _mm256_loadu_si256((const __m256i *)(q + 256 * i + 32 * c));
-                s[0] = _mm256_add_epi16(s[0], _mm256_maddubs_epi16(_mm256_and_si256(v, low), _mm256_set1_epi32(a)));
-                s[1] = _mm256_add_epi16(s[1], _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low),
-                                                                   _mm256_set1_epi32(e)));
+            for (int c0 = 0; c0 < 8; c0 += depth) {
+                __m256i s16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+                for (int c = c0; c < c0 + depth; c++) {
+                    int32_t a, e;
+                    memcpy(&a, xl + 4 * c, 4), memcpy(&e, xh + 4 * c, 4);
+                    __m256i lo, hi;
+                    lanes_q45_k(five, g, i, c, &lo, &hi);
+                    s16[0] = _mm256_add_epi16(s16[0], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(a)));
+                    s16[1] = _mm256_add_epi16(s16[1], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(e)));
+                }
+                for (int h = 0; h < 2; h++) s[h] = _mm256_add_epi32(s[h], _mm256_madd_epi16(s16[h], ones));
             }
             for (int h = 0; h < 2; h++) {
                 const int j = 2 * i + h;
                 __m256i sc, m;
                 lanes_scale_min_k4(j, w0, w1, w2, &sc, &m);
                 const int64_t xb = b + j;
-                const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(s[h], ones));
+                const __m256 p = _mm256_cvtepi32_ps(s[h]);
                 acc = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)), _mm256_mul_ps(p, _mm256_set1_ps(dx[xb])), acc);
                 acc_m = _mm256_fmadd_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(m)), _mm256_set1_ps(sx[xb]), acc_m);
             }
@@ -1181,8 +1202,8 @@ static float dot_q4_k_one(const uint8_t *w, int64_t nb, const int8_t *qx, const 
 static float dot_q5_k_one(const uint8_t *w, int64_t nb, const int8_t *qx, const float *dx, const float *sx) {
     return dot_q45_k(w, nb, qx, dx, sx, 1);
 }
-LANE_ROWS(dot_q4_k, dot_q4_k_one, dot_lanes_q4_k(w, n_blocks, qx, dx, sx, y))
-ROWS_OF(dot_q5_k, dot_q5_k_one)
+LANE_ROWS(dot_q4_k, dot_q4_k_one, dot_lanes_q45_k(0, w, n_blocks, qx, dx, sx, y))
+LANE_ROWS(dot_q5_k, dot_q5_k_one, dot_lanes_q45_k(1, w, n_blocks, qx, dx, sx, y))
 LANE_ROWS(dot_q6_k_rows, dot_q6_k, dot_lanes_q6_k(w, n_blocks, qx, dx, y))
 #endif
 
@@ -1286,22 +1307,24 @@ static int tc_matmul_int8(int type, const uint8_t *W, int64_t row_bytes, int64_t
  * which ran at half speed here once the weight was not in cache; packed, a group is read front to
  * back. Split, a step's scales are one load instead of eight, and 64 quants unpack with one mask
  * where the file's blocks take two loads, two shifts and three inserts per pair of blocks.
- * With the AVX2 kernels (LANES, ROWS = 8) the packed types are those whose x is quantized but Q5_K,
+ * With the AVX2 kernels (LANES, ROWS = 8) the packed types are those whose x is quantized too,
  * and a group of eight rows holds, for each block b (K/32 of them, K/256 for the K-quants; no steps
  * or tail), the eight rows' float16 scales d of block b (row 0's first; Q6_K's from the end of its
- * blocks), then (Q4_1, Q5_1, Q4_K) their eight mins m or dmin, then the rest of the blocks four bytes
+ * blocks), then (Q4_1, Q5_1, Q4_K, Q5_K) their eight mins m or dmin, then the rest of the blocks four bytes
  * at a time: bytes 4c … 4c + 3 of row 0's block b (past its d and m), of row 1's, …, of row 7's, for
  * c = 0, 1, … (Q4_0, Q4_1: the 16 quant bytes, c < 4; Q5_0, Q5_1: the qh word, then those, c < 5;
- * Q8_0: 32, c < 8; Q4_K: its 12 bytes of scales and mins, c < 3, then its 128 quant bytes; Q6_K: ql,
- * qh, then the 16 int8 scales, c < 52). See
- * dot_lanes, dot_lanes_q4_k and dot_lanes_q6_k. */
+ * Q8_0: 32, c < 8; Q4_K: its 12 bytes of scales and mins, c < 3, then its 128 quant bytes; Q5_K: the
+ * same 12 bytes, its 32 bytes qh of fifth bits, then its 128 quant bytes, c < 43; Q6_K: ql, qh, then
+ * the 16 int8 scales, c < 52). See dot_lanes, dot_lanes_q45_k and dot_lanes_q6_k. */
 
 /* for the types that pack in lanes: a block's elements and bytes, the bytes of its float16 fields (d;
  * d and m or dmin) and where they are in a block as stored (at its start; Q6_K's d at its end), and
  * where the rest of it starts */
-static inline int lane_elements(int type) { return type == Q4_K || type == Q6_K ? 256 : 32; }
-static inline int lane_block_bytes(int type) { return type == Q4_K ? 144 : type == Q6_K ? 210 : BLOCK_BYTES(type); }
-static inline int lane_head(int type) { return HAS_MIN(type) || type == Q4_K ? 4 : 2; }
+static inline int lane_elements(int type) { return type == Q4_K || type == Q5_K || type == Q6_K ? 256 : 32; }
+static inline int lane_block_bytes(int type) {
+    return type == Q4_K ? 144 : type == Q5_K ? 176 : type == Q6_K ? 210 : BLOCK_BYTES(type);
+}
+static inline int lane_head(int type) { return HAS_MIN(type) || type == Q4_K || type == Q5_K ? 4 : 2; }
 static inline int lane_head_at(int type) { return type == Q6_K ? 208 : 0; }
 static inline int lane_rest_at(int type) { return type == Q6_K ? 0 : lane_head(type); }
 
@@ -1376,7 +1399,7 @@ static void unpack_step(int type, const uint8_t *o, uint8_t *b) {
 }
 
 /* the rows of a packed group (ROWS) when weights of `type` are multiplied faster packed (the types
- * whose x is quantized with the AVX-512 kernels; all of them but Q5_K with the AVX2 ones), else 0 */
+ * whose x is quantized, with the AVX-512 and the AVX2 kernels alike), else 0 */
 int tc_packs(int type) {
     return ROWS > 1 && HAVE_INT8_DOT && (LANES ? LANE_TYPE(type) : step_bytes(type) > 0) ? ROWS : 0;
 }
@@ -1652,8 +1675,9 @@ typedef void (*gemm_fn)(const uint8_t *, const float *, const float *, int64_t, 
 static void gemm_lanes_tile(int type, const uint8_t *g, int64_t K, uint8_t *wq, float *dt, float *mt) {
     const __m256i low = _mm256_set1_epi8(0x0F);
     const __m256 negate = _mm256_set1_ps(-0.0f);
-    if (type == Q4_K) { /* per block: 8 sub-blocks of 32, their scales and mins as dot_lanes_q4_k takes them */
-        for (int64_t b = 0; b < K / 256; b++, g += 8 * 144, wq += 8 * 256, dt += 64, mt += 64) {
+    if (type == Q4_K || type == Q5_K) { /* per block: 8 sub-blocks of 32, their scales and mins as dot_lanes_q45_k takes them */
+        const int five = type == Q5_K;
+        for (int64_t b = 0; b < K / 256; b++, g += 8 * (five ? 176 : 144), wq += 8 * 256, dt += 64, mt += 64) {
             const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
             const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16)));
             const __m256i w0 = _mm256_loadu_si256((const __m256i *)(g + 32)), w1 = _mm256_loadu_si256((const __m256i *)(g + 64));
@@ -1666,10 +1690,13 @@ static void gemm_lanes_tile(int type, const uint8_t *g, int64_t K, uint8_t *wq, 
             }
             for (int i = 0; i < 4; i++) /* sub-blocks 2i (low nibbles), 2i + 1 (high) */
                 for (int c = 0; c < 8; c++) {
-                    const __m256i v = _mm256_loadu_si256((const __m256i *)(g + 128 + 256 * i + 32 * c));
-                    _mm256_storeu_si256((__m256i *)(wq + 32 * (16 * i + c)), _mm256_and_si256(v, low));
-                    _mm256_storeu_si256((__m256i *)(wq + 32 * (16 * i + 8 + c)),
-                                        _mm256_and_si256(_mm256_srli_epi16(v, 4), low));
+                    __m256i lo, hi;
+                    if (five)
+                        lanes_q45_k(1, g, i, c, &lo, &hi);
+                    else
+                        lanes_q45_k(0, g, i, c, &lo, &hi);
+                    _mm256_storeu_si256((__m256i *)(wq + 32 * (16 * i + c)), lo);
+                    _mm256_storeu_si256((__m256i *)(wq + 32 * (16 * i + 8 + c)), hi);
                 }
         }
         return;
