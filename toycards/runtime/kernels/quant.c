@@ -713,6 +713,25 @@ static inline __m256i fifth_bits_of_lanes(__m256i w, int shift) {
     const __m256i b = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_srl_epi32(w, _mm_cvtsi32_si128(shift)), spread), bit);
     return _mm256_and_si256(_mm256_cmpeq_epi8(b, bit), _mm256_set1_epi8(0x10));
 }
+/* 8 rows of 8 int32 each (rows[r], a row stride apart) transposed into out [8][8]: out[i][r] = rows[r][i] */
+static inline void transpose_rows(const uint8_t *rows, int64_t stride, uint8_t *out) {
+    __m256i a[8], t[8];
+    for (int r = 0; r < 8; r++) a[r] = _mm256_loadu_si256((const __m256i *)(rows + r * stride));
+    for (int r = 0; r < 8; r += 2) { /* words i, i + 1 (i = 0, 2 of each 128-bit half) of rows r, r + 1 */
+        t[r] = _mm256_unpacklo_epi32(a[r], a[r + 1]);
+        t[r + 1] = _mm256_unpackhi_epi32(a[r], a[r + 1]);
+    }
+    for (int r = 0; r < 8; r += 4) /* rows r … r + 3: words 0 and 4, 1 and 5, 2 and 6, 3 and 7 */
+        for (int k = 0; k < 2; k++) {
+            a[r + 2 * k] = _mm256_unpacklo_epi64(t[r + k], t[r + 2 + k]);
+            a[r + 2 * k + 1] = _mm256_unpackhi_epi64(t[r + k], t[r + 2 + k]);
+        }
+    for (int i = 0; i < 4; i++) { /* the halves: word i of the eight rows, then word i + 4 */
+        _mm256_storeu_si256((__m256i *)(out + 32 * i), _mm256_permute2x128_si256(a[i], a[4 + i], 0x20));
+        _mm256_storeu_si256((__m256i *)(out + 32 * (i + 4)), _mm256_permute2x128_si256(a[i], a[4 + i], 0x31));
+    }
+}
+
 static inline __attribute__((always_inline)) void dot_lanes(const int type, const uint8_t *g, int64_t n_blocks,
                                                             const int8_t *qx, const float *dx, const float *sx,
                                                             float *y) {
@@ -1328,49 +1347,35 @@ static inline int lane_head(int type) { return HAS_MIN(type) || type == Q4_K || 
 static inline int lane_head_at(int type) { return type == Q6_K ? 208 : 0; }
 static inline int lane_rest_at(int type) { return type == Q6_K ? 0 : lane_head(type); }
 
-/* row r's block b of a lanes group (LANES) g ↔ the block as stored (blk); `pack` says which way */
-static void lanes_block(int type, uint8_t *g, int64_t b, int r, uint8_t *blk, int pack) {
+/* row r's block b of a lanes group (LANES) g → the block as stored (blk) */
+static void lanes_block(int type, const uint8_t *g, int64_t b, int r, uint8_t *blk) {
     const int bs = lane_block_bytes(type), hb = lane_head(type), h0 = lane_head_at(type), q0 = lane_rest_at(type);
-    uint8_t *o = g + b * 8 * bs;
-    for (int f = 0; f < hb; f += 2) /* d, then m */
-        pack ? memcpy(o + 8 * f + 2 * r, blk + h0 + f, 2) : memcpy(blk + h0 + f, o + 8 * f + 2 * r, 2);
-    for (int c = 0; c < (bs - hb) / 4; c++)
-        pack ? memcpy(o + 8 * hb + 32 * c + 4 * r, blk + q0 + 4 * c, 4) : memcpy(blk + q0 + 4 * c, o + 8 * hb + 32 * c + 4 * r, 4);
+    const uint8_t *o = g + b * 8 * bs;
+    for (int f = 0; f < hb; f += 2) memcpy(blk + h0 + f, o + 8 * f + 2 * r, 2); /* d, then m */
+    for (int c = 0; c < (bs - hb) / 4; c++) memcpy(blk + q0 + 4 * c, o + 8 * hb + 32 * c + 4 * r, 4);
 }
 
-/* 16 bytes x, y → 16 bytes each of lo, hi: lo[e] = x[e]'s low nibble | y[e]'s low nibble << 4,
- * hi[e] = x[e]'s high nibble | y[e]'s high nibble << 4. For two Q4 blocks' quants x, y (elements e,
- * e + 16 of a block in byte e) it gives a run's 32 bytes (lo: element e of both blocks, hi: element
- * e + 16). */
-static inline void swap_nibbles(const uint8_t *x, const uint8_t *y, uint8_t *lo, uint8_t *hi) {
-    for (int e = 0; e < 16; e++) {
-        const uint8_t a = x[e], c = y[e];
-        lo[e] = (uint8_t)((a & 15) | (c & 15) << 4), hi[e] = (uint8_t)((a >> 4) | (c & 0xF0));
+#if LANES
+/* eight rows as stored (rows, a row every rb bytes) → their lanes group g: per block, the rows'
+ * float16 fields, then the rest of their blocks, eight chunks of four bytes of the eight rows at a
+ * time by one transpose of 32-bit words (the inverse of lanes_block for all eight rows) */
+static void lanes_group(int type, const uint8_t *rows, int64_t rb, uint8_t *g, int64_t n_blocks) {
+    const int bs = lane_block_bytes(type), hb = lane_head(type), h0 = lane_head_at(type), q0 = lane_rest_at(type);
+    const int chunks = (bs - hb) / 4;
+    for (int64_t b = 0; b < n_blocks; b++) {
+        const uint8_t *blk = rows + b * bs;
+        uint8_t *o = g + b * 8 * bs, *rest = o + 8 * hb;
+        for (int r = 0; r < 8; r++)
+            for (int f = 0; f < hb; f += 2) memcpy(o + 8 * f + 2 * r, blk + r * rb + h0 + f, 2);
+        int c = 0;
+        for (; c + 8 <= chunks; c += 8) transpose_rows(blk + q0 + 4 * c, rb, rest + 32 * c);
+        for (; c < chunks; c++)
+            for (int r = 0; r < 8; r++) memcpy(rest + 32 * c + 4 * r, blk + r * rb + q0 + 4 * c, 4);
     }
 }
+#endif
 
-/* one row's step of 8 blocks of a SPLIT type as stored (b) → its packed bytes (o), as the comment
- * above describes */
-static void pack_step(int type, const uint8_t *b, uint8_t *o) {
-    const int bs = BLOCK_BYTES(type), hb = HAS_MIN(type) ? 4 : 2; /* a block's bytes, its d (and m) */
-    const int qb = hb + (HAS_QH(type) ? 4 : 0);                      /* where a block's quants start */
-    uint8_t *qh = o + 8 * hb, *q = qh + (HAS_QH(type) ? 32 : 0);
-    for (int j = 0; j < 8; j++) {
-        const uint8_t *blk = b + j * bs;
-        for (int f = 0; f < hb; f += 2) memcpy(o + 8 * f + 2 * j, blk + f, 2); /* d, then m (Q4_1, Q5_1) */
-        if (HAS_QH(type)) memcpy(qh + 4 * j, blk + hb, 4);
-        if (type == Q8_0)
-            for (int e = 0; e < 32; e++) q[32 * j + e] = (uint8_t)(blk[2 + e] ^ 0x80); /* v + 128 */
-    }
-    if (type == Q8_0) return;
-    for (int h = 0; h < 2; h++)
-        for (int k = 0; k < 2; k++) { /* blocks 4h + k (low nibbles) and 4h + k + 2 (high) */
-            uint8_t *run = q + 64 * h + 32 * k;
-            swap_nibbles(b + (4 * h + k) * bs + qb, b + (4 * h + k + 2) * bs + qb, run, run + 16);
-        }
-}
-
-/* the inverse of pack_step: a packed step of a SPLIT type (o) → its 8 blocks as stored (b) */
+/* the inverse of pack_step (below): a packed step of a SPLIT type (o) → its 8 blocks as stored (b) */
 static void unpack_step(int type, const uint8_t *o, uint8_t *b) {
     const int bs = BLOCK_BYTES(type), hb = HAS_MIN(type) ? 4 : 2, qb = hb + (HAS_QH(type) ? 4 : 0);
     const uint8_t *qh = o + 8 * hb, *q = qh + (HAS_QH(type) ? 32 : 0);
@@ -1408,38 +1413,77 @@ int tc_packs(int type) {
  * LANES: blocks interleaved), rather than only placing ROWS rows' steps side by side */
 int tc_pack_regroups(int type) { return tc_packs(type) && (LANES || SPLIT(type)); }
 
+#if !LANES
+/* 16 bytes x, y → 16 bytes each of lo, hi: lo[e] = x[e]'s low nibble | y[e]'s low nibble << 4,
+ * hi[e] = x[e]'s high nibble | y[e]'s high nibble << 4. For two Q4 blocks' quants x, y (elements e,
+ * e + 16 of a block in byte e) it gives a run's 32 bytes (lo: element e of both blocks, hi: element
+ * e + 16). */
+static inline void swap_nibbles(const uint8_t *x, const uint8_t *y, uint8_t *lo, uint8_t *hi) {
+    for (int e = 0; e < 16; e++) {
+        const uint8_t a = x[e], c = y[e];
+        lo[e] = (uint8_t)((a & 15) | (c & 15) << 4), hi[e] = (uint8_t)((a >> 4) | (c & 0xF0));
+    }
+}
+
+/* one row's step of 8 blocks of a SPLIT type as stored (b) → its packed bytes (o), as the comment
+ * above describes */
+static void pack_step(int type, const uint8_t *b, uint8_t *o) {
+    const int bs = BLOCK_BYTES(type), hb = HAS_MIN(type) ? 4 : 2; /* a block's bytes, its d (and m) */
+    const int qb = hb + (HAS_QH(type) ? 4 : 0);                      /* where a block's quants start */
+    uint8_t *qh = o + 8 * hb, *q = qh + (HAS_QH(type) ? 32 : 0);
+    for (int j = 0; j < 8; j++) {
+        const uint8_t *blk = b + j * bs;
+        for (int f = 0; f < hb; f += 2) memcpy(o + 8 * f + 2 * j, blk + f, 2); /* d, then m (Q4_1, Q5_1) */
+        if (HAS_QH(type)) memcpy(qh + 4 * j, blk + hb, 4);
+        if (type == Q8_0)
+            for (int e = 0; e < 32; e++) q[32 * j + e] = (uint8_t)(blk[2 + e] ^ 0x80); /* v + 128 */
+    }
+    if (type == Q8_0) return;
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 2; k++) { /* blocks 4h + k (low nibbles) and 4h + k + 2 (high) */
+            uint8_t *run = q + 64 * h + 32 * k;
+            swap_nibbles(b + (4 * h + k) * bs + qb, b + (4 * h + k + 2) * bs + qb, run, run + 16);
+        }
+}
+
+/* ROWS rows as stored (rows: the plan's, one after another) → their packed group: for each step,
+ * each row's bytes of it (SPLIT: regrouped, pack_step), then each row's bytes past its last step
+ * (SPLIT_TAIL: the group's 8 tail blocks split as one step) */
+static void steps_group(const tc_weight *p, const uint8_t *rows, uint8_t *group) {
+    const int type = (int)p->type;
+    const int64_t rb = p->row_bytes, sb = step_bytes(type), steps = p->k / 256, tail = rb - steps * sb;
+    for (int64_t r = 0; r < ROWS; r++) {
+        const uint8_t *row = rows + r * rb;
+        for (int64_t st = 0; st < steps; st++) {
+            uint8_t *to = group + (st * ROWS + r) * sb;
+            if (SPLIT(type)) pack_step(type, row + st * sb, to);
+            else memcpy(to, row + st * sb, (size_t)sb);
+        }
+        memcpy(group + steps * ROWS * sb + r * tail, row + steps * sb, (size_t)tail);
+    }
+    if (SPLIT_TAIL(type, p->k)) { /* the group's 8 tail blocks, split */
+        uint8_t blocks[8 * 34], *at = group + steps * ROWS * sb;
+        memcpy(blocks, at, (size_t)(ROWS * tail));
+        pack_step(type, blocks, at);
+    }
+}
+#endif
+
 /* rows [r0, r1) of the plan's weight (as stored) in the packed layout, into the same bytes of out
  * [N · row_bytes] that they take in it (a group's bytes are its rows' bytes as stored); r0 and r1 are
  * multiples of ROWS, or r1 = N; on the calling thread alone when `one_thread` (as tc_dequant_rows) */
 int tc_pack(const tc_weight *p, int64_t r0, int64_t r1, uint8_t *out, int64_t one_thread) {
     if (!tc_packs((int)p->type) || p->packed || r0 % ROWS || (r1 % ROWS && r1 != p->n) || r0 > r1 || r1 > p->n)
         return -1;
-    const int64_t rb = p->row_bytes, sb = step_bytes(p->type), steps = p->k / 256, tail = rb - steps * sb;
-    const int64_t full = p->n - p->n % ROWS, last = r1 < full ? r1 : full;
+    const int64_t rb = p->row_bytes, full = p->n - p->n % ROWS, last = r1 < full ? r1 : full;
     if (r1 > full) memcpy(out + full * rb, p->w + full * rb, (size_t)((r1 - full) * rb));
 #pragma omp parallel for schedule(static) if (!one_thread && (last - r0) * rb >= PARALLEL_BYTES)
     for (int64_t n0 = r0; n0 < last; n0 += ROWS)
-        for (int64_t r = 0; r < ROWS; r++) {
-            const uint8_t *row = p->w + (n0 + r) * rb;
-            uint8_t *group = out + n0 * rb;
-            if (LANES) {
-                const int type = (int)p->type;
-                for (int64_t b = 0; b < p->k / lane_elements(type); b++)
-                    lanes_block(type, group, b, (int)r, (uint8_t *)row + b * lane_block_bytes(type), 1);
-                continue;
-            }
-            for (int64_t st = 0; st < steps; st++) {
-                uint8_t *to = group + (st * ROWS + r) * sb;
-                if (SPLIT(p->type)) pack_step((int)p->type, row + st * sb, to);
-                else memcpy(to, row + st * sb, (size_t)sb);
-            }
-            memcpy(group + steps * ROWS * sb + r * tail, row + steps * sb, (size_t)tail);
-            if (r == ROWS - 1 && SPLIT_TAIL(p->type, p->k)) { /* the group's 8 tail blocks, split */
-                uint8_t blocks[8 * 34], *at = group + steps * ROWS * sb;
-                memcpy(blocks, at, (size_t)(ROWS * tail));
-                pack_step((int)p->type, blocks, at);
-            }
-        }
+#if LANES
+        lanes_group((int)p->type, p->w + n0 * rb, rb, out + n0 * rb, p->k / lane_elements((int)p->type));
+#else
+        steps_group(p, p->w + n0 * rb, out + n0 * rb);
+#endif
     return 0;
 }
 
@@ -1515,7 +1559,7 @@ static const uint8_t *stored_row(const tc_weight *p, int64_t n, uint8_t *buf) {
     const uint8_t *group = p->w + (n - r) * rb, *at = group + steps * ROWS * sb;
     if (LANES) {
         for (int64_t b = 0; b < p->k / lane_elements(type); b++)
-            lanes_block(type, (uint8_t *)group, b, (int)r, buf + b * lane_block_bytes(type), 0);
+            lanes_block(type, group, b, (int)r, buf + b * lane_block_bytes(type));
         return buf;
     }
     for (int64_t st = 0; st < steps; st++) {
@@ -1741,25 +1785,6 @@ static void gemm_lanes_tile(int type, const uint8_t *g, int64_t K, uint8_t *wq, 
             _mm256_storeu_si256((__m256i *)(wq + 32 * j), lo);
             _mm256_storeu_si256((__m256i *)(wq + 32 * (4 + j)), hi);
         }
-    }
-}
-
-/* 8 rows of 8 int32 each (rows[r], a row stride apart) transposed into out [8][8]: out[i][r] = rows[r][i] */
-static inline void transpose_rows(const uint8_t *rows, int64_t stride, uint8_t *out) {
-    __m256i a[8], t[8];
-    for (int r = 0; r < 8; r++) a[r] = _mm256_loadu_si256((const __m256i *)(rows + r * stride));
-    for (int r = 0; r < 8; r += 2) { /* words i, i + 1 (i = 0, 2 of each 128-bit half) of rows r, r + 1 */
-        t[r] = _mm256_unpacklo_epi32(a[r], a[r + 1]);
-        t[r + 1] = _mm256_unpackhi_epi32(a[r], a[r + 1]);
-    }
-    for (int r = 0; r < 8; r += 4) /* rows r … r + 3: words 0 and 4, 1 and 5, 2 and 6, 3 and 7 */
-        for (int k = 0; k < 2; k++) {
-            a[r + 2 * k] = _mm256_unpacklo_epi64(t[r + k], t[r + 2 + k]);
-            a[r + 2 * k + 1] = _mm256_unpackhi_epi64(t[r + k], t[r + 2 + k]);
-        }
-    for (int i = 0; i < 4; i++) { /* the halves: word i of the eight rows, then word i + 4 */
-        _mm256_storeu_si256((__m256i *)(out + 32 * i), _mm256_permute2x128_si256(a[i], a[4 + i], 0x20));
-        _mm256_storeu_si256((__m256i *)(out + 32 * (i + 4)), _mm256_permute2x128_si256(a[i], a[4 + i], 0x31));
     }
 }
 
