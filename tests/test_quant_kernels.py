@@ -1199,6 +1199,44 @@ def test_weights_pack_ahead_of_the_first_product(tmp_path, monkeypatch, target, 
     assert all(w._plan.packed == 1 for w in first)
 
 
+@pytest.mark.skipif(not quant_kernels.pack_rows(Q.Q4_0) or not os.path.exists("/proc/self/smaps"),
+                    reason="no packed kernels here, or no /proc/self/smaps")  # fmt: skip
+def test_a_numpy_prompt_waits_for_the_copies_being_made_instead_of_mapping_the_file(tmp_path, monkeypatch):
+    """The NumPy target's prompt that comes while the pack-ahead thread is still at work (its copies
+    made and the file's pages handed back, not yet adopted) waits for it and reads the copies: its
+    embedding rows and products map none of the file's pages again (they would stay mapped, beside
+    the copies), and its logits are those of the blocks as stored."""
+    path = tiny_llama(tmp_path, "Q4_0")
+    copied, adopt = threading.Event(), threading.Event()
+    real = packing.packed_copies
+
+    def held_before_adopting(items, one_thread=False):
+        plans = real(items, one_thread)
+        if threading.current_thread().name == "toycards-pack-ahead":
+            copied.set()
+            adopt.wait(0.3)  # the prompt below starts meanwhile
+        return plans
+
+    monkeypatch.setattr(packing, "packed_copies", held_before_adopting)
+    model = toycards.load(path, target="numpy")
+    assert model._packing_ahead is not None and copied.wait(30)
+    before = mapped_kib(path)  # the header's pages; the weights' were handed back as they were copied
+    ids = np.arange(20)[None]
+    got = model(ids)
+    adopt.set()
+    model._packing_ahead.join()
+    weights = [w for w in model.w.values() if isinstance(w, quant_numpy.QuantWeight)]
+    assert weights and all(w._plan.packed == 1 for w in weights)
+    size = sum(w.blocks.nbytes for w in weights)
+    assert (mapped_kib(path) - before) * 1024 < 0.05 * size, (before, mapped_kib(path), size)
+    monkeypatch.setattr(packing, "pack_ahead", lambda weights: None)
+    stored = toycards.load(path, target="numpy")
+    for w in stored.w.values():
+        if isinstance(w, quant_numpy.QuantWeight):
+            w._unpacked = False  # never packed: the rows as stored
+    assert np.array_equal(np.asarray(got), np.asarray(stored(ids)))
+
+
 @pytest.mark.skipif(not PACKED, reason="no packed kernels on this CPU (AVX-512 VNNI)")
 @pytest.mark.parametrize("target", ["torch", "numpy"])
 def test_weights_over_the_pack_ahead_budget_pack_at_their_first_decoding_step(tmp_path, monkeypatch, target):

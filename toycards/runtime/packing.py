@@ -167,6 +167,19 @@ def pack_weights(weights, one_thread: bool = False) -> None:
         _pack_unpacked(weights, one_thread)
 
 
+def packed_when_done() -> None:
+    """Wait for a packing in progress (PACKING held: `pack_ahead`'s thread, usually), so that a weight
+    it was copying is read in its copy from then on; at once where none is. The NumPy target's
+    prompt does (its embedding rows and its products of the weights that pack first), where it
+    would map pages of the file that the thread had already handed back, and that then stay: a
+    first pass that raced the thread mapped ~13 MB of the file (the embedding's rows, a 64 KiB
+    fault-around each, and the first layers' blocks), and SmolLM2 Q4_0 peaked at 147–152 MB where
+    it did, 135–136 MB where it did not (the file: 74 MiB); its first prefill took as long."""
+    if PACKING.locked():
+        with PACKING:
+            pass
+
+
 def _pack_unpacked(weights, one_thread: bool) -> None:
     """`pack_weights`' copies (under PACKING) of those of `weights` not packed yet."""
     todo = list({id(w): w for w in weights if w._unpacked}.values())

@@ -185,8 +185,11 @@ class QuantWeight:
             return x @ self.dequantize().T
         lead = x.shape[:-1]
         x2 = np.ascontiguousarray(x.reshape(-1, k), dtype=np.float32)  # (T, K)
-        if x2.shape[0] <= FEW_TOKENS and self._unpacked and self._pack_first:
-            self._pack()
+        if self._unpacked and self._pack_first:  # its copy is due: made here, or waited for in a prompt
+            if x2.shape[0] <= FEW_TOKENS:
+                self._pack()
+            else:
+                packing.packed_when_done()
         y = np.empty((x2.shape[0], n), dtype=np.float32)  # (T, N)
         if x2.shape[0] <= FEW_TOKENS:
             kernels.linear(self._plan, data_ptr(x2), x2.shape[0], data_ptr(y))
@@ -208,6 +211,8 @@ class QuantWeight:
         n, k = self.shape
         ids = np.asarray(ids, dtype=np.int64)
         flat = np.ascontiguousarray(ids.reshape(-1))
+        if self._unpacked and self._pack_first:  # rows of the copy being made, not the file's pages
+            packing.packed_when_done()
         if self.fast:  # the kernel checks the ids
             out = np.empty((flat.size, k), dtype=np.float32)
             if kernels.gather_rows(self._plan, data_ptr(flat), flat.size, data_ptr(out)):
