@@ -2,17 +2,18 @@
 
 Owns: `write_llama_1b(path)`: the 1.24 B-parameter shape of Llama 3.2 1B (`SHAPE`: d_e 2048,
 16 layers, 32 heads, 8 KV heads, d_ff 8192, 128,256 tokens, tied embeddings, RoPE base 500,000 with
-Llama 3's `rope_freqs.weight` factors, RMSNorm ε 1e-5), every matrix as random Q4_K blocks (or Q5_K,
-`mix="Q5_K"`; or llama.cpp's Q4_K_M / Q5_K_M mix, `mix="Q4_K_M"`, `"Q5_K_M"`), norms F32 ones, and a byte-level BPE vocabulary of exactly
-128,256 tokens (tests/oracle/vocab.py) that toycards and llama.cpp both read. The blocks are random
-bytes written straight to the file a slice at a time (nothing is quantized; memory stays at one
-slice), so the ~0.7 GB file takes about a second. Leaves out: real weights, and checking the file
+Llama 3's `rope_freqs.weight` factors, RMSNorm ε 1e-5), every matrix as random Q4_K blocks (or
+Q5_K, `mix="Q5_K"`; or llama.cpp's Q4_K_M or Q5_K_M mix, `mix="Q4_K_M"`, `"Q5_K_M"`), norms F32
+ones, and a byte-level BPE vocabulary of exactly 128,256 tokens (tests/oracle/vocab.py) that
+toycards and llama.cpp both read. The blocks are random bytes written straight to the file a
+slice at a time (nothing is quantized; memory stays at one slice), so the ~0.7 GB file takes about
+a second. Leaves out: real weights, and checking the file
 (the tests and bench/vs_llama_cpp.py do that).
 
 Random blocks decode to finite weights of about N(0, 0.02²)'s size: each block's float16 scales are
 drawn near `D_SCALE[type]` (Q4_K: w = d·sc·q − dmin·m with sc, m, q uniform 6- and 4-bit values,
-dmin ≈ 7.5·d so that w is about centred; Q5_K the same with 5-bit q and dmin ≈ 15.5·d; Q6_K: w = d·s·(q − 32) with s a random int8), which keeps
-the activations finite through the 16 layers.
+dmin ≈ 7.5·d so that w is about centred; Q5_K the same with 5-bit q and dmin ≈ 15.5·d; Q6_K:
+w = d·s·(q − 32) with s a random int8), which keeps the activations finite through the 16 layers.
 
 >>> path = write_llama_1b(tmp / "llama-1b.Q4_K.gguf")               # doctest: +SKIP
 >>> path.stat().st_size / 2**20                                      # doctest: +SKIP
@@ -139,7 +140,7 @@ def random_k_blocks(ggml_type: int, n_blocks: int, rng: np.random.Generator) -> 
     blocks = rng.bit_generator.random_raw(words).view(np.uint8)[: n_blocks * type_size]
     blocks = blocks.reshape(n_blocks, type_size)
     d = D_SCALE[ggml_type] * rng.uniform(0.5, 1.5, n_blocks)
-    scales = [d, DMIN_OVER_D.get(ggml_type, 0.0) * d * rng.uniform(0.8, 1.2, n_blocks)]
+    scales = [d, DMIN_OVER_D.get(ggml_type, 0.0) * d * rng.uniform(0.8, 1.2, n_blocks)]  # (Q6_K: d alone)
     for offset, value in zip(SCALE_OFFSETS[ggml_type], scales):
         blocks[:, offset : offset + 2] = value.astype("<f2").view(np.uint8).reshape(n_blocks, 2)
     return blocks
