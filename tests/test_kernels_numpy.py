@@ -396,7 +396,6 @@ def test_moe_kernel_breaks_ties_like_topk(moe):
     assert_close(*both_ways(moe, X, W_r, W_gate, W_up, W_down, 1, "keep"), tol=1e-5)
 
 
-
 class _Sub(np.ndarray):
     """An ndarray subclass (as a user's array may be)."""
 

@@ -1735,10 +1735,7 @@ static void gemm_lanes_tile(int type, const uint8_t *g, int64_t K, uint8_t *wq, 
             for (int i = 0; i < 4; i++) /* sub-blocks 2i (low nibbles), 2i + 1 (high) */
                 for (int c = 0; c < 8; c++) {
                     __m256i lo, hi;
-                    if (five)
-                        lanes_q45_k(1, g, i, c, &lo, &hi);
-                    else
-                        lanes_q45_k(0, g, i, c, &lo, &hi);
+                    lanes_q45_k(five, g, i, c, &lo, &hi);
                     _mm256_storeu_si256((__m256i *)(wq + 32 * (16 * i + c)), lo);
                     _mm256_storeu_si256((__m256i *)(wq + 32 * (16 * i + 8 + c)), hi);
                 }
