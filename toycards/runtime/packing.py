@@ -6,7 +6,8 @@ live in.
 Owns: `pack_weights` (the copies of many weights in one C call, the file's pages handed back as
 they are copied, under the `PACKING` lock, so that a weight packs once whichever thread asks),
 `packs_first` (the types that pack at their first few-token product, not at a prompt's: Q4_0,
-Q4_1, Q5_0, Q5_1, Q8_0, on AVX2 the K-quants too; where resident, every type), `pack_ahead` (those
+Q4_1, Q5_0, Q5_1, Q8_0, on AVX2 the K-quants too; where resident, every type), `copy_due` (a weight
+of those not packed yet), `pack_ahead` (those
 on a thread of their own as a model is made, where they come to PACK_AHEAD_BYTES or less, or where
 resident: then also the float types the torch target copies),
 `LaterPacking` (after some decoding: the K-quants on AVX-512), `row_view` (a weight's rows as a weight,
@@ -167,6 +168,14 @@ def pack_weights(weights, one_thread: bool = False) -> None:
         _pack_unpacked(weights, one_thread)
 
 
+def copy_due(weight) -> bool:
+    """Whether `weight` (either target's QuantWeight, or any other weight: False) is to read a packed
+    copy from its first few-token product on (`packs_first`) and has none yet: a few-token product
+    makes it first, a prompt's waits for one being made (`packed_when_done`), and `pack_ahead` may
+    make it before either."""
+    return getattr(weight, "_unpacked", False) and weight._pack_first
+
+
 def packed_when_done() -> None:
     """Wait for a packing in progress (PACKING held: `pack_ahead`'s thread, usually), so that a weight
     it was copying is read in its copy from then on; at once where none is. The NumPy target's
@@ -248,7 +257,7 @@ def pack_ahead(weights) -> threading.Thread | None:
     (before `packs_first` left a prompt's products to the blocks as stored); SmolLM2-135M's Q4_0 and
     Q8_0 first prefills took 0.41 and 0.61–0.66 s packing ahead, 0.51–0.52 and 0.73–0.76 s packing
     in the prompt."""
-    todo = list({id(w): w for w in weights if getattr(w, "_unpacked", False) and w._pack_first}.values())
+    todo = list({id(w): w for w in weights if copy_due(w)}.values())
     if not todo or library() is None:
         return None
     if not resident() and sum(w.blocks.nbytes for w in todo) > PACK_AHEAD_BYTES:

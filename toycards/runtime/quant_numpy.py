@@ -185,7 +185,7 @@ class QuantWeight:
             return x @ self.dequantize().T
         lead = x.shape[:-1]
         x2 = np.ascontiguousarray(x.reshape(-1, k), dtype=np.float32)  # (T, K)
-        if self._unpacked and self._pack_first:  # its copy is due: made here, or waited for in a prompt
+        if packing.copy_due(self):  # its copy is due: made here, or waited for in a prompt
             if x2.shape[0] <= FEW_TOKENS:
                 self._pack()
             else:
@@ -211,7 +211,7 @@ class QuantWeight:
         n, k = self.shape
         ids = np.asarray(ids, dtype=np.int64)
         flat = np.ascontiguousarray(ids.reshape(-1))
-        if self._unpacked and self._pack_first:  # rows of the copy being made, not the file's pages
+        if packing.copy_due(self):  # rows of the copy being made, not the file's pages
             packing.packed_when_done()
         if self.fast:  # the kernel checks the ids
             out = np.empty((flat.size, k), dtype=np.float32)

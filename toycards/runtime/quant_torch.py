@@ -132,7 +132,7 @@ def _few_token_plan(W, n: int, k: int):
     if W.__class__ is QuantWeight:
         if not W.fast or W.shape != (n, k):
             return None
-        if W._unpacked and W._pack_first:
+        if packing.copy_due(W):
             W._pack()
         return W._plan_ref
     if W.shape != (n, k) or not plain(W) or (p := kernels.float32_plan(W.data_ptr(), n, k)) is None:
@@ -332,7 +332,7 @@ class QuantWeight:
             return y  # few tokens: the call below, from C++ (glue_cpp.py)
         n, k = self.shape
         if self.fast and x.shape[-1] == k and (t := _few_tokens(x)):  # decoding: one C call, no reshapes
-            if self._unpacked and self._pack_first:
+            if packing.copy_due(self):
                 self._pack()
             return _c_product(self._plan_ref, x, t, n)
         if x.shape[-1] != k:
@@ -346,7 +346,7 @@ class QuantWeight:
         if x2.dtype != torch.float32 or not x2.is_contiguous():
             x2 = x2.to(torch.float32).contiguous()
         t = x2.shape[0]
-        if t <= FEW_TOKENS and self._unpacked and self._pack_first:
+        if t <= FEW_TOKENS and packing.copy_due(self):
             self._pack()
         c_product = t <= FEW_TOKENS or self._gemm  # few tokens, or the int8 GEMM for any number
         y = _c_product(self._plan_ref, x2, t, n) if c_product else self._tiled(x2)  # (T, N)
