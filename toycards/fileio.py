@@ -20,10 +20,28 @@ from toycards.errors import ToycardsError
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> None:
-    """Replace a file's contents all at once: a temporary file in the same folder, then os.replace.
+    """Replace a file's contents all at once (`atomic_output`): text as UTF-8.
 
-    The file keeps its permission bits; a symbolic link keeps pointing at the (rewritten) target.
-    On any failure the original is untouched and the temporary file is removed.
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> write_atomic(folder / "card.card", "algorithm"); (folder / "card.card").read_text()
+    'algorithm'
+    """
+    with atomic_output(path) as part:
+        part.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | Path) -> Iterator[Path]:
+    """A temporary path in `path`'s folder to write; on success it replaces `path` all at once
+    (os.replace, after an fsync), on any failure it is removed and `path` is untouched. A file that
+    was there keeps its permission bits (a new one gets the umask's); a symbolic link keeps pointing
+    at the (rewritten) target.
+
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> with atomic_output(folder / "out.bin") as part:
+    ...     _ = part.write_bytes(b"all or nothing")
+    >>> (folder / "out.bin").read_bytes(), [p.name for p in folder.iterdir()]
+    (b'all or nothing', ['out.bin'])
     """
     target = Path(os.path.realpath(path))
     try:
@@ -34,43 +52,12 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     except OSError as e:
         raise ToycardsError(f"{path}: cannot write: {e.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise ToycardsError(f"{path}: cannot write: {e.strerror}") from None
-        raise
-
-
-@contextlib.contextmanager
-def atomic_output(path: str | Path) -> Iterator[Path]:
-    """A temporary path in `path`'s folder to write; on success it replaces `path` all at once,
-    on any failure it is removed and `path` is untouched.
-
-    >>> folder = Path(tempfile.mkdtemp())
-    >>> with atomic_output(folder / "out.bin") as part:
-    ...     _ = part.write_bytes(b"all or nothing")
-    >>> (folder / "out.bin").read_bytes(), [p.name for p in folder.iterdir()]
-    (b'all or nothing', ['out.bin'])
-    """
-    target = Path(os.path.realpath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    except OSError as e:
-        raise ToycardsError(f"{path}: cannot write: {e.strerror}") from None
     os.close(fd)
     try:
         yield Path(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, mode)
         os.replace(tmp, target)
     except BaseException as e:
         with contextlib.suppress(OSError):
