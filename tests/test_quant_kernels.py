@@ -158,8 +158,9 @@ def test_int8_gemm_tiles_and_token_groups(qtype, shape, n_tokens):
     """Version 4 on the shapes its tiles cut unevenly: rows that fill no tile or leave a partial
     one (tiles of 16 rows with AVX-512, 8 with AVX2), quads past the last transposed 16, tokens
     past the last group (of 8; of 4 with AVX2); on the blocks as
-    stored and on their packed copy (which it reads back as stored), and on the NumPy target (on one
-    thread; each tile's sums are one thread's either way), which must all agree exactly."""
+    stored and on their packed copy (which it reads back as stored), and on the NumPy target (on the
+    kernels' threads or the calling one alone, see quant_numpy.prompt_one_thread; each tile's sums
+    are one thread's either way), which must all agree exactly."""
     rng = np.random.default_rng(shape[0] * 7 + shape[1] + n_tokens)
     blocks = small_blocks(qtype, shape, rng)
     w = quant_torch.reference_dequantize(blocks, qtype, shape)
@@ -1235,6 +1236,47 @@ def test_a_numpy_prompt_waits_for_the_copies_being_made_instead_of_mapping_the_f
         if isinstance(w, quant_numpy.QuantWeight):
             w._unpacked = False  # never packed: the rows as stored
     assert np.array_equal(np.asarray(got), np.asarray(stored(ids)))
+
+
+@pytest.mark.skipif(not INT8, reason="no int8 GEMM on this CPU (AVX2 or AVX-512)")
+def test_a_numpy_prompt_keeps_its_c_kernels_to_one_thread_once_numpys_blas_has_run(tmp_path, monkeypatch):
+    """The NumPy target's prompt runs its int8 GEMMs and its attention on the kernels' threads while
+    NumPy's BLAS has run no product in the process, and on the calling thread alone from the first
+    one on (its threads would spin against the kernels'): a card's own `ops.matmul` is one. The
+    logits are the same floats either way (each tile's sums are one thread's)."""
+    path = tiny_llama(tmp_path, "Q8_0")
+    monkeypatch.setattr(quant_numpy, "_blas_ran", False)
+    gemm_threads, attention_threads = [], []
+    real_gemm, real_library = quant_kernels.gemm, quant_kernels.library
+
+    def gemm(p, x_ptr, t, y_ptr, one_thread=False):
+        gemm_threads.append(one_thread)
+        return real_gemm(p, x_ptr, t, y_ptr, one_thread)
+
+    class Library:  # the kernels, tc_gqa's argument seen on its way
+        def __getattr__(self, name):
+            return getattr(real_library(), name)
+
+        def tc_gqa(self, args):
+            attention_threads.append(args._obj.one_thread)
+            return real_library().tc_gqa(args)
+
+    monkeypatch.setattr(quant_kernels, "gemm", gemm)
+    monkeypatch.setattr(quant_kernels, "library", Library)
+    model = toycards.load(path, target="numpy")
+    ids = np.arange(20)[None]
+    free = np.asarray(model(ids))
+    assert gemm_threads and attention_threads
+    assert not any(gemm_threads) and not any(attention_threads)
+    assert not quant_numpy.prompt_one_thread()
+    gemm_threads.clear(), attention_threads.clear()
+    from toycards.runtime import ops_numpy
+
+    ops_numpy.matmul(np.ones((3, 4), np.float32), np.ones((4, 2), np.float32))
+    assert quant_numpy.prompt_one_thread()
+    kept = np.asarray(model(ids))
+    assert gemm_threads and all(gemm_threads) and attention_threads and all(attention_threads)
+    assert np.array_equal(free, kept)
 
 
 @pytest.mark.skipif(not PACKED, reason="no packed kernels on this CPU (AVX-512 VNNI)")

@@ -20,7 +20,7 @@ import numpy as np
 
 from toycards.runtime import quant_kernels
 from toycards.runtime.context import gqa_site
-from toycards.runtime.quant_numpy import FEW_TOKENS, data_ptr
+from toycards.runtime.quant_numpy import FEW_TOKENS, data_ptr, prompt_one_thread
 
 
 def _plain(*arrays) -> bool:
@@ -147,9 +147,9 @@ def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):
     a.cos, a.sin, a.half = data_ptr(cos), data_ptr(sin), cos.shape[-1]
     a.Kc, a.Vc, a.kh, a.vh, a.kb, a.vb = data_ptr(Kc), data_ptr(Vc), kh, vh, kh * a.Hkv, vh * a.Hkv
     a.used, a.allowed, a.kv_half = used, data_ptr(allowed), int(half)
-    # a prompt's on this thread alone: NumPy's BLAS threads, still spinning after the products, and
-    # the kernels' OpenMP threads would fight over the cores (as quant_numpy's prompt kernels)
-    a.one_thread = a.T > FEW_TOKENS
+    # a prompt's on this thread alone where NumPy's BLAS has run products: its threads, still
+    # spinning after them, and the kernels' OpenMP threads would fight over the cores
+    a.one_thread = a.T > FEW_TOKENS and prompt_one_thread()
     code = lib.tc_gqa(ctypes.byref(a))
     if code != 0:
         raise RuntimeError(f"grouped-query attention kernel failed with code {code}")

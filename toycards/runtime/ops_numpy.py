@@ -14,7 +14,7 @@ import numpy as np
 
 from toycards.runtime import glue_numpy
 from toycards.runtime.context import zero_pages
-from toycards.runtime.quant_numpy import QuantWeight, float_linear
+from toycards.runtime.quant_numpy import QuantWeight, blas_product, float_linear
 
 fast = True  # use the single kernels below (gq_attention, moe) in place of a prelude algorithm's steps
 inf = np.inf
@@ -85,7 +85,7 @@ def linear(x, W):
         return W.linear(x)
     if (y := float_linear(x, W)) is not None:  # few tokens of a float32 matrix: the C product
         return y
-    return x @ (W.T if W.ndim == 2 else np.swapaxes(W, -1, -2))
+    return blas_product(x, W.T if W.ndim == 2 else np.swapaxes(W, -1, -2))
 
 
 def scale(c, x):
@@ -110,7 +110,7 @@ def minimum(a, b):
 
 
 def matmul(a, b):
-    return a @ b
+    return blas_product(a, b)
 
 
 def mT(a):
@@ -271,7 +271,7 @@ def moe(X, W_r, W_gate, W_up, W_down, k, norm):
     X [..., ℓ, d_e]; W_r [E, d_e]; W_gate, W_up [E, d_ff, d_e]; W_down [E, d_e, d_ff] → [..., ℓ, d_e].
     """
     x = X.reshape(-1, X.shape[-1])  # (N, d_e)
-    z = x @ W_r.T  # (N, E) router logits
+    z = blas_product(x, W_r.T)  # (N, E) router logits
     P = np.exp(z - z.max(axis=-1, keepdims=True))
     P = P / P.sum(axis=-1, keepdims=True)
     chosen = topk(P, k) - 1  # (N, k)
@@ -287,9 +287,9 @@ def moe(X, W_r, W_gate, W_up, W_down, k, norm):
     for e, n in enumerate(counts.tolist()):
         if n:
             xs = x[tokens[start : start + n]]  # (n, d_e)
-            g = xs @ W_gate[e].T
-            h = g / (1 + np.exp(-g)) * (xs @ W_up[e].T)  # (n, d_ff)
-            grouped[start : start + n] = (h @ W_down[e].T) * weights[start : start + n, None]
+            g = blas_product(xs, W_gate[e].T)
+            h = g / (1 + np.exp(-g)) * blas_product(xs, W_up[e].T)  # (n, d_ff)
+            grouped[start : start + n] = blas_product(h, W_down[e].T) * weights[start : start + n, None]
             start += n
     chosen_out = np.empty_like(grouped)
     chosen_out[order] = grouped  # back to (token, choice) order

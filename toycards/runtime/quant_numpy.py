@@ -10,9 +10,11 @@ Where the few-token kernel reads a packed copy faster (`quant_kernels.pack_rows`
 few-token product makes that copy where `packing.pack_ahead` did not (or, for the types whose copy
 only puts rows side by side, some decoding later: `packing.LaterPacking`) and hands the file's
 pages back, as quant_torch does. Its kernels run on the
-calling thread where NumPy comes next (the GEMM, dequantizing, packing): OpenBLAS's threads, still
-spinning after a GEMM, and the kernels' OpenMP threads fought over the cores (packing SmolLM2 Q4_0
-took ~1 s on two threads, 0.1 s on one; its warm prefill by the int8 GEMM ~0.6 s, ~0.2 s on one).
+calling thread where NumPy comes next (dequantizing, packing): OpenBLAS's threads, still spinning
+after a GEMM, and the kernels' OpenMP threads fought over the cores (packing SmolLM2 Q4_0 took ~1 s
+on two threads, 0.1 s on one). The int8 GEMM (and the attention kernel, glue_numpy) run on the
+kernels' threads until NumPy's BLAS has run a product in the process (`blas_product`,
+`prompt_one_thread`).
 Few tokens of a plain float32 weight multiply by the C product too (`float_linear`), as on the
 torch target.
 Leaves out: torch (quant_torch.py), the kernels themselves.
@@ -42,6 +44,29 @@ def reference_dequantize(blocks: np.ndarray, ggml_type: int, shape: tuple[int, .
     from toycards.gguf.dequant import dequantize
 
     return dequantize(blocks, ggml_type, shape)
+
+
+_blas_ran = False  # whether the NumPy target has had NumPy's BLAS run a product (`blas_product`)
+
+
+def blas_product(a, b):
+    """a @ b by NumPy's BLAS, for the NumPy target (ops_numpy, and the tiles here), noted: from then on
+    the prompt's C kernels keep to the calling thread (`prompt_one_thread`)."""
+    global _blas_ran
+    _blas_ran = True
+    return a @ b
+
+
+def prompt_one_thread() -> bool:
+    """Whether the NumPy target's many-token C kernels (the int8 GEMM, glue_numpy's attention) run on
+    the calling thread alone: once NumPy's BLAS has run a product in this process (`blas_product`),
+    since its threads spin for a while after each one and the kernels' OpenMP threads would fight
+    them over the cores (on a two-core Zen 1, SmolLM2 Q8_0 with a quarter of its products made by
+    NumPy's BLAS between the int8 GEMMs: prefill 1.04–1.13 s with the GEMMs on one thread, 1.73–2.31 s
+    on two); until then on the kernels' threads (the same file, every product in C: 1.14–1.20 s on
+    one thread, 0.64–0.69 s on two). A process whose models have only quantized weights with the
+    int8 GEMM and the prelude's attention never has it run one."""
+    return _blas_ran
 
 
 def _data_at() -> int | None:
@@ -182,7 +207,7 @@ class QuantWeight:
             return y
         x = np.asarray(x)
         if not self.fast:
-            return x @ self.dequantize().T
+            return blas_product(x, self.dequantize().T)
         lead = x.shape[:-1]
         x2 = np.ascontiguousarray(x.reshape(-1, k), dtype=np.float32)  # (T, K)
         if packing.copy_due(self):  # its copy is due: made here, or waited for in a prompt
@@ -194,7 +219,7 @@ class QuantWeight:
         if x2.shape[0] <= FEW_TOKENS:
             kernels.linear(self._plan, data_ptr(x2), x2.shape[0], data_ptr(y))
         elif self._gemm:  # on this thread: NumPy's BLAS threads come next
-            kernels.gemm(self._plan, data_ptr(x2), x2.shape[0], data_ptr(y), one_thread=True)
+            kernels.gemm(self._plan, data_ptr(x2), x2.shape[0], data_ptr(y), one_thread=prompt_one_thread())
         else:
             rows = max(1, min(n, TILE_FLOATS // k))
             make = functools.partial(np.empty, dtype=np.float32)
@@ -203,7 +228,7 @@ class QuantWeight:
                 for r0 in range(0, n, rows):
                     r1 = min(n, r0 + rows)
                     kernels.dequant_rows(self._plan, r0, r1, data_ptr(tile), one_thread=True)
-                    y[:, r0:r1] = x2 @ tile[: r1 - r0].T
+                    y[:, r0:r1] = blas_product(x2, tile[: r1 - r0].T)
         return y.reshape(*lead, n).astype(np.result_type(x.dtype, np.float32), copy=False)
 
     def embed(self, ids) -> np.ndarray:
