@@ -19,7 +19,10 @@ decoding step);
 copies every weight into memory of its own as it loads: slower to start, faster to decode);
 with --numpy, the NumPy target's peak RSS against the file's size and its speed against the torch
 target's; then the same ratios per CPU-second of each process (on one thread, what a machine loaded by other
-work changes least), the load average, the load time and the peak RSS after load.
+work changes least), the load average, the load time and the peak RSS after load. At the end, a
+table of every file's ratios against issue 11's goals (decode ≥ ×1, prefill ≥ ×1.5, peak RSS ≤ ×1.2;
+the NumPy target's peak RSS ≤ ×2 of the file and its speed ≥ ×0.5 of the torch target's), a `!`
+where one misses.
 llama.cpp comes from llama-cpp-python in the interpreter --llama-python (a benchmark
 dependency, never a test or CI one; see the README's benchmark notes for its build flags); its
 logits are read with llama_get_logits_ith(ctx, -1).
@@ -242,7 +245,9 @@ def _spawn(python: str, which: str, path: Path, ids: list[int], args: argparse.N
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def compare(path: Path, ids: list[int], args: argparse.Namespace) -> None:
+def compare(path: Path, ids: list[int], args: argparse.Namespace) -> dict:
+    """Alternating runs of each runner on `path`; prints their medians and ratios, and returns the
+    ratios the goals are stated in (`goals`)."""
     runs: dict[str, list[dict]] = {"llama.cpp": [], "toycards": []} | ({"numpy": []} if args.numpy else {})
     for _ in range(args.rounds):
         runs["llama.cpp"].append(_spawn(args.llama_python, "llama", path, ids, args))
@@ -281,8 +286,19 @@ def compare(path: Path, ids: list[int], args: argparse.Namespace) -> None:
         f"  toycards / llama.cpp: decode ×{a['decode'] / b['decode']:.2f}   prefill ×{a['prefill'] / b['prefill']:.2f}"
         f" (warm ×{a['warm'] / b['warm']:.2f})   peak RSS ×{a['rss'] / b['rss']:.2f}   greedy tokens equal {same}/{args.decode}{where}"
     )
+    ratios = {
+        "file": path.name,
+        "decode": a["decode"] / b["decode"],
+        "prefill": a["prefill"] / b["prefill"],
+        "warm": a["warm"] / b["warm"],
+        "rss": a["rss"] / b["rss"],
+    }
     if args.numpy:
         n = med["numpy"]
+        ratios |= {
+            "numpy_rss": n["rss"] * 2**20 / path.stat().st_size,
+            "numpy_speed": min(n["decode"] / a["decode"], n["prefill"] / a["prefill"]),
+        }
         agree = sum(x == y for x, y in zip(runs["numpy"][0]["tokens"], ours))
         print(
             f"  toycards NumPy target: peak RSS ×{n['rss'] * 2**20 / path.stat().st_size:.2f} of the file"
@@ -303,6 +319,36 @@ def compare(path: Path, ids: list[int], args: argparse.Namespace) -> None:
         f" ({a['decode_cpu']:.1f} / {b['decode_cpu']:.1f})   prefill ×{a['prefill_cpu'] / b['prefill_cpu']:.2f}"
         f" ({a['prefill_cpu']:.1f} / {b['prefill_cpu']:.1f})"
     )
+    return ratios
+
+
+# the goals of the comparison (issue 11): (key, label, bound, at least or at most)
+GOALS = (
+    ("decode", "decode", 1.0, "≥"),
+    ("prefill", "prefill", 1.5, "≥"),
+    ("warm", "warm prefill", 1.5, "≥"),
+    ("rss", "peak RSS", 1.2, "≤"),
+    ("numpy_rss", "NumPy RSS / file", 2.0, "≤"),
+    ("numpy_speed", "NumPy / torch", 0.5, "≥"),
+)
+
+
+def goals(rows: list[dict]) -> None:
+    """A table of the files: each ratio against its goal (toycards torch / llama.cpp, then the NumPy
+    target's peak RSS against the file's size and its slower speed, decode or prefill, against the
+    torch target's), a `!` where it misses."""
+    keys = [g for g in GOALS if any(g[0] in r for r in rows)]
+    heads = [f"{label} {sign} ×{bound:g}" for _, label, bound, sign in keys]
+    width = max(len(r["file"]) for r in rows)
+    print("goals (! where missed)")
+    print(f"  {'':<{width}}  " + "  ".join(heads))
+    for r in rows:
+        cells = []
+        for (key, _, bound, sign), head in zip(keys, heads, strict=True):
+            met = key in r and (r[key] >= bound if sign == "≥" else r[key] <= bound)
+            cell = f"×{r[key]:.2f}{'' if met else ' !'}" if key in r else "–"
+            cells.append(f"{cell:<{len(head)}}")
+        print(f"  {r['file']:<{width}}  " + "  ".join(cells).rstrip())
 
 
 def main() -> None:
@@ -352,10 +398,11 @@ def main() -> None:
 
         path = smollm2_q4_1()
     ids = prompt_ids(path, args)
-    compare(path, ids, args)
+    rows = [compare(path, ids, args)]
     with tempfile.TemporaryDirectory() as tmp:
         for t in filter(None, args.types.split(",")):
-            compare(make_copy(path, Path(tmp), t, args), ids, args)
+            rows.append(compare(make_copy(path, Path(tmp), t, args), ids, args))
+    goals(rows)
 
 
 def prompt_ids(path: Path, args: argparse.Namespace) -> list[int]:
@@ -384,7 +431,7 @@ def compare_llama_1b(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(args.shape_dir or tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        ids = None
+        ids, rows = None, []
         for mix in mixes:
             path = folder / f"llama-1b-random.{mix}.gguf"
             if not path.exists():
@@ -392,7 +439,8 @@ def compare_llama_1b(args: argparse.Namespace) -> None:
                 write_llama_1b(partial, mix=mix)
                 partial.replace(path)  # whole or absent: a reused file is never half written
             ids = ids if ids is not None else prompt_ids(path, args)
-            compare(path, ids, args)
+            rows.append(compare(path, ids, args))
+    goals(rows)
 
 
 if __name__ == "__main__":
