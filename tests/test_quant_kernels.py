@@ -76,9 +76,10 @@ def small_blocks(qtype: Q, shape: tuple[int, int], rng: np.random.Generator) -> 
     return blocks.reshape(shape[0], -1)
 
 
-def q8_blocks(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """x [T, K] rounded to int8 blocks of 32 as the kernel (and llama.cpp) does: (x̂, dx per element)."""
-    b = x.reshape(x.shape[0], -1, 32)
+def q8_blocks(x: np.ndarray, block: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """x [T, K] rounded to int8 blocks of `block` (32; Q4_K's int8 GEMM on AVX2: 256,
+    quant_kernels.gemm_x_block) as the kernel (and llama.cpp) does: (x̂, dx per element)."""
+    b = x.reshape(x.shape[0], -1, block)
     d = (np.abs(b).max(-1, keepdims=True) / np.float32(127)).astype(np.float32)
     inv = np.where(d != 0, np.float32(1) / np.where(d != 0, d, 1), 0).astype(np.float32)
     scaled = (b * inv).astype(np.float32)
@@ -93,7 +94,7 @@ def check_product(y: np.ndarray, x: np.ndarray, w: np.ndarray, qtype: int, n_tok
     x64, w64 = x.astype(np.float64), w.astype(np.float64)
     few = n_tokens <= quant_torch.FEW_TOKENS
     if quant_kernels.quantizes_x(qtype) and (few or quant_kernels.int8_prefill(qtype)):  # versions 3, 4
-        x_hat, dx = q8_blocks(x)
+        x_hat, dx = q8_blocks(x, 32 if few else quant_kernels.gemm_x_block(qtype))
         want = x_hat.astype(np.float64) @ w64.T
         scale = np.abs(x_hat) @ np.abs(w64).T
         exact = x64 @ w64.T

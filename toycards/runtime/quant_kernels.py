@@ -84,6 +84,7 @@ def _build() -> ctypes.CDLL | None:
     lib.tc_float_direct.argtypes = [ctypes.c_int]
     lib.tc_packs.argtypes = [ctypes.c_int]
     lib.tc_gemm_linear.argtypes = [ctypes.POINTER(Plan), _P, _I, _P, _I]
+    lib.tc_gemm_x_block.argtypes = [ctypes.c_int]
     lib.tc_read_ahead.argtypes = [_I, _I, _I, _I]
     for fn in (
         lib.tc_pack,
@@ -94,6 +95,7 @@ def _build() -> ctypes.CDLL | None:
         lib.tc_quantizes_x,
         lib.tc_float_direct,
         lib.tc_gemm_linear,
+        lib.tc_gemm_x_block,
         lib.tc_linear,
         lib.tc_swiglu,
         lib.tc_silu_mul,
@@ -212,6 +214,15 @@ def int8_prefill(ggml_type: int) -> bool:
     exists (`quantizes_x`) and `TOYCARDS_PREFILL=float32` does not ask for float32 tiles (both targets
     decide so)."""
     return quantizes_x(ggml_type) and not float32_prefill()
+
+
+def gemm_x_block(ggml_type: int) -> int:
+    """How many elements of x share one int8 scale in this type's int8 GEMM (more than FEW_TOKENS
+    tokens): 256 for Q4_K with the AVX2 kernels (llama.cpp's q8_K blocks: a weight block's eight
+    sub-blocks then sum in integers before any float step), else 32, as in the few-token products;
+    0 where there is no int8 GEMM."""
+    lib = library()
+    return int(lib.tc_gemm_x_block(ggml_type)) if lib is not None and ggml_type in SUPPORTED else 0
 
 
 def float_direct(ggml_type: int) -> bool:

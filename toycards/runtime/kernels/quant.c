@@ -394,46 +394,62 @@ static int scratch_x(int64_t n_q, int64_t n_blocks, int8_t **qx, float **dx, flo
     return 1;
 }
 
-/* x [n_blocks · 32] → qx = round(x / dx) (halves away from zero), dx = max|x| / 127 per block, and
- * sx = dx · Σ qx; a block holding NaN gets dx = sx = NaN, so that the products stay NaN */
-static void quantize_x(const float *x, int64_t n_blocks, int8_t *qx, float *dx, float *sx) {
+/* x [n_blocks · 32] → qx = round(x / dx) (halves away from zero), dx = max|x| / 127 over each run of
+ * `span` blocks (1: a block's own; 8: the 256 elements of a K-quant block, as llama.cpp's q8_K
+ * blocks, see gemm_tokens_k), given for every block, and sx = dx · Σ qx per block; a run holding
+ * NaN gets dx = sx = NaN in each of its blocks, so that the products stay NaN. n_blocks is a
+ * multiple of span. */
+static inline __attribute__((always_inline)) void quantize_x_runs(const float *x, int64_t n_blocks, const int span,
+                                                                  int8_t *qx, float *dx, float *sx) {
     const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
-    for (int64_t b = 0; b < n_blocks; b++, x += 32, qx += 32) {
-        __m256 v[4], amax = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
-        for (int k = 0; k < 4; k++) {
-            v[k] = _mm256_loadu_ps(x + 8 * k);
-            amax = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), amax);
-            nan = _mm256_or_ps(nan, _mm256_cmp_ps(v[k], v[k], _CMP_UNORD_Q));
+    for (int64_t b0 = 0; b0 < n_blocks; b0 += span, x += 32 * span, qx += 32 * span) {
+        __m256 amax = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+        for (int k = 0; k < 4 * span; k++) {
+            const __m256 v = _mm256_loadu_ps(x + 8 * k);
+            amax = _mm256_max_ps(_mm256_andnot_ps(sign, v), amax);
+            nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
         }
         __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
         m = _mm_max_ps(m, _mm_movehl_ps(m, m));
         m = _mm_max_ss(m, _mm_movehdup_ps(m));
         const float d = _mm_cvtss_f32(m) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         if (_mm256_movemask_ps(nan)) {
-            memset(qx, 0, 32);
-            dx[b] = sx[b] = NAN;
+            memset(qx, 0, (size_t)(32 * span));
+            for (int i = 0; i < span; i++) dx[b0 + i] = sx[b0 + i] = NAN;
             continue;
         }
         const __m256 ids = _mm256_set1_ps(id);
-        __m256i q[4];
-        for (int k = 0; k < 4; k++) {
-            const __m256 t = _mm256_mul_ps(v[k], ids);
-            const __m256 r = _mm256_round_ps(_mm256_add_ps(t, _mm256_or_ps(_mm256_and_ps(t, sign), half)),
-                                             _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-            q[k] = _mm256_cvttps_epi32(r);
+        for (int i = 0; i < span; i++) {
+            __m256i q[4];
+            for (int k = 0; k < 4; k++) {
+                const __m256 t = _mm256_mul_ps(_mm256_loadu_ps(x + 32 * i + 8 * k), ids);
+                const __m256 r = _mm256_round_ps(_mm256_add_ps(t, _mm256_or_ps(_mm256_and_ps(t, sign), half)),
+                                                 _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+                q[k] = _mm256_cvttps_epi32(r);
+            }
+            const __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+            /* int32 → int8 in order: packs interleave the 128-bit lanes, the permute puts them back */
+            const __m256i a = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xD8); /* 16 × int16 */
+            const __m256i c = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[2], q[3]), 0xD8);
+            const __m256i bytes = _mm256_permute4x64_epi64(_mm256_packs_epi16(a, c), 0xD8);
+            _mm256_storeu_si256((__m256i *)(qx + 32 * i), bytes);
+            dx[b0 + i] = d;
+            sx[b0 + i] = d * (float)_mm_cvtsi128_si32(s4);
         }
-        const __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
-        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
-        /* int32 → int8 in order: packs interleave the 128-bit lanes, the permute puts them back */
-        const __m256i a = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xD8); /* 16 × int16 */
-        const __m256i c = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[2], q[3]), 0xD8);
-        const __m256i bytes = _mm256_permute4x64_epi64(_mm256_packs_epi16(a, c), 0xD8);
-        _mm256_storeu_si256((__m256i *)qx, bytes);
-        dx[b] = d;
-        sx[b] = d * (float)_mm_cvtsi128_si32(s4);
     }
+}
+
+/* x [n_blocks · 32] → qx, each block its own dx (quantize_x_runs) */
+static void quantize_x(const float *x, int64_t n_blocks, int8_t *qx, float *dx, float *sx) {
+    quantize_x_runs(x, n_blocks, 1, qx, dx, sx);
+}
+
+/* the same with runs of 8 blocks (256 elements) sharing their dx (the K-quants' int8 GEMM) */
+static void quantize_x_256(const float *x, int64_t n_blocks, int8_t *qx, float *dx, float *sx) {
+    quantize_x_runs(x, n_blocks, 8, qx, dx, sx);
 }
 
 /* Σ over 32 lanes of u[j]·s[j] (u unsigned bytes, s signed), as 8 int32 partial sums */
@@ -1618,7 +1634,8 @@ int tc_gather_rows(const tc_weight *p, const int64_t *ids, int64_t n_ids, float 
 
 /* ── version 4, many tokens of the types whose x is quantized: an int8 GEMM ──────────────────────
  * x is quantized as for version 3 (quantize_x: int8 blocks of 32, dx, sx = dx · Σ qx), so many tokens
- * get the sums few tokens get, up to the order of float32 additions. Each weight row is first written
+ * get the sums few tokens get, up to the order of float32 additions; but Q4_K's with the AVX2 kernels
+ * in runs of 256 sharing dx (gemm_tokens_k, below), as llama.cpp's q8_K for every K-quant product. Each weight row is first written
  * as unsigned quants q ∈ [0, 255] with a float scale d and a float offset m per group of L elements
  * (L = 32; 16 for Q6_K, whose int8 scales change every 16), so that w = d·q + m:
  *   Q8_0  q = v + 128, m = −128·d      Q4_0  q = nibble, m = −8·d       Q4_1  q = nibble, m as stored
@@ -1652,6 +1669,9 @@ enum { GEMM_ROWS = 16, GEMM_TOKENS = 8 };
 /* the group length L of a type's tile (see above) */
 static inline int gemm_group(int type) { return type == Q6_K ? 16 : 32; }
 
+/* whether a type's GEMM takes x in runs of 256 sharing their dx (gemm_tokens_k: Q4_K on AVX2) */
+static inline int gemm_x_runs(int type) { return LANES && type == Q4_K; }
+
 /* one row as stored (b, K elements) → its quants q [K], and d, m [K / L] (see above), with the
  * version 3 kernels' unpacking (nibbles, unsigned_quants, q6_chunks) */
 static void gemm_row(int type, const uint8_t *b, int64_t K, uint8_t *q, float *d, float *m) {
@@ -1683,7 +1703,7 @@ static void gemm_row(int type, const uint8_t *b, int64_t K, uint8_t *q, float *d
             for (int j = 0; j < 8; j++, q += 32) { /* sub-block j: nibbles of qs[32 · (j / 2) …], low for even j */
                 int sc, mn;
                 scale_min_k4(j, b + 4, &sc, &mn);
-                d[j] = dd * (float)sc, m[j] = -(dmin * (float)mn);
+                d[j] = gemm_x_runs(type) ? (float)sc : dd * (float)sc, m[j] = -(dmin * (float)mn); /* runs: gemm_tile */
                 const __m256i c = _mm256_loadu_si256((const __m256i *)(qs + 32 * (j / 2)));
                 __m256i v = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(c, 4) : c, low4);
                 if (five) { /* bit j of each qh byte → 16 */
@@ -1710,26 +1730,31 @@ static void gemm_row(int type, const uint8_t *b, int64_t K, uint8_t *q, float *d
     }
 }
 
-typedef void (*gemm_fn)(const uint8_t *, const float *, const float *, int64_t, const int8_t *, const float *,
-                        const float *, float *, int64_t, int);
+typedef void (*gemm_fn)(const uint8_t *, const float *, const float *, const float *, int64_t, const int8_t *,
+                        const float *, const float *, float *, int64_t, int);
 
 #if LANES
-/* a packed group of eight rows (g, see tc_pack) → its tile: wq [K/4][8][4], dt and mt [K/L][8], each
- * vector as gemm_row and the transpose would give it (the same q, the same float d and m) */
-static void gemm_lanes_tile(int type, const uint8_t *g, int64_t K, uint8_t *wq, float *dt, float *mt) {
+/* a packed group of eight rows (g, see tc_pack) → its tile: wq [K/4][8][4], dt and mt [K/L][8] (and
+ * for Q4_K and Q5_K ds [K/256][8], see gemm_tile), each vector as gemm_row and the transpose would
+ * give it (the same q, the same d and m) */
+static void gemm_lanes_tile(int type, const uint8_t *g, int64_t K, uint8_t *wq, float *dt, float *mt, float *ds) {
     const __m256i low = _mm256_set1_epi8(0x0F);
     const __m256 negate = _mm256_set1_ps(-0.0f);
     if (type == Q4_K || type == Q5_K) { /* per block: 8 sub-blocks of 32, their scales and mins as dot_lanes_q45_k takes them */
         const int five = type == Q5_K;
         for (int64_t b = 0; b < K / 256; b++, g += 8 * (five ? 176 : 144), wq += 8 * 256, dt += 64, mt += 64) {
-            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
             const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16)));
             const __m256i w0 = _mm256_loadu_si256((const __m256i *)(g + 32)), w1 = _mm256_loadu_si256((const __m256i *)(g + 64));
             const __m256i w2 = _mm256_loadu_si256((const __m256i *)(g + 96));
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
+            if (!five) _mm256_storeu_ps(ds + 8 * b, d); /* Q4_K: runs of x (gemm_tokens_k) */
             for (int j = 0; j < 8; j++) {
                 __m256i sc, mn;
                 lanes_scale_min_k4(j, w0, w1, w2, &sc, &mn);
-                _mm256_storeu_ps(dt + 8 * j, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)));
+                if (five)
+                    _mm256_storeu_ps(dt + 8 * j, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)));
+                else
+                    _mm256_storeu_si256((__m256i *)(dt + 8 * j), _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16)));
                 _mm256_storeu_ps(mt + 8 * j, _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(mn)), negate));
             }
             for (int i = 0; i < 4; i++) /* sub-blocks 2i (low nibbles), 2i + 1 (high) */
@@ -1828,9 +1853,60 @@ static inline __attribute__((always_inline)) void gemm_tokens(const int L, const
     for (int t = 0; t < TT; t++) _mm256_maskstore_ps(y + t * N, rows, acc[t]);
 }
 
+/* Q4_K: x quantized in runs of 256 that share their dx (quantize_x_256, as llama.cpp's q8_K), so
+ * that the eight sub-blocks of a weight block sum in int32 before any float step: the int16 pair
+ * sums widen by vpmaddwd against the sub-block's six-bit scale sc (dt: sc in both halves of a row's
+ * lane) instead of ones, Σ_j sc_j · Σ q·qx over the block (|·| ≤ 8 · 2 · 30480 · 63 < 2^25), then
+ * one conversion and one FMA by d · dx for the block (ds, gemm_tile); the mins' part stays one FMA
+ * a sub-block (m_j · dx · Σ qx, mt and sxg; in integers too it was no faster). Per sub-block and
+ * token that is one float step where gemm_tokens takes four: on a two-core Zen 1, an 8192 × 2048
+ * Q4_K product of 128 tokens 47.6 → 43.6 ms (the builds alternating in one process; without any
+ * float step at all, 40.4). Q5_K gained 2% so (48.3 → 47.3 ms), and keeps its blocks of 32. */
+static inline __attribute__((always_inline)) void gemm_tokens_k(const int DEPTH, const int TT, const uint8_t *wq,
+                                                                const float *dt, const float *mt, const float *ds,
+                                                                int64_t K, const int8_t *qx, const float *dxg,
+                                                                const float *sxg, float *y, int64_t N, int R) {
+    const int64_t ng = K / 32;
+    __m256 acc[GEMM_TOKENS];
+    for (int t = 0; t < TT; t++) acc[t] = _mm256_setzero_ps();
+    __m256i s32[GEMM_TOKENS];
+    for (int t = 0; t < TT; t++) s32[t] = _mm256_setzero_si256();
+    for (int64_t g = 0; g < ng; g++) {
+        const __m256i sc = _mm256_loadu_si256((const __m256i *)(dt + GEMM_ROWS * g));
+        for (int j0 = 0; j0 < 8; j0 += DEPTH) {
+            __m256i s16[GEMM_TOKENS];
+            for (int j = j0; j < j0 + DEPTH; j++) { /* quad j of sub-block g, against each token's */
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(wq + 32 * (8 * g + j)));
+                for (int t = 0; t < TT; t++) {
+                    int32_t quad;
+                    memcpy(&quad, qx + t * K + 32 * g + 4 * j, 4);
+                    const __m256i p = _mm256_maddubs_epi16(w, _mm256_set1_epi32(quad));
+                    s16[t] = j == j0 ? p : _mm256_add_epi16(s16[t], p);
+                }
+            }
+            for (int t = 0; t < TT; t++) {
+                const __m256i wide = _mm256_madd_epi16(s16[t], sc);
+                s32[t] = (g % 8 == 0 && j0 == 0) ? wide : _mm256_add_epi32(s32[t], wide);
+            }
+        }
+        const __m256 m = _mm256_loadu_ps(mt + GEMM_ROWS * g);
+        for (int t = 0; t < TT; t++) acc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(sxg[t * ng + g]), acc[t]);
+        if (g % 8 == 7) {
+            const __m256 d = _mm256_loadu_ps(ds + GEMM_ROWS * (g / 8));
+            for (int t = 0; t < TT; t++) {
+                const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(dxg[t * ng + g]));
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32[t]), scale, acc[t]);
+            }
+        }
+    }
+    const __m256i rows = _mm256_cmpgt_epi32(_mm256_set1_epi32(R), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    for (int t = 0; t < TT; t++) _mm256_maskstore_ps(y + t * N, rows, acc[t]);
+}
+
 #define GEMM_FN(NAME, L, DEPTH, TT)                                                                     \
-    static void NAME##_##TT(const uint8_t *wq, const float *dt, const float *mt, int64_t K, const int8_t *qx, \
-                            const float *dxg, const float *sxg, float *y, int64_t N, int R) {           \
+    static void NAME##_##TT(const uint8_t *wq, const float *dt, const float *mt, const float *ds, int64_t K, \
+                            const int8_t *qx, const float *dxg, const float *sxg, float *y, int64_t N, int R) { \
+        (void)ds;                                                                                       \
         gemm_tokens(L, DEPTH, TT, wq, dt, mt, K, qx, dxg, sxg, y, N, R);                                \
     }
 #define GEMM_FNS(NAME, L, DEPTH)                                                                        \
@@ -1840,9 +1916,19 @@ GEMM_FNS(gemm_q4, 32, 8)
 GEMM_FNS(gemm_q5, 32, 4)
 GEMM_FNS(gemm_q6, 16, 2)
 GEMM_FNS(gemm_q8, 32, 1)
+#define GEMM_K_FN(NAME, DEPTH, TT)                                                                      \
+    static void NAME##_##TT(const uint8_t *wq, const float *dt, const float *mt, const float *ds, int64_t K, \
+                            const int8_t *qx, const float *dxg, const float *sxg, float *y, int64_t N, int R) { \
+        gemm_tokens_k(DEPTH, TT, wq, dt, mt, ds, K, qx, dxg, sxg, y, N, R);                            \
+    }
+#define GEMM_K_FNS(NAME, DEPTH)                                                                         \
+    GEMM_K_FN(NAME, DEPTH, 1) GEMM_K_FN(NAME, DEPTH, 2) GEMM_K_FN(NAME, DEPTH, 3) GEMM_K_FN(NAME, DEPTH, 4) \
+    static const gemm_fn NAME[GEMM_TOKENS + 1] = {0, NAME##_1, NAME##_2, NAME##_3, NAME##_4};
+GEMM_K_FNS(gemm_q4_k, 8)
 
-/* a type's kernels by token count (see gemm_tokens) */
+/* a type's kernels by token count (see gemm_tokens, gemm_tokens_k) */
 static const gemm_fn *gemm_fns(int type) {
+    if (type == Q4_K) return gemm_q4_k;
     if (type == Q8_0) return gemm_q8;
     if (type == Q6_K) return gemm_q6;
     return type == Q5_0 || type == Q5_1 || type == Q5_K ? gemm_q5 : gemm_q4;
@@ -1953,9 +2039,10 @@ static inline __attribute__((always_inline)) void gemm_tokens(const int L, const
 }
 
 #define GEMM_FN(L, TT)                                                                                      \
-    static void gemm_##L##_##TT(const uint8_t *wq, const float *dt, const float *mt, int64_t K,              \
+    static void gemm_##L##_##TT(const uint8_t *wq, const float *dt, const float *mt, const float *ds, int64_t K, \
                                 const int8_t *qx, const float *dxg, const float *sxg, float *y, int64_t N,   \
                                 int R) {                                                                     \
+        (void)ds;                                                                                            \
         gemm_tokens(L, TT, wq, dt, mt, K, qx, dxg, sxg, y, N, R);                                            \
     }
 #define GEMM_FNS(L) GEMM_FN(L, 1) GEMM_FN(L, 2) GEMM_FN(L, 3) GEMM_FN(L, 4) GEMM_FN(L, 5) GEMM_FN(L, 6) \
@@ -1977,22 +2064,24 @@ static _Thread_local void *tile_q, *tile_f, *halves_f;
 static _Thread_local int64_t tile_q_cap, tile_f_cap, halves_f_cap;
 
 /* rows n0 … n0 + R − 1 (R ≤ GEMM_ROWS) of the plan's weight as a tile: wq [K/4][GEMM_ROWS][4], dt and
- * mt [K/L][GEMM_ROWS] (rows R … GEMM_ROWS − 1 zero); 0, or −2 when out of memory. A packed group
- * of eight rows is unpacked straight into its tile (AVX2); otherwise each row's quants go to a row
- * buffer [GEMM_ROWS][K], transposed GEMM_ROWS quads at a time. */
-static int gemm_tile(const tc_weight *p, int64_t n0, int R, uint8_t **wq, float **dt, float **mt) {
-    const int type = (int)p->type;
-    const int64_t K = p->k, ng = K / gemm_group(type);
+ * mt [K/L][GEMM_ROWS] (rows R … GEMM_ROWS − 1 zero); where x comes in runs of 256 (gemm_x_runs: Q4_K
+ * and Q5_K on AVX2) dt holds each sub-block's scale sc as int16 in both halves of a row's lane and
+ * ds [K/256][GEMM_ROWS] each block's d (gemm_tokens_k). 0, or −2 when out of memory. A packed
+ * group of eight rows is unpacked straight into its tile (AVX2); otherwise each row's quants go to
+ * a row buffer [GEMM_ROWS][K], transposed GEMM_ROWS quads at a time. */
+static int gemm_tile(const tc_weight *p, int64_t n0, int R, uint8_t **wq, float **dt, float **mt, float **ds) {
+    const int type = (int)p->type, runs = gemm_x_runs(type);
+    const int64_t K = p->k, ng = K / gemm_group(type), nd = GEMM_ROWS * (K / 256);
     uint8_t *q = (uint8_t *)grown(&tile_q, &tile_q_cap, 2 * GEMM_ROWS * K);
-    float *f = (float *)grown(&tile_f, &tile_f_cap, (int64_t)sizeof(float) * 2 * (GEMM_ROWS + 1) * ng);
+    float *f = (float *)grown(&tile_f, &tile_f_cap, (int64_t)sizeof(float) * (2 * (GEMM_ROWS + 1) * ng + nd));
     if (!q || !f) return -2;
     uint8_t *rows = q + GEMM_ROWS * K;
-    float *row_d = f + 2 * GEMM_ROWS * ng, *row_m = row_d + ng;
-    *wq = q, *dt = f, *mt = f + GEMM_ROWS * ng;
+    *wq = q, *dt = f, *mt = f + GEMM_ROWS * ng, *ds = f + 2 * GEMM_ROWS * ng;
+    float *row_d = *ds + nd, *row_m = row_d + ng;
     const int64_t full = p->n - p->n % ROWS; /* packed rows (see tc_pack) */
 #if LANES
     if (p->packed && n0 + GEMM_ROWS <= full) { /* n0 is a multiple of 8: one group */
-        gemm_lanes_tile(type, p->w + n0 * p->row_bytes, K, q, *dt, *mt);
+        gemm_lanes_tile(type, p->w + n0 * p->row_bytes, K, q, *dt, *mt, *ds);
         return 0;
     }
 #endif
@@ -2001,16 +2090,23 @@ static int gemm_tile(const tc_weight *p, int64_t n0, int R, uint8_t **wq, float 
     if (p->packed && !LANES && !bytes) return -2;
     if (R < GEMM_ROWS) {
         memset(rows + R * K, 0, (size_t)((GEMM_ROWS - R) * K));
-        memset(f, 0, sizeof(float) * (size_t)(2 * GEMM_ROWS * ng));
+        memset(f, 0, sizeof(float) * (size_t)(2 * GEMM_ROWS * ng + nd));
     }
     for (int r = 0; r < R; r++) {
+        const uint8_t *row = 0;
 #if !LANES
         if (p->packed && SPLIT(type) && n0 + r < full)
             gemm_packed_row(p, n0 + r, rows + r * K, row_d, row_m);
         else
 #endif
-            gemm_row(type, stored_row(p, n0 + r, bytes), K, rows + r * K, row_d, row_m);
+            gemm_row(type, row = stored_row(p, n0 + r, bytes), K, rows + r * K, row_d, row_m);
         for (int64_t g = 0; g < ng; g++) (*dt)[GEMM_ROWS * g + r] = row_d[g], (*mt)[GEMM_ROWS * g + r] = row_m[g];
+        if (runs) /* gemm_row gave each sub-block's sc: as int16 twice; each block's d from the row */
+            for (int64_t g = 0; g < ng; g++) {
+                const int32_t sc = (int32_t)row_d[g], both = sc | sc << 16;
+                memcpy(*dt + GEMM_ROWS * g + r, &both, 4);
+                if (g % 8 == 0) (*ds)[GEMM_ROWS * (g / 8) + r] = f16(row + (g / 8) * (type == Q5_K ? 176 : 144));
+            }
     }
     int64_t i = 0; /* quads */
     for (; i + GEMM_ROWS <= K / 4; i += GEMM_ROWS) transpose_rows(rows + 4 * i, K, q + 4 * GEMM_ROWS * i);
@@ -2025,6 +2121,7 @@ static int gemm_int8(const tc_weight *p, const float *x, int64_t T, float *y, in
     const int type = (int)p->type, L = gemm_group(type);
     const int64_t N = p->n, K = p->k, nb = K / 32, ng = K / L, tiles = (N + GEMM_ROWS - 1) / GEMM_ROWS;
     const gemm_fn *fns = gemm_fns(type);
+    const int runs = gemm_x_runs(type); /* x in runs of 256 (gemm_tokens_k) */
     int8_t *qx;
     float *dx, *sx, *dxg, *sxg;
     if (!scratch_x(T * K, T * nb, &qx, &dx, &sx)) return -2;
@@ -2037,7 +2134,7 @@ static int gemm_int8(const tc_weight *p, const float *x, int64_t T, float *y, in
     {
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < T; t++) {
-            quantize_x(x + t * K, nb, qx + t * K, dx + t * nb, sx + t * nb);
+            (runs ? quantize_x_256 : quantize_x)(x + t * K, nb, qx + t * K, dx + t * nb, sx + t * nb);
             if (L == 16)
                 for (int64_t g = 0; g < ng; g++) {
                     int sum = 0;
@@ -2050,14 +2147,14 @@ static int gemm_int8(const tc_weight *p, const float *x, int64_t T, float *y, in
             const int64_t n0 = i * GEMM_ROWS;
             const int R = (int)(N - n0 < GEMM_ROWS ? N - n0 : GEMM_ROWS);
             uint8_t *wq;
-            float *dt, *mt;
-            if (gemm_tile(p, n0, R, &wq, &dt, &mt)) {
+            float *dt, *mt, *ds;
+            if (gemm_tile(p, n0, R, &wq, &dt, &mt, &ds)) {
                 failed = 1;
                 continue;
             }
             for (int64_t t0 = 0; t0 < T; t0 += GEMM_TOKENS) {
                 const int tt = (int)(T - t0 < GEMM_TOKENS ? T - t0 : GEMM_TOKENS);
-                fns[tt](wq, dt, mt, K, qx + t0 * K, dxg + t0 * ng, sxg + t0 * ng, y + t0 * N + n0, N, R);
+                fns[tt](wq, dt, mt, ds, K, qx + t0 * K, dxg + t0 * ng, sxg + t0 * ng, y + t0 * N + n0, N, R);
             }
         }
     }
@@ -2281,6 +2378,17 @@ int tc_float_direct(int type) {
 int tc_quantizes_x(int type) {
     return HAVE_INT8_DOT && (type == Q8_0 || type == Q4_0 || type == Q4_1 || type == Q5_0 || type == Q5_1 ||
                              type == Q4_K || type == Q5_K || type == Q6_K);
+}
+
+/* how many elements of x share one int8 scale in a type's int8 GEMM: 256 where gemm_x_runs (Q4_K on
+ * AVX2, as llama.cpp's q8_K), else 32 (as its few-token products); 0 where it has none */
+int tc_gemm_x_block(int type) {
+    if (!tc_quantizes_x(type)) return 0;
+#if HAVE_INT8_DOT
+    return gemm_x_runs(type) ? 256 : 32;
+#else
+    return 0;
+#endif
 }
 
 /* y [T, N] = x [T, K] · Wᵀ by the int8 GEMM (a type of tc_quantizes_x, any T), on the calling thread
