@@ -1863,7 +1863,7 @@ static inline __attribute__((always_inline)) void gemm_tokens(const int L, const
  * Q4_K product of 128 tokens 47.6 → 43.6 ms (the builds alternating in one process; without any
  * float step at all, 40.4). Q5_K gained 2% so (48.3 → 47.3 ms), Q6_K 6% (61.2 → 57.3); but x in runs
  * rounds coarser: a Llama-3.2-1B-shaped Q4_K_M file's prompt logits (4 prompts of 48 tokens) deviate
- * from exact math by 0.6–0.7× llama.cpp's rms with x in blocks of 32, 0.85–0.89× with Q4_K's in runs,
+ * from exact math by 0.69–0.73× llama.cpp's rms with x in blocks of 32, 0.86–0.89× with Q4_K's in runs,
  * 1.01–1.03× with Q6_K's too; so both keep their blocks of 32. */
 static inline __attribute__((always_inline)) void gemm_tokens_k(const int DEPTH, const int TT, const uint8_t *wq,
                                                                 const float *dt, const float *mt, const float *ds,
