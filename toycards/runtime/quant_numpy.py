@@ -218,7 +218,7 @@ class QuantWeight:
         y = np.empty((x2.shape[0], n), dtype=np.float32)  # (T, N)
         if x2.shape[0] <= FEW_TOKENS:
             kernels.linear(self._plan, data_ptr(x2), x2.shape[0], data_ptr(y))
-        elif self._gemm:  # on this thread: NumPy's BLAS threads come next
+        elif self._gemm:  # on the kernels' threads until NumPy's BLAS has run a product
             kernels.gemm(self._plan, data_ptr(x2), x2.shape[0], data_ptr(y), one_thread=prompt_one_thread())
         else:
             rows = max(1, min(n, TILE_FLOATS // k))

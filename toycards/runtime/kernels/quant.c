@@ -447,7 +447,7 @@ static void quantize_x(const float *x, int64_t n_blocks, int8_t *qx, float *dx, 
     quantize_x_runs(x, n_blocks, 1, qx, dx, sx);
 }
 
-/* the same with runs of 8 blocks (256 elements) sharing their dx (the K-quants' int8 GEMM) */
+/* the same with runs of 8 blocks (256 elements) sharing their dx (Q4_K's int8 GEMM on AVX2) */
 static void quantize_x_256(const float *x, int64_t n_blocks, int8_t *qx, float *dx, float *sx) {
     quantize_x_runs(x, n_blocks, 8, qx, dx, sx);
 }
@@ -1635,8 +1635,9 @@ int tc_gather_rows(const tc_weight *p, const int64_t *ids, int64_t n_ids, float 
 /* ── version 4, many tokens of the types whose x is quantized: an int8 GEMM ──────────────────────
  * x is quantized as for version 3 (quantize_x: int8 blocks of 32, dx, sx = dx · Σ qx), so many tokens
  * get the sums few tokens get, up to the order of float32 additions; but Q4_K's with the AVX2 kernels
- * in runs of 256 sharing dx (gemm_tokens_k, below), as llama.cpp's q8_K for every K-quant product. Each weight row is first written
- * as unsigned quants q ∈ [0, 255] with a float scale d and a float offset m per group of L elements
+ * in runs of 256 sharing dx (gemm_tokens_k, below), as llama.cpp's q8_K for every K-quant product.
+ * Each weight row is first written as unsigned quants q ∈ [0, 255] with a float scale d and a float
+ * offset m per group of L elements
  * (L = 32; 16 for Q6_K, whose int8 scales change every 16), so that w = d·q + m:
  *   Q8_0  q = v + 128, m = −128·d      Q4_0  q = nibble, m = −8·d       Q4_1  q = nibble, m as stored
  *   Q5_0  m = −16·d                    Q5_1  m as stored                 (q: nibble + 16·fifth bit)
@@ -1735,8 +1736,8 @@ typedef void (*gemm_fn)(const uint8_t *, const float *, const float *, const flo
 
 #if LANES
 /* a packed group of eight rows (g, see tc_pack) → its tile: wq [K/4][8][4], dt and mt [K/L][8] (and
- * for Q4_K and Q5_K ds [K/256][8], see gemm_tile), each vector as gemm_row and the transpose would
- * give it (the same q, the same d and m) */
+ * for Q4_K ds [K/256][8], see gemm_tile), each vector as gemm_row and the transpose would give it
+ * (the same q, the same d and m) */
 static void gemm_lanes_tile(int type, const uint8_t *g, int64_t K, uint8_t *wq, float *dt, float *mt, float *ds) {
     const __m256i low = _mm256_set1_epi8(0x0F);
     const __m256 negate = _mm256_set1_ps(-0.0f);
@@ -1873,7 +1874,7 @@ static inline __attribute__((always_inline)) void gemm_tokens_k(const int DEPTH,
     __m256 acc[GEMM_TOKENS];
     for (int t = 0; t < TT; t++) acc[t] = _mm256_setzero_ps();
     __m256i s32[GEMM_TOKENS];
-    for (int t = 0; t < TT; t++) s32[t] = _mm256_setzero_si256();
+    for (int t = 0; t < TT; t++) s32[t] = _mm256_setzero_si256(); /* (for the compiler: g = 0 sets them) */
     for (int64_t g = 0; g < ng; g++) {
         const __m256i sc = _mm256_loadu_si256((const __m256i *)(dt + GEMM_ROWS * g));
         for (int j0 = 0; j0 < 8; j0 += DEPTH) {
@@ -1887,7 +1888,8 @@ static inline __attribute__((always_inline)) void gemm_tokens_k(const int DEPTH,
                     s16[t] = j == j0 ? p : _mm256_add_epi16(s16[t], p);
                 }
             }
-            for (int t = 0; t < TT; t++) {
+            for (int t = 0; t < TT; t++) { /* a block's first widening starts its sums (zeroing them after
+                                              * each block's float step instead ran ~3% slower) */
                 const __m256i wide = _mm256_madd_epi16(s16[t], sc);
                 s32[t] = (g % 8 == 0 && j0 == 0) ? wide : _mm256_add_epi32(s32[t], wide);
             }
