@@ -1742,20 +1742,20 @@ static void gemm_lanes_tile(int type, const uint8_t *g, int64_t K, uint8_t *wq, 
     const __m256i low = _mm256_set1_epi8(0x0F);
     const __m256 negate = _mm256_set1_ps(-0.0f);
     if (type == Q4_K || type == Q5_K) { /* per block: 8 sub-blocks of 32, their scales and mins as dot_lanes_q45_k takes them */
-        const int five = type == Q5_K;
+        const int five = type == Q5_K, runs = gemm_x_runs(type);
         for (int64_t b = 0; b < K / 256; b++, g += 8 * (five ? 176 : 144), wq += 8 * 256, dt += 64, mt += 64) {
             const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16)));
             const __m256i w0 = _mm256_loadu_si256((const __m256i *)(g + 32)), w1 = _mm256_loadu_si256((const __m256i *)(g + 64));
             const __m256i w2 = _mm256_loadu_si256((const __m256i *)(g + 96));
             const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
-            if (!five) _mm256_storeu_ps(ds + 8 * b, d); /* Q4_K: runs of x (gemm_tokens_k) */
+            if (runs) _mm256_storeu_ps(ds + 8 * b, d);
             for (int j = 0; j < 8; j++) {
                 __m256i sc, mn;
                 lanes_scale_min_k4(j, w0, w1, w2, &sc, &mn);
-                if (five)
-                    _mm256_storeu_ps(dt + 8 * j, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)));
-                else
+                if (runs) /* sc in both halves of each lane (gemm_tokens_k) */
                     _mm256_storeu_si256((__m256i *)(dt + 8 * j), _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16)));
+                else
+                    _mm256_storeu_ps(dt + 8 * j, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)));
                 _mm256_storeu_ps(mt + 8 * j, _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(mn)), negate));
             }
             for (int i = 0; i < 4; i++) /* sub-blocks 2i (low nibbles), 2i + 1 (high) */
@@ -2110,7 +2110,7 @@ static int gemm_tile(const tc_weight *p, int64_t n0, int R, uint8_t **wq, float 
             for (int64_t g = 0; g < ng; g++) {
                 const int32_t sc = (int32_t)row_d[g], both = sc | sc << 16;
                 memcpy(*dt + GEMM_ROWS * g + r, &both, 4);
-                if (g % 8 == 0) (*ds)[GEMM_ROWS * (g / 8) + r] = f16(row + (g / 8) * (type == Q5_K ? 176 : 144));
+                if (g % 8 == 0) (*ds)[GEMM_ROWS * (g / 8) + r] = f16(row + (g / 8) * 144); /* Q4_K's blocks */
             }
     }
     int64_t i = 0; /* quads */
