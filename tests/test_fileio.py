@@ -1,7 +1,10 @@
 """fileio: the one way toycards replaces a user's file (formatted cards, generated modules, a GGUF
-written by `train` or `save`): all of it or nothing, the file's permission bits and links kept."""
+written by `train` or `save`): all of it or nothing, the file's permission bits and links kept.
+(Killed writers, full disks and hard links: tests/test_file_safety.py.)"""
 
+import fcntl
 import os
+import re
 import stat
 
 import pytest
@@ -46,3 +49,13 @@ def test_a_folder_that_cannot_be_written_is_one_clear_error(tmp_path):
     missing = tmp_path / "no such folder" / "m.card"
     with pytest.raises(ToycardsError, match=r"m\.card: cannot write: No such file or directory"):
         write_atomic(missing, "text")
+
+
+def test_the_temporary_file_names_its_writer_and_is_locked_while_written(tmp_path):
+    with atomic_output(tmp_path / "m.gguf") as part:
+        assert part.parent == tmp_path
+        assert re.fullmatch(rf"\.m\.gguf\.{os.getpid()}\.[0-9a-f]{{8}}\.tmp", part.name), part.name
+        with open(part, "rb") as other, pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_SH | fcntl.LOCK_NB)  # as the cleaner of stale files tries
+        part.write_bytes(b"data")
+    assert [p.name for p in tmp_path.iterdir()] == ["m.gguf"]

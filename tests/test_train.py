@@ -16,8 +16,10 @@ What each test shows:
 - `--accumulate 2` leaves in `.grad` exactly the sum of halved micro-batch gradients that DDP's
   reducer computes from two processes, and trains like `--accumulate 1` up to float32 rounding;
 - `--dtype bfloat16` trains on the CPU, its loss curve within bfloat16's rounding of float32's;
-- every bad input is one line on stderr, exit 1, no traceback, and no file written or changed
-  (`--fsdp` without torchrun among them).
+- a finished run leaves a checkpoint of another run, which it never wrote, where it was;
+- every bad input is one line on stderr, exit 1, no traceback, and no file written, changed or
+  removed (`--fsdp` without torchrun among them; a user's file as the checkpoint; a forged,
+  foreign or random-bytes checkpoint given to `--resume`).
 """
 
 from __future__ import annotations
@@ -293,6 +295,19 @@ def test_ctrl_c_writes_a_checkpoint_and_resume_matches_an_uninterrupted_run(data
     assert not out.with_suffix(".ckpt").exists()
 
 
+def test_a_finished_run_leaves_another_runs_checkpoint_alone(data, tmp_path):
+    """A toycards checkpoint of other options at OUT.ckpt: the run never writes it (no
+    --save-every), so it is still there, byte for byte, once OUT is written."""
+    trainer, _ = _trainer(data)  # steps = 12, seq = 16: not this run's options
+    ckpt = tmp_path / "out.ckpt"
+    trainer.save_checkpoint(str(ckpt))
+    kept = ckpt.read_bytes()
+    args = ["--tokenizer", TOKENIZER, *LLAMA, "--data", data, "--batch", 2, "--seq", 8, "--steps", 2]
+    result = cli("train", "llama", "--out", tmp_path / "out.gguf", *args)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out.gguf").is_file() and ckpt.read_bytes() == kept
+
+
 # ── bad input: one line, exit 1, nothing written ────────────────────────────────────────────
 BAD_CARD = """toycards 1
 Algorithm: P ← Broken(x | θ)
@@ -347,6 +362,26 @@ def _case(name: str, tmp: Path, data: Path) -> tuple[list, str]:
         return [*card, "--data", data, "--resume"], "--resume: no checkpoint"
     if name == "out is the source":
         return [TOKENIZER, "--data", data, "--out", TOKENIZER], "refusing to overwrite"
+    if name == "--checkpoint is a user's file":
+        (tmp / "notes.txt").write_text("my notes\n", encoding="utf-8")
+        args = [*card, "--data", data, "--checkpoint", tmp / "notes.txt", "--save-every", 1]
+        return args, "--checkpoint " + str(tmp / "notes.txt") + ": not a toycards checkpoint"
+    if name == "OUT.ckpt is a user's file":
+        (tmp / "out.ckpt").write_text("not a checkpoint\n", encoding="utf-8")
+        return [*card, "--data", data], "it is a text file; refusing to overwrite it"
+    if name == "--checkpoint is --out":
+        return [*card, "--data", data, "--checkpoint", tmp / "out.gguf"], "is --out"
+    if name == "resume a torch file of another kind":
+        torch.save({"weights": torch.zeros(3)}, tmp / "out.ckpt")
+        return [*card, "--data", data, "--resume"], "it is a torch file holding a dict with keys 'weights'"
+    if name == "resume a forged checkpoint":
+        forged = {"format": "toycards-checkpoint 2", "step": 1, "losses": [], "model": {}, "optimizer": None}
+        torch.save(forged, tmp / "out.ckpt")
+        phrase = "out.ckpt: a damaged toycards-checkpoint 2 file: no 'identity'"
+        return [*card, "--data", data, "--resume"], phrase
+    if name == "resume random bytes":
+        (tmp / "out.ckpt").write_bytes(bytes(range(256)) * 8)
+        return [*card, "--data", data, "--resume"], "it is binary data that torch.load cannot read"
     if name == "--fsdp without torchrun":
         return [*card, "--data", data, "--fsdp"], "--fsdp shards the model over the processes torchrun starts"
     raise AssertionError(name)
@@ -355,7 +390,10 @@ def _case(name: str, tmp: Path, data: Path) -> tuple[list, str]:
 BAD = ["missing data", "empty text", "text too short for --seq", "unknown hyperparameter",
        "missing hyperparameters", "card does not check", "vocabulary does not fit",
        "real vocabulary too big", "--seq beyond the context", "--batch does not divide into micro-batches",
-       "resume without a checkpoint", "out is the source", "--fsdp without torchrun"]  # fmt: skip
+       "resume without a checkpoint", "out is the source", "--fsdp without torchrun",
+       "--checkpoint is a user's file", "OUT.ckpt is a user's file", "--checkpoint is --out",
+       "resume a torch file of another kind", "resume a forged checkpoint",
+       "resume random bytes"]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", BAD)
@@ -366,13 +404,14 @@ def test_bad_input_is_one_line_and_writes_nothing(name, tmp_path, data, monkeypa
     before = {p.name for p in tmp_path.iterdir()}
     source_bytes = TOKENIZER.read_bytes() if name == "out is the source" else None
     args, phrase = _case(name, tmp_path, data)
-    before = {p.name for p in tmp_path.iterdir()}
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
     result = cli("train", *args)
     assert result.exit_code == 1, result.output
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and phrase in lines[0], result.stderr
     assert "Traceback" not in result.output and result.stdout == ""
-    assert {p.name for p in tmp_path.iterdir()} == before, "no file written"
+    after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    assert after == before, "no file written, changed or removed"
     assert (tmp_path / "out.gguf").read_bytes() == b"an older file, kept"
     if source_bytes is not None:
         assert TOKENIZER.read_bytes() == source_bytes

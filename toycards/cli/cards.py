@@ -1,16 +1,18 @@
 """The commands that work on card files: `check`, `fmt` and `render`.
 
 Owns: `check` (parse + shape-check, compiler-style diagnostics), `fmt` (canonical layout, rewritten
-atomically, never losing a comment) and `render` (card, Markdown, LaTeX, HTML or JSON). Each
-command is argument parsing, one library call per file, and output; `toycards.cli` adds them to
-its group.
+atomically, or in place for a card with hard links; never a read-only card, never losing a
+comment) and `render` (card, Markdown, LaTeX, HTML or JSON). Each command is argument parsing,
+one library call per file, and output; `toycards.cli` adds them to its group.
 Leaves out: the work itself (lang/, checker/, render/).
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 import re
+import stat
 import sys
 from collections import Counter
 from pathlib import Path
@@ -18,7 +20,7 @@ from pathlib import Path
 import click
 
 from toycards.errors import Diagnostic, Span, ToycardsError
-from toycards.fileio import write_atomic
+from toycards.fileio import rewrite_in_place, write_atomic
 
 FORMATS = ("card", "markdown", "latex", "html", "json")
 
@@ -114,6 +116,24 @@ def _unified_diff(file: str, old: str, new: str) -> str:
     )
 
 
+def _rewrite(file: str, new: str) -> None:
+    """Write a card's formatted text over it. A read-only card is refused: its bits say "do not
+    change me", and an atomic rename would replace it anyway. A card with other hard links is
+    rewritten in place (fileio.rewrite_in_place: the old text kept in FILE~ until the new one is
+    on disk), so that every name sees the new text; any other card is replaced atomically."""
+    try:
+        info = os.stat(file)
+    except OSError as e:
+        raise ToycardsError(f"{file}: cannot write: {e.strerror or e}") from None
+    # os.access alone would let root through, for whom it ignores the permission bits
+    if not os.access(file, os.W_OK) or not info.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+        raise ToycardsError(f"{file}: is read-only; not formatted")
+    if info.st_nlink > 1:
+        rewrite_in_place(file, new)
+    else:
+        write_atomic(file, new)
+
+
 @click.command("fmt")
 @click.argument("files", nargs=-1, required=True)
 @click.option(
@@ -154,7 +174,12 @@ def fmt_cmd(files: tuple[str, ...], check_only: bool, diff_only: bool, ascii_: b
                     click.echo(f"would reformat {file}")
                 click.echo(_unified_diff(file, old, new), nl=False)
             else:
-                write_atomic(file, new)
+                try:
+                    _rewrite(file, new)
+                except ToycardsError as e:
+                    print_error(e, sys.stderr)
+                    failed += 1
+                    continue
                 click.echo(f"reformatted {file}", err=True)
     if check_only and changed:
         click.echo(

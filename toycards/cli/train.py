@@ -11,8 +11,11 @@ Leaves out: the work (models/start.py, models/train.py, models/save.py).
 The checkpoint (`--checkpoint`, default OUT with the suffix .ckpt) is written every
 `--save-every` steps and on Ctrl-C; `--resume` continues from it (same card, tokenizer, text
 and options, or a one-line error) and ends with the weights an uninterrupted run would have.
-It is removed once OUT is written. `--accumulate N` and the number of processes only split each
-step's `--batch` windows (into N micro-batches per process); they may differ on resuming.
+A `--checkpoint` path that holds anything but a toycards checkpoint is refused up front (with
+`--resume`, reading it says what it is); once OUT is written the checkpoint is removed if this
+run wrote it, resumed from it, or it is a checkpoint of this very run, and left alone otherwise.
+`--accumulate N` and the number of processes only split each step's `--batch` windows (into N
+micro-batches per process); they may differ on resuming.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ def _check_paths(source: str, data: str, out: str, tokenizer: str | None, checkp
     """The text of --data; refuses an OUT that is an input, before anything is read or written."""
     if not out.endswith(".gguf"):
         raise ToycardsError(f"--out {out}: expected a .gguf file name")
+    if Path(checkpoint).resolve() == Path(out).resolve():
+        raise ToycardsError(f"--checkpoint {checkpoint}: is --out; give each its own file")
     for what, path in (("SOURCE", source), ("--tokenizer", tokenizer), ("--data", data)):
         if _same_file(out, path):
             raise ToycardsError(f"--out {out}: is the {what}; refusing to overwrite it")
@@ -183,6 +188,8 @@ def train_cmd(source, data, out, tokenizer, sets, steps, batch, accumulate, seq,
         save_every=save_every, device=device, dtype=dtype, fsdp=fsdp,
     )  # fmt: skip
     torch_device(device, "--device")  # a one-line error before the model is built
+    if not resume:  # --resume reads it, and says what it is when it is not a checkpoint
+        training.refuse_foreign_checkpoint(checkpoint)
     trainer, begun = _trainer(source, given, tokenizer, config, text, data)
     if resume:
         trainer.resume(checkpoint)
@@ -234,11 +241,12 @@ def _trainer(source, given, tokenizer, config, text, data):
 
 
 def _finish(trainer, begun, weights, held: float | None, out: str, checkpoint: str, as_json: bool) -> None:
-    """Write OUT from the whole model's `weights` (gathered on rank 0), remove the checkpoint, sum up."""
+    """Write OUT from the whole model's `weights` (gathered on rank 0), remove this run's
+    checkpoint (and nothing else: `Trainer.discard_checkpoint`), sum up."""
     from toycards.models.save import save
 
     path = save(trainer.model, out, tokenizer=begun.tokenizer_path, arch=begun.arch, weights=weights)
-    Path(checkpoint).unlink(missing_ok=True)
+    trainer.discard_checkpoint(checkpoint)
     losses = trainer.losses
     summary = {
         "done": True, "steps": trainer.step, "first_loss": losses[0] if losses else None,

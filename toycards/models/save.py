@@ -16,6 +16,7 @@ its values differ from the constant, so a file stays what llama.cpp's converter 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from pathlib import Path
@@ -205,19 +206,26 @@ def save(
 
     fields = tokenizer_fields(tokenizer) if tokenizer is not None else []
     tensors = model_tensors(model, bound, weights)
+    keys = hyperparameter_keys(card.main, bound.hyper, arch)
     with atomic_output(out) as part:
         w = gguf.GGUFWriter(str(part), arch)
-        w.add_string("general.name", name or f"{card.main.name} (toycards)")
-        w.add_uint32("general.file_type", int(gguf.LlamaFileType.ALL_F32))
-        for key, (value, vtype) in hyperparameter_keys(card.main, bound.hyper, arch).items():
-            w.add_key_value(key, value, vtype)
-        for key, value, vtype, sub in fields:
-            w.add_key_value(key, value, vtype, sub)
-        w.add_string(CARD_KEY, render_card(card))
-        for tensor, value in tensors.items():
-            w.add_tensor(tensor, value)
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
+        try:
+            w.add_string("general.name", name or f"{card.main.name} (toycards)")
+            w.add_uint32("general.file_type", int(gguf.LlamaFileType.ALL_F32))
+            for key, (value, vtype) in keys.items():
+                w.add_key_value(key, value, vtype)
+            for key, value, vtype, sub in fields:
+                w.add_key_value(key, value, vtype, sub)
+            w.add_string(CARD_KEY, render_card(card))
+            for tensor, value in tensors.items():
+                w.add_tensor(tensor, value)
+            w.write_header_to_file()
+            w.write_kv_data_to_file()
+            w.write_tensors_to_file()
+        except BaseException:
+            # close the half-written file now: an open one holds its disk space after its removal
+            with contextlib.suppress(OSError):
+                w.close()
+            raise
+        w.close()  # flushes: a full disk fails here too, and atomic_output makes that one line
     return out
