@@ -24,7 +24,7 @@ table of every file's ratios against issue 11's goals (decode ≥ ×1, prefill �
 the NumPy target's peak RSS ≤ ×2 of the file and its speed ≥ ×0.5 of the torch target's), a `!`
 where one misses.
 llama.cpp comes from llama-cpp-python in the interpreter --llama-python (a benchmark
-dependency, never a test or CI one; see the README's benchmark notes for its build flags); its
+dependency, never a test or CI one; see CONTRIBUTING.md for its build flags); its
 logits are read with llama_get_logits_ith(ctx, -1).
 
 --shape llama-1b compares on a 1B-class file instead: a Llama-3.2-1B-shaped GGUF of random Q4_K
