@@ -3,7 +3,9 @@
 Owns: `Span` (where in a file), `Diagnostic` (what is wrong there, with the shapes
 involved and a hint), `ToycardsError` (one or more diagnostics, or a plain message for
 non-card inputs such as a bad GGUF file) and the plain-text rendering of diagnostics
-(`file:line:col: error: message`, the source line, a caret, the hint).
+(`file:line:col: error: message`, the source line, a caret, the hint), and `visible`, which
+spells a text's control and invisible characters as escapes so that a line from a card or a file
+cannot drive the terminal it is printed on.
 Leaves out: colour and terminal output (render/terminal.py), and deciding exit codes (cli/).
 """
 
@@ -50,18 +52,51 @@ class Diagnostic:
         return f"{where}{self.severity}: {self.message}"
 
 
+def visible(text: str, keep: str = "") -> str:
+    """`text` with every character that is not printable (controls, separators, format and
+    bidirectional-text characters; the space and the characters in `keep` aside) spelled as a
+    Python escape.
+
+    >>> print(visible("name\\x1b]0;title\\x07 \\u202eabc"))
+    name\\x1b]0;title\\x07 \\u202eabc
+    """
+    return "".join(_visible(ch) if ch not in keep else ch for ch in text)
+
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _visible(ch: str) -> str:
+    if ch == " " or ch.isprintable():
+        return ch
+    if ch in _NAMED:
+        return _NAMED[ch]
+    code = ord(ch)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
 def excerpt(source: str, span: Span, width: int = 160) -> tuple[str, str]:
-    """Return the source line of `span` and a caret line under it, both clipped to `width`.
+    """Return the source line of `span` and a caret line under it, both clipped to `width`; a
+    character that is not printable shows as its escape, with the caret still under it.
 
     >>> excerpt("a ← b + c\\n", Span("f", 1, 5, 1, 10, 4, 9))
     ('a ← b + c', '    ^~~~~')
+    >>> excerpt("a ← \\x1b[2J\\n", Span("f", 1, 5, 1, 6, 4, 5))
+    ('a ← \\\\x1b[2J', '    ^~~~')
     """
-    lines = source.splitlines() or [""]
+    lines = source.split("\n")  # the lines a span counts: only a line feed ends one
     if not 1 <= span.line <= len(lines):
         return "", ""
-    text = lines[span.line - 1].replace("\t", " ")
-    start = max(span.col - 1, 0)
-    stop = span.end_col - 1 if span.end_line == span.line else len(text)
+    raw = lines[span.line - 1].removesuffix("\r").replace("\t", " ")
+    pieces = [_visible(ch) for ch in raw]
+    ends = [0]
+    for piece in pieces:
+        ends.append(ends[-1] + len(piece))
+    text = "".join(pieces)
+    start = ends[min(max(span.col - 1, 0), len(raw))]
+    stop = ends[min(span.end_col - 1, len(raw))] if span.end_line == span.line else len(text)
     stop = max(stop, start + 1)
     if len(text) > width:  # keep the caret in view on very long lines
         left = max(0, min(start - width // 4, len(text) - width))

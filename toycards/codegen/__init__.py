@@ -1,21 +1,20 @@
 """Code generation: card IR → readable, runnable Python modules (torch or NumPy).
 
 Owns: `generate_source(card, target)`, which runs the emitter (every decision) and lays the
-result out through `templates/module.py.jinja` (text only), then checks that the output
-parses before returning it. Leaves out: loading weights and running (runtime/, models/).
+result out through `templates/module.py.jinja` (text only), then verifies the output
+(verify.py: only what the emitter writes) before returning it. jinja2 is imported only when a
+module is generated, so that verify.py can be used without it. Leaves out: loading weights and running (runtime/, models/).
 """
 
 from __future__ import annotations
 
-import ast
 import functools
 import hashlib
 import re
 from importlib import resources
 
-import jinja2
-
 from toycards.codegen.module import comment_safe
+from toycards.codegen.verify import verify_source
 from toycards.errors import ToycardsError
 from toycards.lang import ir
 
@@ -44,7 +43,9 @@ TARGETS = {
 
 
 @functools.cache
-def _template() -> jinja2.Template:
+def _template():
+    import jinja2
+
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
     env.filters["pyrepr"] = repr
     env.filters["docstring"] = _docstring_safe
@@ -108,10 +109,5 @@ def generate_source(card: ir.Card, target: str = "torch") -> str:
     lines = [line for f in (main_fn, *funcs) for line in f.body]
     needs_math = any(re.search(r"(?<![\w.])math\.", line) for line in lines)
     source = _template().render(spec=spec, imports=imports, base_class=base, needs_math=needs_math)
-    try:
-        ast.parse(source)
-    except SyntaxError as exc:  # a bug in the emitter, never the user's card
-        raise ToycardsError(
-            f"internal error: generated code does not parse ({exc.msg}, line {exc.lineno})"
-        ) from None
+    verify_source(source, f"<generated {main.name} {target}>")
     return source

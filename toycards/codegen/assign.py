@@ -11,6 +11,7 @@ import re
 from typing import TYPE_CHECKING
 
 from toycards.codegen.code import affine, expr_text, paren
+from toycards.codegen.module import comment_safe
 from toycards.codegen.scope import AFTER, Family, family_key, free_names
 from toycards.codegen.values import MapVar, Val
 from toycards.errors import ToycardsError
@@ -136,7 +137,9 @@ class AssignEmitter:
             s.owned.add(name)
             return
         if name not in s.owned:  # the array may be shared with another name: write a copy
-            out.append(f"{ident} = ops.copy({ident})  # {name} gets its own entries (no aliasing)")
+            out.append(
+                f"{ident} = ops.copy({ident})  # {comment_safe(name)} gets its own entries (no aliasing)"
+            )
             s.owned.add(name)
         out.append(f"{ident}[..., {where}] = {value}")
 

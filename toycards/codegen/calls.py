@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from toycards.codegen.code import expr_text, int_literal, paren, parse_expr, relayout, shifted, union_fams
+from toycards.codegen.module import comment_safe
 from toycards.codegen.scope import AFTER, Family, family_key, free_names, run_time_hypers
 from toycards.codegen.values import HEAD_PICKING, MapVar, Val
 from toycards.errors import ToycardsError
@@ -246,7 +247,7 @@ class CallEmitter:
         if m.used_as_value:
             self.pre.append(
                 f"{m.ident} = ops.as_float(ops.index_vector(ops.arange(1, {n} + 1), {AFTER[m.kind]}))"
-                f"  # {var} ∈ [{n}]"
+                f"  # {comment_safe(var)} ∈ [{n}]"
             )
         if m.kind == "element":
             reduce = "ops.sum_last({})"  # […, n] → an array scalar […, 1]

@@ -2,14 +2,15 @@
 
 Owns: `Function` (one generated function: its identifier, the card header it implements, its
 arguments and body lines), `ModuleSpec` (everything templates/module.py.jinja reads) and
-`comment_safe` (card text that stays inside one `#` comment).
+`comment_safe`, the one way card text enters a `#` comment of generated code.
 Leaves out: making the decisions (emitter.py), the text layout (the template).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
+
+from toycards.errors import visible
 
 
 @dataclass
@@ -41,9 +42,12 @@ class ModuleSpec:
     recompute: str = ""  # why a KV cache cannot follow the card (decoding then recomputes); "" if it can
 
 
-_LINE_BREAKS = re.compile("[\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
-
-
 def comment_safe(text: str) -> str:
-    """Card text made safe to sit in a `#` comment: no character Python or an editor breaks lines at."""
-    return _LINE_BREAKS.sub(" ", text)
+    """Card text made safe to sit in a `#` comment: every character that is not printable (a line
+    end for Python or an editor among them: CR, VT, FF, NEL, U+2028) spelled as its escape, so
+    the comment ends where the emitter ends it.
+
+    >>> comment_safe("Y_{a\\rimport os}")
+    'Y_{a\\\\rimport os}'
+    """
+    return visible(text)

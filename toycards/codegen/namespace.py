@@ -1,8 +1,10 @@
 """Safe, unique Python identifiers for names that come from cards or GGUF metadata.
 
 Owns: `Namespace`, which hands out identifiers that are valid ASCII Python names, not
-keywords or builtins the generated code relies on, not dunders, and unique within one scope;
-the same card name always gets the same identifier in a scope.
+keywords, not Python's builtins nor names the generated code relies on, never starting with `_`,
+and unique within one scope; the same card name always gets the same identifier in a scope.
+Card names reach generated code only through it (verify.py refuses any other builtin or
+`_` name).
 Leaves out: what the identifiers mean (emitter.py).
 
 >>> ns = Namespace(reserved={"ops"})
@@ -12,6 +14,7 @@ Leaves out: what the identifiers mean (emitter.py).
 
 from __future__ import annotations
 
+import builtins
 import keyword
 import re
 import unicodedata
@@ -20,7 +23,7 @@ from toycards.lang.names import ACCENTS, UNGREEK
 
 _ACCENT_WORDS = {mark: "_" + ascii_form.strip(".~") or "_tilde" for ascii_form, mark in ACCENTS.items()}
 _ACCENT_WORDS["\u0303"] = "_tilde"
-_BUILTINS = {
+_BUILTINS = set(dir(builtins)) | {
     "math",
     "np",
     "torch",

@@ -310,7 +310,7 @@ class StepEmitter:
                 else f"ops.arange(1, {m.bound_code} + 1)"
             )
             out.append(
-                f"{m.ident} = ops.as_float(ops.index_vector({values}, {m.ndim_after}))  # {m.name} ∈ [{m.bound_code}]"
+                f"{m.ident} = ops.as_float(ops.index_vector({values}, {m.ndim_after}))  # {comment_safe(m.name)} ∈ [{m.bound_code}]"
             )
         return out
 

@@ -1,7 +1,9 @@
 """Getting a card's text, and turning away what the grammar should never see.
 
 Owns: reading a card from text or from a path (missing file, directory, unreadable, not UTF-8),
-the input limits (`MAX_BYTES` per file, `MAX_NESTING` brackets deep on one line), the
+the input limits (`MAX_BYTES` per file, `MAX_NESTING` brackets deep on one line; `MAX_LINES`,
+`MAX_LINE` characters a line and `MAX_NAME` characters a name, checked by `check_limits` for a
+card file and a card given as text alike), the
 precheck (binary data, empty input, runaway nesting) with its diagnostics, and `diag_at`,
 the one-character diagnostic at an offset that the syntax errors use too.
 Leaves out: the grammar and everything after it (parse.py); a byte-order mark or an invisible
@@ -10,12 +12,21 @@ character is left to the parser, whose error names it (syntax_errors.py).
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from pathlib import Path
 
 from toycards.errors import Diagnostic, Span, ToycardsError
 
 MAX_NESTING = 64  # brackets open at once on one line
 MAX_BYTES = 8 * 1024 * 1024  # size of a card file
+
+# Refused anywhere in a card: C0 controls but tab and line feed, a carriage return that does not
+# end a line, DEL and the C1 block (NEL among them), the line and paragraph separators, and the
+# bidirectional-text controls (marks, embeddings, overrides, isolates).
+CONTROL = re.compile(
+    "[\x01-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]|\r(?!\n)"
+)
 
 
 def read(text_or_path: str | Path, file: str | None) -> tuple[str, str]:
@@ -56,6 +67,9 @@ def precheck(text: str, file: str) -> None:
         raise ToycardsError.from_diagnostics(
             [diag_at(text, file, at, "binary data (NUL byte) in a card", "cards are UTF-8 text")], sources
         )
+    control = CONTROL.search(text)
+    if control:
+        raise ToycardsError.from_diagnostics([_control_diagnostic(text, file, control.start())], sources)
     if not text.strip():
         raise ToycardsError.from_diagnostics(
             [
@@ -81,6 +95,36 @@ def precheck(text: str, file: str) -> None:
             ],
             sources,
         )
+
+
+def _control_diagnostic(text: str, file: str, at: int) -> Diagnostic:
+    """The diagnostic for the control character at `at`, named by code point and Unicode name.
+
+    >>> _control_diagnostic("a ← b\x1b[2J", "f", 5).message
+    'control character U+001B (ESCAPE) in a card'
+    """
+    ch = text[at]
+    name = unicodedata.name(ch, "") or _C0_NAMES.get(ch, "")
+    what = "bidirectional-text control" if ch in _BIDI_CONTROLS else "control character"
+    hint = {
+        "\r": "a carriage return may only end a line (as in \\r\\n); delete this one",
+        "\u2028": "a card's lines end with a line feed; delete it",
+        "\u2029": "a card's lines end with a line feed; delete it",
+    }.get(ch, "cards are plain text: delete it (it can make a line read differently from what runs)")
+    return diag_at(text, file, at, f"{what} U+{ord(ch):04X}{f' ({name})' if name else ''} in a card", hint)
+
+
+_BIDI_CONTROLS = set("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+_C0_NAMES = {  # unicodedata has no names for the C0 and C1 controls
+    "\r": "CARRIAGE RETURN",
+    "\x0b": "LINE TABULATION",
+    "\x0c": "FORM FEED",
+    "\x1b": "ESCAPE",
+    "\x7f": "DELETE",
+    "\x85": "NEXT LINE",
+    "\x08": "BACKSPACE",
+    "\x07": "BELL",
+}
 
 
 def deepest_nesting(text: str) -> tuple[int, int]:
@@ -113,3 +157,53 @@ def diag_at(text: str, file: str, offset: int, message: str, hint: str = "") -> 
     line = text.count("\n", 0, offset) + 1
     col = offset - (text.rfind("\n", 0, offset) + 1) + 1
     return Diagnostic(Span(file, line, col, line, col + 1, offset, offset + 1), message, hint)
+
+
+# ── size limits: what a card may hold, checked before the parser sees it ───────────────
+MAX_LINES = 200_000  # lines of one card: a step is one line, so this bounds the steps too
+MAX_LINE = 10_000  # characters on one line: no token crosses a line, so this bounds every token
+MAX_NAME = 256  # characters of one name (checked as the lines are read: transformer.py)
+_LONG_LINE = re.compile(f"[^\\n]{{{MAX_LINE + 1}}}")
+_SIZE_CHUNK = 1 << 20  # characters encoded at a time when a text's UTF-8 size is counted
+
+
+def check_limits(text: str, file: str) -> None:
+    """Refuse a card bigger than a card file may be: over `MAX_BYTES` of UTF-8, over `MAX_LINES`
+    lines, or a line over `MAX_LINE` characters. The same limits hold for a card file and for a
+    card given as text (a GGUF file's embedded card), so that reading either costs time and memory
+    in proportion to its size: matching a name token takes memory for each of its characters.
+
+    >>> check_limits("Algorithm: y ← f(x)\\n", "f.card")
+    >>> check_limits("x" * (MAX_LINE + 1), "f.card")
+    Traceback (most recent call last):
+    toycards.errors.ToycardsError: 1 error
+    """
+    size = utf8_size(text)
+    if size > MAX_BYTES:
+        raise ToycardsError(f"{file}: {size} bytes is too large for a card (limit {MAX_BYTES})")
+    lines = text.count("\n") + (not text.endswith("\n"))
+    if lines > MAX_LINES:
+        raise ToycardsError(f"{file}: {lines} lines is too many for a card (limit {MAX_LINES})")
+    long = _LONG_LINE.search(text)
+    if long:
+        end = text.find("\n", long.start())
+        length = (len(text) if end < 0 else end) - long.start()
+        message = f"a line of {length} characters (the limit is {MAX_LINE})"
+        hint = f"split the step into several steps; a name holds at most {MAX_NAME} characters"
+        raise ToycardsError.from_diagnostics(
+            [diag_at(text, file, long.start() + MAX_LINE, message, hint)], {file: text}
+        )
+
+
+def utf8_size(text: str) -> int:
+    """`len(text.encode())`, counted a chunk at a time rather than encoding all of `text` at once.
+
+    >>> utf8_size("a ← b"), len("a ← b".encode())
+    (7, 7)
+    """
+    if text.isascii():
+        return len(text)
+    return sum(
+        len(text[i : i + _SIZE_CHUNK].encode("utf-8", "surrogatepass"))
+        for i in range(0, len(text), _SIZE_CHUNK)
+    )
