@@ -14,16 +14,17 @@ process the work it would have saved, never an error.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
-import zlib
 from pathlib import Path
 
 
 def cache_key(*parts: str) -> str:
-    """A short key for some texts (two checksums and the length: a cache name, not a seal)."""
+    """A short key for some texts: a SHA-256 prefix, so that no card can be written to find the
+    entry of another (a checksum can be steered to collide)."""
     data = "\0".join(parts).encode("utf-8", "surrogatepass")
-    return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}{len(data):x}"
+    return hashlib.sha256(data).hexdigest()[:32]
 
 
 def cache_file(name: str, key: str) -> Path | None:
