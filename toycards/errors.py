@@ -11,6 +11,7 @@ Leaves out: colour and terminal output (render/terminal.py), and deciding exit c
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 
@@ -52,34 +53,42 @@ class Diagnostic:
         return f"{where}{self.severity}: {self.message}"
 
 
-def visible(text: str, keep: str = "") -> str:
-    """`text` with every character that is not printable (controls, separators, format and
-    bidirectional-text characters; the space and the characters in `keep` aside) spelled as a
-    Python escape.
+# What a terminal or an editor takes as a command, a line end or a change of direction: the C0
+# controls, DEL, the C1 controls (the one-byte CSI and NEL among them), the line and paragraph
+# separators, and the bidirectional-text marks, embeddings, overrides and isolates. Cards refuse
+# them (lang/reading.py); everything printed or written into generated code spells them out.
+UNSAFE_CHARACTERS = "\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+_UNSAFE = re.compile(f"[{UNSAFE_CHARACTERS}]")
 
-    >>> print(visible("name\\x1b]0;title\\x07 \\u202eabc"))
-    name\\x1b]0;title\\x07 \\u202eabc
+
+def visible(text: str, keep: str = "") -> str:
+    """`text` with every unsafe character (`UNSAFE_CHARACTERS`) but those in `keep` spelled as a
+    Python escape, so that a line from a card or a file cannot drive the terminal it is printed
+    on, nor end a line where the writer did not.
+
+    >>> print(visible("name\\x1b]0;title\\x07 \\u202eabc\\tx"))
+    name\\x1b]0;title\\x07 \\u202eabc\\tx
+    >>> visible("a\\tb\\nc", keep="\\t\\n")
+    'a\\tb\\nc'
     """
-    return "".join(_visible(ch) if ch not in keep else ch for ch in text)
+    if not _UNSAFE.search(text):
+        return text
+    return _UNSAFE.sub(lambda m: m.group() if m.group() in keep else _spelled(m.group()), text)
 
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
-def _visible(ch: str) -> str:
-    if ch == " " or ch.isprintable():
-        return ch
+def _spelled(ch: str) -> str:
     if ch in _NAMED:
         return _NAMED[ch]
     code = ord(ch)
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def excerpt(source: str, span: Span, width: int = 160) -> tuple[str, str]:
-    """Return the source line of `span` and a caret line under it, both clipped to `width`; a
-    character that is not printable shows as its escape, with the caret still under it.
+    """Return the source line of `span` and a caret line under it, both clipped to `width`; an
+    unsafe character (`visible`) shows as its escape, with the caret still under it.
 
     >>> excerpt("a ← b + c\\n", Span("f", 1, 5, 1, 10, 4, 9))
     ('a ← b + c', '    ^~~~~')
@@ -90,7 +99,7 @@ def excerpt(source: str, span: Span, width: int = 160) -> tuple[str, str]:
     if not 1 <= span.line <= len(lines):
         return "", ""
     raw = lines[span.line - 1].removesuffix("\r").replace("\t", " ")
-    pieces = [_visible(ch) for ch in raw]
+    pieces = [visible(ch) for ch in raw]
     ends = [0]
     for piece in pieces:
         ends.append(ends[-1] + len(piece))

@@ -1,6 +1,7 @@
 """The `toycards` command line (console script `toycards`, also `python -m toycards`: `console`).
 
-Owns: the click group and its error policy. The commands live one module per family: cards.py
+Owns: the click group and its error policy (a message is printed terminal-safe: a file's string
+in it cannot drive the terminal). The commands live one module per family: cards.py
 (`check`, `fmt`, `render`), files.py (`describe`, `diff`, `list`), models.py (`gen`, `run`,
 `eval`), train.py (`train`); each command is argument parsing, one library call, and output.
 Leaves out: the work itself (every other sub-package).
@@ -43,8 +44,13 @@ class _Group(click.Group):
         except Exception as e:  # noqa: BLE001 - the one place that catches everything
             if os.environ.get("TOYCARDS_DEBUG"):
                 traceback.print_exc(file=sys.stderr)
+            from toycards.render.escape import terminal_safe
+
             detail = str(e).splitlines()[0] if str(e) else ""
-            click.echo(f"toycards: internal error: {type(e).__name__}: {detail}", err=True)
+            click.echo(
+                terminal_safe(f"toycards: internal error: {type(e).__name__}: {detail}", newlines=False),
+                err=True,
+            )
             if not os.environ.get("TOYCARDS_DEBUG"):
                 click.echo("  (a bug in toycards; TOYCARDS_DEBUG=1 shows the traceback)", err=True)
             ctx.exit(3)

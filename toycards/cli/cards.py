@@ -236,7 +236,9 @@ def render_cmd(file: str, fmt: str, ascii_: bool, output: str | None) -> None:
     elif fmt == "card":
         print_card(text, sys.stdout)
     else:
-        click.echo(text, nl=False)
+        from toycards.render.escape import terminal_safe, to_terminal
+
+        click.echo(terminal_safe(text) if fmt == "markdown" and to_terminal(sys.stdout) else text, nl=False)
 
 
 def _arg_path(file: str) -> Path:

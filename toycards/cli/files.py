@@ -7,6 +7,11 @@ inspect/diff.py, inspect/discover.py) plus printing. The commands are plain clic
 its group: `main.add_command(describe_cmd)`, `diff_cmd`, `list_cmd`.
 Leaves out: the work itself (the library modules above), the other commands (cards.py, models.py).
 
+Text from a file reaches the terminal only through render/escape.py's `terminal_safe`, and rich
+only as `Text`, never as markup: the terminal view, the text format, notices, problems, tensor
+reports, diff reports and list tables always; the card and Markdown formats when stdout is a
+terminal (JSON, LaTeX and HTML are escaped by their own writers).
+
 Errors follow the group's policy (cli/__init__.py) (a ToycardsError is printed by the group, exit 1), except in
 diff, which exits like diff(1): 0 equal, 1 different, 2 a file that cannot be read. describe also
 exits 1 when the file does not match its card (the problems are listed on stderr) and, with
@@ -21,6 +26,7 @@ import click
 
 from toycards.cli.options import card_option, given_card
 from toycards.errors import ToycardsError
+from toycards.render.escape import terminal_safe, to_terminal
 
 
 def _fail(e: ToycardsError, code: int) -> None:
@@ -33,6 +39,11 @@ def _fail(e: ToycardsError, code: int) -> None:
 DESCRIBE_FORMATS = ("terminal", "card", "text", "json", "markdown", "latex", "html")
 
 
+def _line(text: str) -> str:
+    """One line of a file's text, safe for the terminal."""
+    return terminal_safe(text, newlines=False)
+
+
 def _describe_terminal(card) -> None:
     """The rich view: header table, notice, problems, then the highlighted card."""
     from rich.console import Console
@@ -42,19 +53,19 @@ def _describe_terminal(card) -> None:
     from toycards.inspect.formats import described_rows, problem_line
     from toycards.render.terminal import highlight_card
 
-    console = Console(highlight=False, soft_wrap=True)
+    console = Console(highlight=False, soft_wrap=True, markup=False, emoji=False)
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold cyan", justify="right", no_wrap=True)
     table.add_column()
     for label, value in described_rows(card):
-        table.add_row(label, value)
+        table.add_row(Text(_line(label)), Text(_line(value)))
     console.print(table)
     if card.notice:
-        console.print(Text(f"notice: {card.notice}", style="yellow"))
+        console.print(Text(f"notice: {_line(card.notice)}", style="yellow"))
     for d in card.problems:
-        console.print(Text(problem_line(d), style="red" if d.severity == "error" else "yellow"))
+        console.print(Text(_line(problem_line(d)), style="red" if d.severity == "error" else "yellow"))
     console.print()
-    text = highlight_card(str(card))
+    text = highlight_card(terminal_safe(str(card)))
     text.highlight_regex(r"(?<= = )[^ \n]+", "bold green")  # the values describe found
     console.print(text, end="")
 
@@ -93,11 +104,14 @@ def describe_cmd(model: str, fmt: str | None, check_tensors: bool, card: str | N
     if fmt == "terminal":
         _describe_terminal(card)
     else:
-        click.echo(render_described(card, fmt), nl=False)
+        out = render_described(card, fmt)  # the text format is terminal-safe already
+        click.echo(
+            terminal_safe(out) if fmt in ("card", "markdown") and to_terminal(sys.stdout) else out, nl=False
+        )
         if card.notice:
-            click.echo(f"notice: {card.notice}", err=True)
+            click.echo(f"notice: {_line(card.notice)}", err=True)
         for d in card.problems:
-            click.echo(problem_line(d), err=True)
+            click.echo(_line(problem_line(d)), err=True)
     finite = _check_tensors(model) if check_tensors else True
     sys.exit(1 if card.errors or not finite else 0)
 
@@ -109,7 +123,7 @@ def _check_tensors(model: str) -> bool:
 
     report = check_tensors(model)
     for line in report.lines():
-        click.echo(line, err=True)
+        click.echo(_line(line), err=True)
     return report.ok
 
 
@@ -139,7 +153,7 @@ def diff_cmd(paths: tuple[str, ...], fmt: str) -> None:
             sys.exit(0)
         _fail(e, 2)
     if git:
-        click.echo(f"diff --toycards {labels[0]} {labels[1]}")
+        click.echo(_line(f"diff --toycards {labels[0]} {labels[1]}"))
     click.echo(
         json.dumps(result.to_json(), ensure_ascii=False, indent=1) if fmt == "json" else result.text(),
         nl=False,
@@ -156,8 +170,8 @@ def _plain_diff(a: str, b: str, labels: tuple[str, str], why: Exception) -> str:
         except OSError:
             return []
 
-    head = f"diff --toycards {labels[0]} {labels[1]}\n(not compared as cards: {str(why).splitlines()[0]})\n"
-    return head + "".join(difflib.unified_diff(lines(a), lines(b), *labels))
+    head = f"diff --toycards {labels[0]} {labels[1]}\n(not compared as cards: {str(why).splitlines()[0]})"
+    return _line(head) + "\n" + terminal_safe("".join(difflib.unified_diff(lines(a), lines(b), *labels)))
 
 
 @click.command("list")
@@ -200,10 +214,12 @@ def list_cmd(dirs, recursive, hf_cache, ollama, lmstudio, no_caches, as_json) ->
 def _list_table(entries) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from toycards.inspect.header import human_count, human_size
 
-    console = Console() if sys.stdout.isatty() else Console(width=100_000)  # a pipe gets whole names
+    width = None if sys.stdout.isatty() else 100_000  # a pipe gets whole names
+    console = Console(width=width, markup=False, emoji=False)
     if not entries:
         console.print("no GGUF files found")
         return
@@ -213,5 +229,6 @@ def _list_table(entries) -> None:
     for e in entries:
         types = ", ".join(f"{t} ×{n}" for t, n in e.tensor_types.items())
         params = human_count(e.n_params).split(" ")[-1].strip("()") if e.n_params is not None else ""
-        table.add_row(e.name, e.source, e.architecture or "", human_size(e.size), params, e.error or types)
+        cells = (e.name, e.source, e.architecture or "", human_size(e.size), params, e.error or types)
+        table.add_row(*(Text(_line(c)) for c in cells))
     console.print(table)

@@ -4,6 +4,9 @@ Owns: argument parsing and output of `toycards gen` (a generated module to stdou
 atomically, to a file), `toycards run` (streamed text generation) and `toycards eval` (per-token
 log-probabilities and perplexity, text or JSON); each is one library call (codegen, loader,
 evaluate) plus printing. `toycards.cli` adds them to its group.
+What a file or a card says reaches the terminal terminal-safe (render/escape.py): a generated
+module shown on a terminal, notes; `eval` shows token texts as Python literals; `run`'s
+generated text is the model's output and is printed as it comes.
 Leaves out: the work itself, the card-file and GGUF-inspection commands (cards.py, files.py).
 """
 
@@ -18,6 +21,7 @@ import click
 from toycards.cli.options import card_option, device_option, given_card, run_target_option
 from toycards.errors import ToycardsError
 from toycards.fileio import write_atomic
+from toycards.render.escape import terminal_safe, to_terminal
 
 
 def _checked(card) -> None:
@@ -77,7 +81,7 @@ def gen_cmd(source: str, target: str, output: str | None, card: str | None) -> N
     card = _card_or_file(source, given)
     text = generate_source(card, target)
     if output is None:
-        click.echo(text, nl=False)
+        click.echo(terminal_safe(text) if to_terminal(sys.stdout) else text, nl=False)
         return
     write_atomic(output, text)
     click.echo(f"wrote {output} ({target}, {len(text.splitlines())} lines)", err=True)
@@ -154,7 +158,8 @@ def run_cmd(
     m = _load(model, target, card, device)
     if m.RECOMPUTE:  # said once, as a note line rather than a Python warning
         m._recompute_said = True
-        click.echo(f"note: decoding recomputes the whole sequence at each step: {m.RECOMPUTE}", err=True)
+        note = f"note: decoding recomputes the whole sequence at each step: {m.RECOMPUTE}"
+        click.echo(terminal_safe(note, newlines=False), err=True)
     sys.stdout.write(prompt)
     sys.stdout.flush()
     try:  # NumPy's warnings stay quiet: non-finite logits stop generation with one line instead

@@ -10,6 +10,7 @@ file facts (tensor types, parameter count, tokenizer…) are compared too. A GGU
 through its own card (library.card_for_file); one that has none, compared with a card, is bound
 to that card instead. A GGUF side's binding errors (missing tensor or key, wrong shape) are
 changes too: `~ file mismatch in m.gguf: tensor 'x' is missing from the file (…)`.
+The text report is read on a terminal: each of its lines is terminal-safe (render/escape.py).
 Leaves out: the command line and git's calling convention (cli/), rendering cards (render/).
 
 Qwen3 is Qwen2 with per-head q/k RMSNorm instead of q/k/v biases, and a head size of its own:
@@ -41,6 +42,7 @@ from pathlib import Path
 from toycards.errors import ToycardsError
 from toycards.lang import ir
 from toycards.lang.printer import Renderer, render_card, source_text
+from toycards.render.escape import terminal_safe
 
 _R = Renderer()
 _STEP = re.compile(r"^ *(\d+)  ( *)(.*)$")
@@ -89,16 +91,17 @@ class CardDiff:
         return bool(self.changes)
 
     def text(self) -> str:
-        """The review-friendly report; empty cards say so."""
+        """The review-friendly report, one terminal-safe line per fact; empty cards say so."""
         if not self.changes:
-            return f"{self.a} and {self.b} describe the same card\n"
-        n = len(self.changes)
-        out = [f"{self.a} → {self.b}: {n} difference{'s' * (n != 1)}"]
+            out = [f"{self.a} and {self.b} describe the same card"]
+        else:
+            n = len(self.changes)
+            out = [f"{self.a} → {self.b}: {n} difference{'s' * (n != 1)}"]
         for c in self.changes:
             out.append(c.line())
             if c.section == "step" and c.kind == "changed":
                 out += [f"    - {c.old}", f"    + {c.new}"]
-        return "\n".join(out) + "\n"
+        return "".join(terminal_safe(line, newlines=False) + "\n" for line in out)
 
     def to_json(self) -> dict:
         return {"a": self.a, "b": self.b, "equal": self.equal, "changes": [c.to_json() for c in self.changes]}

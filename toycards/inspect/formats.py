@@ -5,6 +5,8 @@ object: header, problems, bound hyperparameters and parameters, card text and IR
 part of Markdown, LaTeX and HTML comes from the card renderers in `toycards/render/` when they
 exist (`render_markdown`, `render_latex`, `render_html`), else from the card text in a code
 block. The header is rendered here.
+The text format is read on a terminal: each of its header values, notices and problems is one
+terminal-safe line (render/escape.py), and the card text is terminal-safe too.
 Leaves out: the rich terminal view (cli/), the card text itself (lang/printer.py).
 
 The Markdown header of the repository's example file (examples/make_example.py):
@@ -43,6 +45,7 @@ from toycards.errors import Diagnostic
 from toycards.inspect.describe import DescribedCard
 from toycards.lang import ir
 from toycards.lang.printer import render_card
+from toycards.render.escape import terminal_safe
 
 FORMATS = ("card", "text", "json", "markdown", "latex", "html")
 # the card renderers of render/ (module, function), used when present
@@ -121,13 +124,14 @@ def described_rows(card: DescribedCard) -> list[tuple[str, str]]:
 
 
 def _text(card: DescribedCard) -> str:
-    table = described_rows(card)
+    line = lambda s: terminal_safe(s, newlines=False)  # noqa: E731
+    table = [(line(k), line(v)) for k, v in described_rows(card)]  # keys too: general.* from the file
     width = max((len(k) for k, _ in table), default=0)
     out = [f"{k:>{width}}  {v}" for k, v in table]
     if card.notice:
-        out += ["", f"notice: {card.notice}"]
-    out += [""] + [problem_line(d) for d in card.problems] + ([""] if card.problems else [])
-    return "\n".join(out) + "\n" + render_card(card)
+        out += ["", f"notice: {line(card.notice)}"]
+    out += [""] + [line(problem_line(d)) for d in card.problems] + ([""] if card.problems else [])
+    return "\n".join(out) + "\n" + terminal_safe(render_card(card))
 
 
 def _markdown(card: DescribedCard) -> str:

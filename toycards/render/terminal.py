@@ -1,11 +1,13 @@
 """Colour on a terminal: diagnostics in the compiler style and a highlighted card view.
 
 Owns: `print_error` / `print_diagnostics` (headline `file:line:col: error: message` in bold with
-the severity coloured, the source line, a caret in green, the hint in cyan), `highlight_card`
-(keywords, names being assigned, types, strings and comments of a card's text as rich `Text`)
-and `use_colour` (the decision: a terminal, unless NO_COLOR; FORCE_COLOR forces it).
-Leaves out: the plain-text layout (errors.format_diagnostic, which this mirrors exactly when
-colour is off), exit codes (cli/).
+the severity coloured, the source line, a caret in green, the hint in cyan; without colour, the
+same characters as errors.format_diagnostic), `highlight_card` (keywords, names being assigned,
+types, strings and comments of a card's text as rich `Text`) and `use_colour` (the decision: a
+terminal, unless NO_COLOR; FORCE_COLOR forces it).
+Every text printed here goes through render/escape.py's `terminal_safe` first (a file's name,
+a message quoting a file's string, a card line), and into rich as `Text`, never as markup.
+Leaves out: exit codes (cli/).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from typing import IO
 from rich.console import Console
 from rich.text import Text
 
-from toycards.errors import Diagnostic, ToycardsError, excerpt, format_diagnostic
+from toycards.errors import Diagnostic, ToycardsError, excerpt
+from toycards.render.escape import terminal_safe, to_terminal
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow", "note": "bold cyan"}
 
@@ -32,21 +35,22 @@ def use_colour(stream: IO[str]) -> bool:
 
 
 def diagnostic_text(diag: Diagnostic, source: str | None = None) -> Text:
-    """The coloured form of `format_diagnostic`: same characters, with styles."""
+    """The coloured form of `format_diagnostic`: same characters, with styles; every part that
+    can come from a file is terminal-safe."""
     out = Text()
     where = diag.headline()[: -len(f"{diag.severity}: {diag.message}")]
-    out.append(where, style="bold")
+    out.append(terminal_safe(where, newlines=False), style="bold")
     out.append(f"{diag.severity}:", style=SEVERITY_STYLE.get(diag.severity, "bold"))
-    out.append(f" {diag.message}", style="bold")
+    out.append(f" {terminal_safe(diag.message, newlines=False)}", style="bold")
     if source is not None and diag.span.line > 0:
-        text, caret = excerpt(source, diag.span)
+        text, caret = excerpt(source, diag.span)  # unsafe characters already spelled out
         if text or caret:
             out.append(f"\n  {text}\n")
             out.append(f"  {caret}", style="bold green")
     if diag.hint:
         out.append("\n  ")
         out.append("hint:", style="bold cyan")
-        out.append(f" {diag.hint}")
+        out.append(f" {terminal_safe(diag.hint, newlines=False)}")
     return out
 
 
@@ -70,7 +74,7 @@ def print_diagnostics(
     colour = use_colour(stream) if colour is None else colour
     if not colour:
         for d in diags:
-            stream.write(format_diagnostic(d, sources.get(d.span.file)) + "\n")
+            stream.write(diagnostic_text(d, sources.get(d.span.file)).plain + "\n")
         return
     console = Console(file=stream, force_terminal=True, highlight=False, soft_wrap=True)
     for d in diags:
@@ -83,12 +87,13 @@ def print_error(err: ToycardsError, stream: IO[str], colour: bool | None = None)
         print_diagnostics(err.diagnostics, err.sources, stream, colour)
         return
     colour = use_colour(stream) if colour is None else colour
+    message = terminal_safe(err.message, newlines=False)
     if not colour:
-        stream.write(f"error: {err.message}\n")
+        stream.write(f"error: {message}\n")
         return
     line = Text()
     line.append("error:", style=SEVERITY_STYLE["error"])
-    line.append(f" {err.message}", style="bold")
+    line.append(f" {message}", style="bold")
     Console(file=stream, force_terminal=True, highlight=False, soft_wrap=True).print(line)
 
 
@@ -108,8 +113,11 @@ def highlight_card(text: str) -> Text:
 
 
 def print_card(text: str, stream: IO[str], colour: bool | None = None) -> None:
-    """Card text, coloured on a terminal, byte-for-byte otherwise."""
-    if not (use_colour(stream) if colour is None else colour):
+    """Card text, coloured and terminal-safe on a terminal, byte-for-byte otherwise."""
+    colour = use_colour(stream) if colour is None else colour
+    if colour or to_terminal(stream):
+        text = terminal_safe(text)
+    if not colour:
         stream.write(text)
         return
     Console(file=stream, force_terminal=True, highlight=False, soft_wrap=True).print(
