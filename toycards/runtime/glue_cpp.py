@@ -3,7 +3,9 @@
 Owns: building glue.cpp with the system C++ compiler (torch's headers and libraries, Python's
 headers; ~20 s, once per machine and torch version, cached like the C kernels), loading it as the
 module `toycards_glue` and binding it to the C kernels, or None where any of that fails or
-`TOYCARDS_GLUE_CPP=off`.
+`TOYCARDS_GLUE_CPP=off`. As for the kernels, only a cached file that matches the record of its size
+and checksum is imported (compile.py builds it again where not), and a build or import that fails is
+said once on stderr.
 Leaves out: when its functions apply (each returns None where not, and glue_torch.py, quant_torch.py
 and ops_torch.py then take their Python path, which the tests hold it to) and the kernels themselves
 (quant_kernels.py).
@@ -25,6 +27,10 @@ from toycards.runtime import compile, quant_kernels
 SOURCE = Path(__file__).with_name("kernels") / "glue.cpp"
 SWITCH = "TOYCARDS_GLUE_CPP"  # "off": the Python glue alone
 FEW_TOKENS = 8  # x rows up to which the products run here (quant_torch.FEW_TOKENS, which is this)
+# what the Python side calls on the module (a file without one of them is not this module)
+FUNCTIONS = ("sizes", "bind", "weight_class", "plain", "linear", "linears", "swiglu", "embed", "rms_norm",
+             "gqa", "record", "recorded", "replay", "spoil", "taped", "tape_add", "tape_constant",
+             "tape_info", "tape_op", "tape_refresh", "tape_scale")  # fmt: skip
 _module = None
 _weight_class: type | None = None
 _tried = False
@@ -46,6 +52,9 @@ def _flags() -> list[str] | None:
 
 
 def _load():
+    """The module built (or found in the cache, whole: compile.shared_library), imported and bound to
+    the kernels; built once more where a file that matched its record does not import, and None
+    where that fails too (said on stderr, once) or something it needs is missing."""
     global build_error
     lib = quant_kernels.library()
     cc = compile.compiler(os.environ.get("CXX"), "c++", "g++", "clang++")
@@ -54,18 +63,24 @@ def _load():
         build_error = "no C kernels" if lib is None else "no C++ compiler" if cc is None else "no Python.h"
         return None
     key = f"{torch.__version__} {torch.__file__} {sys.version}"
-    try:
-        path = compile.shared_library(
-            "glue-cpp", cc, SOURCE, [flags], key, f"the C++ glue for torch {torch.__version__} (~20 s)"
-        )
-    except compile.BuildError as e:
-        build_error = str(e)
+    title = f"the C++ glue for torch {torch.__version__} (~20 s)"
+    for rebuild in (False, True):
+        try:
+            path = compile.shared_library("glue-cpp", cc, SOURCE, [flags], key, title, rebuild)
+        except compile.BuildError as e:  # compile.py has said so
+            build_error = str(e)
+            return None
+        try:
+            module = _imported(path)
+            break
+        except (ImportError, OSError, AttributeError) as e:  # not this module, or it needs a missing library
+            build_error = str(e)
+    else:
+        compile.fallback(title, build_error)
         return None
-    spec = importlib.util.spec_from_file_location("toycards_glue", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     if module.sizes() != (ctypes.sizeof(quant_kernels.Plan), ctypes.sizeof(quant_kernels.GQAArgs)):
         build_error = "glue.cpp's structs are not quant_kernels.Plan and GQAArgs"
+        compile.fallback(title, build_error)
         return None
     kernels = (lib.tc_rms_norm, lib.tc_linear, lib.tc_linears, lib.tc_swiglu, lib.tc_gqa, lib.tc_gather_rows)
     module.bind(
@@ -80,6 +95,16 @@ def _load():
     return module
 
 
+def _imported(path):
+    """The extension module at `path` as `toycards_glue`, with the functions this file calls."""
+    spec = importlib.util.spec_from_file_location("toycards_glue", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for name in FUNCTIONS:
+        getattr(module, name)
+    return module
+
+
 def register_weight_class(cls: type) -> None:
     """The class of weights kept in their blocks (quant_torch.QuantWeight, which registers itself):
     its exact instances' `_cplan`, the address of their kernel plan or 0, is what the glue reads."""
@@ -91,13 +116,13 @@ def register_weight_class(cls: type) -> None:
 
 def module():
     """The loaded `toycards_glue` module, built on first use; None when it cannot be (or is off)."""
-    global _module, _tried
+    global _module, _tried, build_error
     if not _tried:
         _tried = True
         if os.environ.get(SWITCH, "").strip().lower() != "off":
             try:
                 _module = _load()
-            except (OSError, ImportError) as e:
-                global build_error
+            except (OSError, ImportError) as e:  # the source or the compiler cannot be read or run
                 build_error, _module = str(e), None
+                compile.fallback("the C++ glue", build_error)
     return _module

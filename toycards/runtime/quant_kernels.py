@@ -11,8 +11,11 @@ is `SUPPORTED`.
 Leaves out: torch and NumPy weights (quant_torch.py, quant_numpy.py), the reference
 (gguf.quants.dequantize, which the tests hold these kernels to).
 
-No compiler, or a build that fails: `available()` is False and the weights are dequantized per
-use with gguf.quants instead (correct, slower); `TOYCARDS_QUANT_KERNELS=off` forces that path.
+The library is loaded only from a cached file that matches the record of its size and checksum
+(compile.py builds it again where not); one that matches but lacks a kernel is built once more. No
+compiler, or a build or load that fails (said once on stderr): `available()` is False and the
+weights are dequantized per use with gguf.quants instead (correct, slower);
+`TOYCARDS_QUANT_KERNELS=off` forces that path.
 Whether the few-token products of every type prefetch their weight stream, not only the K-quants',
 is chosen per model by timing its first decoding steps both ways (`PrefetchChoice`: it pays on some
 hosts and costs on others); `TOYCARDS_QUANT_PREFETCH=on` or `off` fixes it.
@@ -60,21 +63,52 @@ def compiler() -> str | None:
     return compile.compiler(os.environ.get("CC"), "cc", "gcc", "clang")
 
 
+TITLE = "the C kernels"  # how compile.py names them on stderr
+
+
 def _build() -> ctypes.CDLL | None:
+    """The kernels built (or found in the cache, whole: compile.shared_library) and loaded; built once
+    more where a library that matched its record does not load or lacks a kernel, and None (said on
+    stderr, once) where that fails too."""
     global build_error
     cc = compiler()
     if cc is None:
         return None
     machine = platform.machine() + platform.processor() + _cpu_flags()
     no_openmp = [f for f in FLAGS if f != "-fopenmp"]  # no OpenMP: one thread
-    try:
-        target = compile.shared_library(
-            "quant-kernels", cc, SOURCE, [[*FLAGS, "-lm"], [*no_openmp, "-lm"]], machine, "the C kernels"
-        )
-    except compile.BuildError as e:
-        build_error = str(e)
-        return None
-    lib = ctypes.CDLL(str(target))
+    attempts = [[*FLAGS, "-lm"], [*no_openmp, "-lm"]]
+    for rebuild in (False, True):
+        try:
+            target = compile.shared_library("quant-kernels", cc, SOURCE, attempts, machine, TITLE, rebuild)
+        except compile.BuildError as e:  # compile.py has said so
+            build_error = str(e)
+            return None
+        try:
+            lib = ctypes.CDLL(str(target))
+        except OSError as e:  # a library it needs is missing (libgomp)
+            build_error = str(e)
+            continue
+        try:
+            return _bound(lib)
+        except AttributeError as e:  # not these kernels: "undefined symbol: tc_…"
+            build_error = str(e)
+            _unload(lib)  # else loading the rebuilt file by the same name would give this one again
+    compile.fallback(TITLE, build_error)
+    return None
+
+
+def _unload(lib: ctypes.CDLL) -> None:
+    """Close a library that will not be used (POSIX dlclose), so that its name loads afresh."""
+    import _ctypes
+
+    with contextlib.suppress(AttributeError, OSError):
+        _ctypes.dlclose(lib._handle)
+
+
+def _bound(lib: ctypes.CDLL) -> ctypes.CDLL:
+    """`lib` with each kernel's argument and result types set; AttributeError where one is missing."""
+    for name in ("tc_gqa", "tc_rms_norm", "tc_rope", "tc_attention"):  # the others' are set below
+        getattr(lib, name)
     lib.tc_dequant_rows.argtypes = [ctypes.POINTER(Plan), _I, _I, _P, _I]
     lib.tc_gather_rows.argtypes = [ctypes.POINTER(Plan), _P, _I, _P]
     lib.tc_pack.argtypes = [ctypes.POINTER(Plan), _I, _I, _P, _I]
@@ -180,14 +214,15 @@ def _use_prefetch(on: int) -> None:
 
 def library() -> ctypes.CDLL | None:
     """The loaded kernels, built on first use; None when they cannot be (or are turned off)."""
-    global _lib, _tried
+    global _lib, _tried, build_error
     if not _tried:
         _tried = True
         if os.environ.get("TOYCARDS_QUANT_KERNELS", "").lower() != "off":
             try:
                 _lib = _build()
-            except OSError:
-                _lib = None
+            except OSError as e:  # the source or the compiler cannot be read or run
+                _lib, build_error = None, str(e)
+                compile.fallback(TITLE, build_error)
     return _lib
 
 
