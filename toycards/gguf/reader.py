@@ -1,7 +1,8 @@
 """Reading GGUF files: a validated header, lazy metadata, the tensor table, mapped data.
 
 Owns: `open_gguf`, `GGUFFile` (metadata as a lazy mapping, the tensor table in NumPy
-order, memory-mapped raw tensor data and dequantised tensors) and `TensorInfo`.
+order, memory-mapped raw tensor data and dequantised tensors, read only from the file as it
+was opened: its `identity`) and `TensorInfo`.
 Leaves out: the byte-level parsing and validation (gguf/header.py), dequantisation
 (gguf/dequant.py), the plausibility of hyperparameters (gguf/metadata.py, re-exported
 here as `check_hparams`) and what the metadata means for a card (inspect/describe.py).
@@ -99,12 +100,18 @@ class GGUFFile:
 
     Attributes: `path`, `version` (2 or 3), `alignment`, `file_size`, `data_offset`
     (where tensor data starts), `metadata` (a lazy `Metadata` mapping) and `tensors`
-    (name → `TensorInfo`, in file order). After `close()`, scalars and arrays already
-    read stay available; reading an array not yet decoded, or tensor data, fails.
+    (name → `TensorInfo`, in file order), `identity` (the file's st_dev, st_ino, st_size and
+    st_mtime_ns when it was opened: tensor data is read only from a file that still has them,
+    and runtime/packing.FileWatch compares them with the file's later). After `close()`,
+    scalars and arrays already read stay available; reading an array not yet decoded, or
+    tensor data, fails.
     """
 
-    def __init__(self, path: str, buf: mmap.mmap, file_size: int) -> None:
+    def __init__(
+        self, path: str, buf: mmap.mmap, file_size: int, identity: tuple[int, int, int, int] | None = None
+    ) -> None:
         self.path, self.file_size = path, file_size
+        self.identity = identity
         self._buf: mmap.mmap | None = buf
         self._data: np.ndarray | None = None
         self._private: np.ndarray | None = None  # the copy-on-write mapping (raw(private=True))
@@ -207,8 +214,7 @@ class GGUFFile:
             raise file_error(self.path, "file is closed")
         out = np.empty(info.n_bytes, dtype=np.uint8)
         with open(self.path, "rb") as fh:
-            if os.fstat(fh.fileno()).st_size != self.file_size:  # as _mapped checks its mapping
-                raise file_error(self.path, "the file changed size since it was opened")
+            self._same_file(fh)  # as _mapped checks its mapping
             fh.seek(info.offset)
             n = fh.readinto(out)
         if n != info.n_bytes:
@@ -237,11 +243,30 @@ class GGUFFile:
         if getattr(self, attr, None) is None:
             import numpy as np
 
-            data = np.memmap(self.path, dtype=np.uint8, mode="c" if private else "r")
-            if data.size != self.file_size:
-                raise file_error(self.path, "the file changed size since it was opened")
+            with open(self.path, "rb") as fh:  # the file whose header was read, still as it was
+                self._same_file(fh)
+                data = np.memmap(fh, dtype=np.uint8, mode="c" if private else "r", shape=(self.file_size,))
             setattr(self, attr, np.asarray(data))  # a plain ndarray view; the mapping lives on in its base
         return getattr(self, attr)
+
+    def _same_file(self, fh) -> None:
+        """A ToycardsError where the open file `fh` is not the file as it was opened (another inode at
+        the path, another size or modification time)."""
+        st = os.fstat(fh.fileno())
+        if st.st_size != self.file_size:
+            raise file_error(self.path, "the file changed size since it was opened")
+        if self.identity is not None and _identity(st) != self.identity:
+            raise file_error(self.path, "the file changed since it was opened")
+
+    def mappings(self) -> list[mmap.mmap]:
+        """The memory maps of the file under the arrays `raw()` has returned (they outlive `close()`)."""
+        found = []
+        for base in (self._data, self._private):
+            while base is not None and not isinstance(base, mmap.mmap):  # the memmap, then its mmap
+                base = getattr(base, "base", None)
+            if base is not None:
+                found.append(base)
+        return found
 
     # -- lifetime --------------------------------------------------------------
     def close(self) -> None:
@@ -277,7 +302,8 @@ def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
     label = os.fspath(path)
     try:
         with open(label, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
+            st = os.fstat(fh.fileno())
+            size = st.st_size
             if size < 4:
                 raise file_error(label, f"not a GGUF file ({f'only {size} bytes' if size else 'empty'})")
             buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
@@ -288,10 +314,15 @@ def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
     except OSError as e:
         raise file_error(label, f"cannot read the file ({e.strerror or e})") from None
     try:
-        return GGUFFile(label, buf, size)
+        return GGUFFile(label, buf, size, _identity(st))
     except BaseException:
         buf.close()
         raise
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    """What tells a file from itself changed: device, inode, size and modification time (ns)."""
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _shaped(info: TensorInfo, data: np.ndarray) -> np.ndarray:

@@ -6,8 +6,11 @@ else a TOYCARDS_CARDS card, else the library card for `general.architecture`), b
 executing it or, for
 `target="reference"`, handing the card to the reference interpreter (reference.py), reading
 each bound tensor (a quantized, F16 or BF16 matrix kept in its GGUF blocks for the kernels behind
-`ops.linear`, an F32 tensor memory-mapped, anything else or everything under `dequantize=True`
-dequantised to float32) or initialising it randomly from the card, and attaching the file's tokenizer.
+`ops.linear`, an F32 tensor memory-mapped (copied for the reference target), anything else or
+everything under `dequantize=True` dequantised to float32) or initialising it randomly from the
+card, and attaching the file's tokenizer. A model that reads the file's pages gets the file's
+`packing.FileWatch` (its forward passes raise once the file has changed on disk), and a load that
+fails stops the threads it started (packing.stopped_on_failure).
 Leaves out: the meaning of cards (checker/, lang/interpret/), code text (codegen/), file parsing (gguf/).
 """
 
@@ -110,12 +113,15 @@ def module_class(card: ir.Card, target: str):
             import torch  # noqa: F401
         except ImportError:
             raise ToycardsError("the torch target needs PyTorch: pip install 'toycards[torch]'") from None
+    from toycards.codegen.verify import verify_source
+
     source = module_source(card, target)
     digest = hashlib.sha256(source.encode()).hexdigest()[:12]
-    filename = f"<toycards {card.main.name} {target} {digest}>"
+    filename = f"<toycards {digest} {target}>"  # no card text: the name shows in tracebacks
+    verify_source(source, filename)  # a cached module too: the cache is a file anyone could edit
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     namespace: dict[str, object] = {"__name__": f"toycards_generated_{digest}"}
-    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own emitter's output, ast-checked
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our emitter's output, verified above
     return namespace["Model"]
 
 
@@ -183,9 +189,12 @@ def _kept(f, p: BoundParam, target: str, read):
     return QuantWeight(blocks, info.ggml_type, (blocks.shape[0], info.shape[1]), name)
 
 
-def _file_weights(bound: Bound, f, keep: str | None = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+def _file_weights(
+    bound: Bound, f, keep: str | None = None, copy: bool = False
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """The bound tensors by module name, and the tied ones (name → the name they share). `keep`: the
-    target whose kernels multiply by weights in their blocks (None: everything dequantized)."""
+    target whose kernels multiply by weights in their blocks (None: everything dequantized); `copy`:
+    nothing a view of the file (an F32 tensor is one, unless kept or copied)."""
     weights: dict[str, np.ndarray] = {}
     shared: dict[str, str] = {}
     by_tensor: dict[tuple[str, tuple[int, int] | None], str] = {}  # (tensor, rows) → module name
@@ -200,7 +209,7 @@ def _file_weights(bound: Bound, f, keep: str | None = None) -> tuple[dict[str, n
             weights[p.key] = weights[by_tensor[p.tensor, p.rows]]
         else:
             kept = _kept(f, p, keep, read) if keep else None
-            weights[p.key] = kept if kept is not None else p.part(f.tensor(p.tensor))
+            weights[p.key] = kept if kept is not None else p.part(f.tensor(p.tensor, copy=copy))
             by_tensor[p.tensor, p.rows] = p.key
     return weights, shared
 
@@ -285,35 +294,53 @@ def _load(source, weights, target: str, seed: int, dequantize: bool, device):
     else:
         card, path = _as_card(source), weights
     f = open_gguf(path) if path is not None else None
+    # the model reads the file's pages (the reference target: copies of them)
+    mapped = f is not None and target != "reference"
     try:
-        if f is not None and target != "reference":  # the weights into the page cache as the card loads
-            from toycards.runtime import packing
+        with _threads_of(mapped):
+            # the file as it was opened, to tell whether it changes under the model
+            watch = _packing().FileWatch(f.path, f.identity) if mapped else None
+            if mapped:  # the weights into the page cache as the card loads
+                _packing().read_ahead(f.path)
+            card = card_for_file(f) if card is None else card
+            bound = bind(card.main, f) if f is not None else bind_values(card.main)
+            _raise_problems(bound, card, path)
+            cls = module_class(card, target) if target != "reference" else None
+            if f is not None:
+                tensors, shared = _file_weights(bound, f, None if dequantize else target, copy=not mapped)
+            else:
+                tensors, shared = _random_weights(bound, seed), {}
+            if watch is not None:  # before the model is made: its packing thread looks its weights' file up
+                watch.watch(f.mappings())
+            if target == "reference":
+                from toycards.models.reference import ReferenceModel
 
-            packing.read_ahead(f.path)
-        card = card_for_file(f) if card is None else card
-        bound = bind(card.main, f) if f is not None else bind_values(card.main)
-        _raise_problems(bound, card, path)
-        cls = module_class(card, target) if target != "reference" else None
-        if f is not None:
-            tensors, shared = _file_weights(bound, f, None if dequantize else target)
-        else:
-            tensors, shared = _random_weights(bound, seed), {}
-        if target == "reference":
-            from toycards.models.reference import ReferenceModel
+                model = ReferenceModel(card, bound, tensors)
+            else:
+                model = cls(bound.hyper, tensors, shared) if target == "torch" else cls(bound.hyper, tensors)
+            model.bound = bound
+            model._file_watch = watch
+            if f is not None and f.get("tokenizer.ggml.model") is not None:
+                from toycards.tokenizer.tokenizer import tokenizer_of
 
-            model = ReferenceModel(card, bound, tensors)
-        else:
-            model = cls(bound.hyper, tensors, shared) if target == "torch" else cls(bound.hyper, tensors)
-        model.bound = bound
-        if f is not None and f.get("tokenizer.ggml.model") is not None:
-            from toycards.tokenizer.tokenizer import tokenizer_of
-
-            model.tokenizer = tokenizer_of(f)
-            _check_vocabulary(model, path)
-        model.path = str(path) if path is not None else None
-        if device is not None:
-            model.to(device)
+                model.tokenizer = tokenizer_of(f)
+                _check_vocabulary(model, path)
+            model.path = str(path) if path is not None else None
+            if device is not None:
+                model.to(device)
     finally:
         if f is not None:
             f.close()
     return model
+
+
+def _packing():
+    from toycards.runtime import packing
+
+    return packing
+
+
+def _threads_of(mapped: bool):
+    """Where the model reads a file's pages: the threads that read or pack them ahead as it loads,
+    stopped and joined if the load fails (packing.stopped_on_failure); else nothing to stop."""
+    return _packing().stopped_on_failure() if mapped else contextlib.nullcontext()

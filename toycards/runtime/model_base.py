@@ -1,8 +1,10 @@
 """What every generated model offers besides `forward`: logits for a list of ids, generation.
 
-Owns: `ModelAPI` (`logits(ids)`, `new_cache()`, `generate(prompt, …)`), shared by the NumPy
-and torch base classes, and `require_finite` (non-finite logits as one error line, which
-`generate` and `evaluate` raise). Leaves out: the forward pass (generated), weights (model_*.py).
+Owns: `ModelAPI` (`logits(ids)`, `new_cache()`, `generate(prompt, …)`, `context_length`), shared
+by the NumPy and torch base classes; `Generation` (what `generate` returns: the text pieces, then
+why they ended); and `require_finite` (non-finite logits as one error line, which `generate` and
+`evaluate` raise). Leaves out: the forward pass (generated), weights (model_*.py), the
+context-length policy itself (context.py).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from toycards.errors import ToycardsError
-from toycards.runtime.context import KVCache
+from toycards.runtime.context import ContextLength, KVCache, context_length
 
 
 class CacheRecomputes(UserWarning):
@@ -24,6 +26,7 @@ class ModelAPI:
     tokenizer = None  # set by the loader when the GGUF file carries a vocabulary
     bound = None  # toycards.binding.Bound: hyperparameters and where each tensor came from
     path = None  # the GGUF file the weights came from (set by the loader), named in errors
+    _file_watch = None  # packing.FileWatch of that file where the weights read its pages (set by the loader)
 
     def _kernel_choices(self, kept) -> None:
         """The per-model state of the block kernels' decoding, for the weights `kept` in their GGUF
@@ -35,6 +38,12 @@ class ModelAPI:
         self._prefetch = quant_kernels.PrefetchChoice()
         self._later = packing.LaterPacking(kept)
         self._packing_ahead = packing.pack_ahead(kept)
+
+    def _check_file(self) -> None:
+        """Before a forward pass: a ToycardsError where the file whose pages the weights read has
+        changed on disk since it was loaded (a read past a truncated file's end would kill the process)."""
+        if self._file_watch is not None:
+            self._file_watch.check()
 
     def constant(self, step: int, make):
         """The value of the card's entry-point `step` that follows from the hyperparameters alone
@@ -77,12 +86,23 @@ class ModelAPI:
         if n_vocab is not None and (ids.min() < 0 or ids.max() >= n_vocab):
             raise ToycardsError(f"token id out of range 0…{n_vocab - 1}")
 
+    @property
+    def context_length(self) -> ContextLength:
+        """The context the model was trained for (`.trained`, None: its card has none) and whether its
+        positions end there (`.learned`), read from the bound card once."""
+        known = self.__dict__.get("_context_length")
+        if known is None:
+            known = self.__dict__["_context_length"] = context_length(self.bound)
+        return known
+
     def logits(self, ids) -> np.ndarray:
-        """float32 logits [len(ids), N_V] for one sequence of token ids (NaN if the weights hold NaN)."""
+        """float32 logits [len(ids), N_V] for one sequence of token ids (NaN if the weights hold NaN).
+        Raises ToycardsError for more ids than a learned-position model has positions."""
         ids = np.asarray(ids, dtype=np.int64).reshape(1, -1)
         if ids.size == 0:
             raise ToycardsError("logits() needs at least one token id")
         self._check_ids(ids)
+        self.context_length.check_fits(ids.shape[-1], self.path)
         return self._forward_numpy(ids, None)[0]
 
     def new_cache(self, kv_type: str = "f32") -> KVCache:
@@ -91,43 +111,100 @@ class ModelAPI:
 
     def generate(self, prompt: str, max_tokens: int = 32, temperature: float = 0.0, top_k: int | None = None,
                  top_p: float | None = None, seed: int | None = None,
-                 parse_special: bool = False, kv_type: str = "f32") -> Iterator[str]:  # fmt: skip
-        """Yield text pieces of a continuation of `prompt` (greedy at temperature 0).
+                 parse_special: bool = False, kv_type: str = "f32", n_ctx: int | None = None) -> Generation:  # fmt: skip
+        """The text pieces of a continuation of `prompt` (greedy at temperature 0), as a `Generation`:
+        iterate it for the pieces; its `stop_reason` then says why they ended.
 
-        `parse_special`: special-token texts in the prompt (`<|im_start|>`, as a chat template
-        writes them) are those tokens, not text. `kv_type`: the cache's, as `new_cache` takes it.
-        Raises ToycardsError when the logits are not finite (weights holding NaN or Inf)."""
-        from toycards.runtime.sampling import sample
-
+        `n_ctx`: the context length, the most tokens the prompt and the continuation hold together
+        (default: the trained context, `context_length.trained`; no limit when the card has none);
+        past the trained context only where the positions go on (RoPE), never past a learned-position
+        model's. Generation stops there with `stop_reason == "context"`. `parse_special`: special-token
+        texts in the prompt (`<|im_start|>`, as a chat template writes them) are those tokens, not
+        text. `kv_type`: the cache's, as `new_cache` takes it.
+        Raises ToycardsError at once when the prompt leaves no room in the context, and while
+        iterating when the logits are not finite (weights holding NaN or Inf)."""
         tok = self.tokenizer
         if tok is None:
             raise ToycardsError("this model has no tokenizer (the GGUF file carries no vocabulary)")
         ids = tok.encode(prompt, parse_special=parse_special)
         if not ids:
             raise ToycardsError("the prompt encodes to no tokens")
-        prompt_ids = np.asarray(ids, dtype=np.int64).reshape(1, -1)  # (1, ℓ)
-        self._check_ids(prompt_ids)
-        rng = np.random.default_rng(seed)
+        limit, _ = self.context_length.resolve(n_ctx, "n_ctx")
+        if limit is not None and len(ids) >= limit:
+            raise ToycardsError(
+                f"the prompt is {len(ids)} tokens, which leaves no room to generate in the context length"
+                f" {limit} ({self.context_length.hint(limit)})"
+            )
+        self._check_ids(np.asarray(ids, dtype=np.int64))
+        sampling = {
+            "temperature": temperature,
+            "top_k": top_k,
+            "top_p": top_p,
+            "rng": np.random.default_rng(seed),
+        }
+        return Generation(self._continue(ids, max_tokens, limit, sampling, kv_type))
+
+    def _continue(self, ids: list[int], max_tokens: int, limit: int | None, sampling: dict, kv_type: str):
+        """The pieces of `generate`; returns its `stop_reason`. A sampled token is fed back only when a
+        next one will be sampled, so the sequence never holds more than `limit` tokens."""
+        from toycards.runtime.sampling import sample
+
+        tok = self.tokenizer
         cache = self.new_cache(kv_type)
         decoder = tok.decoder(at_start=False)
+        prompt_ids = np.asarray(ids, dtype=np.int64).reshape(1, -1)  # (1, ℓ)
         logits = self._forward_numpy(prompt_ids, cache, last=True)[0]  # (1, N_V): the last token's
         require_finite(logits, len(ids), self.path)
-        logits, position = logits[-1], len(ids)
-        for _ in range(max_tokens):
-            next_id = sample(logits, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng)
+        logits, position = logits[-1], len(ids)  # position: the tokens in the sequence so far
+        reason = "max_tokens"
+        for i in range(max_tokens):
+            if limit is not None and position >= limit:
+                reason = "context"
+                break
+            next_id = sample(logits, **sampling)
             if tok.is_eog(next_id):
+                reason = "end"
                 break
             piece = decoder.push(next_id)
             if piece:
                 yield piece
             position += 1
-            step = np.asarray([[next_id]], dtype=np.int64)
-            logits = self._forward_numpy(step, cache, last=True)[0]  # (1, N_V)
-            require_finite(logits, position, self.path)
-            logits = logits[-1]
+            if i + 1 < max_tokens and (limit is None or position < limit):
+                step = np.asarray([[next_id]], dtype=np.int64)
+                logits = self._forward_numpy(step, cache, last=True)[0]  # (1, N_V)
+                require_finite(logits, position, self.path)
+                logits = logits[-1]
         tail = decoder.flush()
         if tail:
             yield tail
+        return reason
+
+
+class Generation(Iterator[str]):
+    """What `ModelAPI.generate` returns: an iterator over the text pieces; once it is exhausted,
+    `stop_reason` says why the text ended (None until then):
+
+    - "end": the model chose an end-of-generation token;
+    - "max_tokens": `max_tokens` tokens were generated;
+    - "context": the prompt and the text filled the context length (`n_ctx`).
+    """
+
+    STOP_REASONS = ("end", "max_tokens", "context")
+
+    def __init__(self, pieces: Iterator[str]) -> None:
+        self._pieces = pieces
+        self.stop_reason: str | None = None
+
+    def __iter__(self) -> Generation:
+        return self
+
+    def __next__(self) -> str:
+        try:
+            return next(self._pieces)
+        except StopIteration as done:
+            if self.stop_reason is None:
+                self.stop_reason = done.value
+            raise
 
 
 def require_finite(logits: np.ndarray, first_position: int, path: str | None = None) -> None:

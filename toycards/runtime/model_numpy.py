@@ -32,6 +32,7 @@ class NumpyModel(ModelAPI):
         last token alone, [..., 1, N_V]."""
         from toycards.runtime import ops_numpy
 
+        self._check_file()
         x = np.asarray(x, dtype=np.int64)
         if cache is not None and self.RECOMPUTE:
             n_new = 1 if last else x.shape[-1]

@@ -150,6 +150,7 @@ class TorchModel(nn.Module, ModelAPI):
         kept = self.w._quantized
         if not kept:
             return
+        self._check_file()  # the blocks are read in the file's pages
         holders = {name: module for name, (module, _) in self.w._at.items()}
         made: dict[int, nn.Parameter] = {}
         for name, q in kept.items():
@@ -185,6 +186,7 @@ class TorchModel(nn.Module, ModelAPI):
             return self._call(x, cache, last)
 
     def _call(self, x, cache: KVCache | None, last: bool):
+        self._check_file()
         x = torch.as_tensor(x, dtype=torch.long)
         if cache is not None and self.RECOMPUTE:
             n_new = 1 if last else x.shape[-1]

@@ -13,9 +13,26 @@ resident: then also the float types the torch target copies),
 `LaterPacking` (after some decoding: the K-quants on AVX-512), `row_view` (a weight's rows as a weight,
 reading its packed copy), `resident` and `weight_memory` (`TOYCARDS_WEIGHTS=resident`: copies
 on 2 MiB pages, the float weights copied too), `resident_float32` (a model's float32 matrices
-copied there) and `read_ahead` (the file into the OS's page cache as a model loads).
+copied there), `read_ahead` (the file into the OS's page cache as a model loads),
+`stopped_on_failure` (the threads a failed load started, stopped and joined) and `FileWatch` (a
+model's file as it was when opened, and whether it has changed since).
 Leaves out: the packed layout and the products on it (kernels/quant.c, quant_kernels.py), the
 weights themselves (quant_torch.py, quant_numpy.py: `_stored`, `_buffer`, `_adopt`).
+
+A file changed under a loaded model: the weights read the file's pages through a memory mapping,
+and a read past the end of a file truncated since then kills the process (SIGBUS), in a C kernel or
+in NumPy alike. So the file's identity (device, inode, size, modification time in nanoseconds) is
+recorded when it is opened (gguf/reader.py maps only a file that still has it), and compared with
+the file as it is now (an open descriptor of the same inode: `FileWatch`) before each step that
+reads the mapping here (a packing step of up to AHEAD_STEP_BYTES of weights) and before each
+forward pass of the model. Once it differs, nothing packs from that file any more, and the model's
+every later use raises one ToycardsError ("FILE: changed on disk while loaded; load it again").
+What cannot be detected: a rewrite in place that keeps the size and the modification time (one
+within the file system's timestamp granularity, or one that sets the time back), which the model
+then reads as it finds it; and a truncation between a check and the reads after it (during one
+packing step or one forward pass), which still ends the process. A file replaced by another (a new
+file renamed over it, as downloads and atomic writers do) is not a change: the model keeps reading
+the old inode, which stays whole while it is mapped.
 """
 
 from __future__ import annotations
@@ -26,15 +43,19 @@ import mmap
 import os
 import sys
 import threading
+import weakref
 
 import numpy as np
 
+from toycards.errors import ToycardsError
 from toycards.runtime.quant_kernels import Plan, _check, library, pack_rows, packs_at_first_decoding, plan
 
 PACKING = threading.Lock()  # weights pack under this lock (each weight packs once)
 PACK_BYTES = 1 << 20  # bytes of a weight packed (and its file pages handed back) at a time
 PACK_AHEAD_BYTES = 256 << 20  # the most bytes of weights that pack as a model is made (pack_ahead)
 READ_AHEAD_CHUNK = 128 << 10  # bytes a read-ahead request asks for (at most Linux's usual readahead)
+READ_AHEAD_WINDOW = 64 << 20  # bytes of requests a read-ahead thread makes between looks at its stop flag
+AHEAD_STEP_BYTES = 32 << 20  # bytes of weights pack_ahead copies in one C call, between looks at the file
 WEIGHTS = "TOYCARDS_WEIGHTS"
 HUGE_PAGE = 2 << 20  # bytes of one of the kernel's transparent huge pages (x86-64, most arm64)
 MADV_HUGEPAGE = getattr(mmap, "MADV_HUGEPAGE", 14)  # Linux's number where Python does not name it
@@ -137,6 +158,7 @@ def resident_float32(weights: dict) -> dict:
     }
     if not todo or not resident():
         return weights
+    _unchanged(todo.values())
     offsets, total = {}, 0
     for key, a in todo.items():
         offsets[key] = total
@@ -164,8 +186,13 @@ def pack_weights(weights, one_thread: bool = False) -> None:
     A row view (`row_view`) packs its whole weight, whose copy then holds its rows where they fall
     on the copy's groups, and a copy of its own only where they do not."""
     with PACKING:
-        _pack_unpacked([w._whole for w in weights if getattr(w, "_whole", None) is not None], one_thread)
-        _pack_unpacked(weights, one_thread)
+        _pack_held(weights, one_thread)
+
+
+def _pack_held(weights, one_thread: bool) -> None:
+    """`pack_weights` under PACKING: the whole weights of row views first, then the weights."""
+    _pack_unpacked([w._whole for w in weights if getattr(w, "_whole", None) is not None], one_thread)
+    _pack_unpacked(weights, one_thread)
 
 
 def copy_due(weight) -> bool:
@@ -190,11 +217,13 @@ def packed_when_done() -> None:
 
 
 def _pack_unpacked(weights, one_thread: bool) -> None:
-    """`pack_weights`' copies (under PACKING) of those of `weights` not packed yet."""
+    """`pack_weights`' copies (under PACKING) of those of `weights` not packed yet; a ToycardsError,
+    and nothing copied, where their file has changed since it was opened (`FileWatch`)."""
     todo = list({id(w): w for w in weights if w._unpacked}.values())
     if not todo:
         return
     stored = [w._stored() for w in todo]  # (plan, blocks)
+    _unchanged(blocks for _, blocks in stored)
     offsets, total = [], 0
     for _, blocks in stored:
         offsets.append(total)
@@ -256,18 +285,62 @@ def pack_ahead(weights) -> threading.Thread | None:
     128 tokens took 3.02–3.07 s packing ahead, 3.15 s packing each weight in the prompt instead
     (before `packs_first` left a prompt's products to the blocks as stored); SmolLM2-135M's Q4_0 and
     Q8_0 first prefills took 0.41 and 0.61–0.66 s packing ahead, 0.51–0.52 and 0.73–0.76 s packing
-    in the prompt."""
+    in the prompt.
+
+    The thread holds the weights by weak references and copies AHEAD_STEP_BYTES of them at a time
+    (one C call each: between calls it needs Python's lock, which the loader holds while it runs
+    Python): before each step it stops where it was told to (`Background.stop`: a load that failed,
+    `stopped_on_failure`), where a weight is gone (the model was dropped) or where their file has
+    changed (module docstring); the weights it did not copy pack at their first few-token product,
+    which then says why."""
     todo = list({id(w): w for w in weights if copy_due(w)}.values())
     if not todo or library() is None:
         return None
     if not resident() and sum(w.blocks.nbytes for w in todo) > PACK_AHEAD_BYTES:
         return None  # they pack at their first few-token product
+    refs = [weakref.ref(w) for w in todo]
+    del todo
 
-    def run() -> None:
-        with contextlib.suppress(Exception):
-            pack_weights(todo, one_thread=True)
+    def run(halt: threading.Event) -> None:
+        if not _acquired(PACKING, halt):
+            return
+        try:
+            at = 0
+            while at < len(refs) and not halt.is_set():
+                step, at = _ahead_step(refs, at)
+                if step is None:  # the model was dropped
+                    return
+                _pack_held(step, one_thread=True)
+                del step  # held by weak references alone between steps
+        finally:
+            PACKING.release()
 
-    return _started(threading.Thread(target=run, name="toycards-pack-ahead", daemon=True))
+    return _started(Background("toycards-pack-ahead", run))
+
+
+def _ahead_step(refs, at: int) -> tuple[list | None, int]:
+    """The weights of `refs` from `at` on that come to AHEAD_STEP_BYTES (at least one), and where the
+    next step starts; None where one of them is gone."""
+    step, size = [], 0
+    while at < len(refs) and (not step or size < AHEAD_STEP_BYTES):
+        w = refs[at]()
+        if w is None:
+            return None, at
+        step.append(w)
+        size += w.blocks.nbytes
+        at += 1
+    return step, at
+
+
+def _acquired(lock: threading.Lock, halt: threading.Event) -> bool:
+    """`lock` taken, or False (not taken) once `halt` is set while it waits for it."""
+    while not lock.acquire(timeout=0.05):
+        if halt.is_set():
+            return False
+    if halt.is_set():
+        lock.release()
+        return False
+    return True
 
 
 def read_ahead(path) -> threading.Thread | None:
@@ -275,9 +348,11 @@ def read_ahead(path) -> threading.Thread | None:
     its page cache, on a thread of its own (the requests block while the OS queues them), so that a
     file not cached yet comes in large reads while the loader goes on, rather than a page fault at a
     time in the first pass; nothing is mapped into the process (its memory does not grow), as
-    llama.cpp's loader asks of its mapping. READ_AHEAD_CHUNK bytes a request (tc_read_ahead). Not
-    where the weights would take more than half of the memory the system has available (they would
-    push out what the pass needs), nor without the C kernels.
+    llama.cpp's loader asks of its mapping. READ_AHEAD_CHUNK bytes a request (tc_read_ahead), one C
+    call for each READ_AHEAD_WINDOW bytes, between which the thread stops where it was told to
+    (`Background.stop`: a load that failed). Not where the weights would take more than half of the
+    memory the system has available (they would push out what the pass needs), nor without the C
+    kernels.
 
     On a two-core Zen 1 with the 1B-shaped Q4_K file (666 MiB), alternating processes. Out of the
     cache: load 0.72–0.91 s against 0.35–0.45 (its own page faults queue behind the reads), load
@@ -298,25 +373,76 @@ def read_ahead(path) -> threading.Thread | None:
         os.close(fd)
         return None
 
-    def run() -> None:
+    def run(halt: threading.Event) -> None:
         try:
-            lib.tc_read_ahead(fd, 0, length, READ_AHEAD_CHUNK)
+            for at in range(0, length, READ_AHEAD_WINDOW):
+                if halt.is_set() or lib.tc_read_ahead(
+                    fd, at, min(READ_AHEAD_WINDOW, length - at), READ_AHEAD_CHUNK
+                ):
+                    return
         finally:
             os.close(fd)
 
-    thread = _started(threading.Thread(target=run, name="toycards-read-ahead", daemon=True))
+    thread = _started(Background("toycards-read-ahead", run))
     if thread is None:
         os.close(fd)
     return thread
 
 
-def _started(thread: threading.Thread) -> threading.Thread | None:
+class Background(threading.Thread):
+    """A daemon thread running `work(halt)`, which returns soon after `stop()` sets `halt`."""
+
+    def __init__(self, name: str, work) -> None:
+        super().__init__(name=name, daemon=True)
+        self._work, self._halt = work, threading.Event()
+
+    def run(self) -> None:
+        with contextlib.suppress(Exception):  # work done ahead of need: what fails is done when needed
+            self._work(self._halt)
+
+    def stop(self) -> None:
+        self._halt.set()
+
+
+_scope = threading.local()  # the threads started under this thread's `stopped_on_failure`
+
+
+@contextlib.contextmanager
+def stopped_on_failure():
+    """Every thread `pack_ahead` and `read_ahead` start in the block (on this thread), stopped and
+    joined where the block raises: a load that fails leaves no thread reading its file.
+
+    >>> with contextlib.suppress(ValueError), stopped_on_failure():
+    ...     thread = _started(Background("waits", lambda halt: halt.wait()))
+    ...     raise ValueError
+    >>> thread.is_alive()
+    False
+    """
+    outer = getattr(_scope, "threads", None)
+    _scope.threads = started = []
+    try:
+        yield
+    except BaseException:
+        for thread in started:
+            thread.stop()
+        for thread in started:
+            thread.join()
+        raise
+    finally:
+        _scope.threads = outer
+        if outer is not None:
+            outer.extend(started)
+
+
+def _started(thread: Background) -> Background | None:
     """`thread` started, or None where the system would start no more threads (the work it was to
     do ahead is then done when it is needed, or not at all)."""
     try:
         thread.start()
     except RuntimeError:  # can't start new thread
         return None
+    if (started := getattr(_scope, "threads", None)) is not None:
+        started.append(thread)
     return thread
 
 
@@ -342,6 +468,69 @@ def file_view(blocks: np.ndarray) -> bool:
             return isinstance(base, np.ndarray)
         base = nxt
     return False
+
+
+class FileWatch:
+    """A file as it was when opened, to tell whether it has changed since (module docstring): its
+    `identity` (st_dev, st_ino, st_size, st_mtime_ns, as gguf/reader.py records it) and an open
+    descriptor of it, which keeps naming the same inode whatever is renamed over its path. Once
+    `changed()`, always. `watch(mappings)`: the memory maps of the file whose views are checked
+    before a packing step reads them.
+
+    >>> import tempfile; path = tempfile.mkdtemp() + "/m.gguf"; _ = open(path, "wb").write(b"GGUF")
+    >>> st = os.stat(path); watch = FileWatch(path, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    >>> watch.changed(), os.truncate(path, 2), watch.changed()
+    (False, None, True)
+    """
+
+    def __init__(self, path: str, identity: tuple[int, int, int, int]) -> None:
+        self.path, self.identity = str(path), tuple(identity)
+        self._changed = False
+        try:
+            self._file = open(path, "rb", buffering=0)  # noqa: SIM115 - open while the model lives
+        except OSError:  # gone already
+            self._file, self._changed = None, True
+            return
+        weakref.finalize(self, self._file.close)
+        self.changed()
+
+    def changed(self) -> bool:
+        if not self._changed:
+            try:
+                st = os.fstat(self._file.fileno())
+                self._changed = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != self.identity
+            except OSError:
+                self._changed = True
+        return self._changed
+
+    def check(self) -> None:
+        """A ToycardsError naming the file where it has changed."""
+        if self.changed():
+            raise ToycardsError(f"{self.path}: changed on disk while loaded; load it again")
+
+    def watch(self, mappings) -> FileWatch:
+        for m in mappings:
+            _WATCHES[m] = self
+        return self
+
+    def __copy__(self) -> FileWatch:  # one watch a file: a copied model watches the same pages
+        return self
+
+    def __deepcopy__(self, memo) -> FileWatch:
+        return self
+
+
+_WATCHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # mmap.mmap → its file's FileWatch
+
+
+def _unchanged(arrays) -> None:
+    """A ToycardsError (`FileWatch.check`) where one of `arrays` is a view of a file that has changed."""
+    for array in arrays:
+        base = array
+        while base is not None and not isinstance(base, mmap.mmap):
+            base = getattr(base, "base", None)
+        if base is not None and (watch := _WATCHES.get(base)) is not None:
+            watch.check()
 
 
 class LaterPacking:
