@@ -102,7 +102,7 @@ class GGUFFile:
     (where tensor data starts), `metadata` (a lazy `Metadata` mapping) and `tensors`
     (name → `TensorInfo`, in file order), `identity` (the file's st_dev, st_ino, st_size and
     st_mtime_ns when it was opened: tensor data is read only from a file that still has them,
-    and runtime/packing.FileWatch compares them with the file's later). After `close()`,
+    and runtime/mapped.FileWatch compares them with the file's later). After `close()`,
     scalars and arrays already read stay available; reading an array not yet decoded, or
     tensor data, fails.
     """

@@ -9,8 +9,8 @@ each bound tensor (a quantized, F16 or BF16 matrix kept in its GGUF blocks for t
 `ops.linear`, an F32 tensor memory-mapped (copied for the reference target), anything else or
 everything under `dequantize=True` dequantised to float32) or initialising it randomly from the
 card, and attaching the file's tokenizer. A model that reads the file's pages gets the file's
-`packing.FileWatch` (its forward passes raise once the file has changed on disk), and a load that
-fails stops the threads it started (packing.stopped_on_failure).
+`mapped.FileWatch` (its forward passes raise once the file has changed on disk), and a load that
+fails stops the threads it started (mapped.stopped_on_failure).
 Leaves out: the meaning of cards (checker/, lang/interpret/), code text (codegen/), file parsing (gguf/).
 """
 
@@ -299,9 +299,9 @@ def _load(source, weights, target: str, seed: int, dequantize: bool, device):
     try:
         with _threads_of(mapped):
             # the file as it was opened, to tell whether it changes under the model
-            watch = _packing().FileWatch(f.path, f.identity) if mapped else None
+            watch = _mapped().FileWatch(f.path, f.identity) if mapped else None
             if mapped:  # the weights into the page cache as the card loads
-                _packing().read_ahead(f.path)
+                _mapped().read_ahead(f.path)
             card = card_for_file(f) if card is None else card
             bound = bind(card.main, f) if f is not None else bind_values(card.main)
             _raise_problems(bound, card, path)
@@ -334,13 +334,13 @@ def _load(source, weights, target: str, seed: int, dequantize: bool, device):
     return model
 
 
-def _packing():
-    from toycards.runtime import packing
+def _mapped():
+    from toycards.runtime import mapped
 
-    return packing
+    return mapped
 
 
 def _threads_of(mapped: bool):
     """Where the model reads a file's pages: the threads that read or pack them ahead as it loads,
-    stopped and joined if the load fails (packing.stopped_on_failure); else nothing to stop."""
-    return _packing().stopped_on_failure() if mapped else contextlib.nullcontext()
+    stopped and joined if the load fails (mapped.stopped_on_failure); else nothing to stop."""
+    return _mapped().stopped_on_failure() if mapped else contextlib.nullcontext()

@@ -26,7 +26,7 @@ class ModelAPI:
     tokenizer = None  # set by the loader when the GGUF file carries a vocabulary
     bound = None  # toycards.binding.Bound: hyperparameters and where each tensor came from
     path = None  # the GGUF file the weights came from (set by the loader), named in errors
-    _file_watch = None  # packing.FileWatch of that file where the weights read its pages (set by the loader)
+    _file_watch = None  # mapped.FileWatch of that file where the weights read its pages (set by the loader)
 
     def _kernel_choices(self, kept) -> None:
         """The per-model state of the block kernels' decoding, for the weights `kept` in their GGUF

@@ -13,26 +13,10 @@ resident: then also the float types the torch target copies),
 `LaterPacking` (after some decoding: the K-quants on AVX-512), `row_view` (a weight's rows as a weight,
 reading its packed copy), `resident` and `weight_memory` (`TOYCARDS_WEIGHTS=resident`: copies
 on 2 MiB pages, the float weights copied too), `resident_float32` (a model's float32 matrices
-copied there), `read_ahead` (the file into the OS's page cache as a model loads),
-`stopped_on_failure` (the threads a failed load started, stopped and joined) and `FileWatch` (a
-model's file as it was when opened, and whether it has changed since).
+copied there).
 Leaves out: the packed layout and the products on it (kernels/quant.c, quant_kernels.py), the
-weights themselves (quant_torch.py, quant_numpy.py: `_stored`, `_buffer`, `_adopt`).
-
-A file changed under a loaded model: the weights read the file's pages through a memory mapping,
-and a read past the end of a file truncated since then kills the process (SIGBUS), in a C kernel or
-in NumPy alike. So the file's identity (device, inode, size, modification time in nanoseconds) is
-recorded when it is opened (gguf/reader.py maps only a file that still has it), and compared with
-the file as it is now (an open descriptor of the same inode: `FileWatch`) before each step that
-reads the mapping here (a packing step of up to AHEAD_STEP_BYTES of weights) and before each
-forward pass of the model. Once it differs, nothing packs from that file any more, and the model's
-every later use raises one ToycardsError ("FILE: changed on disk while loaded; load it again").
-What cannot be detected: a rewrite in place that keeps the size and the modification time (one
-within the file system's timestamp granularity, or one that sets the time back), which the model
-then reads as it finds it; and a truncation between a check and the reads after it (during one
-packing step or one forward pass), which still ends the process. A file replaced by another (a new
-file renamed over it, as downloads and atomic writers do) is not a change: the model keeps reading
-the old inode, which stays whole while it is mapped.
+weights themselves (quant_torch.py, quant_numpy.py: `_stored`, `_buffer`, `_adopt`), and the
+model's file: reading it ahead, watching it for changes, the threads that work on it (mapped.py).
 """
 
 from __future__ import annotations
@@ -47,14 +31,12 @@ import weakref
 
 import numpy as np
 
-from toycards.errors import ToycardsError
+from toycards.runtime.mapped import Background, file_view, started, unchanged
 from toycards.runtime.quant_kernels import Plan, _check, library, pack_rows, packs_at_first_decoding, plan
 
 PACKING = threading.Lock()  # weights pack under this lock (each weight packs once)
 PACK_BYTES = 1 << 20  # bytes of a weight packed (and its file pages handed back) at a time
 PACK_AHEAD_BYTES = 256 << 20  # the most bytes of weights that pack as a model is made (pack_ahead)
-READ_AHEAD_CHUNK = 128 << 10  # bytes a read-ahead request asks for (at most Linux's usual readahead)
-READ_AHEAD_WINDOW = 64 << 20  # bytes of requests a read-ahead thread makes between looks at its stop flag
 AHEAD_STEP_BYTES = 32 << 20  # bytes of weights pack_ahead copies in one C call, between looks at the file
 WEIGHTS = "TOYCARDS_WEIGHTS"
 HUGE_PAGE = 2 << 20  # bytes of one of the kernel's transparent huge pages (x86-64, most arm64)
@@ -158,7 +140,7 @@ def resident_float32(weights: dict) -> dict:
     }
     if not todo or not resident():
         return weights
-    _unchanged(todo.values())
+    unchanged(todo.values())
     offsets, total = {}, 0
     for key, a in todo.items():
         offsets[key] = total
@@ -223,7 +205,7 @@ def _pack_unpacked(weights, one_thread: bool) -> None:
     if not todo:
         return
     stored = [w._stored() for w in todo]  # (plan, blocks)
-    _unchanged(blocks for _, blocks in stored)
+    unchanged(blocks for _, blocks in stored)
     offsets, total = [], 0
     for _, blocks in stored:
         offsets.append(total)
@@ -315,7 +297,7 @@ def pack_ahead(weights) -> threading.Thread | None:
         finally:
             PACKING.release()
 
-    return _started(Background("toycards-pack-ahead", run))
+    return started(Background("toycards-pack-ahead", run))
 
 
 def _ahead_step(refs, at: int) -> tuple[list | None, int]:
@@ -341,196 +323,6 @@ def _acquired(lock: threading.Lock, halt: threading.Event) -> bool:
         lock.release()
         return False
     return True
-
-
-def read_ahead(path) -> threading.Thread | None:
-    """Have the OS read the file at `path` (a model's, in file order: the vocabulary comes first) into
-    its page cache, on a thread of its own (the requests block while the OS queues them), so that a
-    file not cached yet comes in large reads while the loader goes on, rather than a page fault at a
-    time in the first pass; nothing is mapped into the process (its memory does not grow), as
-    llama.cpp's loader asks of its mapping. READ_AHEAD_CHUNK bytes a request (tc_read_ahead), one C
-    call for each READ_AHEAD_WINDOW bytes, between which the thread stops where it was told to
-    (`Background.stop`: a load that failed). Not where the weights would take more than half of the
-    memory the system has available (they would push out what the pass needs), nor without the C
-    kernels.
-
-    On a two-core Zen 1 with the 1B-shaped Q4_K file (666 MiB), alternating processes. Out of the
-    cache: load 0.72–0.91 s against 0.35–0.45 (its own page faults queue behind the reads), load
-    and a first prefill of 128 tokens 3.82–6.61 s against 4.02–7.14 (medians of two series of five
-    pairs: 3.96 and 5.83 against 4.29 and 6.59; the host was noisy). Cached already: load 0.39–0.43
-    against 0.36–0.39 s. A first pass over the pages alone, right after a 0.35 s wait: 0.05 s
-    against 0.4–1.4. From a Python thread, one request a call, the interpreter's lock held the
-    requests up behind the loader (0.5–1.1 s; almost nothing read by the load's end)."""
-    lib = library()
-    if lib is None:
-        return None
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # the loader says what is wrong with the file
-        return None
-    length = os.fstat(fd).st_size
-    if length <= 0 or 2 * length > _available_memory():
-        os.close(fd)
-        return None
-
-    def run(halt: threading.Event) -> None:
-        try:
-            for at in range(0, length, READ_AHEAD_WINDOW):
-                if halt.is_set() or lib.tc_read_ahead(
-                    fd, at, min(READ_AHEAD_WINDOW, length - at), READ_AHEAD_CHUNK
-                ):
-                    return
-        finally:
-            os.close(fd)
-
-    thread = _started(Background("toycards-read-ahead", run))
-    if thread is None:
-        os.close(fd)
-    return thread
-
-
-class Background(threading.Thread):
-    """A daemon thread running `work(halt)`, which returns soon after `stop()` sets `halt`."""
-
-    def __init__(self, name: str, work) -> None:
-        super().__init__(name=name, daemon=True)
-        self._work, self._halt = work, threading.Event()
-
-    def run(self) -> None:
-        with contextlib.suppress(Exception):  # work done ahead of need: what fails is done when needed
-            self._work(self._halt)
-
-    def stop(self) -> None:
-        self._halt.set()
-
-
-_scope = threading.local()  # the threads started under this thread's `stopped_on_failure`
-
-
-@contextlib.contextmanager
-def stopped_on_failure():
-    """Every thread `pack_ahead` and `read_ahead` start in the block (on this thread), stopped and
-    joined where the block raises: a load that fails leaves no thread reading its file.
-
-    >>> with contextlib.suppress(ValueError), stopped_on_failure():
-    ...     thread = _started(Background("waits", lambda halt: halt.wait()))
-    ...     raise ValueError
-    >>> thread.is_alive()
-    False
-    """
-    outer = getattr(_scope, "threads", None)
-    _scope.threads = started = []
-    try:
-        yield
-    except BaseException:
-        for thread in started:
-            thread.stop()
-        for thread in started:
-            thread.join()
-        raise
-    finally:
-        _scope.threads = outer
-        if outer is not None:
-            outer.extend(started)
-
-
-def _started(thread: Background) -> Background | None:
-    """`thread` started, or None where the system would start no more threads (the work it was to
-    do ahead is then done when it is needed, or not at all)."""
-    try:
-        thread.start()
-    except RuntimeError:  # can't start new thread
-        return None
-    if (started := getattr(_scope, "threads", None)) is not None:
-        started.append(thread)
-    return thread
-
-
-def _available_memory() -> int:
-    """Bytes of memory the system says are available (Linux's MemAvailable), or 0 where it says not."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            return next((int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:")), 0)
-    except (OSError, ValueError):
-        return 0
-
-
-def file_view(blocks: np.ndarray) -> bool:
-    """Whether `blocks` are a read-only view of a file's mapping, whose pages may be dropped from
-    this process (read again, they map again from the file: nothing is lost); memory of any other
-    kind may not (MADV_DONTNEED would zero writable private pages)."""
-    if not sys.platform.startswith("linux") or blocks.flags.writeable or not hasattr(mmap, "MADV_DONTNEED"):
-        return False
-    base = blocks
-    while base is not None:  # the ndarray over the whole file, then its mmap
-        nxt = getattr(base, "base", None)
-        if isinstance(nxt, mmap.mmap):
-            return isinstance(base, np.ndarray)
-        base = nxt
-    return False
-
-
-class FileWatch:
-    """A file as it was when opened, to tell whether it has changed since (module docstring): its
-    `identity` (st_dev, st_ino, st_size, st_mtime_ns, as gguf/reader.py records it) and an open
-    descriptor of it, which keeps naming the same inode whatever is renamed over its path. Once
-    `changed()`, always. `watch(mappings)`: the memory maps of the file whose views are checked
-    before a packing step reads them.
-
-    >>> import tempfile; path = tempfile.mkdtemp() + "/m.gguf"; _ = open(path, "wb").write(b"GGUF")
-    >>> st = os.stat(path); watch = FileWatch(path, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
-    >>> watch.changed(), os.truncate(path, 2), watch.changed()
-    (False, None, True)
-    """
-
-    def __init__(self, path: str, identity: tuple[int, int, int, int]) -> None:
-        self.path, self.identity = str(path), tuple(identity)
-        self._changed = False
-        try:
-            self._file = open(path, "rb", buffering=0)  # noqa: SIM115 - open while the model lives
-        except OSError:  # gone already
-            self._file, self._changed = None, True
-            return
-        weakref.finalize(self, self._file.close)
-        self.changed()
-
-    def changed(self) -> bool:
-        if not self._changed:
-            try:
-                st = os.fstat(self._file.fileno())
-                self._changed = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != self.identity
-            except OSError:
-                self._changed = True
-        return self._changed
-
-    def check(self) -> None:
-        """A ToycardsError naming the file where it has changed."""
-        if self.changed():
-            raise ToycardsError(f"{self.path}: changed on disk while loaded; load it again")
-
-    def watch(self, mappings) -> FileWatch:
-        for m in mappings:
-            _WATCHES[m] = self
-        return self
-
-    def __copy__(self) -> FileWatch:  # one watch a file: a copied model watches the same pages
-        return self
-
-    def __deepcopy__(self, memo) -> FileWatch:
-        return self
-
-
-_WATCHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # mmap.mmap → its file's FileWatch
-
-
-def _unchanged(arrays) -> None:
-    """A ToycardsError (`FileWatch.check`) where one of `arrays` is a view of a file that has changed."""
-    for array in arrays:
-        base = array
-        while base is not None and not isinstance(base, mmap.mmap):
-            base = getattr(base, "base", None)
-        if base is not None and (watch := _WATCHES.get(base)) is not None:
-            watch.check()
 
 
 class LaterPacking:

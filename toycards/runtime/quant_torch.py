@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from toycards.gguf.facts import QUANT_NAMES
-from toycards.runtime import glue_cpp, packing
+from toycards.runtime import glue_cpp, mapped, packing
 from toycards.runtime import quant_kernels as kernels
 from toycards.runtime.glue_torch import plain
 
@@ -268,7 +268,7 @@ class QuantWeight:
         copied = (
             self.fast
             and kernels.float_direct(self.ggml_type)
-            and packing.file_view(blocks)
+            and mapped.file_view(blocks)
             and packing.resident()
         )
         self._unpacked = self.fast and (

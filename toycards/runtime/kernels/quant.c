@@ -1507,7 +1507,7 @@ int tc_pack(const tc_weight *p, int64_t r0, int64_t r1, uint8_t *out, int64_t on
  * `chunk` bytes a request, and return once all are asked (the reads go on without this thread);
  * 0, or the error number. Linux clamps one request to the device's readahead size, so one request
  * for a whole file reads only its start (8 MiB here). Called through ctypes on a thread of its own
- * (packing.read_ahead): the requests block for a while, and without Python's lock they do not slow
+ * (mapped.read_ahead): the requests block for a while, and without Python's lock they do not slow
  * the loader, nor it them. */
 int tc_read_ahead(int64_t fd, int64_t offset, int64_t length, int64_t chunk) {
 #ifdef __linux__
