@@ -40,8 +40,8 @@ A checkpoint holds the whole model and AdamW's state keyed by parameter name (pa
 `full_state`, gathered on rank 0 under FSDP), so that any spread of the processes resumes it.
 A checkpoint path that holds anything but a toycards checkpoint is never written over; at the
 end of a run the checkpoint is removed only when it is the file this run wrote or resumed from,
-or a checkpoint of this very run. A file that is not a checkpoint this toycards resumes (random
-bytes, another torch file, a forged one) is one line saying what it is and what was expected.
+or a checkpoint of this very run (what a checkpoint file is, and telling one from anything else:
+checkpoint.py).
 """
 
 from __future__ import annotations
@@ -59,9 +59,17 @@ import torch
 
 from toycards.errors import ToycardsError
 from toycards.fileio import atomic_output
+from toycards.models.checkpoint import (
+    CHECKPOINT_FORMAT,
+    file_id,
+    inspect_checkpoint,
+    read_checkpoint,
+    refuse_foreign_checkpoint,
+    torch_save,
+    unfit_weights,
+)
 from toycards.models.parallel import World, full_state, load_full_state, spread, synced
 
-CHECKPOINT_FORMAT = "toycards-checkpoint 2"  # 2: the optimizer's state keyed by parameter name
 EVAL_WINDOWS = 64  # held-out windows scored at each evaluation (non-overlapping, from the start)
 
 
@@ -282,7 +290,7 @@ class Trainer:
         written atomically by rank 0; over a file that is not a toycards checkpoint, refused."""
         weights, optimizer_state = full_state(self.model, self.optimizer)
         if self.world.rank == 0:
-            if _file_id(path) not in (None, self._checkpoint_file):
+            if file_id(path) not in (None, self._checkpoint_file):
                 refuse_foreign_checkpoint(path)
             state = {
                 "format": CHECKPOINT_FORMAT,
@@ -293,8 +301,8 @@ class Trainer:
                 "optimizer": optimizer_state,
             }
             with atomic_output(path) as part, open(part, "wb") as f:
-                _torch_save(state, f)
-            self._checkpoint_file = _file_id(path)
+                torch_save(state, f)
+            self._checkpoint_file = file_id(path)
         self.world.barrier()
 
     def resume(self, path: str) -> None:
@@ -305,7 +313,7 @@ class Trainer:
         was = self._differs(state["identity"])
         if was:
             raise ToycardsError(f"--resume: the checkpoint {path} was made with {was}")
-        unfit = _unfit_weights(self.model, state["model"])
+        unfit = unfit_weights(self.model, state["model"])
         if unfit:
             raise ToycardsError(f"{path}: a damaged {CHECKPOINT_FORMAT} file: {unfit}")
         try:
@@ -316,7 +324,7 @@ class Trainer:
                 f"{path}: a damaged {CHECKPOINT_FORMAT} file: its optimizer state ({detail})"
             ) from None
         self.step, self.losses = int(state["step"]), [float(v) for v in state["losses"]]
-        self._checkpoint_file = _file_id(path)
+        self._checkpoint_file = file_id(path)
 
     def _differs(self, theirs: dict) -> str | None:
         """What a checkpoint's identity says that this run's does not ("another text",
@@ -331,157 +339,18 @@ class Trainer:
         """Remove the checkpoint at `path` once the run is done, if it is the file this trainer
         wrote or resumed from (the same inode, size and time) or a checkpoint of this very run
         (its identity is this run's); anything else stays. Whether it was removed."""
-        found = _file_id(path)
+        found = file_id(path)
         if found is None:
             return False
         ours = found == self._checkpoint_file
         if not ours:
-            state, problem = _inspect(path, peek=True)
+            state, problem = inspect_checkpoint(path, peek=True)
             ours = problem is None and self._differs(state["identity"]) is None
             del state  # peeking maps the file: let go of it before removing it
-        if ours and _file_id(path) == found:
+        if ours and file_id(path) == found:
             os.unlink(os.path.realpath(path))  # the file atomic_output wrote, not a link to it
             return True
         return False
-
-
-# ── checkpoint files ──────────────────────────────────────────────────────────────────────
-NOT_OURS = f"not a toycards checkpoint (expected a {CHECKPOINT_FORMAT} file, as toycards train writes)"
-_FIELDS = {"step": int, "losses": list, "identity": dict, "model": dict, "optimizer": (dict, type(None))}
-_ZIP = b"PK\x03\x04"  # torch.save's format (a zip archive) starts so
-
-
-def read_checkpoint(path: str) -> dict:
-    """The state a checkpoint holds, checked: any other file (a forged or foreign one, random
-    bytes, an older format, a toycards checkpoint with a field missing) is one line saying what
-    the file is and what was expected."""
-    state, problem = _inspect(path)
-    if problem is not None:
-        raise ToycardsError(f"{path}: {problem}")
-    return state
-
-
-def refuse_foreign_checkpoint(path: str) -> None:
-    """Refuse a checkpoint path that holds something other than a toycards checkpoint (a user's
-    notes.txt given as --checkpoint), which a run would overwrite and remove; a toycards
-    checkpoint of another run or version, or a damaged one, is toycards' own and may go."""
-    if not os.path.lexists(path):
-        return
-    if not os.path.isfile(path):
-        raise ToycardsError(f"--checkpoint {path}: not a file; refusing to overwrite it")
-    _, problem = _inspect(path, peek=True)
-    if problem is not None and problem.startswith(NOT_OURS):
-        raise ToycardsError(f"--checkpoint {path}: {problem}; refusing to overwrite it")
-
-
-def _inspect(path: str, peek: bool = False) -> tuple[dict | None, str | None]:
-    """(the loaded state, None) for a checkpoint this toycards resumes, else (what loaded or
-    None, what the file is). `peek` maps the file's tensors instead of reading them."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4096)
-    except OSError as e:
-        return None, f"{NOT_OURS}: cannot read it ({e.strerror or e})"
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=peek and head.startswith(_ZIP))
-    except Exception as e:  # noqa: BLE001 - whatever torch.load makes of the file, it is not ours
-        return None, f"{NOT_OURS}: {_unreadable(head, e)}"
-    written = state.get("format") if isinstance(state, dict) else None
-    if (
-        isinstance(written, str)
-        and written.startswith("toycards-checkpoint")
-        and written != CHECKPOINT_FORMAT
-    ):
-        return state, f"a {written} file; this toycards resumes {CHECKPOINT_FORMAT} only"
-    if written != CHECKPOINT_FORMAT:
-        return None, f"{NOT_OURS}: it is a torch file holding {_holding(state)}"
-    for key, kind in _FIELDS.items():
-        value = state.get(key)
-        if isinstance(value, bool) or not isinstance(value, kind):
-            has = "no" if key not in state else f"a {type(value).__name__} as its"
-            return state, f"a damaged {CHECKPOINT_FORMAT} file: {has} {key!r}"
-    odd = next((v for v in state["losses"] if isinstance(v, bool) or not isinstance(v, int | float)), None)
-    if odd is not None:
-        return state, f"a damaged {CHECKPOINT_FORMAT} file: a {type(odd).__name__} among its 'losses'"
-    return state, None
-
-
-def _unreadable(head: bytes, e: Exception) -> str:
-    """What a file torch.load cannot read looks like, from its first bytes.
-
-    >>> _unreadable(b"my notes\\n", ValueError("invalid load key"))
-    'it is a text file'
-    """
-    if not head:
-        return "it is empty"
-    if head.startswith(_ZIP):
-        detail = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
-        return f"it is a zip archive that torch.load cannot read ({detail})"
-    try:
-        text = head.decode("utf-8")
-    except UnicodeDecodeError as bad:  # a character cut at the 4096th byte is still text
-        text = head[: bad.start].decode("utf-8") if bad.start >= len(head) - 3 else None
-    if text is not None and all(c.isprintable() or c in "\t\r\n\f" for c in text):
-        return "it is a text file"
-    return "it is binary data that torch.load cannot read"
-
-
-def _holding(state: object) -> str:
-    """A loaded object in a few words: "a dict with keys 'a', 'b'", "a list".
-
-    >>> _holding({"weights": 1, "step": 2}), _holding([1])
-    ("a dict with keys 'weights', 'step'", 'a list')
-    """
-    if isinstance(state, dict):
-        keys = [repr(k) for k in list(state)[:6]]
-        more = ", …" if len(state) > 6 else ""
-        return f"a dict with keys {', '.join(keys)}{more}" if keys else "an empty dict"
-    return f"a {type(state).__name__}"
-
-
-def _unfit_weights(model: torch.nn.Module, weights: dict) -> str | None:
-    """What keeps a checkpoint's weights from loading into `model`: a tensor missing, one the
-    model lacks, another shape; or None."""
-    want = {name: tuple(t.shape) for name, t in model.state_dict().items()}  # global shapes under FSDP
-    missing, extra = [n for n in want if n not in weights], [n for n in weights if n not in want]
-    if missing:
-        return f"no tensor {missing[0]!r}" + (
-            f" (and {len(missing) - 1} more missing)" if missing[1:] else ""
-        )
-    if extra:
-        return f"a tensor {extra[0]!r} the model does not have"
-    for name, shape in want.items():
-        value = weights[name]
-        if not isinstance(value, torch.Tensor):
-            return f"{name!r} is a {type(value).__name__}, not a tensor"
-        if tuple(value.shape) != shape:
-            return f"{name!r} has shape {tuple(value.shape)}, the model's {shape}"
-    return None
-
-
-def _file_id(path: str) -> tuple[int, int, int, int] | None:
-    """(device, inode, size, modification time) of the file at `path`, or None when there is none:
-    equal ids mean the very file a trainer wrote, unchanged since."""
-    try:
-        s = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns
-
-
-def _torch_save(state: dict, f) -> None:
-    """torch.save into an open file; a failed write is the OSError behind it (a full disk is
-    "No space left on device"), which atomic_output makes one line, not torch's RuntimeError
-    ("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")."""
-    try:
-        torch.save(state, f)
-    except RuntimeError as e:
-        cause = e.__cause__ or e.__context__
-        if isinstance(cause, OSError):
-            raise cause from None
-        if "inline_container" in str(e):  # torch's zip writer stopped: a write failed
-            raise OSError(f"torch.save stopped: {str(e).strip().splitlines()[0]}") from None
-        raise
 
 
 Report = Callable[[dict[str, object]], None]
