@@ -1,7 +1,7 @@
 """A jinja2 sandbox with bounds on time, output, loops, nesting and the size of what it builds.
 
-Owns: `Limits` (the bounds of one render), `LimitExceeded` (a bound was hit; the message says
-which), and `BoundedSandbox`, an `ImmutableSandboxedEnvironment` whose hooks enforce them:
+Owns: `BoundedSandbox`, an `ImmutableSandboxedEnvironment` whose hooks enforce the bounds of
+one render (budget.py: `Limits`, `LimitExceeded`, `Budget`):
 - the length of the template itself, and a wall-clock deadline, checked at every loop
   iteration, call, filter and chunk of output;
 - loop iterations and macro calls, counted together across all loops and nesting levels;
@@ -28,139 +28,23 @@ from __future__ import annotations
 
 import re
 import string
-import time
-from collections.abc import ItemsView, Iterable, KeysView, Mapping, ValuesView
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 
 from jinja2 import nodes
 from jinja2.compiler import CodeGenerator
 from jinja2.filters import make_attrgetter
 from jinja2.runtime import BlockReference, LoopContext, Macro, Undefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
-from jinja2.utils import Namespace, generate_lorem_ipsum, pass_context
+from jinja2.utils import generate_lorem_ipsum, pass_context
 
-
-@dataclass(frozen=True)
-class Limits:
-    """Bounds of one render. `chars` grows by 4 × the size of the values passed in, so that a
-    template may echo its input a few times whatever its size."""
-
-    seconds: float = 5.0  # wall-clock time of one render, compiling included
-    template: int = 200_000  # characters of the template itself (about 10 × the largest in use)
-    chars: int = 4_000_000  # characters rendered, and in any one string or list built
-    steps: int = 1_000_000  # loop iterations and macro calls, all together
-    depth: int = 64  # nested macro calls, blocks and recursive loops (~7 Python frames each)
-    range: int = 100_000  # items in one range(), as in jinja2's own sandbox
-    int_bits: int = 1 << 16  # the largest integer built by * or **
-    built: int = 16  # characters built by all operations together, in multiples of `chars`
-
-
-class LimitExceeded(Exception):
-    """A template went past one of its Limits; the message says which."""
-
-
-def text_size(value: object, limit: int) -> int:
-    """Characters of `str(value)`, estimated by a walk that stops once past `limit`.
-
-    >>> text_size("abc", 10), text_size(["abc", 12], 100), len(str(["abc", 12]))
-    (3, 14, 11)
-    >>> text_size(["x" * 50] * 9, 100) > 100
-    True
-    """
-    return len(value) if isinstance(value, str) else _walk(value, limit)[0]
-
-
-def _walk(value: object, limit: int) -> tuple[int, int, int]:
-    """(characters, values, nesting depth) of a value's text form; counting stops past `limit`.
-    Iterative, since a template can nest lists deeper than Python's recursion limit."""
-    size = count = depth = 0
-    stack = [(value, 1)]
-    while stack and size <= limit:
-        v, level = stack.pop()
-        count, depth = count + 1, max(depth, level)
-        if isinstance(v, str):
-            size += len(v) + 2  # quotes, inside a container
-        elif isinstance(v, bytes | bytearray):
-            size += 4 * len(v) + 3  # b'\x00'
-        elif isinstance(v, bool | float | Undefined) or v is None:
-            size += 5
-        elif isinstance(v, int):
-            size += v.bit_length() // 3 + 2
-        elif isinstance(v, Namespace):
-            stack.append((object.__getattribute__(v, "_Namespace__attrs"), level + 1))
-            size += 13
-        elif isinstance(v, Mapping | ItemsView):
-            stack.extend((x, level + 1) for kv in (v.items() if isinstance(v, Mapping) else v) for x in kv)
-            size += 2 + 4 * len(v)
-        elif isinstance(v, list | tuple | set | frozenset | KeysView | ValuesView):
-            stack.extend((x, level + 1) for x in v)
-            size += 2 + 2 * len(v)
-        else:  # ranges, loop contexts, macros, the caller's own objects: a short fixed repr
-            size += 64
-    return size, count, depth
-
-
-def _int(n: object) -> int:
-    """An integer argument, or 0 for anything that the operation itself will refuse."""
-    return n if isinstance(n, int) else 0
-
-
-class _Budget:
-    """What one render has used so far; every check raises LimitExceeded."""
-
-    def __init__(self, limits: Limits, input_chars: int):
-        self.limits = limits
-        self.deadline = time.monotonic() + limits.seconds
-        self.max_chars = limits.chars + 4 * input_chars
-        self.max_built = limits.built * self.max_chars
-        self.built = self.steps = self.depth = 0
-
-    def check_time(self) -> None:
-        if time.monotonic() > self.deadline:
-            raise LimitExceeded(f"ran past its time limit of {self.limits.seconds:g} s")
-
-    def step(self) -> None:
-        self.steps += 1
-        if self.steps > self.limits.steps:
-            raise LimitExceeded(f"ran over {self.limits.steps:,} loop iterations and macro calls")
-        self.check_time()
-
-    def loop(self, iterable: Iterable) -> Iterable:
-        for item in iterable:
-            self.step()
-            yield item
-
-    def build(self, chars: int, what: str = "a string of {:,} characters") -> None:
-        """Account for a value of `chars` characters (items, for a list) about to be built.
-        Time is not checked here: between two loop iterations or calls a template runs at
-        most its own length in operations."""
-        if chars > self.max_chars:
-            raise LimitExceeded(f"builds {what.format(chars)} (the limit is {self.max_chars:,})")
-        self.built += chars
-        if self.built > self.max_built:
-            raise LimitExceeded(f"builds more than {self.max_built:,} characters in all")
-
-    def size(self, value: object) -> int:
-        return text_size(value, self.max_chars)
-
-    def text(self, value: object) -> None:
-        """Account for `str(value)` about to be built."""
-        self.build(self.size(value), "text of {:,} characters from a value")
-
-    def items(self, n: int) -> None:
-        self.build(n, "a list of {:,} items")
-
-    def integer(self, bits: int) -> None:
-        if bits > self.limits.int_bits:
-            raise LimitExceeded(f"builds an integer of {bits:,} bits (the limit is {self.limits.int_bits:,})")
-
+from toycards.tokenizer.budget import Budget, LimitExceeded, Limits, as_int, text_size, walk_size
 
 # --- size of an operation's result, before it runs --------------------------------------------
 
 _PRINTF_FIELD = re.compile(r"%(\([^)]*\))?[#0 +-]*(\*|\d+)?(?:\.(\*|\d+))?[hlL]?([a-zA-Z%])")
 
 
-def _printf_size(b: _Budget, fmt: str | bytes, args: object) -> int:
+def _printf_size(b: Budget, fmt: str | bytes, args: object) -> int:
     """`fmt % args`: the format's text, every width and precision (`*` taken as the largest
     integer argument), and the arguments' text once per field of a mapping, else once."""
     text = fmt if isinstance(fmt, str) else fmt.decode("latin-1")
@@ -187,7 +71,7 @@ def _widest(values: Iterable) -> int:
     return widest
 
 
-def _format_size(b: _Budget, fmt: str, args: tuple, kwargs: Mapping) -> int:
+def _format_size(b: Budget, fmt: str, args: tuple, kwargs: Mapping) -> int:
     """`fmt.format(*args, **kwargs)`: as `_printf_size`, with all arguments' text once per field
     (a field can name any of them) and a nested `{}` in a spec taken as the widest argument."""
     fields = list(string.Formatter().parse(fmt))
@@ -211,7 +95,7 @@ def _replace_size(s: str | bytes, old: object, new: object, count: object = -1) 
 
 
 def _expandtabs_size(s: str | bytes, tabsize: object = 8) -> int:
-    return len(s) + s.count(b"\t" if isinstance(s, bytes) else "\t") * max(0, _int(tabsize))
+    return len(s) + s.count(b"\t" if isinstance(s, bytes) else "\t") * max(0, as_int(tabsize))
 
 
 def _translate_size(s: str | bytes, table: object) -> int:
@@ -224,17 +108,17 @@ def _translate_size(s: str | bytes, table: object) -> int:
 # str / bytes methods whose result can outgrow their receiver → its size from (receiver, *args);
 # other methods give at most a few times their receiver's size.
 _METHOD_SIZES = {
-    "center": lambda s, width=0, *_: max(len(s), _int(width)),
-    "ljust": lambda s, width=0, *_: max(len(s), _int(width)),
-    "rjust": lambda s, width=0, *_: max(len(s), _int(width)),
-    "zfill": lambda s, width=0: max(len(s), _int(width)),
+    "center": lambda s, width=0, *_: max(len(s), as_int(width)),
+    "ljust": lambda s, width=0, *_: max(len(s), as_int(width)),
+    "rjust": lambda s, width=0, *_: max(len(s), as_int(width)),
+    "zfill": lambda s, width=0: max(len(s), as_int(width)),
     "expandtabs": _expandtabs_size,
     "replace": _replace_size,
     "translate": _translate_size,
 }
 
 
-def _check_call(b: _Budget, func: object, args: tuple, kwargs: dict) -> tuple:
+def _check_call(b: Budget, func: object, args: tuple, kwargs: dict) -> tuple:
     """Account for a method call's result; returns `args`, a joined iterable read into a list."""
     receiver, name = getattr(func, "__self__", None), getattr(func, "__name__", "")
     wrapped = getattr(func, "__wrapped__", None)  # the sandbox's wrapper of str.format
@@ -244,7 +128,7 @@ def _check_call(b: _Budget, func: object, args: tuple, kwargs: dict) -> tuple:
     elif isinstance(getattr(wrapped, "__self__", None), str):
         b.build(_format_size(b, wrapped.__self__, args, kwargs))
     elif isinstance(receiver, int) and name == "to_bytes":
-        b.build(4 * _int(args[0] if args else kwargs.get("length", 1)))
+        b.build(4 * as_int(args[0] if args else kwargs.get("length", 1)))
     elif isinstance(receiver, str | bytes) and name == "join" and args:
         items = list(args[0])
         b.build(b.size(items) + len(receiver) * max(0, len(items) - 1))
@@ -257,7 +141,7 @@ def _check_call(b: _Budget, func: object, args: tuple, kwargs: dict) -> tuple:
 # --- filters ----------------------------------------------------------------------------------
 
 
-def _as_text(b: _Budget, value: object) -> str:
+def _as_text(b: Budget, value: object) -> str:
     """`str(value)` for a filter that reads its text, accounted for first."""
     if isinstance(value, str):
         return value
@@ -292,14 +176,16 @@ class _FilterSizes:
 
     @staticmethod
     def center(context, value, width=80):
-        context.environment.budget.build(max(context.environment.budget.size(value), _int(width)))
+        context.environment.budget.build(max(context.environment.budget.size(value), as_int(width)))
         return value
 
     @staticmethod
     def indent(context, s, width=4, first=False, blank=False):
         b = context.environment.budget
         text = _as_text(b, s)
-        b.build(len(text) + (text.count("\n") + 1) * (len(width) if isinstance(width, str) else _int(width)))
+        b.build(
+            len(text) + (text.count("\n") + 1) * (len(width) if isinstance(width, str) else as_int(width))
+        )
         return s
 
     @staticmethod
@@ -340,25 +226,25 @@ class _FilterSizes:
     @staticmethod
     def tojson(context, value, indent=None, *_, **__):
         b = context.environment.budget
-        size, count, depth = _walk(value, b.max_chars)
-        width = len(indent) if isinstance(indent, str) else _int(indent)
+        size, count, depth = walk_size(value, b.max_chars)
+        width = len(indent) if isinstance(indent, str) else as_int(indent)
         b.build(2 * size + count * width * depth)  # one indented line per value
         return value
 
     @staticmethod
     def batch(context, value, linecount, fill_with=None):
         if fill_with is not None:
-            context.environment.budget.items(_int(linecount))  # padding of the last batch
+            context.environment.budget.items(as_int(linecount))  # padding of the last batch
         return value
 
     @staticmethod
     def slice(context, value, slices, fill_with=None):
-        context.environment.budget.items(_int(slices))  # one list per slice
+        context.environment.budget.items(as_int(slices))  # one list per slice
         return value
 
     @staticmethod
     def round(context, value, precision=0, method="common"):
-        if abs(_int(precision)) > 1000:  # 10 ** precision is computed in full
+        if abs(as_int(precision)) > 1000:  # 10 ** precision is computed in full
             raise LimitExceeded(f"rounds to {precision:,} digits (the limit is 1,000)")
         return value
 
@@ -441,7 +327,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
 
     def __init__(self, limits: Limits, filters: dict | None = None, globals: dict | None = None, **kw):  # noqa: A002
         super().__init__(finalize=_finalize, optimized=False, **kw)  # no constant folding: no budget yet
-        self.limits, self.budget = limits, _Budget(limits, 0)
+        self.limits, self.budget = limits, Budget(limits, 0)
         self.filters.update(filters or {})
         del self.filters["pprint"]
         self.filters = {name: _bounded_filter(name, f) for name, f in self.filters.items()}
@@ -454,7 +340,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             raise LimitExceeded(
                 f"is {len(template):,} characters long (the limit is {self.limits.template:,})"
             )
-        self.budget = _Budget(self.limits, sum(text_size(v, 1 << 62) for v in variables.values()))
+        self.budget = Budget(self.limits, sum(text_size(v, 1 << 62) for v in variables.values()))
         out, size = [], 0
         for chunk in self.from_string(template).generate(**variables):
             size += len(chunk)
@@ -474,7 +360,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         return r
 
     def _lipsum(self, n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:  # noqa: A002
-        self.budget.build(_int(n) * _int(max) * 16)  # words of up to 15 letters and a space
+        self.budget.build(as_int(n) * as_int(max) * 16)  # words of up to 15 letters and a space
         return generate_lorem_ipsum(n, html, min, max)
 
     def concat_bounded(self, join, parts: tuple) -> str:
