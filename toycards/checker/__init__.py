@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 
+from toycards.checker.calls import call_chain_errors
 from toycards.checker.context import AlgoInfo, CheckResult, Ctx, Signature
 from toycards.checker.declarations import declare, name_span
 from toycards.checker.dims import Dim, DimError, evaluate
@@ -36,6 +37,7 @@ from toycards.checker.shapes import Shape, compatible
 from toycards.checker.steps import StepChecker
 from toycards.errors import Diagnostic, ToycardsError
 from toycards.lang import ir
+from toycards.lang.scale import collector_paused
 
 __all__ = [
     "AlgoInfo", "CheckResult", "Dim", "DimError", "Shape", "Signature", "Symbol", "check", "check_card",
@@ -60,6 +62,7 @@ def check(card: ir.Card) -> list[Diagnostic]:
     return check_card(card).diagnostics
 
 
+@collector_paused()  # the IR holds no cycles for the collector to find (lang/scale.py)
 def check_card(card: ir.Card, library: bool | ir.Card = True) -> CheckResult:
     """Check every algorithm of `card`; calls may use the prelude when `library` is True
     (or the given card, for tests)."""
@@ -89,8 +92,10 @@ def check_card(card: ir.Card, library: bool | ir.Card = True) -> CheckResult:
 
     names = (lambda: [a.name for a in lib.algorithms]) if lib is not None else list
     infos: dict[str, AlgoInfo] = {}
+    branching: dict[int, set[str]] = {}
+    diags += call_chain_errors(card)
     for c in ctxs:
-        c.resolve, c.library_names = resolve, names
+        c.resolve, c.library_names, c.branching = resolve, names, branching
         c.info.signature = sigs[c.algo.name][1]
         try:
             _check_body(c)

@@ -6,7 +6,8 @@ shape with the callee's declared type, binding the callee's dimension names to t
 dimensions (`d_e ↦ d_mlp`, solving `3·d_e` or `d_e/H` when one name is unknown); the implicit
 map (an argument with more trailing axes than declared, e.g. `softmax(Z)` with softmax on a
 vector, is mapped per column and the extra axes are carried to the result); mask parameters
-passed by definition (`Mask[t_z, t_x] = ⟦t_z ≤ t_x⟧`); builtins (builtins.py).
+passed by definition (`Mask[t_z, t_x] = ⟦t_z ≤ t_x⟧`); builtins (builtins.py); chains of calls
+between a card's algorithms, at most `MAX_CALL_DEPTH` long (`call_chain_errors`).
 Leaves out: the callee's own body (it is checked where it is defined).
 """
 
@@ -17,7 +18,7 @@ from toycards.checker.context import Signature
 from toycards.checker.dims import Dim, DimError, solve_for
 from toycards.checker.names import Entry, Symbol, did_you_mean
 from toycards.checker.shapes import NATURAL, Shape, ShapeError
-from toycards.errors import Span
+from toycards.errors import Diagnostic, Span
 from toycards.lang import ir
 from toycards.lang.options import call_params, defaults, option_argument
 
@@ -127,7 +128,7 @@ class CallChecker:
         """A hyperparameter that the callee branches or loops on (`if μ > 0 then`, `for l = 1, …,
         n`), or that is a dimension, is one number for the whole call: it may not be given a
         run-time value, which may differ from column to column or head to head."""
-        fixed = _branching_hypers(sig.algo, self.ctx.resolve, set()) | sig.naturals
+        fixed = _branching_hypers(sig.algo, self.ctx.resolve, set(), self.ctx.branching) | sig.naturals
         for p, (name, _, _) in zip(passed, sig.params):
             if name not in fixed or isinstance(p, ir.MaskDef):
                 continue
@@ -197,13 +198,21 @@ class CallChecker:
         return shape
 
 
+MAX_CALL_DEPTH = 64  # algorithms of a card in a chain, each calling the next
 _FIXED_KINDS = {"hyper", "loopvar", "dim", "option"}  # names whose value is one number per call
 _A = {"input": "an input", "param": "a parameter", "local": "a local value", "mapvar": "a map variable"}
 
 
-def _branching_hypers(algo: ir.Algorithm, resolve, seen: set[str]) -> set[str]:
+def _branching_hypers(algo: ir.Algorithm, resolve, seen: set[str], memo: dict[int, set[str]]) -> set[str]:
     """The hyperparameters of `algo` that an `if` outside a parallel map or a sequential loop's
-    bounds read, directly or by passing them to such a hyperparameter of a callee."""
+    bounds read, directly or by passing them to such a hyperparameter of a callee.
+
+    Worked out once per algorithm and card (`memo`, by the algorithm's id), so that the calls of a
+    card are followed once each, however often they are called; a call back into an algorithm
+    still being worked out (`seen`: recursion, which codegen refuses) adds nothing."""
+    done = memo.get(id(algo))
+    if done is not None:
+        return done
     hypers = {n for d in algo.hyper_decls for n in d.names}
     names = lambda *es: {n.id for e in es if e is not None for n in ir.walk(e) if isinstance(n, ir.Name)}  # noqa: E731
     out: set[str] = set()
@@ -225,11 +234,51 @@ def _branching_hypers(algo: ir.Algorithm, resolve, seen: set[str]) -> set[str]:
     for call in (n for n in ir.walk(algo.body) if isinstance(n, ir.Call)):
         target = resolve(call.func) if call.func not in seen else None
         if target is not None:
-            inner = _branching_hypers(target[0], resolve, seen) | target[1].naturals
+            inner = _branching_hypers(target[0], resolve, seen, memo) | target[1].naturals
             for p, (pname, _, _) in zip(call_params(target[0], call), target[1].params):
                 if pname in inner and not isinstance(p, ir.MaskDef):
                     out.update(names(p) & hypers)
+    memo[id(algo)] = out
     return out
+
+
+def call_chain_errors(card: ir.Card) -> list[Diagnostic]:
+    """An error at each algorithm that begins a chain of more than MAX_CALL_DEPTH of the card's
+    algorithms, each calling the next: everything after the checker follows such a chain one
+    level of Python's stack at a time. Worked out without recursing; a call back into an
+    algorithm already on the chain (recursion, refused elsewhere) is not followed.
+    """
+    if len(card.algorithms) <= MAX_CALL_DEPTH:  # no chain can be longer
+        return []
+    algos = {a.name: a for a in card.algorithms}
+    callees = {
+        name: sorted({n.func for n in ir.walk(a.body) if isinstance(n, ir.Call) and n.func in algos})
+        for name, a in algos.items()
+    }
+    depth: dict[str, int] = {}
+    for root in algos:
+        if root in depth:
+            continue
+        stack, on_chain = [(root, iter(callees[root]))], {root}
+        while stack:
+            name, todo = stack[-1]
+            callee = next((c for c in todo if c not in depth and c not in on_chain), None)
+            if callee is not None:
+                stack.append((callee, iter(callees[callee])))
+                on_chain.add(callee)
+                continue
+            stack.pop()
+            on_chain.discard(name)
+            depth[name] = 1 + max((depth.get(c, 0) for c in callees[name]), default=0)
+    return [
+        Diagnostic(
+            algos[name].span,
+            f"{name} begins a chain of {d} algorithms, each calling the next (the limit is {MAX_CALL_DEPTH})",
+            "write some of the steps of the algorithms it calls into it",
+        )
+        for name, d in depth.items()
+        if d == MAX_CALL_DEPTH + 1
+    ]
 
 
 class _Unifier:

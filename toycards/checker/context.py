@@ -95,6 +95,7 @@ class Ctx:
     eq: DimEq = field(default_factory=DimEq)
     map_depth: int = 0
     library_names: Callable[[], list[str]] = list
+    branching: dict[int, set[str]] = field(default_factory=dict)  # calls.py's, shared by a card's Ctxs
 
     def error(self, span: Span, message: str, hint: str = "", shapes: tuple = ()) -> None:
         self.diags.append(Diagnostic(span, message, hint, tuple(str(s) for s in shapes if s is not None)))

@@ -7,7 +7,8 @@ name first (loop/map variables, locals, inputs, output, hyperparameters, paramet
 names); then a **family member**: a name whose subscript or superscript is a loop/map variable
 in scope, a number, a dimension, or an expression in braces (`γ_l^1`, `e_1`, `e_ℓ`, `Y^H`,
 `K^{⌈h·H_kv/H⌉}`) refers to the family with that index abstracted (`γ_•^1`, `e_•`, `Y^•`).
-Also the hints for unknown names (difflib on Unicode and ASCII spellings; `x^3` → `(x)^3`).
+Also the hints for unknown names (difflib on Unicode and ASCII spellings, at most `HINT_BUDGET`
+names compared per algorithm; `x^3` → `(x)^3`).
 Leaves out: shapes (shapes.py) and the statements that create locals (steps.py).
 
 >>> family_key("γ_l^1", "l"), family_key("W_qkv^l", "l"), family_key("e_t", "t")
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from toycards.checker.dims import Dim
@@ -26,6 +28,7 @@ from toycards.lang import ir
 from toycards.lang.names import ascii_name, join_name, split_name
 
 FAMILY_MARK = "•"
+HINT_BUDGET = 500_000  # names compared for did-you-mean hints in one algorithm, at most
 _PLAIN = re.compile(r"^[^\W\d][\w\u0300-\u036f]*$")
 
 
@@ -87,6 +90,8 @@ class Scope:
     options: dict[str, Entry] = field(default_factory=dict)
     vars: list[dict[str, Entry]] = field(default_factory=list)
     gone: dict[str, Entry] = field(default_factory=dict)  # per-iteration locals out of scope
+    hint_budget: int = HINT_BUDGET  # candidates the did-you-mean hints may still compare
+    spellings: dict[str, str] = field(default_factory=dict)  # name → ascii_name(name), as hints need them
 
     # loop and map variables
     def push(self, entries: dict[str, Entry]) -> None:
@@ -137,27 +142,77 @@ class Scope:
         names += [e.key for e in self.families.values()]
         return names
 
+    def n_candidates(self) -> int:
+        """`len(self.candidates())`, without making the list."""
+        n = sum(len(frame) for frame in self.vars)
+        return n + len(self.locals) + len(self.declared) + len(self.options) + len(self.families)
+
     def hint_for(self, name: str, extra: list[str] | None = None) -> str:
-        """`did you mean γ_l^2?`, or the `(x)^3` hint for a superscripted power."""
+        """`did you mean γ_l^2?`, or the `(x)^3` hint for a superscripted power.
+
+        A did-you-mean hint compares `name` with every name in scope; the scope's `hint_budget`
+        bounds those comparisons over all its hints, so that a card with an unknown name on each
+        of its n steps is checked in time proportional to n: once the budget is spent, unknown
+        names get no did-you-mean hint.
+        """
         base, sub, sup = split_name(name)
         if sup.isdigit() and self.lookup(join_name(base, sub)) is not None:
             plain = join_name(base, sub)
             return f"`{name}` reads as one name; for a power write ({plain})^{sup}"
         if name in self.gone:
             return f"{name} is assigned inside a parallel map (line {self.gone[name].where}) and only exists there"
-        match = did_you_mean(name, self.candidates() + list(extra or ()))
+        extra = list(extra or ())
+        n = self.n_candidates() + len(extra)
+        if n > self.hint_budget:
+            return ""
+        self.hint_budget -= n
+        match = did_you_mean(name, self.candidates() + extra, self.spelling)
         return f"did you mean {match}?" if match else ""
 
+    def spelling(self, name: str) -> str:
+        """`ascii_name(name)`, worked out once per name."""
+        spelled = self.spellings.get(name)
+        if spelled is None:
+            spelled = self.spellings[name] = ascii_name(name)
+        return spelled
 
-def did_you_mean(name: str, candidates: list[str]) -> str:
-    """The closest candidate by Unicode or ASCII spelling, or ""."""
-    pool = sorted(set(candidates) - {name})
-    hit = difflib.get_close_matches(name, pool, n=1, cutoff=0.6)
+
+def did_you_mean(name: str, candidates: list[str], spell: Callable[[str], str] = ascii_name) -> str:
+    """The closest candidate by Unicode or ASCII spelling (`spell`: `ascii_name`, or a cache of
+    it), or "": difflib's best match with a ratio of at least 0.6, ties to the later name in
+    sorted order; of two candidates spelled alike in ASCII, the later one stands for both.
+
+    >>> did_you_mean("γ_l^3", ["γ_l^1", "β_l^1", "x"]), did_you_mean("gamma_1", ["γ_1", "δ_1"])
+    ('γ_l^1', 'γ_1')
+    """
+    pool = set(candidates)
+    pool.discard(name)
+    hit = _closest(name, pool)
     if hit:
-        return hit[0]
-    spelled = {ascii_name(c): c for c in pool}
-    hit = difflib.get_close_matches(ascii_name(name), list(spelled), n=1, cutoff=0.6)
-    return spelled[hit[0]] if hit else ""
+        return hit
+    word = ascii_name(name)
+    spelled: dict[str, str] = {}
+    for c in pool:
+        s = spell(c)
+        if _near(word, s) and c > spelled.get(s, ""):
+            spelled[s] = c
+    hit = _closest(word, spelled)
+    return spelled[hit] if hit else ""
+
+
+_CUTOFF = 0.6  # difflib ratio a name must reach to be suggested
+
+
+def _closest(word: str, pool: Iterable[str]) -> str:
+    hit = difflib.get_close_matches(word, [c for c in pool if _near(word, c)], n=1, cutoff=_CUTOFF)
+    return hit[0] if hit else ""
+
+
+def _near(a: str, b: str) -> bool:
+    """difflib's first test of a candidate, `real_quick_ratio() >= cutoff`, which reads lengths
+    only: a candidate that fails it is never a match, and leaving it out spares the slower tests."""
+    total = len(a) + len(b)
+    return not total or 2.0 * min(len(a), len(b)) / total >= _CUTOFF
 
 
 def _is_natural(e: Entry) -> bool:

@@ -17,6 +17,7 @@ from toycards.codegen.module import comment_safe
 from toycards.codegen.verify import verify_source
 from toycards.errors import ToycardsError
 from toycards.lang import ir
+from toycards.lang.scale import collector_paused
 
 TARGETS = {
     "torch": (
@@ -79,6 +80,7 @@ def _cache_plan(card: ir.Card):
     return cache_plan(card, result, check_prelude())
 
 
+@collector_paused()  # the IR holds no cycles for the collector to find (lang/scale.py)
 def generate_source(card: ir.Card, target: str = "torch") -> str:
     """Python source of a module implementing `card`'s main algorithm for `target`."""
     from toycards.codegen.emitter import Emitter

@@ -4,8 +4,9 @@ Owns: `Assembler`, which reads the flat list of `Line` records the transformer m
 builds the card: the version line and the preamble comments, one algorithm per header, its
 /* description */, its declaration blocks (Input, Output, Hyperparameters, Parameters),
 parameter groups (their declarations found by indentation) and its steps, nested by
-`do … end` and `if … else … end`; and the diagnostics for what is out of place (a line in the
-wrong part of the card, an unsupported version, an empty group, a block left open).
+`do … end` and `if … else … end`, at most `MAX_BLOCKS` deep; and the diagnostics for what is out
+of place (a line in the wrong part of the card, an unsupported version, an empty group, a block
+left open, blocks nested too deep).
 Leaves out: the tree and the IR nodes inside each line (transformer.py), and whether names
 and shapes agree (checker/).
 """
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from toycards.errors import Diagnostic, Span, ToycardsError
 from toycards.lang import ir
+from toycards.lang.reading import MAX_BLOCKS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -125,6 +127,12 @@ class Assembler:
             elif k == "comment":
                 current().append(ir.Comment(d["text"], span=line.span))
             elif k in ("for_seq", "forall", "if"):
+                if len(stack) == MAX_BLOCKS + 1:  # stack[0] holds the algorithm's own steps
+                    self.error(
+                        line.span,
+                        f"blocks nested {MAX_BLOCKS + 1} deep (the limit is {MAX_BLOCKS})",
+                        "move the inner steps into an algorithm of their own",
+                    )
                 stack.append((line, [], None))
             elif k == "else":
                 opener, body, orelse = stack[-1]

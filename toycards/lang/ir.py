@@ -7,7 +7,8 @@ Leaves out: parsing (parse.py), checking (checker/), rendering (render/), codege
 Every node carries a `span` that is excluded from equality and hashing, so that
 `parse(render(card)) == card` compares meaning and layout-relevant content, not positions.
 Names are stored in canonical Unicode spelling (`γ_l^1`, `ℓ`, `X̃`); the ASCII spelling is a
-rendering choice. This module imports nothing from the package but `errors.Span`.
+rendering choice. This module imports nothing from the package but `errors.Span` and
+`scale.child_fields`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Union
 
 from toycards.errors import NO_SPAN, Span
+from toycards.lang.scale import child_fields
 
 CARD_LANGUAGE_VERSION = 1
 
@@ -441,9 +443,9 @@ def walk(node: object):
         n = stack.pop()
         if isinstance(n, tuple):
             stack.extend(reversed(n))
-        elif dataclasses.is_dataclass(n) and not isinstance(n, type):
+        elif (names := child_fields(type(n))) is not None:
             yield n
-            stack.extend(reversed([getattr(n, f.name) for f in dataclasses.fields(n) if f.name != "span"]))
+            stack.extend(reversed([getattr(n, name) for name in names]))
 
 
 def is_mask_equation(e: object) -> bool:

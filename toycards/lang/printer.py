@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from toycards.lang import ir
 from toycards.lang.names import ascii_name
+from toycards.lang.scale import collector_paused
 
 UNICODE = {
     "←": "←", "∈": "∈", "≔": "≔", "∷": "∷", "▷": "▷", "·": "·", "⊙": "⊙", "×": "×", "-": "−",
@@ -185,6 +186,7 @@ def _open_right(e: ir.Expr) -> bool:
     return False
 
 
+@collector_paused()  # the IR holds no cycles for the collector to find (lang/scale.py)
 def render_card(card: ir.Card, ascii: bool = False) -> str:
     """The canonical text of a card."""
     r = Renderer(ascii)

@@ -1,11 +1,11 @@
 """Getting a card's text, and turning away what the grammar should never see.
 
 Owns: reading a card from text or from a path (missing file, directory, unreadable, not UTF-8),
-the input limits (`MAX_BYTES` per file, `MAX_NESTING` brackets deep on one line; `MAX_LINES`,
-`MAX_LINE` characters a line and `MAX_NAME` characters a name, checked by `check_limits` for a
-card file and a card given as text alike), the
-precheck (binary data, empty input, runaway nesting) with its diagnostics, and `diag_at`,
-the one-character diagnostic at an offset that the syntax errors use too.
+the input limits (`MAX_BYTES` per file, `MAX_NESTING` brackets deep on one line; `MAX_LINES`
+lines and `MAX_LINE` characters a line, checked by `check_limits` for a card file and a card
+given as text alike; `MAX_NAME`, `MAX_DEPTH` and `MAX_BLOCKS`, checked as the lines are read
+and assembled), the precheck (binary data, empty input, runaway nesting) with its diagnostics,
+and `diag_at`, the one-character diagnostic at an offset that the syntax errors use too.
 Leaves out: the grammar and everything after it (parse.py); a byte-order mark or an invisible
 character is left to the parser, whose error names it (syntax_errors.py).
 """
@@ -16,17 +16,14 @@ import re
 import unicodedata
 from pathlib import Path
 
-from toycards.errors import Diagnostic, Span, ToycardsError
+from toycards.errors import UNSAFE_CHARACTERS, Diagnostic, Span, ToycardsError
 
 MAX_NESTING = 64  # brackets open at once on one line
 MAX_BYTES = 8 * 1024 * 1024  # size of a card file
 
-# Refused anywhere in a card: C0 controls but tab and line feed, a carriage return that does not
-# end a line, DEL and the C1 block (NEL among them), the line and paragraph separators, and the
-# bidirectional-text controls (marks, embeddings, overrides, isolates).
-CONTROL = re.compile(
-    "[\x01-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]|\r(?!\n)"
-)
+# Refused anywhere in a card: the unsafe characters (errors.UNSAFE_CHARACTERS) but tab and line
+# feed, and a carriage return unless it ends a line. NUL has a message of its own (binary data).
+CONTROL = re.compile(f"(?![\t\n\r])[{UNSAFE_CHARACTERS}]|\r(?!\n)")
 
 
 def read(text_or_path: str | Path, file: str | None) -> tuple[str, str]:
@@ -163,8 +160,10 @@ def diag_at(text: str, file: str, offset: int, message: str, hint: str = "") -> 
 MAX_LINES = 200_000  # lines of one card: a step is one line, so this bounds the steps too
 MAX_LINE = 10_000  # characters on one line: no token crosses a line, so this bounds every token
 MAX_NAME = 256  # characters of one name (checked as the lines are read: transformer.py)
+MAX_DEPTH = 64  # IR nodes on one path down a line's statement or declaration (parse.py)
+MAX_BLOCKS = 16  # `do … end` and `then … end` blocks open at once (assemble.py)
 _LONG_LINE = re.compile(f"[^\\n]{{{MAX_LINE + 1}}}")
-_SIZE_CHUNK = 1 << 20  # characters encoded at a time when a text's UTF-8 size is counted
+_SIZE_CHUNK = 1 << 16  # characters encoded at a time when a text's UTF-8 size is counted
 
 
 def check_limits(text: str, file: str) -> None:
@@ -174,9 +173,11 @@ def check_limits(text: str, file: str) -> None:
     in proportion to its size: matching a name token takes memory for each of its characters.
 
     >>> check_limits("Algorithm: y ← f(x)\\n", "f.card")
-    >>> check_limits("x" * (MAX_LINE + 1), "f.card")
-    Traceback (most recent call last):
-    toycards.errors.ToycardsError: 1 error
+    >>> try:
+    ...     check_limits("x" * (MAX_LINE + 1), "f.card")
+    ... except ToycardsError as e:
+    ...     print(e.diagnostics[0].headline())
+    f.card:1:10001: error: a line of 10001 characters (the limit is 10000)
     """
     size = utf8_size(text)
     if size > MAX_BYTES:

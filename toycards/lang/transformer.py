@@ -3,8 +3,8 @@
 Owns: `ToIR`, one method per grammar rule, which turns lark's tree into IR expressions,
 types, declarations and statements, each with its span and its names in canonical spelling
 (names.py), and each card line into a `Line` record; `span_of` (lark positions → `Span`); the
-two mistakes only seen here (assigning to a constant, a dimension that is not a whole number),
-collected in `ToIR.diags`.
+mistakes only seen here (assigning to a constant, a dimension that is not a whole number, a
+name over `MAX_NAME` characters), collected in `ToIR.diags`.
 Leaves out: the grammar (card.lark) and running the parser (parse.py); sorting the lines into
 algorithms, declaration blocks, parameter groups and nested steps (assemble.py).
 """
@@ -19,6 +19,7 @@ from lark import Token, Transformer, v_args
 from toycards.errors import Diagnostic, Span
 from toycards.lang import ir
 from toycards.lang.names import canonical_name
+from toycards.lang.reading import MAX_NAME
 
 
 def span_of(meta_or_token: object, file: str) -> Span:
@@ -65,12 +66,28 @@ class ToIR(Transformer):
     """One Transformer from lark's tree to IR nodes; statements come out as `Line`s."""
 
     def __init__(self, file: str, text: str = "") -> None:
-        super().__init__()
+        super().__init__(visit_tokens=False)  # no method takes a token on its own
         self.file, self.text = file, text
         self.diags: list[Diagnostic] = []
+        # lark wraps a `v_args` method anew each time it is looked up on the instance; bound once
+        # here, a card's transform costs a plain call per node
+        for rule in _RULES:
+            setattr(self, rule, getattr(self, rule))
 
     def sp(self, meta: object) -> Span:
         return span_of(meta, self.file)
+
+    def canon(self, tok: Token) -> str:
+        """The canonical spelling of a name token; a name over MAX_NAME characters is a diagnostic."""
+        if len(tok) > MAX_NAME:
+            self.diags.append(
+                Diagnostic(
+                    span_of(tok, self.file),
+                    f"a name of {len(tok)} characters (the limit is {MAX_NAME})",
+                    "use a shorter name",
+                )
+            )
+        return canonical_name(tok)
 
     # lines
     def start(self, meta, children):
@@ -83,7 +100,7 @@ class ToIR(Transformer):
         c, comment = _split_comment(list(c))
         c.pop(0)  # "Algorithm"
         number = _text(c.pop(0)) if c[0].type == "NUMBER" else ""
-        out, name = canonical_name(c[0]), canonical_name(c[1])
+        out, name = self.canon(c[0]), self.canon(c[1])
         inputs: tuple = ()
         params: tuple = ()
         rest = c[2:]
@@ -141,7 +158,7 @@ class ToIR(Transformer):
 
     # declarations
     def names(self, meta, c):
-        return tuple(canonical_name(t) for t in c)
+        return tuple(self.canon(t) for t in c)
 
     def decl(self, meta, c):
         names, typ, rest = c[0], c[1], c[2:]
@@ -226,7 +243,7 @@ class ToIR(Transformer):
         return tuple(c)
 
     def dim_name(self, meta, c):
-        return ir.DimName(canonical_name(c[0]), span=self.sp(meta))
+        return ir.DimName(self.canon(c[0]), span=self.sp(meta))
 
     def dim_num(self, meta, c):
         text = str(c[0])
@@ -269,7 +286,7 @@ class ToIR(Transformer):
         return c[0]
 
     def for_seq(self, meta, c):
-        var, rest = canonical_name(c[0]), [x for x in c[1:] if not (isinstance(x, Token) and x.type == "EQ")]
+        var, rest = self.canon(c[0]), [x for x in c[1:] if not (isinstance(x, Token) and x.type == "EQ")]
         second = rest[1] if len(rest) == 3 else None
         return "for_seq", {
             "var": var,
@@ -303,16 +320,14 @@ class ToIR(Transformer):
         return tuple(c)
 
     def range(self, meta, c):
-        return ir.Range(canonical_name(c[0]), c[1], span=self.sp(meta))
+        return ir.Range(self.canon(c[0]), c[1], span=self.sp(meta))
 
     def index_target(self, meta, c):
-        return ir.Index(
-            ir.Name(canonical_name(c[0]), span=span_of(c[0], self.file)), c[1], span=self.sp(meta)
-        )
+        return ir.Index(ir.Name(self.canon(c[0]), span=span_of(c[0], self.file)), c[1], span=self.sp(meta))
 
     # expressions
     def name(self, meta, c):
-        n = canonical_name(c[0])
+        n = self.canon(c[0])
         if n == "π":
             return ir.Const("π", span=self.sp(meta))
         return ir.Name(n, span=self.sp(meta))
@@ -370,7 +385,7 @@ class ToIR(Transformer):
         return ir.Slice(c[0], c[1], span=self.sp(meta))
 
     def call(self, meta, c):
-        func = canonical_name(c[0])
+        func = self.canon(c[0])
         args, params, bar = c[1]
         params = tuple(p if self.parenthesized(p) else _mask_def(p) for p in params)
         return ir.Call(func, args, params, bar, span=self.sp(meta))
@@ -393,7 +408,7 @@ class ToIR(Transformer):
 
     def sum(self, meta, c):
         c = [x for x in c if not (isinstance(x, Token) and x.type == "EQ")]
-        return ir.Sum(canonical_name(c[0]), c[1], c[2], c[3], span=self.sp(meta))
+        return ir.Sum(self.canon(c[0]), c[1], c[2], c[3], span=self.sp(meta))
 
     def concat_cols(self, meta, c):
         return ir.Concat(tuple(c), "cols", span=self.sp(meta))
@@ -412,6 +427,10 @@ class ToIR(Transformer):
 
     def indicator(self, meta, c):
         return ir.Indicator(c[0], span=self.sp(meta))
+
+
+# the methods lark's `v_args` wrapped: the rules, and the helpers they call
+_RULES = tuple(name for name, attr in vars(ToIR).items() if hasattr(attr, "visit_wrapper"))
 
 
 class _Default:

@@ -2,13 +2,15 @@
 
 Owns: `ARCH_CARDS` (general.architecture → card file in toycards/library/cards/, a table: several
 architectures may share a card), `library_card(name)` (parsed once, cached on disk between
-processes), `library_algorithms()` (the prelude's algorithms by name), the user card folders
-(`TOYCARDS_CARDS`: a path list of folders holding `ARCH.card` files, `user_card_dirs()`) and
+processes), `library_algorithms()` (the prelude's algorithms by name), `card_architectures(name)`
+(the files a library card is chosen for), the user card folders (`TOYCARDS_CARDS`: a path list of
+folders holding `ARCH.card` files, `user_card_dirs()`, `user_cards()`) and
 `card_for_file(f, given)`, the one rule for which card describes a GGUF file, used by describe,
 diff, load, gen, run and eval alike:
 
     1. `given`, a card file the caller names (`--card FILE`);
-    2. the card embedded in the file under `toycards.card`;
+    2. the card embedded in the file under `toycards.card`, held to a card file's limits
+       (lang/reading.py: its size is checked before it is hashed or parsed);
     3. `ARCH.card` in the first folder of TOYCARDS_CARDS that has one (ARCH: general.architecture);
     4. the library card for ARCH: none, with the reason, when the file holds every tensor of an
        entry of `CARDS_REFUSED_BY_TENSORS[ARCH]` (a layout no card models); else the first entry of
@@ -122,6 +124,20 @@ def card_names() -> list[str]:
     return sorted(p.stem for p in CARDS.glob("*.card"))
 
 
+def card_architectures(name: str) -> list[tuple[str, str]]:
+    """The files the library card `name` is chosen for: (general.architecture, the tensor such a
+    file holds, or "" for any file of it), from ARCH_CARDS and CARDS_BY_TENSOR.
+
+    >>> card_architectures("llama"), card_architectures("llama_moe"), card_architectures("prelude")
+    ([('llama', '')], [('llama', 'blk.0.ffn_gate_exps.weight')], [])
+    """
+    out = [(arch, "") for arch, card in ARCH_CARDS.items() if card == name]
+    variants = [
+        (arch, tensor) for arch, cards in CARDS_BY_TENSOR.items() for tensor, card in cards if card == name
+    ]
+    return out + variants
+
+
 @functools.cache
 def library_card(name: str) -> ir.Card:
     """A library card, parsed once per process and cached on disk between processes.
@@ -198,6 +214,17 @@ def user_card_path(arch: str, dirs: list[Path]) -> Path | None:
     return next((d / f"{arch}.card" for d in dirs if (d / f"{arch}.card").exists()), None)
 
 
+def user_cards(dirs: list[Path] | None = None) -> dict[str, Path]:
+    """The cards of the TOYCARDS_CARDS folders (or of `dirs`) by stem, in name order; where two
+    folders hold one name, the first folder's (the one `user_card_path` picks)."""
+    out: dict[str, Path] = {}
+    for d in user_card_dirs() if dirs is None else dirs:
+        for path in sorted(d.glob("*.card")):
+            if _ARCH_STEM.fullmatch(path.stem) and path.is_file():
+                out.setdefault(path.stem, path)
+    return dict(sorted(out.items()))
+
+
 def read_card_file(path: str | os.PathLike) -> ir.Card:
     """A card file named by the user, cached on disk like the library's (keyed by its text and
     name too); errors name the file (`my.card:3:7: error: …`) and are never cached."""
@@ -241,8 +268,9 @@ def card_for_file(f, given: str | os.PathLike | None = None) -> CardChoice:
     if given is not None:
         return CardChoice(read_card_file(given), "given", path=os.fspath(given))
     embedded = f.get(CARD_KEY)
-    if isinstance(embedded, str) and embedded.strip():
+    if isinstance(embedded, str) and embedded and not embedded.isspace():  # no copy, as strip() makes
         where = f"{f.path}:{CARD_KEY}"
+        _check_embedded_size(embedded, where)
         return CardChoice(parse_cached(embedded, where, "embedded"), "embedded", path=where)
     arch = f.get("general.architecture")
     if not isinstance(arch, str) or not arch:
@@ -268,6 +296,18 @@ def card_for_file(f, given: str | os.PathLike | None = None) -> CardChoice:
         reason=f"no card for architecture {safe_text(arch)} in the library ({known}); "
         f"pass a card (--card FILE), or put {_stem(arch)}.card in a folder of {USER_CARDS_ENV}",
     )
+
+
+def _check_embedded_size(text: str, where: str) -> None:
+    """Refuse an embedded card larger than a card file may be, before it is hashed or parsed: the
+    card comes with the file, from whoever made it, and is read like any card file."""
+    from toycards.lang.reading import MAX_BYTES, utf8_size
+
+    size = utf8_size(text)
+    if size > MAX_BYTES:
+        raise ToycardsError(
+            f"{where}: the embedded card is {size} bytes, too large for a card (limit {MAX_BYTES})"
+        )
 
 
 def _stem(arch: str) -> str:
