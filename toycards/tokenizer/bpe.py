@@ -304,11 +304,18 @@ def merge_rank(ranks: dict[str, int], left: str, right: str) -> int | None:
     return ranks.get(f"{left} {right}")
 
 
+# The word cache's bounds: a long-running process (`toycards serve`) meets new words without end,
+# and one word can be a whole request's text; repeated words are short and few.
+CACHED_WORDS = 1 << 15
+CACHED_WORD_CHARS = 64
+
+
 class ByteBPE:
     """Encode raw text (no special tokens) with a byte-level BPE vocabulary.
 
     `token_to_id` maps token text to id; `ranks` maps a merge's text to its rank (`parse_merges`);
-    `pre` is the pre-tokenizer. Words are cached, so repeated words cost a dict lookup.
+    `pre` is the pre-tokenizer. Words are cached (up to CACHED_WORDS words of at most
+    CACHED_WORD_CHARS characters), so repeated words cost a dict lookup.
     """
 
     def __init__(self, token_to_id: dict[str, int], ranks: dict[str, int], pre: PreTokenizer):
@@ -323,7 +330,9 @@ class ByteBPE:
         for word in self._split_words(text):
             cached = self._cache.get(word)
             if cached is None:
-                cached = self._cache[word] = self._encode_word(word)
+                cached = self._encode_word(word)
+                if len(word) <= CACHED_WORD_CHARS and len(self._cache) < CACHED_WORDS:
+                    self._cache[word] = cached
             ids += cached
         return ids
 

@@ -1,7 +1,9 @@
 """Tokenizers built from a GGUF file's `tokenizer.ggml.*` metadata, matching llama.cpp.
 
 Owns: reading the vocabulary (tokens, token types, scores, merges, special token ids, the
-add-BOS/EOS and space-prefix flags, with llama.cpp's defaults per model type), splitting
+add-BOS/EOS and space-prefix flags, with llama.cpp's defaults per model type; at most
+`MAX_TOKENS` tokens and `MAX_MERGES` merges, checked before a file's arrays are read:
+`check_vocabulary_size`), splitting
 special tokens out of the text, encoding with the model's algorithm, decoding (all at once or
 streamed token by token), the end-of-generation set, and `load_tokenizer(path)`.
 Leaves out: the BPE and SentencePiece algorithms themselves (tokenizer_bpe.py,
@@ -68,6 +70,29 @@ _HIDDEN_TYPES = (T.CONTROL, T.UNKNOWN)  # decode to "" unless special=True
 
 _FLAG_KEYS = [("add_bos", K.ADD_BOS), ("add_eos", K.ADD_EOS), ("add_space_prefix", K.ADD_PREFIX)]
 
+# The most entries toycards builds a vocabulary from, 16x the largest vocabularies in use (262,144
+# tokens): a file's arrays are checked against it before they are read, so that what a file claims
+# cannot make toycards build Python lists and dicts of any size.
+MAX_TOKENS = 1 << 22
+MAX_MERGES = 1 << 22
+_LIMITS = {K.LIST: MAX_TOKENS, K.TOKEN_TYPE: MAX_TOKENS, K.SCORES: MAX_TOKENS, K.MERGES: MAX_MERGES}
+
+
+def check_vocabulary_size(f) -> None:
+    """Refuse an open `GGUFFile` whose vocabulary arrays hold more than `MAX_TOKENS` tokens or
+    `MAX_MERGES` merges, by the lengths its header gives, before any of them is read."""
+    for key in _LIMITS:
+        if key in f.metadata and f.value_type(key).startswith("array"):
+            _check_size(key, f.array_len(key), f"{f.path}: ")
+
+
+def _check_size(key: str, n: int, where: str = "") -> None:
+    if n > _LIMITS[key]:
+        raise ToycardsError(
+            f"{where}{key} holds {n} entries, more than toycards reads ({_LIMITS[key]}, far above any "
+            "real vocabulary)"
+        )
+
 
 def _as_list(value: object) -> list:
     return value.tolist() if hasattr(value, "tolist") else list(value)  # type: ignore[call-overload]
@@ -86,11 +111,15 @@ def _read_vocab(get: MetadataGet) -> tuple[list[str], list[int], list[float] | N
     tokens = get(K.LIST)
     if tokens is None or isinstance(tokens, (str, bytes)) or len(tokens) == 0:  # type: ignore[arg-type]
         raise ToycardsError(f"{K.LIST} is missing, empty or not an array of strings")
+    _check_size(K.LIST, len(tokens))  # type: ignore[arg-type]
     tokens = _as_strings(tokens)
     if "" in tokens:  # llama.cpp renames empty tokens
         tokens = [t or f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
     n = len(tokens)
     types, scores = get(K.TOKEN_TYPE), get(K.SCORES)
+    for key, values in ((K.TOKEN_TYPE, types), (K.SCORES, scores)):
+        if values is not None:
+            _check_size(key, len(values))  # type: ignore[arg-type]
     types = list(map(int, _as_list(types))) if types is not None else [int(T.NORMAL)] * n
     scores = [float(s) for s in _as_list(scores)] if scores is not None else None
     if len(types) < n or (scores is not None and len(scores) < n):
@@ -122,6 +151,7 @@ class Tokenizer:
                 f"unsupported tokenizer.ggml.model {model!r} (supported: {', '.join(MODELS)})"
             )
         self.model, self.pre, self.chat_template = model, pre, chat_template
+        self.source: str | None = None  # the file read, named in chat-template errors
         self.tokens, self.token_type = tokens, list(token_type)  # token types are adjusted below
         self.token_to_id: dict[str, int] = dict(zip(tokens, range(len(tokens))))
         if len(self.token_to_id) != len(tokens):  # a text twice: name the first one repeated
@@ -175,6 +205,8 @@ class Tokenizer:
         try:
             tokens, types, scores = _read_vocab(get)
             merges = get(K.MERGES)
+            if merges is not None:
+                _check_size(K.MERGES, len(merges))  # type: ignore[arg-type]
             merges = _as_strings(merges) if merges is not None else None
             n = len(tokens)
             special = {
@@ -335,7 +367,11 @@ class Tokenizer:
             for r in ("bos", "eos")
         }
         return render_chat(
-            self.chat_template, messages, add_generation_prompt=add_generation_prompt, **{**texts, **kw}
+            self.chat_template,
+            messages,
+            source=self.source,
+            add_generation_prompt=add_generation_prompt,
+            **{**texts, **kw},
         )
 
 
@@ -402,9 +438,12 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
 
 def tokenizer_of(f) -> Tokenizer:
     """The tokenizer of an open `GGUFFile`; an error in its vocabulary names the file."""
+    check_vocabulary_size(f)
     try:
-        return Tokenizer.from_metadata(f.get)
+        tok = Tokenizer.from_metadata(f.get)
     except ToycardsError as e:
         if e.diagnostics or e.message.startswith(f"{f.path}: "):
             raise
         raise ToycardsError(f"{f.path}: {e.message}") from None
+    tok.source = str(f.path)
+    return tok
