@@ -11,6 +11,7 @@ Leaves out: colour and terminal output (render/terminal.py), and deciding exit c
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -95,10 +96,14 @@ def excerpt(source: str, span: Span, width: int = 160) -> tuple[str, str]:
     >>> excerpt("a ← \\x1b[2J\\n", Span("f", 1, 5, 1, 6, 4, 5))
     ('a ← \\\\x1b[2J', '    ^~~~')
     """
-    lines = source.split("\n")  # the lines a span counts: only a line feed ends one
-    if not 1 <= span.line <= len(lines):
+    raw = _line(source, span)
+    if raw is None:
         return "", ""
-    raw = lines[span.line - 1].removesuffix("\r").replace("\t", " ")
+    raw = raw.removesuffix("\r").replace("\t", " ")
+    if len(raw) > 4 * width:  # only a window around the span is ever shown
+        left = max(0, min(span.col - 1 - width, len(raw) - 2 * width))
+        raw = raw[left : left + 2 * width]
+        span = Span(span.file, span.line, span.col - left, span.end_line, span.end_col - left, 0, 0)
     pieces = [visible(ch) for ch in raw]
     ends = [0]
     for piece in pieces:
@@ -114,6 +119,25 @@ def excerpt(source: str, span: Span, width: int = 160) -> tuple[str, str]:
         start, stop = start - shift, min(stop - shift, len(text))
     caret = " " * start + "^" + "~" * max(0, stop - start - 1)
     return text, caret
+
+
+def _line(source: str, span: Span) -> str | None:
+    """The text of line `span.line` of `source` (only a line feed ends a line), or None.
+
+    >>> _line("a\\nbc\\nd", Span("f", 2, 1, 2, 2, 2, 3)), _line("a", Span("f", 3, 1, 3, 2, 9, 9))
+    ('bc', None)
+    """
+    starts = _line_starts(source)
+    if not 1 <= span.line <= len(starts):
+        return None
+    end = starts[span.line] - 1 if span.line < len(starts) else len(source)
+    return source[starts[span.line - 1] : end]
+
+
+@functools.lru_cache(maxsize=4)
+def _line_starts(source: str) -> list[int]:
+    """Where each line of `source` starts: found once for a card however many diagnostics it has."""
+    return [0, *(m.end() for m in re.finditer("\n", source))]
 
 
 def format_diagnostic(diag: Diagnostic, source: str | None = None) -> str:
