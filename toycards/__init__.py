@@ -30,6 +30,7 @@ The package follows the pipeline, one sub-package per stage (dependencies point 
     models/      a card bound to a file: binding, loading, evaluation, training, saving
     inspect/     describe (header, inventory, formats), diff, discover (list)
     render/      Markdown, LaTeX, HTML, JSON and terminal views of a card
+    serve/       an OpenAI-compatible HTTP server for one model (the `serve` extra)
     cli/         the click group and error policy, one module per family of commands
 """
 
@@ -125,12 +126,42 @@ def save(
     tokenizer: str | Path | None = None,
     arch: str | None = None,
     name: str | None = None,
+    force: bool = False,
 ) -> Path:
     """Write a model from `load` (or `toycards train`) to a GGUF file in llama.cpp's conventions:
     its tensors under the names the card binds, its hyperparameters under the card's metadata
     keys, the tokenizer's keys (from `tokenizer`, a GGUF file; default: the model's own file),
-    and the card with its values embedded under `toycards.card`. Written atomically; never over
-    the model's own file."""
+    and the card with its values embedded under `toycards.card`. Written atomically; an existing
+    `path` is refused unless `force=True`, and the model's own file always."""
     from toycards.models.save import save as _save
 
-    return _save(model, path, tokenizer=tokenizer, arch=arch, name=name)
+    return _save(model, path, tokenizer=tokenizer, arch=arch, name=name, force=force)
+
+
+def _bind_generated(model_class: type, path: str | Path, dequantize: bool = False, device: str | None = None):
+    """A generated module's `Model.from_gguf` (runtime/binder.py): its class with the file's weights,
+    bound through the module's own card (`CARD`) for its target, as `load` binds a card."""
+    from toycards.models.load import load as _load
+
+    card = getattr(model_class, "CARD", None)
+    if not model_class.TARGET or not isinstance(card, str):
+        raise ToycardsError(
+            f"{model_class.__name__}.from_gguf: only the Model class of a generated module has a card to bind"
+        )
+    return _load(
+        card,
+        weights=path,
+        target=model_class.TARGET,
+        dequantize=dequantize,
+        device=device,
+        model_class=model_class,
+    )
+
+
+def _plug_in() -> None:
+    from toycards.runtime import binder
+
+    binder.set_binder(_bind_generated)
+
+
+_plug_in()

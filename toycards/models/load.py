@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import gc
 import hashlib
 import linecache
 import os
@@ -28,6 +27,7 @@ import numpy as np
 
 from toycards.errors import ToycardsError
 from toycards.lang import ir
+from toycards.lang.scale import collector_paused
 from toycards.models.binding import Bound, BoundParam, bind, bind_values
 
 TARGETS = ("numpy", "torch", "reference")  # reference: the interpreter running the card (slow, float64)
@@ -39,6 +39,18 @@ def _as_card(card: ir.Card | str | os.PathLike) -> ir.Card:
     if isinstance(card, ir.Card):
         return card
     return parse(Path(card) if isinstance(card, os.PathLike) else card)
+
+
+def _is_gguf_path(source: str | os.PathLike) -> bool:
+    """A GGUF file rather than a card: named *.gguf, or a file that starts with the GGUF magic
+    whatever its name (Ollama's blobs are `sha256-HEX`)."""
+    if str(source).endswith(".gguf"):
+        return True
+    try:
+        with open(source, "rb") as fh:
+            return fh.read(4) == b"GGUF"
+    except (OSError, ValueError):  # card text, not a path (ValueError: a NUL in it)
+        return False
 
 
 def card_for_file(f, given: str | os.PathLike | None = None) -> ir.Card:
@@ -246,36 +258,24 @@ def torch_device(device, what: str = "device"):
     return d
 
 
-@contextlib.contextmanager
-def _collector_paused():
-    """Python's cycle collector off for the block, and as it was afterwards. Loading makes tens of
-    thousands of objects that live on (the tokenizer's tables, the module, its parameters), which
-    set off a collection of every object the process holds: with torch imported, ~170,000 objects
-    and ~80 ms, two fifths of loading SmolLM2 here. Whatever cycles the block leaves are collected
-    later, as the collector comes to them."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 def load(source, weights=None, target: str = "numpy", seed: int = 0, dequantize: bool = False,
-         device: str | None = None):  # fmt: skip
+         device: str | None = None, model_class=None):  # fmt: skip
     """A runnable model: `load("m.gguf")`, `load(card, weights="m.gguf")`, or `load(card)` (random weights).
 
     Quantized matrices stay in their GGUF blocks (multiplied by kernels behind `ops.linear`) and
     F32 matrices stay memory-mapped; `dequantize=True` makes float32 copies of every tensor
     instead (training: quantized weights are not trainable). `device` (torch target: "cuda",
     "cuda:1", "mps" …): the model's parameters and forward passes there, every weight float32
-    (the block kernels run on the CPU alone)."""
-    with _collector_paused():
-        return _load(source, weights, target, seed, dequantize, device)
+    (the block kernels run on the CPU alone). `model_class`: the `Model` class of a module generated
+    from this card for this target, to make the model of instead of the module generated here
+    (what its `from_gguf` passes)."""
+    # loading makes tens of thousands of objects that live on (the tokenizer's tables, the module, its
+    # parameters), which would set off a full collection of every object the process holds
+    with collector_paused():
+        return _load(source, weights, target, seed, dequantize, device, model_class)
 
 
-def _load(source, weights, target: str, seed: int, dequantize: bool, device):
+def _load(source, weights, target: str, seed: int, dequantize: bool, device, model_class=None):
     from toycards.gguf.reader import open_gguf
 
     if target not in TARGETS:
@@ -287,7 +287,7 @@ def _load(source, weights, target: str, seed: int, dequantize: bool, device):
     if device is not None:
         device = torch_device(device)
         dequantize = dequantize or device.type != "cpu"
-    if isinstance(source, str | os.PathLike) and str(source).endswith(".gguf"):
+    if isinstance(source, str | os.PathLike) and _is_gguf_path(source):
         if weights is not None:
             raise ToycardsError("give either a GGUF file or a card with weights=, not both")
         path, card = source, None
@@ -305,7 +305,7 @@ def _load(source, weights, target: str, seed: int, dequantize: bool, device):
             card = card_for_file(f) if card is None else card
             bound = bind(card.main, f) if f is not None else bind_values(card.main)
             _raise_problems(bound, card, path)
-            cls = module_class(card, target) if target != "reference" else None
+            cls = model_class or (module_class(card, target) if target != "reference" else None)
             if f is not None:
                 tensors, shared = _file_weights(bound, f, None if dequantize else target, copy=not mapped)
             else:

@@ -40,6 +40,12 @@ class TokenCache:
     def reset(self) -> None:
         self.ids = None
 
+    def truncate(self, n: int) -> None:
+        """Keep the first `n` tokens (KVCache.truncate)."""
+        if not 0 <= n <= self.length:
+            raise ValueError(f"cannot keep {n} tokens of a cache that holds {self.length}")
+        self.ids = self.ids[:, :n] if n else None
+
 
 class ReferenceModel(ModelAPI):
     """The interpreter behind the model interface; slow, float64, and the definition."""

@@ -7,7 +7,8 @@ it came from) in the layout GGUF stores (`gguf` NumPy order, float32); each hype
 as strings); the tokenizer's `tokenizer.*` keys are copied from a GGUF file that has them;
 `general.*` names the architecture, the model and the file type; and the card itself, with a
 `= value` on every hyperparameter, is embedded under `toycards.card`, which the loader and
-describe prefer to any other card. The file is written atomically and never over an input.
+describe prefer to any other card. The file is written atomically and never over an input, nor
+over any existing file unless the caller says `force=True`.
 Leaves out: training (train.py), choosing a card for a file (library.card_for_file).
 
 A parameter with a constant fallback (`ρ from "rope_freqs.weight" or 1`) is written only when
@@ -174,6 +175,19 @@ def _refuse_inputs(path: Path, *inputs) -> None:
             raise ToycardsError(f"{path}: is an input of this model; refusing to overwrite it")
 
 
+def refuse_existing(
+    path: str | os.PathLike, force: bool, how: str = "force=True", name: str | None = None
+) -> None:
+    """A one-line error when something is at `path` and `force` is false: an output never replaces
+    what is there unless asked (`how` says how to ask; `name` is how the error names the path). A
+    folder is refused even so."""
+    name = name or str(path)
+    if os.path.isdir(path):
+        raise ToycardsError(f"{name}: is a folder; give the path of a .gguf file to write")
+    if not force and os.path.lexists(path):
+        raise ToycardsError(f"{name}: already exists; refusing to overwrite it ({how} replaces it)")
+
+
 def save(
     model,
     path: str | os.PathLike,
@@ -182,6 +196,7 @@ def save(
     arch: str | None = None,
     name: str | None = None,
     weights=None,
+    force: bool = False,
 ) -> Path:
     """Write `model` (from `toycards.load`, either target) to a GGUF file at `path`, atomically.
 
@@ -189,7 +204,8 @@ def save(
     loaded from, when it has a vocabulary). `arch`: general.architecture (default: the file's,
     else the library's name for the card). `name`: general.name (default: the card's algorithm).
     `weights`: the tensors to write by name instead of the model's own, e.g. the whole state dict
-    gathered from a model that FSDP shards. Refuses to overwrite the model's own file or the tokenizer's.
+    gathered from a model that FSDP shards. Refuses a `path` that exists unless `force` (a file is
+    then replaced all at once), and the model's own file or the tokenizer's even so.
     """
     import gguf
 
@@ -198,6 +214,7 @@ def save(
         raise ToycardsError("save: the model carries no binding (use a model from toycards.load)")
     out = Path(path)
     _refuse_inputs(out, getattr(model, "path", None), tokenizer)
+    refuse_existing(out, force)
     card = card_with_values(model_card(model), bound.hyper)
     arch = arch or bound.arch or default_arch(card)
     if tokenizer is None and model.path is not None and model.tokenizer is not None:

@@ -3,10 +3,12 @@
 Owns: `KVCache` (per call that reads a context, such as attention, the keys and values of
 every token seen so far, grown in place by doubling; or, for a card the cache cannot follow,
 the token ids so far), `Context` (the absolute 1-based positions of the tokens in this pass
-and a cursor over the cache's slots), and the helpers generated code calls:
-`positions(ctx, n)` and `extend(ctx, K, V, …)`.
+and a cursor over the cache's slots), the helpers generated code calls:
+`positions(ctx, n)` and `extend(ctx, K, V, …)`, and the context-length policy: `ContextLength`
+(the context a model was trained for, read from its bound card, and whether its positions stop
+there) with the limit `run`, `eval`, `generate` and `logits` hold a sequence to.
 Leaves out: array maths (ops_numpy.py / ops_torch.py); which arguments are a call's context
-(the checker decides: toycards/checker/tokenflow.py).
+(the checker decides: toycards/checker/tokenflow.py); windowed scoring (models/evaluate.py).
 
 Generated code makes the same context-reading calls in the same order on every pass, so the
 i-th such call of a pass owns slot i of the cache.
@@ -15,6 +17,7 @@ i-th such call of a pass owns slot i of the cache.
 from __future__ import annotations
 
 import mmap
+from dataclasses import dataclass
 
 from toycards.errors import ToycardsError
 
@@ -59,6 +62,18 @@ class KVCache:
         for entry in self.slots:
             entry[1] = 0
         self.ids = None
+
+    def truncate(self, n: int) -> None:
+        """Keep the first `n` tokens and forget the rest, as `reset` forgets all of them (a chat
+        whose conversation renders differently from token n + 1 on). Also after a pass that was cut
+        short: its slots may hold rows past `length`, and this sets every slot back to n."""
+        if not 0 <= n <= self.length:
+            raise ValueError(f"cannot keep {n} tokens of a cache that holds {self.length}")
+        self.length = n
+        for entry in self.slots:
+            entry[1] = n  # every slot holds one row per token so far
+        if self.ids is not None:
+            self.ids = self.ids[..., :n] if n else None
 
     def append(self, slot: int, ops, *arrays):
         """Store the new columns (rows in code) of each array; all columns so far, per array."""
@@ -182,3 +197,101 @@ def extend(ctx: Context | None, *arrays):
     slot = ctx.slot
     ctx.slot += 1
     return ctx.cache.append(slot, ctx.ops, *arrays)
+
+
+# ── the context length ──────────────────────────────────────────────────────────────────
+CONTEXT_KEY = ".context_length"  # the metadata key ("{arch}.context_length") a card binds its context to
+CONTEXT_NAME = "ℓ_max"  # the paper's name for it, for a card that binds it to no key
+
+
+@dataclass(frozen=True)
+class ContextLength:
+    """The context length a model was trained for, from its bound card: `trained` is the value of
+    the hyperparameter bound to "{arch}.context_length" (else of one named ℓ_max), None for a card
+    without one (no limit). `learned`: a parameter has that many position columns
+    (`W_p ∈ ℝ^{d_e×ℓ_max}`), so no position past it exists; positions computed on the fly (RoPE)
+    go on past it, untrained.
+
+    >>> rope, learned = ContextLength(256, "ℓ_max", False), ContextLength(64, "ℓ_max", True)
+    >>> rope.resolve(None), rope.resolve(512)
+    ((256, None), (512, 'warning: --ctx 512 is past the context length 256 the model was trained for; what it computes past 256 tokens may be poor'))
+    >>> learned.resolve(128)
+    Traceback (most recent call last):
+    toycards.errors.ToycardsError: --ctx 128: the model has 64 learned positions (ℓ_max = 64) and cannot read past them
+    """
+
+    trained: int | None
+    name: str | None = None  # the card's name for it
+    learned: bool = False
+
+    def resolve(self, n_ctx: int | None, option: str = "--ctx") -> tuple[int | None, str | None]:
+        """The limit to hold a sequence to for a requested `n_ctx` (None: the trained context), and a
+        one-line warning when it goes past the trained context of a model that can (else None).
+        Raises ToycardsError for an `n_ctx` below 1 or past a learned-position model's positions."""
+        if n_ctx is None:
+            return self.trained, None
+        if isinstance(n_ctx, bool) or int(n_ctx) != n_ctx or n_ctx < 1:
+            raise ToycardsError(f"{option} {n_ctx}: expected a whole number of tokens, at least 1")
+        n_ctx = int(n_ctx)
+        if self.trained is None or n_ctx <= self.trained:
+            return n_ctx, None
+        if self.learned:
+            raise ToycardsError(
+                f"{option} {n_ctx}: the model has {self.trained} learned positions"
+                f" ({self.name} = {self.trained}) and cannot read past them"
+            )
+        return n_ctx, (
+            f"warning: {option} {n_ctx} is past the context length {self.trained} the model was trained"
+            f" for; what it computes past {self.trained} tokens may be poor"
+        )
+
+    def hint(self, limit: int) -> str:
+        """What changes `limit`, for a message: `--ctx`, unless the model's positions end there."""
+        if self.learned and limit == self.trained:
+            return f"the model has {self.trained} learned positions"
+        return "--ctx N to change"
+
+    def check_fits(self, n: int, path: str | None = None) -> None:
+        """Raise ToycardsError when `n` tokens are more than a learned-position model has positions
+        for (its forward pass would index past them); any `n` for other models."""
+        if self.learned and self.trained is not None and n > self.trained:
+            where = f"{path}: " if path else ""
+            raise ToycardsError(
+                f"{where}{n} tokens do not fit the model's {self.trained} learned positions"
+                f" ({self.name} = {self.trained}); a longer text goes in windows of at most {self.trained}"
+            )
+
+
+def context_length(bound) -> ContextLength:
+    """The ContextLength of a bound card (`models.binding.Bound`; None: no limit)."""
+    if bound is None:
+        return ContextLength(None)
+    algorithm = bound.algorithm
+    name = next((d.names[0] for d in algorithm.hyper_decls if _binds_context(d)), None)
+    if name is None and CONTEXT_NAME in bound.hyper:
+        name = CONTEXT_NAME
+    value = bound.hyper.get(name) if name is not None else None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return ContextLength(None)
+    learned = any(_names_dim(dim, name) for d, _ in algorithm.all_params() for dim in _dims(d.type))
+    return ContextLength(value, name, learned)
+
+
+def _binds_context(decl) -> bool:
+    binding = decl.binding
+    if binding is None or binding.kind != "from" or len(decl.names) != 1:
+        return False
+    return any(src.tensor.endswith(CONTEXT_KEY) for alternatives in binding.sources for src in alternatives)
+
+
+def _dims(typ) -> tuple:
+    return tuple(getattr(typ, "dims", None) or ())
+
+
+def _names_dim(dim, name: str) -> bool:
+    """Whether the dimension expression `dim` (lang.ir.Dim) involves the dimension `name`."""
+    if getattr(dim, "name", None) == name:
+        return True
+    return any(
+        _names_dim(part, name) for part in (getattr(dim, "left", None), getattr(dim, "right", None)) if part
+    )

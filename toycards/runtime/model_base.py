@@ -1,10 +1,11 @@
 """What every generated model offers besides `forward`: logits for a list of ids, generation.
 
-Owns: `ModelAPI` (`logits(ids)`, `new_cache()`, `generate(prompt, …)`, `context_length`), shared
-by the NumPy and torch base classes; `Generation` (what `generate` returns: the text pieces, then
-why they ended); and `require_finite` (non-finite logits as one error line, which `generate` and
-`evaluate` raise). Leaves out: the forward pass (generated), weights (model_*.py), the
-context-length policy itself (context.py).
+Owns: `ModelAPI` (`logits(ids)`, `new_cache()`, `generate(prompt, …)`, `context_length`, and
+`Model.from_gguf(path)`, which binds a file's weights to a generated module's own card through
+models/load.py), shared by the NumPy and torch base classes; `Generation` (what `generate`
+returns: the text pieces, then why they ended); and `require_finite` (non-finite logits as one
+error line, which `generate` and `evaluate` raise). Leaves out: the forward pass (generated),
+weights (model_*.py), the context-length policy itself (context.py).
 """
 
 from __future__ import annotations
@@ -22,11 +23,27 @@ class CacheRecomputes(UserWarning):
 
 
 class ModelAPI:
+    TARGET = ""  # "numpy" or "torch": the target of a base class (model_numpy.py, model_torch.py)
     RECOMPUTE = ""  # set by a generated class whose card a KV cache cannot follow: why
     tokenizer = None  # set by the loader when the GGUF file carries a vocabulary
     bound = None  # toycards.binding.Bound: hyperparameters and where each tensor came from
     path = None  # the GGUF file the weights came from (set by the loader), named in errors
     _file_watch = None  # mapped.FileWatch of that file where the weights read its pages (set by the loader)
+
+    @classmethod
+    def from_gguf(cls, path, *, dequantize: bool = False, device: str | None = None):
+        """This generated module's `Model` with the weights of the GGUF file at `path`, bound through
+        the module's own card (`CARD`) as `toycards.load(CARD, weights=path, target=...)` binds them:
+        hyperparameters from the file's keys, every tensor checked against the card (one-line
+        ToycardsError naming the file where one is missing or of another shape), tied weights shared,
+        the file's tokenizer attached (for `generate`). `dequantize` and `device` (torch) are load's.
+
+        >>> Model.from_gguf("tiny-llama.gguf").logits([1, 2, 3]).shape  # doctest: +SKIP
+        (3, 1024)
+        """
+        from toycards.runtime import binder
+
+        return binder.bind(cls, path, dequantize=dequantize, device=device)
 
     def _kernel_choices(self, kept) -> None:
         """The per-model state of the block kernels' decoding, for the weights `kept` in their GGUF

@@ -16,6 +16,8 @@ from toycards.runtime.quant_numpy import QuantWeight
 
 
 class NumpyModel(ModelAPI):
+    TARGET = "numpy"
+
     def __init__(self, hp: dict, weights: dict[str, np.ndarray]) -> None:
         self.hp = dict(hp)
         self.w = {

@@ -104,6 +104,8 @@ def _as_float_tensor(value) -> torch.Tensor:
 
 
 class TorchModel(nn.Module, ModelAPI):
+    TARGET = "torch"
+
     def __init__(self, hp: dict, weights: dict[str, object], shared: dict[str, str] | None = None) -> None:
         """`shared` maps a tensor name to another whose parameter it reuses (tied weights)."""
         super().__init__()
