@@ -1,7 +1,7 @@
 """`toycards diff`: semantic differences between cards and GGUF files, and git integration.
 
-Each test edits a library card in one known way (by text) and checks that the report names
-exactly that change; the git tests run a real `git diff` in a temporary repository through the
+Each test edits a library card, or a small hand-written one, in one known way (by text) and
+checks that the report names exactly that change (a number spelt otherwise is no change); the git tests run a real `git diff` in a temporary repository through the
 diff driver and the textconv recipe of docs/describe-and-diff.md.
 """
 
@@ -11,6 +11,7 @@ import json
 import os
 import shlex
 import shutil
+import string
 import subprocess
 import sys
 from pathlib import Path
@@ -131,6 +132,93 @@ def test_step_lines_match_the_formatter():
     numbered = [(n, t) for n, t in step_lines(card.main)]
     assert numbered[0] == (1, "ℓ ← length(x)") and numbered[-1] == (12, "return P = softmax(Z)")
     assert (9, "end") in numbered
+
+
+# ── numbers by value ────────────────────────────────────────────────────────────────────
+SCALE = string.Template("""toycards 1
+Algorithm: Y ← Scale(X | θ)
+Input: X ∈ ℝ^{d}
+Output: Y ∈ ℝ^{d}
+Hyperparameters:
+  d ∈ ℕ = $d
+  ε ∈ ℝ = $eps  from "{arch}.eps"
+  α ∈ ℝ  from "{arch}.alpha" default $alpha
+Parameters:
+  γ ∈ ℝ^{d}  from "w.weight" or $fallback
+ 1  Y ← γ ⊙ X · $half + ε
+ 2  return Y
+""")
+
+
+def scale(d="4", eps="1e-5", alpha="0.5", fallback="1", half="0.5") -> str:
+    """A hand-written card whose every number is spelt as given."""
+    return SCALE.substitute(d=d, eps=eps, alpha=alpha, fallback=fallback, half=half)
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        {"eps": "1e-05"},
+        {"eps": "0.00001"},
+        {"eps": "9.999999747378752e-06"},  # the float32 nearest 1e-5, as a GGUF file holds ε
+        {"d": "4.0"},
+        {"alpha": "0.50"},
+        {"alpha": "5e-1"},
+        {"fallback": "1.0"},
+        {"half": "5e-1"},
+    ],
+    ids=str,
+)
+def test_numbers_spelt_otherwise_are_the_same(spelling):
+    assert changes(scale(), scale(**spelling)) == []
+
+
+@pytest.mark.parametrize(
+    "spelling, section, name, what",
+    [
+        ({"eps": "1e-6"}, "hyperparameter", "ε", "value 1e-5 → 1e-6"),
+        ({"eps": "1.00001e-5"}, "hyperparameter", "ε", "value 1e-5 → 1.00001e-5"),
+        ({"d": "4.0000001"}, "hyperparameter", "d", "value 4 → 4.0000001"),  # the same float32, not the same value
+        ({"alpha": "0.25"}, "hyperparameter", "α", 'binding from "{arch}.alpha" default 0.5 → from "{arch}.alpha" default 0.25'),
+        ({"fallback": "2"}, "parameter", "γ", 'binding from "w.weight" or 1 → from "w.weight" or 2'),
+        ({"half": "0.25"}, "step", "step 1", "Y ← γ ⊙ X · 0.5 + ε → Y ← γ ⊙ X · 0.25 + ε"),
+    ],
+)  # fmt: skip
+def test_numbers_of_other_values_differ(spelling, section, name, what):
+    c = only(changes(scale(), scale(**spelling)), section=section, name=name)
+    assert (c.kind, c.what) == ("changed", what)
+
+
+def test_same_number_against_decimal_and_float32_arithmetic():
+    """Hand-checked cases: decimal equality, and float32 values against their shortest spelling."""
+    from toycards.inspect.diff import same_number
+
+    assert same_number("1e-5", "1e-05") and same_number("0.00001", "1E-5") and same_number("4", "4.000")
+    assert same_number("9.999999974752427e-07", "1e-6")  # float32(1e-6), in full
+    assert same_number("0.10000000149011612", "0.1") and not same_number("0.1000000015", "0.1")
+    assert not same_number("1e-5", "1e-50") and not same_number("3", "0.3")
+
+
+def test_diff_command_of_number_spellings_exits_0(tmp_path):
+    (tmp_path / "a.card").write_text(scale(), encoding="utf-8")
+    (tmp_path / "b.card").write_text(scale(eps="0.00001", d="4.0"), encoding="utf-8")
+    out = cli("diff", str(tmp_path / "a.card"), str(tmp_path / "b.card"))
+    assert out.exit_code == 0 and "describe the same card" in out.stdout
+
+
+def test_a_card_with_values_spelt_by_hand_against_its_gguf_file(tmp_path):
+    """describe writes ε = 1e-05 and θ_base = 10000.0; a card that says 1e-5 and 1e4 is the same."""
+    example = Path(__file__).resolve().parents[1] / "examples" / "tiny-llama.gguf"
+    card = cli("describe", str(example), "--format", "card").stdout
+    assert "ε ∈ ℝ = 1e-05 " in card and "θ_base ∈ ℝ = 10000.0 " in card and "H ∈ ℕ = 4 " in card
+    by_hand = (
+        card.replace("= 1e-05 ", "= 1e-5  ").replace("= 10000.0 ", "= 1e4     ").replace("= 4 ", "= 4.0")
+    )
+    (tmp_path / "m.card").write_text(by_hand, encoding="utf-8")
+    assert cli("diff", str(tmp_path / "m.card"), str(example)).exit_code == 0
+    (tmp_path / "m.card").write_text(card.replace("= 1e-05 ", "= 1e-6  "), encoding="utf-8")
+    out = cli("diff", str(tmp_path / "m.card"), str(example))
+    assert out.exit_code == 1 and "ε: value 1e-6 → 1e-05" in out.stdout
 
 
 # ── GGUF files ──────────────────────────────────────────────────────────────────────────

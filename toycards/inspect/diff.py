@@ -4,8 +4,11 @@ Owns: `diff_cards(a, b) -> CardDiff` over two IRs (algorithms paired by name, th
 algorithms with each other whatever their names; hyperparameters compared by type, value
 and binding; parameters added, removed, reshaped or rebound; steps aligned per algorithm with
 difflib and summarised by the calls that changed, e.g. `Llama step 7: layer_norm → rms_norm`),
-`read_side(path)` (a card file, a GGUF file through describe, or git's /dev/null) and
-`diff_paths(a, b)`. Comments, descriptions and numbering are ignored; for two GGUF files the
+`read_side(path)` (a card file, a GGUF file through describe: one that starts with the GGUF magic
+or is named *.gguf, or git's /dev/null) and
+`diff_paths(a, b)`. Comments, descriptions and numbering are ignored, and numbers are compared
+by value (`same_number`: 1e-5 = 1e-05 = 0.00001, 4 = 4.0, and a float32 value as a file holds it
+= its shortest spelling); for two GGUF files the
 file facts (tensor types, parameter count, tokenizer…) are compared too. A GGUF file is compared
 through its own card (library.card_for_file); one that has none, compared with a card, is bound
 to that card instead. A GGUF side's binding errors (missing tensor or key, wrong shape) are
@@ -34,12 +37,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from toycards.errors import ToycardsError
+from toycards.inspect.literals import number_expr, round_float32
 from toycards.lang import ir
 from toycards.lang.printer import Renderer, render_card, source_text
 from toycards.render.escape import terminal_safe
@@ -139,9 +144,82 @@ def _by_name(decls) -> dict[str, ir.Decl]:
     return {n: _single(d, i) for d in decls for i, n in enumerate(d.names)}
 
 
+# ── numbers ─────────────────────────────────────────────────────────────────────────────
+def _decimal(text: str):
+    from decimal import Decimal, InvalidOperation
+
+    try:
+        x = Decimal(text)
+    except InvalidOperation:
+        return None
+    return x if x.is_finite() else None
+
+
+def same_number(a: str, b: str) -> bool:
+    """Whether two numeric literals of a card bind to the same value: as decimals, exactly
+    (1e-5 = 1e-05 = 0.00001; 4 = 4.0, an integer and a float compared as the values they are),
+    or a float32 value written in full, as a file holds it, and its shortest spelling (the one
+    describe writes, literals.number_expr): 9.999999747378752e-06 = 1e-05.
+
+    >>> same_number("1e-5", "0.00001"), same_number("4", "4.0"), same_number("9.999999747378752e-06", "1e-5")
+    (True, True, True)
+    >>> same_number("1e-5", "1.00001e-5"), same_number("4", "4.0000001"), same_number("1e-5", "1e-6")
+    (False, False, False)
+    """
+    x, y = _decimal(a), _decimal(b)
+    if x is None or y is None:
+        return a == b
+    return x == y or _float32_spelling(x) == y or _float32_spelling(y) == x
+
+
+def _float32_spelling(x):
+    """The shortest spelling of `x` where `x` is a float32 value (else None), as a Decimal."""
+    v = abs(float(x))
+    if not math.isfinite(v) or v != round_float32(v):
+        return None
+    return _decimal(number_expr(v, float32=True).text).copy_sign(x)
+
+
+def _number_key(text: str) -> str:
+    """One spelling per decimal value (`1e-5`, `1e-05`, `0.00001` → `0.00001`) to align steps by."""
+    x = _decimal(text)
+    return text if x is None else format(x.normalize(), "f")
+
+
+def same(x: object, y: object) -> bool:
+    """IR nodes equal but for the spelling of their numbers (`same_number`); positions ignored."""
+    if isinstance(x, ir.Num) and isinstance(y, ir.Num):
+        return same_number(x.text, y.text)
+    if isinstance(x, ir.Source) and isinstance(y, ir.Source) and x.const and y.const:
+        return same_number(x.const, y.const) and same(
+            dataclasses.replace(x, const=""), dataclasses.replace(y, const="")
+        )
+    if isinstance(x, tuple) and isinstance(y, tuple):
+        return len(x) == len(y) and all(same(u, v) for u, v in zip(x, y))
+    if dataclasses.is_dataclass(x) and not isinstance(x, type) and type(x) is type(y):
+        fields = (f.name for f in dataclasses.fields(x) if f.compare)
+        return all(same(getattr(x, f), getattr(y, f)) for f in fields)
+    return x == y
+
+
+def _numbers_as_keys(node):
+    """`node` with each number spelt by `_number_key`, for aligning steps by what they compute."""
+    if isinstance(node, ir.Num):
+        return dataclasses.replace(node, text=_number_key(node.text))
+    if isinstance(node, ir.Source) and node.const:
+        return dataclasses.replace(node, const=_number_key(node.const))
+    if isinstance(node, tuple):
+        return tuple(_numbers_as_keys(n) for n in node)
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        fields = [f.name for f in dataclasses.fields(node) if f.compare and f.init]
+        return dataclasses.replace(node, **{f: _numbers_as_keys(getattr(node, f)) for f in fields})
+    return node
+
+
 # ── declarations ────────────────────────────────────────────────────────────────────────
 def _compare_decls(section: str, where: str, a: dict, b: dict, parts) -> list[Change]:
-    """Removed and changed declarations in a's order, then added ones in b's order."""
+    """Removed and changed declarations in a's order, then added ones in b's order. `parts(x, y)`
+    gives (label, x's part, y's part, how a part is shown) for the parts that are compared."""
     out = []
     for name, x in a.items():
         if name not in b:
@@ -149,7 +227,9 @@ def _compare_decls(section: str, where: str, a: dict, b: dict, parts) -> list[Ch
             continue
         y = b[name]
         whats = [
-            f"{label} {u or '(no value)'} → {v or '(no value)'}" for label, u, v in parts(x, y) if u != v
+            f"{label} {show(u) or '(no value)'} → {show(v) or '(no value)'}"
+            for label, u, v, show in parts(x, y)
+            if not same(u, v)
         ]
         if whats:
             out.append(
@@ -158,17 +238,17 @@ def _compare_decls(section: str, where: str, a: dict, b: dict, parts) -> list[Ch
     return out + [Change(section, "added", where, n, new=_decl_text(y)) for n, y in b.items() if n not in a]
 
 
+def _value_text(e: ir.Expr | None) -> str:
+    return _R.expr(e) if e is not None else ""
+
+
 def _hyper_parts(x: ir.Decl, y: ir.Decl):
-    val = lambda d: _R.expr(d.value) if d.value is not None else ""  # noqa: E731
-    return [("type", _R.type(x.type), _R.type(y.type)), ("value", val(x), val(y)),
-            ("binding", _binding_text(x.binding), _binding_text(y.binding))]  # fmt: skip
+    return [("type", x.type, y.type, _R.type), ("value", x.value, y.value, _value_text),
+            ("binding", x.binding, y.binding, _binding_text)]  # fmt: skip
 
 
 def _param_parts(x: ir.Decl, y: ir.Decl):
-    return [
-        ("shape", _R.type(x.type), _R.type(y.type)),
-        ("binding", _binding_text(x.binding), _binding_text(y.binding)),
-    ]
+    return [("shape", x.type, y.type, _R.type), ("binding", x.binding, y.binding, _binding_text)]
 
 
 def _params(algo: ir.Algorithm) -> tuple[dict[str, ir.Decl], dict[str, str]]:
@@ -220,12 +300,19 @@ def _calls_summary(old: str, new: str) -> str:
     return f"no longer calls {', '.join(gone)}" if gone else (f"now calls {', '.join(came)}" if came else "")
 
 
-def _compare_steps(where: str, a: list[tuple[int, str]], b: list[tuple[int, str]]) -> list[Change]:
-    """Steps aligned by text (difflib); inside a replaced run, steps are paired in order where they
-    are alike (`_likeness`), the pairing with the most likeness in all, and the rest are removed
-    or added."""
+def _steps(algo: ir.Algorithm) -> tuple[list[tuple[int, str]], list[str]]:
+    """`step_lines(algo)`, and each step's text with its numbers spelt by value (what steps are
+    aligned and compared by)."""
+    return step_lines(algo), [t for _, t in step_lines(_numbers_as_keys(algo))]
+
+
+def _compare_steps(where: str, x: ir.Algorithm, y: ir.Algorithm) -> list[Change]:
+    """Steps aligned by what they compute (difflib over their text, numbers by value); inside a
+    replaced run, steps are paired in order where they are alike (`_likeness`), the pairing with
+    the most likeness in all, and the rest are removed or added."""
     out = []
-    sm = difflib.SequenceMatcher(None, [t for _, t in a], [t for _, t in b], autojunk=False)
+    (a, a_keys), (b, b_keys) = _steps(x), _steps(y)
+    sm = difflib.SequenceMatcher(None, a_keys, b_keys, autojunk=False)
     for op, i1, i2, j1, j2 in sm.get_opcodes():
         if op == "equal":
             continue
@@ -297,7 +384,7 @@ def _compare_algorithms(x: ir.Algorithm, y: ir.Algorithm) -> list[Change]:
         if ga[prefix] != gb[prefix]:
             out.append(Change("group", "changed", where, f'"{prefix}"', ga[prefix], gb[prefix]))
     out += _compare_decls("parameter", where, pa, pb, _param_parts)
-    return out + _compare_steps(where, step_lines(x), step_lines(y))
+    return out + _compare_steps(where, x, y)
 
 
 def _pairs(a: ir.Card, b: ir.Card) -> list[tuple[ir.Algorithm | None, ir.Algorithm | None]]:
@@ -383,7 +470,7 @@ def read_side(path: str | os.PathLike) -> ir.Card:
             magic = fh.read(4)
     except OSError as e:
         raise ToycardsError(f"{text}: cannot read: {e.strerror or e}") from None
-    if magic == b"GGUF":
+    if magic == b"GGUF" or p.name.lower().endswith(".gguf"):  # the latter: the reader says what is wrong
         from toycards.inspect.describe import describe
 
         return describe(p)

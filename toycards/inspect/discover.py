@@ -23,6 +23,10 @@ HF revisions sharing a blob, two Ollama tags, a folder inside a cache) is listed
 the first of hf, ollama, lmstudio, folder (in HF, the revision that refs/main names), with
 the other names as `aliases`. Walks are bounded in depth and in folders visited, visit each
 folder once (so symlink loops end), and skip hidden folders in the folder source.
+Also owns finding a model by the name `toycards list` shows (`find_named`, with `near_names` for
+a name that matches none): the name itself or an alias, an Ollama name as `ollama run` takes it
+(`smollm2` is `smollm2:latest`; `library/` and `registry.ollama.ai/` may be written), and, where
+exactly one file matches, a name in other letter case.
 Leaves out: parsing GGUF (gguf/reader.py, via `open_gguf`), printing (cli/), downloading.
 """
 
@@ -39,7 +43,17 @@ from pathlib import Path
 from toycards.errors import ToycardsError
 from toycards.gguf.facts import Keys, file_type_name
 
-__all__ = ["Entry", "Found", "find_gguf_files", "list_gguf", "locations", "summarise"]
+__all__ = [
+    "Entry",
+    "Found",
+    "find_gguf_files",
+    "find_named",
+    "has_gguf_magic",
+    "list_gguf",
+    "locations",
+    "near_names",
+    "summarise",
+]
 
 SOURCES = ("hf", "ollama", "lmstudio", "folder")  # priority order for duplicates and sorting
 GGUF_MAGIC = b"GGUF"  # gguf.GGUF_MAGIC (0x46554747) as the file's first four bytes
@@ -178,7 +192,9 @@ def _walk_gguf(root: Path, max_depth: int, skip_hidden: bool = False) -> Iterato
                 continue
 
 
-def _has_magic(path: Path) -> bool:
+def has_gguf_magic(path: str | os.PathLike) -> bool:
+    """Whether `path` is a file that starts with the GGUF magic (whatever its name: Ollama's blobs
+    are `sha256-HEX`)."""
     try:
         with open(path, "rb") as fh:
             return fh.read(4) == GGUF_MAGIC
@@ -242,7 +258,7 @@ def _ollama(root: Path) -> Iterator[tuple[Path, str, int]]:
         for hex_digest in _ollama_model_digests(manifest):
             blobs = [root / "blobs" / f"sha256{sep}{hex_digest}" for sep in "-:"]
             blob = next((b for b in blobs if b.is_file()), None)
-            if blob is not None and _has_magic(blob):  # older stores hold GGML-era weights too
+            if blob is not None and has_gguf_magic(blob):  # older stores hold GGML-era weights too
                 yield blob, _ollama_name(host, namespace, model, tag), 0
 
 
@@ -267,10 +283,14 @@ def _dedupe(candidates: Iterable[tuple[str, Path, str, int]]) -> list[Found]:
     found = []
     for sightings in groups.values():
         sightings.sort()
-        _, source, path, name, size = sightings[0]
+        (_, rank, _, _), source, path, name, size = sightings[0]
         aliases = tuple(dict.fromkeys(n for _, _, _, n, _ in sightings[1:] if n != name))
-        found.append(Found(str(path), source, name, size, aliases))
-    return sorted(found, key=lambda f: (SOURCES.index(f.source), f.name.casefold(), f.name, f.path))
+        found.append((rank, Found(str(path), source, name, size, aliases)))
+    # one name for two files (two HF revisions): the better-ranked first, the one a name finds
+    found.sort(
+        key=lambda rf: (SOURCES.index(rf[1].source), rf[1].name.casefold(), rf[1].name, rf[0], rf[1].path)
+    )
+    return [f for _, f in found]
 
 
 def find_gguf_files(
@@ -382,3 +402,66 @@ def list_gguf(
 ) -> list[Entry]:
     """`find_gguf_files` then `summarise` each: the whole of `toycards list`."""
     return [summarise(f) for f in find_gguf_files(dirs, hf_cache, ollama, lmstudio, recursive)]
+
+
+# ---- names -----------------------------------------------------------------------------------
+
+
+def _ollama_spelling(name: str) -> str | None:
+    """The name `ollama list` shows for a name as `ollama run` takes it, or None where it is not one.
+
+    >>> _ollama_spelling("smollm2"), _ollama_spelling("registry.ollama.ai/library/smollm2:135m")
+    ('smollm2:latest', 'smollm2:135m')
+    >>> _ollama_spelling("hf.co/bartowski/SmolLM2-GGUF:Q4_K_M"), _ollama_spelling("a/b/c/d")
+    ('hf.co/bartowski/SmolLM2-GGUF:Q4_K_M', None)
+    """
+    path, _, tag = name.rpartition(":") if ":" in name.rsplit("/", 1)[-1] else (name, "", "latest")
+    parts = path.split("/")
+    if not tag or not all(parts) or len(parts) > 3:
+        return None
+    host, namespace = OLLAMA_REGISTRY, OLLAMA_NAMESPACE
+    if len(parts) == 3:
+        host, namespace = parts[0], parts[1]
+    elif len(parts) == 2:
+        namespace = parts[0]
+    return _ollama_name(host, namespace, parts[-1], tag)
+
+
+def _names(f: Found) -> tuple[str, ...]:
+    return (f.name, *f.aliases)
+
+
+def find_named(name: str, found: Sequence[Found]) -> Found | None:
+    """The file of `found` (a `find_gguf_files` result) that `name` names (see the module
+    docstring), or None.
+
+    >>> f = Found("/m/blobs/sha256-ab", "ollama", "smollm2:latest", 1)
+    >>> find_named("smollm2", [f]) is f, find_named("SmolLM2:latest", [f]) is f, find_named("smol", [f])
+    (True, True, None)
+    """
+    exact = [f for f in found if name in _names(f)]
+    ollama = _ollama_spelling(name)
+    if not exact and ollama is not None:
+        exact = [f for f in found if f.source == "ollama" and ollama in _names(f)]
+    if exact:
+        return exact[0]
+    folded = {name.casefold(), (ollama or name).casefold()}
+    anycase = [f for f in found if folded & {n.casefold() for n in _names(f)}]
+    return anycase[0] if len(anycase) == 1 else None
+
+
+def near_names(name: str, found: Sequence[Found], n: int = 3) -> list[str]:
+    """Up to `n` names of `found` close to `name`: those that contain it or are the same model
+    with another tag, then difflib's closest.
+
+    >>> found = [Found("a", "ollama", "smollm2:135m", 1), Found("b", "hf", "x/y/z.gguf", 1)]
+    >>> near_names("smollm2", found), near_names("smollm2:latest", found), near_names("q", found)
+    (['smollm2:135m'], ['smollm2:135m'], [])
+    """
+    import difflib
+
+    names = list(dict.fromkeys(m for f in found for m in _names(f)))
+    folded, model = name.casefold(), name.split(":")[0].casefold()
+    containing = [m for m in names if folded in m.casefold() or m.split(":")[0].casefold() == model]
+    close = difflib.get_close_matches(name, names, n=n, cutoff=0.6)
+    return list(dict.fromkeys(containing + close))[:n]
