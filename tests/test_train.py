@@ -405,7 +405,7 @@ def test_bad_input_is_one_line_and_writes_nothing(name, tmp_path, data, monkeypa
     source_bytes = TOKENIZER.read_bytes() if name == "out is the source" else None
     args, phrase = _case(name, tmp_path, data)
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
-    result = cli("train", *args)
+    result = cli("train", *args, "--force")  # the case's own error stops it, not the OUT that exists
     assert result.exit_code == 1, result.output
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and phrase in lines[0], result.stderr

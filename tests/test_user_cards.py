@@ -211,7 +211,7 @@ def test_run_and_eval_with_card_equal_the_library_llama(files, llama_logits):
     assert np.array_equal(user.logits(IDS), llama_logits)
     text = files["root"] / "text.txt"
     text.write_text("The cat sat on the mat.", encoding="utf-8")
-    out = cli("eval", files["toy"], "--card", files["card"], "--text", text, "--json")
+    out = cli("eval", files["toy"], "--card", files["card"], "--text", text, "--json", "--per-token")
     assert out.exit_code == 0, out.output
     ids = user.tokenizer.encode(text.read_text(encoding="utf-8"))
     expected = log_softmax(toycards.load(files["llama"]).logits(ids))[np.arange(len(ids) - 1), ids[1:]]

@@ -3,7 +3,8 @@
 Owns: `check` (parse + shape-check, compiler-style diagnostics), `fmt` (canonical layout, rewritten
 atomically, or in place for a card with hard links; never a read-only card, never losing a
 comment) and `render` (card, Markdown, LaTeX, HTML or JSON). Each command is argument parsing,
-one library call per file, and output; `toycards.cli` adds them to its group.
+one library call per file, and output; `toycards.cli` adds them to its group. A card argument is
+a path or a card name (`llama`: resolve.py's rule); fmt reads a named card but never rewrites it.
 Leaves out: the work itself (lang/, checker/, render/).
 """
 
@@ -160,6 +161,8 @@ def fmt_cmd(files: tuple[str, ...], check_only: bool, diff_only: bool, ascii_: b
     failed, changed = 0, []
     for file in files:
         try:
+            if not (check_only or to_stdout):
+                _refuse_named(file)
             old, new = _formatted(file, ascii_)
         except ToycardsError as e:
             print_error(e, sys.stderr)
@@ -222,15 +225,12 @@ def render_cmd(file: str, fmt: str, ascii_: bool, output: str | None) -> None:
     from toycards.lang.parse import parse
     from toycards.render.terminal import print_card
 
-    card = parse(sys.stdin.read(), file="<stdin>") if file == "-" else parse(_arg_path(file))
+    path = None if file == "-" else _arg_path(file)
+    card = parse(sys.stdin.read(), file="<stdin>") if path is None else parse(path)
     text = render(card, fmt, ascii_)
     if output:
-        if (
-            file != "-"
-            and Path(output).exists()
-            and Path(output).resolve() == Path(file).resolve()
-            and fmt != "card"
-        ):
+        same = path is not None and Path(output).exists() and Path(output).resolve() == path.resolve()
+        if same and (fmt != "card" or path != Path(file)):  # a named card is never rewritten
             raise ToycardsError(f"{output}: is the input card; refusing to overwrite it with {fmt}")
         write_atomic(output, text)
     elif fmt == "card":
@@ -242,5 +242,21 @@ def render_cmd(file: str, fmt: str, ascii_: bool, output: str | None) -> None:
 
 
 def _arg_path(file: str) -> Path:
-    """A command-line argument is always a path (parse() would take a string for card text)."""
-    return Path(file)
+    """The card file an argument names: a path, else a card name (resolve.resolve_card); always
+    a Path, since parse() would take a string for card text."""
+    from toycards.cli.resolve import resolve_card
+
+    return resolve_card(file)
+
+
+def _refuse_named(file: str) -> None:
+    """fmt rewrites a card only where the user named its file: a card name stands for a card the
+    user did not point at (the library's, or one of TOYCARDS_CARDS)."""
+    from toycards.cli.resolve import named_card
+
+    path = None if file == "-" else named_card(file)
+    if path is not None:
+        raise ToycardsError(
+            f"{file}: names the card {path}; fmt rewrites only cards given by their path"
+            f" (`toycards fmt --check {file}` shows what it would change)"
+        )

@@ -4,7 +4,8 @@ Owns: argument parsing and terminal output of `toycards describe` (rich view, or
 formats of inspect/formats.py), `toycards diff` (text or JSON; also git's external diff driver
 with its seven arguments) and `toycards list`; each is one library call (inspect/describe.py,
 inspect/diff.py, inspect/discover.py) plus printing. The commands are plain click commands that `toycards.cli` adds to
-its group: `main.add_command(describe_cmd)`, `diff_cmd`, `list_cmd`.
+its group: `main.add_command(describe_cmd)`, `diff_cmd`, `list_cmd`. A model argument is a path or a
+name that `list` shows, a card argument a path or a card name (resolve.py).
 Leaves out: the work itself (the library modules above), the other commands (cards.py, models.py).
 
 Text from a file reaches the terminal only through render/escape.py's `terminal_safe`, and rich
@@ -44,13 +45,18 @@ def _line(text: str) -> str:
     return terminal_safe(text, newlines=False)
 
 
-def _describe_terminal(card) -> None:
-    """The rich view: header table, notice, problems, then the highlighted card."""
+_PROBLEM_STYLES = {"error": "red", "warning": "yellow", "note": "dim"}
+
+
+def _describe_terminal(card, every_problem: bool, whole_template: bool) -> None:
+    """The rich view: header table, notice, problems (the first ones and a count, unless
+    `every_problem`), the chat template (its start, unless `whole_template`), then the
+    highlighted card."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    from toycards.inspect.formats import described_rows, problem_line
+    from toycards.inspect.formats import described_rows, problem_lines, template_excerpt, template_heading
     from toycards.render.terminal import highlight_card
 
     console = Console(highlight=False, soft_wrap=True, markup=False, emoji=False)
@@ -62,8 +68,14 @@ def _describe_terminal(card) -> None:
     console.print(table)
     if card.notice:
         console.print(Text(f"notice: {_line(card.notice)}", style="yellow"))
-    for d in card.problems:
-        console.print(Text(_line(problem_line(d)), style="red" if d.severity == "error" else "yellow"))
+    for severity, line in problem_lines(card, every_problem):
+        console.print(Text(_line(line), style=_PROBLEM_STYLES[severity]))
+    template = card.header.chat_template if card.header else None
+    if template is not None:
+        shown, left_out = template_excerpt(template, whole_template)
+        console.print()
+        console.print(Text(template_heading(template, left_out), style="bold cyan"))
+        console.print(Text("\n".join("  " + ln for ln in terminal_safe(shown).split("\n"))))
     console.print()
     text = highlight_card(terminal_safe(str(card)))
     text.highlight_regex(r"(?<= = )[^ \n]+", "bold green")  # the values describe found
@@ -86,32 +98,54 @@ def _describe_terminal(card) -> None:
     is_flag=True,
     help="Also read every tensor's data and report (on stderr) each one holding NaN or Inf.",
 )
+@click.option(
+    "--all",
+    "every_problem",
+    is_flag=True,
+    help="List every problem (default on a terminal, and on stderr: the first 10 and a count).",
+)
+@click.option(
+    "--show-template",
+    "whole_template",
+    is_flag=True,
+    help="Show the whole chat template (default: its first lines and a count of the rest).",
+)
 @card_option
-def describe_cmd(model: str, fmt: str | None, check_tensors: bool, card: str | None) -> None:
+def describe_cmd(
+    model: str,
+    fmt: str | None,
+    check_tensors: bool,
+    every_problem: bool,
+    whole_template: bool,
+    card: str | None,
+) -> None:
     """The bound card of a GGUF file: concrete hyperparameters, every tensor checked, a header.
 
     The card is `--card FILE`, else the one embedded in the file, else ARCH.card from a folder of
     TOYCARDS_CARDS, else the library's. Exit status 1 when the file is not valid GGUF or does not
-    match its card (the problems are listed on stderr); an architecture without a card gives a
-    declaration-only card and exit 0. With --check-tensors, also 1 when a tensor holds NaN or
-    Inf; stdout stays the format's output.
+    match its card (the problems are listed on stderr; the first 10 and a count, or all with
+    --all); an architecture without a card gives a declaration-only card and exit 0. With
+    --check-tensors, also 1 when a tensor holds NaN or Inf; stdout stays the format's output.
+    The terminal and text views show the start of the chat template (--show-template: all of it).
     """
+    from toycards.cli.resolve import resolve_model
     from toycards.inspect.describe import describe
-    from toycards.inspect.formats import problem_line, render_described
+    from toycards.inspect.formats import problem_lines, render_described
 
+    model = str(resolve_model(model))
     card = describe(model, given_card(card))
     fmt = fmt or ("terminal" if sys.stdout.isatty() else "text")
     if fmt == "terminal":
-        _describe_terminal(card)
+        _describe_terminal(card, every_problem, whole_template)
     else:
-        out = render_described(card, fmt)  # the text format is terminal-safe already
+        out = render_described(card, fmt, every_problem, whole_template)  # text: terminal-safe already
         click.echo(
             terminal_safe(out) if fmt in ("card", "markdown") and to_terminal(sys.stdout) else out, nl=False
         )
         if card.notice:
             click.echo(f"notice: {_line(card.notice)}", err=True)
-        for d in card.problems:
-            click.echo(_line(problem_line(d)), err=True)
+        for _, line in problem_lines(card, every_problem):
+            click.echo(_line(line), err=True)
     finite = _check_tensors(model) if check_tensors else True
     sys.exit(1 if card.errors or not finite else 0)
 
@@ -131,13 +165,15 @@ def _check_tensors(model: str) -> bool:
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
 def diff_cmd(paths: tuple[str, ...], fmt: str) -> None:
-    """What changed between A and B (cards or GGUF files): exit 0 when equal, 1 when not, 2 on errors.
+    """What changed between A and B (cards or GGUF files, by path or by name: `toycards cards`,
+    `toycards list`): exit 0 when equal, 1 when not, 2 on errors.
 
     Also git's external diff driver: given git's seven arguments (path old-file old-hex old-mode
     new-file new-hex new-mode) it prints the report for that path and exits 0.
     """
     import json
 
+    from toycards.cli.resolve import resolve_input
     from toycards.inspect.diff import diff_paths
 
     if len(paths) not in (2, 7):
@@ -146,6 +182,8 @@ def diff_cmd(paths: tuple[str, ...], fmt: str) -> None:
     a, b = (paths[1], paths[4]) if git else paths
     labels = (f"a/{paths[0]}", f"b/{paths[0]}") if git else (a, b)
     try:
+        if not git:  # git names files that exist, or /dev/null
+            a, b = (str(resolve_input(p)) for p in (a, b))
         result = diff_paths(a, b, *labels)
     except ToycardsError as e:
         if git:  # never stop `git diff`: fall back to the lines

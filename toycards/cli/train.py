@@ -3,8 +3,10 @@
 Owns: the options, the checks that come before any work (paths, devices; each a one-line error
 and exit 1 with nothing written), the rich progress bar (step, loss, tokens/s, time left) or
 `--json` lines, Ctrl-C (the step under way finishes, a checkpoint is written, exit 130), and
-the summary. Under `torchrun` every process runs this command and rank 0 alone prints and writes;
-`--fsdp` shards the model over the processes (torch's FSDP2) instead of copying it into each
+the summary. OUT is never written over an existing file unless `--force` (refused up front, and
+again if a file appears there while training: the checkpoint is then written, so that nothing
+trained is lost). Under `torchrun` every process runs this command and rank 0 alone prints and
+writes; `--fsdp` shards the model over the processes (torch's FSDP2) instead of copying it into each
 (DDP), and is refused without torchrun.
 Leaves out: the work (models/start.py, models/train.py, models/save.py).
 
@@ -21,6 +23,7 @@ micro-batches per process); they may differ on resuming.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
@@ -29,6 +32,7 @@ from pathlib import Path
 
 import click
 
+from toycards.cli.options import threads_option
 from toycards.errors import ToycardsError
 
 EXIT_INTERRUPTED = 130  # the shell's convention for a command stopped by Ctrl-C
@@ -38,8 +42,13 @@ def _same_file(a: str, b: str | None) -> bool:
     return b is not None and Path(b).exists() and Path(a).resolve() == Path(b).resolve()
 
 
-def _check_paths(source: str, data: str, out: str, tokenizer: str | None, checkpoint: str) -> str:
-    """The text of --data; refuses an OUT that is an input, before anything is read or written."""
+def _check_paths(
+    source: str, data: str, out: str, tokenizer: str | None, checkpoint: str, force: bool
+) -> str:
+    """The text of --data; refuses an OUT that is an input, or that exists without `force`, before
+    anything is read or written."""
+    from toycards.models.save import refuse_existing
+
     if not out.endswith(".gguf"):
         raise ToycardsError(f"--out {out}: expected a .gguf file name")
     if Path(checkpoint).resolve() == Path(out).resolve():
@@ -51,6 +60,7 @@ def _check_paths(source: str, data: str, out: str, tokenizer: str | None, checkp
             raise ToycardsError(f"--checkpoint {checkpoint}: is the {what}; refusing to overwrite it")
     if not Path(out).parent.is_dir():
         raise ToycardsError(f"--out {out}: no such folder {Path(out).parent}")
+    refuse_existing(out, force, "--force", f"--out {out}")
     if not Path(data).exists():
         raise ToycardsError(f"--data {data}: no such file")
     try:
@@ -109,6 +119,7 @@ def _interruptible(stop: threading.Event):
     "--data", "data", required=True, type=click.Path(dir_okay=False), help="The text to train on (UTF-8)."
 )
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="The GGUF file to write.")
+@click.option("--force", is_flag=True, help="Replace --out if it exists (an input of the run never).")
 @click.option(
     "--tokenizer", type=click.Path(dir_okay=False), help="A GGUF file whose vocabulary to use (with a card)."
 )
@@ -167,16 +178,17 @@ def _interruptible(stop: threading.Event):
     "(torch FSDP2) instead of a copy on each (DDP).",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per step on stdout.")
+@threads_option
 def train_cmd(source, data, out, tokenizer, sets, steps, batch, accumulate, seq, lr, warmup, weight_decay,
               grad_clip, seed, eval_every, save_every, checkpoint, resume, device, dtype, fsdp,
-              as_json) -> None:  # fmt: skip
+              as_json, force) -> None:  # fmt: skip
     """Train SOURCE (a card file or card name, or a GGUF file to fine-tune) on the text of --data
     and write --out: a GGUF file that embeds the card with its values.
 
-    Exit status 0 when OUT is written, 1 on a wrong input (nothing written), 130 after Ctrl-C
-    (a checkpoint written: continue with --resume)."""
+    Exit status 0 when OUT is written, 1 on a wrong input (nothing written) or an OUT that exists
+    (without --force), 130 after Ctrl-C (a checkpoint written: continue with --resume)."""
     checkpoint = checkpoint or str(Path(out).with_suffix(".ckpt"))
-    text = _check_paths(source, data, out, tokenizer, checkpoint)
+    text = _check_paths(source, data, out, tokenizer, checkpoint, force)
     from toycards.models.load import torch_device
     from toycards.models.start import parse_sets
 
@@ -210,11 +222,25 @@ def train_cmd(source, data, out, tokenizer, sets, steps, batch, accumulate, seq,
                 err=True,
             )
         sys.exit(EXIT_INTERRUPTED)
+    _refuse_out_made_meanwhile(trainer, out, checkpoint, force, rank0)
     held = trainer.eval_loss() if config.eval_every else None  # every process: FSDP's forward gathers
     weights = trainer.full_weights()  # every process: FSDP gathers the shards on rank 0
     if rank0:
-        _finish(trainer, begun, weights, held, out, checkpoint, as_json)
+        _finish(trainer, begun, weights, held, out, checkpoint, as_json, force)
     trainer.world.barrier()
+
+
+def _refuse_out_made_meanwhile(trainer, out: str, checkpoint: str, force: bool, rank0: bool) -> None:
+    """OUT was absent when training began; where something has been put there since (without
+    --force), write the checkpoint (every process takes part) and stop with one line, rather than
+    write over it or lose the run."""
+    if not trainer.world.any(rank0 and not force and os.path.lexists(out)):
+        return
+    trainer.save_checkpoint(checkpoint)
+    raise ToycardsError(
+        f"--out {out}: appeared while training; refusing to overwrite it. Wrote {checkpoint}: "
+        "continue with --resume (and --force to replace it)"
+    )
 
 
 def _training():
@@ -240,12 +266,15 @@ def _trainer(source, given, tokenizer, config, text, data):
     return training.Trainer(begun.model, config, tokens, fingerprint, world), begun
 
 
-def _finish(trainer, begun, weights, held: float | None, out: str, checkpoint: str, as_json: bool) -> None:
+def _finish(trainer, begun, weights, held: float | None, out: str, checkpoint: str, as_json: bool,
+            force: bool) -> None:  # fmt: skip
     """Write OUT from the whole model's `weights` (gathered on rank 0), remove this run's
     checkpoint (and nothing else: `Trainer.discard_checkpoint`), sum up."""
     from toycards.models.save import save
 
-    path = save(trainer.model, out, tokenizer=begun.tokenizer_path, arch=begun.arch, weights=weights)
+    path = save(
+        trainer.model, out, tokenizer=begun.tokenizer_path, arch=begun.arch, weights=weights, force=force
+    )
     trainer.discard_checkpoint(checkpoint)
     losses = trainer.losses
     summary = {

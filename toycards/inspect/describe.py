@@ -233,6 +233,7 @@ def _preamble(header: Header, card: ir.Card, origin: str, path: str) -> tuple[st
         "given": f"the given card {path}",
     }
     lines = (
+        f"toycards {card.version}: the version of the card language this card is written in.",
         f"Bound card of {Path(header.path).name} ({human_size(header.file_size)}), written by toycards describe:",
         f"{what}{human_count(header.n_params)} parameters; {types}.",
         f"Card: {source.get(origin, 'declaration-only (no steps)')}; values after `=` come from the file.",

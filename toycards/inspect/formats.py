@@ -4,9 +4,13 @@ Owns: `render_described(card, fmt)` for fmt in `FORMATS`, and `to_json(card)` (t
 object: header, problems, bound hyperparameters and parameters, card text and IR). The card
 part of Markdown, LaTeX and HTML comes from the card renderers in `toycards/render/` when they
 exist (`render_markdown`, `render_latex`, `render_html`), else from the card text in a code
-block. The header is rendered here.
+block. The header is rendered here. LaTeX and HTML are complete documents, in the page and
+preamble that `toycards render` writes (render/latex.py `document`, render/html.py `page`).
 The text format is read on a terminal: each of its header values, notices and problems is one
-terminal-safe line (render/escape.py), and the card text is terminal-safe too.
+terminal-safe line (render/escape.py), and the card text is terminal-safe too. It lists the
+first `SHOWN_PROBLEMS` problems and a count of the rest (`problem_lines`), and the start of the
+chat template with a count of what is left out (`template_excerpt`), unless asked for all.
+The documents (JSON, Markdown, LaTeX, HTML) list every problem.
 Leaves out: the rich terminal view (cli/), the card text itself (lang/printer.py).
 
 The Markdown header of the repository's example file (examples/make_example.py):
@@ -48,6 +52,11 @@ from toycards.lang.printer import render_card
 from toycards.render.escape import terminal_safe
 
 FORMATS = ("card", "text", "json", "markdown", "latex", "html")
+# A card bound to the wrong file has a problem per tensor (hundreds): a terminal gets the first
+# ones and a count (`describe --all` lists them all), and a few more than this never as a count.
+SHOWN_PROBLEMS = 10
+# How much of a chat template a terminal gets (`describe --show-template`: all of it).
+TEMPLATE_LINES, TEMPLATE_CHARS = 12, 800
 # the card renderers of render/ (module, function), used when present
 CARD_RENDERERS = {
     "markdown": ("toycards.render.markdown", "render_markdown"),
@@ -60,6 +69,44 @@ def problem_line(d: Diagnostic) -> str:
     """`error: message (card line 22)`: one line per problem, the card line when there is one."""
     where = f" (card {d.span.file}:{d.span.line})" if d.span.line > 0 else ""
     return f"{d.severity}: {d.message}{where}"
+
+
+def problem_lines(card: DescribedCard, every: bool = False) -> list[tuple[str, str]]:
+    """(severity, line) for the problems a terminal is shown: errors first, then warnings; past
+    `SHOWN_PROBLEMS` (and unless `every`), the first ones and a line counting the rest."""
+    problems = sorted(card.problems, key=lambda d: d.severity != "error")
+    if every or len(problems) <= SHOWN_PROBLEMS + 2:
+        return [(d.severity, problem_line(d)) for d in problems]
+    rest = problems[SHOWN_PROBLEMS:]
+    counts = [(sum(d.severity == kind for d in rest), kind) for kind in ("error", "warning")]
+    what = ", ".join(f"{n} {kind}{'s' * (n != 1)}" for n, kind in counts if n)
+    more = f"… and {len(rest)} more ({what}); --all lists every one"
+    return [(d.severity, problem_line(d)) for d in problems[:SHOWN_PROBLEMS]] + [("note", more)]
+
+
+def template_excerpt(template: str, whole: bool = False) -> tuple[str, int]:
+    """(the start of a chat template that a terminal is shown, how many characters are left out):
+    at most `TEMPLATE_LINES` lines and `TEMPLATE_CHARS` characters, unless `whole`.
+
+    >>> shown, left_out = template_excerpt("{{ m }}\\n" * 20)  # 20 lines, 160 characters
+    >>> shown.count("\\n") + 1, left_out
+    (12, 65)
+    """
+    if whole:
+        return template, 0
+    lines = template.split("\n")[:TEMPLATE_LINES]
+    shown = "\n".join(lines)[:TEMPLATE_CHARS]
+    return shown, len(template) - len(shown)
+
+
+def template_heading(template: str, left_out: int) -> str:
+    """The line before a chat template shown on a terminal."""
+    if not left_out:
+        return f"chat template ({len(template):,} characters):"
+    return (
+        f"chat template (the first {len(template) - left_out:,} of {len(template):,} characters;"
+        " --show-template shows it all):"
+    )
 
 
 def _card_renderer(fmt: str):
@@ -123,15 +170,24 @@ def described_rows(card: DescribedCard) -> list[tuple[str, str]]:
     return table[:at] + [("card", card.card_label)] + table[at:]
 
 
-def _text(card: DescribedCard) -> str:
+def _text(card: DescribedCard, every_problem: bool = False, whole_template: bool = False) -> str:
     line = lambda s: terminal_safe(s, newlines=False)  # noqa: E731
     table = [(line(k), line(v)) for k, v in described_rows(card)]  # keys too: general.* from the file
     width = max((len(k) for k, _ in table), default=0)
     out = [f"{k:>{width}}  {v}" for k, v in table]
     if card.notice:
         out += ["", f"notice: {line(card.notice)}"]
-    out += [""] + [line(problem_line(d)) for d in card.problems] + ([""] if card.problems else [])
+    problems = problem_lines(card, every_problem)
+    out += [""] + [line(text) for _, text in problems] + ([""] if problems else [])
+    template = card.header.chat_template if card.header else None
+    if template is not None:
+        shown, left_out = template_excerpt(template, whole_template)
+        out += [template_heading(template, left_out), *_indented(terminal_safe(shown)), ""]
     return "\n".join(out) + "\n" + terminal_safe(render_card(card))
+
+
+def _indented(text: str) -> list[str]:
+    return ["  " + ln if ln else "" for ln in text.split("\n")]
 
 
 def _markdown(card: DescribedCard) -> str:
@@ -155,12 +211,19 @@ _LATEX_SPECIAL = {c: "\\" + c for c in "&%$#_{}"} | {
 
 
 def latex_escape(text: str) -> str:
-    r"""Text for a LaTeX document: `50% of d_e` → `50\% of d\_e`, `F32 ×28` → `F32 $\times$28`."""
-    return "".join(_LATEX_SPECIAL.get(c, c) for c in str(text))
+    r"""Text for a LaTeX document that pdflatex reads: `50% of d_e` → `50\% of d\_e`, `F32 ×28` →
+    `F32 $\times$28`; any other non-ASCII character as the card renderer writes it in prose
+    (a Greek letter or a symbol in math, a letter with accents without them, else `?`)."""
+    from toycards.render.latex import latex_prose
+
+    return "".join(_LATEX_SPECIAL.get(c) or (c if c.isascii() else latex_prose(c)) for c in str(text))
 
 
 def _latex(card: DescribedCard) -> str:
-    out = [r"\begin{tabular}{ll}"]
+    from toycards.render.latex import document
+
+    title = Path(card.header.path).name if card.header else card.file
+    out = [rf"\section*{{{latex_escape(title)}}}", r"\begin{tabular}{@{}lp{0.7\linewidth}@{}}"]
     out += [f"{latex_escape(k)} & {latex_escape(v)} \\\\" for k, v in described_rows(card)]
     out.append(r"\end{tabular}")
     if card.problems:
@@ -172,13 +235,15 @@ def _latex(card: DescribedCard) -> str:
         if renderer
         else "\\begin{verbatim}\n" + render_card(card) + "\\end{verbatim}"
     )
-    return "\n".join(out) + "\n"
+    return document("\n".join(out) + "\n")
 
 
 def _html(card: DescribedCard) -> str:
+    from toycards.render.html import page
+
     e = html.escape
     title = Path(card.header.path).name if card.header else card.file
-    out = [f'<section class="toycards-describe">\n<h1>{e(title)}</h1>', "<table>"]
+    out = [f'<section class="toycards-describe">\n<h1>{e(title)}</h1>', '<table class="header">']
     out += [f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in described_rows(card)]
     out.append("</table>")
     if card.notice:
@@ -188,14 +253,20 @@ def _html(card: DescribedCard) -> str:
         out.append(f'<ul class="problems">{items}</ul>')
     renderer = _card_renderer("html")
     out.append(renderer(card.as_card()).rstrip("\n") if renderer else f"<pre>{e(render_card(card))}</pre>")
-    return "\n".join(out + ["</section>"]) + "\n"
+    return page(title, [*out, "</section>"])
 
 
-def render_described(card: DescribedCard, fmt: str = "card") -> str:
-    """`card` in one of `FORMATS`; "card" is the plain card text (it parses and checks)."""
+def render_described(
+    card: DescribedCard, fmt: str = "card", every_problem: bool = False, whole_template: bool = False
+) -> str:
+    """`card` in one of `FORMATS`; "card" is the plain card text (it parses and checks). For the
+    text format, `every_problem` lists every problem and `whole_template` shows the whole chat
+    template (else the first ones and a count: `problem_lines`, `template_excerpt`)."""
     if fmt == "json":
         return json.dumps(to_json(card), ensure_ascii=False, indent=1) + "\n"
-    renderers = {"card": render_card, "text": _text, "markdown": _markdown, "latex": _latex, "html": _html}
+    if fmt == "text":
+        return _text(card, every_problem, whole_template)
+    renderers = {"card": render_card, "markdown": _markdown, "latex": _latex, "html": _html}
     if fmt not in renderers:
         raise ValueError(f"unknown format {fmt!r}")
     return renderers[fmt](card)

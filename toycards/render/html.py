@@ -1,6 +1,7 @@
 """IR → HTML: one boxed algorithm per section, everything escaped; a standalone page on request.
 
-Owns: the page (inline CSS, no scripts, no external resources), headings, declaration tables
+Owns: the page (inline CSS, no scripts, no external resources; `page`, which describe's HTML
+uses too, with the style of its header table, notice and problems), headings, declaration tables
 with bindings, the numbered steps with indentation, `∷` annotations and `▷` comments, and
 names typeset with sub- and superscripts (`γ_l^1` → γ<sub>l</sub><sup>1</sup>).
 Leaves out: the card notation (card.py supplies every expression and step row).
@@ -88,6 +89,11 @@ table.decls th { border-bottom: 1px solid #888; }
 .steps td.annot { color: #555; }
 .comment { color: #2a7a2a; }
 .group td { font-style: italic; padding-top: 0.4rem; }
+h1 { font-size: 1.4rem; }
+table.header th { text-align: right; color: #555; font-weight: normal; }
+.notice { color: #8a5a00; }
+.problems .error { color: #b00020; }
+.problems .warning { color: #8a5a00; }
 """.strip()
 
 
@@ -100,7 +106,12 @@ def render_html(card: ir.Card, standalone: bool = False, title: str | None = Non
         body += _algorithm(algo)
     if not standalone:
         return "\n".join([*body, ""])
-    title = title or (card.main.name if card.algorithms else "card")
+    return page(title or (card.main.name if card.algorithms else "card"), body)
+
+
+def page(title: str, body: list[str]) -> str:
+    """A complete page of `body` (lines of markup) under `title` (plain text, escaped here), with
+    the style sheet: what `toycards render` and `toycards describe --format html` write."""
     head = [
         "<!DOCTYPE html>",
         '<html lang="en">',

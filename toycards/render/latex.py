@@ -139,6 +139,17 @@ def _text(s: str) -> str:
     return "".join(out)
 
 
+def latex_prose(s: str) -> str:
+    """Text-mode LaTeX that pdflatex reads for any text, not only a card's (a header value of
+    describe): ASCII specials escaped, Greek letters and symbols in math, accents dropped, any
+    other character `?`.
+
+    >>> print(latex_prose("Café 50% × θ 中"))
+    Cafe 50\\% \\ensuremath{\\times} \\ensuremath{\\theta} ?
+    """
+    return _text(s)
+
+
 def latex_text(s: str) -> str:
     """Prose (comments, descriptions): names with accents or Greek keep their math form."""
     pieces = re.split(r"([^\W\d_][\w\u0300-\u036f]*(?:[_^][\w\u0300-\u036f]+)*)", s)
@@ -227,7 +238,13 @@ def render_latex(card: ir.Card, standalone: bool = False) -> str:
     for algo in card.algorithms:
         out += _algorithm(algo)
     body = "\n".join(out) + "\n"
-    return PREAMBLE + body + "\\end{document}\n" if standalone else body
+    return document(body) if standalone else body
+
+
+def document(body: str) -> str:
+    """`body` (LaTeX ending in a newline) as a complete document in the preamble cards are typeset
+    with: what `toycards render` and `toycards describe --format latex` write."""
+    return PREAMBLE + body + "\\end{document}\n"
 
 
 def _comment_line(text: str) -> str:
