@@ -20,7 +20,7 @@ copies every weight into memory of its own as it loads: slower to start, faster 
 with --numpy, the NumPy target's peak RSS against the file's size and its speed against the torch
 target's; then the same ratios per CPU-second of each process (on one thread, what a machine loaded by other
 work changes least), the load average, the load time and the peak RSS after load. At the end, a
-table of every file's ratios against issue 11's goals (decode ≥ ×1, prefill ≥ ×1.5, peak RSS ≤ ×1.2;
+table of every file's ratios against the comparison's goals (decode ≥ ×1, prefill ≥ ×1.5, peak RSS ≤ ×1.2;
 the NumPy target's peak RSS ≤ ×2 of the file and its speed ≥ ×0.5 of the torch target's), a `!`
 where one misses.
 llama.cpp comes from llama-cpp-python in the interpreter --llama-python (a benchmark
@@ -322,7 +322,7 @@ def compare(path: Path, ids: list[int], args: argparse.Namespace) -> dict:
     return ratios
 
 
-# the goals of the comparison (issue 11): (key, label, bound, at least or at most)
+# the goals of the comparison: (key, label, bound, at least or at most)
 GOALS = (
     ("decode", "decode", 1.0, "≥"),
     ("prefill", "prefill", 1.5, "≥"),
