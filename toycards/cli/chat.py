@@ -23,7 +23,15 @@ import sys
 import click
 
 from toycards.cli.options import card_option, device_option, run_target_option, threads_option
-from toycards.cli.running import EXIT_INTERRUPTED, context_limit, load_model, native_code_ready, say_greedy
+from toycards.cli.running import (
+    EXIT_INTERRUPTED,
+    context_limit,
+    ctx_option,
+    load_model,
+    native_code_ready,
+    sampling_options,
+    say_greedy,
+)
 from toycards.errors import ToycardsError
 from toycards.render.escape import terminal_safe, to_terminal
 
@@ -151,21 +159,8 @@ def _interactive(session, max_tokens: int) -> None:
     show_default=True,
     help="The most tokens of one reply.",
 )
-@click.option(
-    "--temperature", type=click.FloatRange(0.0), default=0.0, show_default=True, help="0 is greedy."
-)
-@click.option("--top-k", "top_k", type=click.IntRange(1), default=None)
-@click.option("--top-p", "top_p", type=click.FloatRange(0.0, 1.0, min_open=True), default=None)
-@click.option("--seed", type=int, default=None, help="Seed of the draws of the whole conversation.")
-@click.option(
-    "--ctx",
-    "ctx",
-    type=click.IntRange(1),
-    default=None,
-    metavar="N",
-    help="The context length in tokens: the most the conversation holds. Default: the model's trained"
-    " context. Past it: refused for learned positions, a warning for RoPE.",
-)
+@sampling_options
+@ctx_option
 @run_target_option
 @threads_option
 @device_option

@@ -30,6 +30,7 @@ from toycards.cli.running import (
     interruptible_command,
     load_model,
     native_code_ready,
+    sampling_options,
     say_greedy,
     text_or_stdin,
 )
@@ -118,12 +119,7 @@ def gen_cmd(source: str, target: str, output: str | None, card: str | None) -> N
 @click.option(
     "-n", "--max-tokens", "max_tokens", type=click.IntRange(0, 100_000), default=64, show_default=True
 )
-@click.option(
-    "--temperature", type=click.FloatRange(0.0), default=0.0, show_default=True, help="0 is greedy."
-)
-@click.option("--top-k", "top_k", type=click.IntRange(1), default=None)
-@click.option("--top-p", "top_p", type=click.FloatRange(0.0, 1.0, min_open=True), default=None)
-@click.option("--seed", type=int, default=None)
+@sampling_options
 @click.option(
     "--kv-cache",
     "kv_type",

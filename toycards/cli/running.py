@@ -1,7 +1,8 @@
 """What the commands that run a model share: loading it, its context length, Ctrl-C, stdin.
 
 Owns: `load_model` (a GGUF file by path or by name, with its own card or `--card`), `ctx_option`
-and `context_limit` (the context `--ctx` asks for, checked against the model's), `native_code_ready`
+and `context_limit` (the context `--ctx` asks for, checked against the model's), `sampling_options`
+(run's and chat's), `native_code_ready`
 (the native code built before any text is printed), `interruptible_command` (Ctrl-C as one line and
 exit 130), `text_or_stdin` (`-p -`) and `say_greedy` (the warning for sampling options at
 temperature 0). Used by run and eval (models.py), chat (chat.py) and serve (serve.py).
@@ -20,15 +21,38 @@ from toycards.errors import ToycardsError
 
 EXIT_INTERRUPTED = 130  # the shell's convention for a command stopped by Ctrl-C
 
-ctx_option = click.option(  # run and eval
+ctx_option = click.option(  # run, eval and chat
     "--ctx",
     "ctx",
     type=click.IntRange(1),
     default=None,
     metavar="N",
-    help="The context length in tokens (run: prompt and text together; eval: the window). Default: the"
-    " model's trained context (eval: at most 2048). Past it: refused for learned positions, a warning for RoPE.",
+    help="The context length in tokens (run, chat: the prompt and text together; eval: the window)."
+    " Default: the model's trained context (eval: at most 2048). Past it: refused for learned"
+    " positions, a warning for RoPE.",
 )
+
+
+def sampling_options(command):
+    """`--temperature`, `--top-k`, `--top-p` and `--seed`, as run and chat take them."""
+    for option in reversed(
+        (
+            click.option(
+                "--temperature",
+                type=click.FloatRange(0.0),
+                default=0.0,
+                show_default=True,
+                help="0 is greedy.",
+            ),
+            click.option("--top-k", "top_k", type=click.IntRange(1), default=None),
+            click.option("--top-p", "top_p", type=click.FloatRange(0.0, 1.0, min_open=True), default=None),
+            click.option(
+                "--seed", type=int, default=None, help="Seed of the draws (chat: of the whole conversation)."
+            ),
+        )
+    ):
+        command = option(command)
+    return command
 
 
 def interruptible_command(command):
