@@ -376,7 +376,9 @@ class Terminal:
         if self.code is None:
             os.kill(self.pid, signal.SIGKILL)
             self.code = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
-        os.close(self.fd)
+        if self.fd is not None:  # once: a failed `status` has closed it already
+            os.close(self.fd)
+            self.fd = None
 
 
 @pytest.fixture
