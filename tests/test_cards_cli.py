@@ -13,27 +13,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from cli_run import cli, one_error
 
 from toycards.library import ARCH_CARDS, CARDS_BY_TENSOR
 
 ROOT = Path(__file__).resolve().parents[1]
 CARDS = ROOT / "toycards" / "library" / "cards"
 EXAMPLE = ROOT / "examples" / "tiny-llama.gguf"
-
-
-def cli(*args: object):
-    """`toycards ARGS…`, in process."""
-    from toycards.cli import main
-
-    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
-
-
-def one_error(result, code: int = 1) -> str:
-    assert result.exit_code == code, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.output, result.stderr
-    return lines[0]
 
 
 @pytest.fixture(autouse=True)

@@ -18,27 +18,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from cli_run import cli, one_error
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "tiny-llama.gguf"
 DIGEST = hashlib.sha256(EXAMPLE.read_bytes()).hexdigest()
 MODEL_LAYER = "application/vnd.ollama.image.model"
-
-
-def cli(*args: str):
-    """`toycards ARGS…`, in process."""
-    from toycards.cli import main
-
-    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
-
-
-def one_error(result, code: int = 1) -> str:
-    """The one line a failed command printed on stderr (no traceback), its exit status checked."""
-    assert result.exit_code == code, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.output, result.stderr
-    return lines[0]
 
 
 def ollama_store(root: Path, names: list[str]) -> Path:
