@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from test_train import counting_text, one_thread  # noqa: F401 - one_thread: autouse, module-wide
 
 import toycards
 from toycards.cli import main
@@ -31,21 +32,10 @@ TINY = ["--set", "L=1", "--set", "H=2", "--set", "H_kv=1", "--set", "d_e=16", "-
 RUN = ["llama", "--tokenizer", TOKENIZER, *TINY, "--batch", "2", "--seq", "8"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
-    words = "one two three four five six seven eight nine ten".split()
     path = tmp_path_factory.mktemp("text") / "count.txt"
-    path.write_text(
-        "\n".join(" ".join(words[k:] + words[:k]) + "." for k in range(10)) + "\n", encoding="utf-8"
-    )
+    path.write_text(counting_text(), encoding="utf-8")
     return path
 
 
