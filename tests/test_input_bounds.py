@@ -110,6 +110,27 @@ def never_parsed(*args, **kw):
     raise AssertionError("the embedded card was parsed")
 
 
+def with_peak(fn, *args):
+    """`fn(*args)` and the most memory Python allocated while it ran (tracemalloc's peak)."""
+    tracemalloc.start()
+    try:
+        result = fn(*args)
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def refused_with_peak(fn, *args):
+    """The ToycardsError `fn(*args)` raises (pytest's ExceptionInfo) and the peak while it ran."""
+
+    def refused():
+        with pytest.raises(ToycardsError) as info:
+            fn(*args)
+        return info
+
+    return with_peak(refused)
+
+
 @pytest.mark.parametrize("unit", ["x", "←"])  # one byte, three bytes a character
 def test_an_embedded_card_over_the_size_limit_is_refused_before_it_is_parsed(tmp_path, monkeypatch, unit):
     card = unit * (MAX_BYTES // len(unit.encode()) + 1)
@@ -117,13 +138,7 @@ def test_an_embedded_card_over_the_size_limit_is_refused_before_it_is_parsed(tmp
     path = gguf_with_card(tmp_path / "big.gguf", card)
     monkeypatch.setattr(library, "parse_cached", never_parsed)
     with open_gguf(path) as f:
-        tracemalloc.start()
-        try:
-            with pytest.raises(ToycardsError) as info:
-                library.card_for_file(f)
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
+        info, peak = refused_with_peak(library.card_for_file, f)
     message = str(info.value)
     assert message == (
         f"{path}:{CARD_KEY}: the embedded card is {size} bytes, too large for a card (limit {MAX_BYTES})"
@@ -160,12 +175,7 @@ def test_a_one_megabyte_name_is_one_located_diagnostic_in_proportional_memory():
     text = chain_card(8).replace("X_5 ←", "X" + "x" * 1_000_000 + " ←")
     line = text[: text.index("Xxxx")].count("\n") + 1
     length = len(text.splitlines()[line - 1])
-    tracemalloc.start()
-    try:
-        diags = diagnostics(text)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    diags, peak = with_peak(diagnostics, text)
     assert len(diags) == 1
     (d,) = diags
     assert d.span.line == line and d.span.col == MAX_LINE + 1
@@ -267,13 +277,7 @@ def test_a_vocabulary_claiming_more_tokens_than_the_file_holds_is_refused_at_ope
         RawKV("tokenizer.ggml.tokens", V.ARRAY, payload=payload),
     ]
     path = RawGGUF(kv=kv).write(tmp_path / "claims.gguf")
-    tracemalloc.start()
-    try:
-        with pytest.raises(ToycardsError) as info:
-            load_tokenizer(path)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    info, peak = refused_with_peak(load_tokenizer, path)
     message = str(info.value)
     assert message.startswith(f"{path}: truncated: value of 'tokenizer.ggml.tokens': array length {claim} ")
     assert "\n" not in message
@@ -295,13 +299,7 @@ def test_a_vocabulary_over_the_limit_is_refused_before_it_is_read(tmp_path):
         fh.truncate(len(head) + 8 * n)  # n zero-length strings
     with open_gguf(path) as f:
         assert f.array_len("tokenizer.ggml.tokens") == n
-        tracemalloc.start()
-        try:
-            with pytest.raises(ToycardsError) as info:
-                tokenizer_of(f)
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
+        info, peak = refused_with_peak(tokenizer_of, f)
     assert str(info.value) == (
         f"{path}: tokenizer.ggml.tokens holds {n} entries, more than toycards reads ({MAX_TOKENS}, "
         "far above any real vocabulary)"
