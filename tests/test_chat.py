@@ -372,6 +372,21 @@ class Terminal:
             raise AssertionError(f"still running after {wait} s; the terminal shows {self.seen[-500:]!r}")
         return self.code
 
+    def leaves_on_ctrl_c(self) -> int:
+        """The exit status after a Ctrl-C just sent at the prompt. CPython's input() misses a SIGINT
+        that comes after it has printed the prompt and before it waits for a key (the signal is
+        noted, and nothing wakes the wait), so the test presses Ctrl-C again, as a person would,
+        if the first one has not ended the command within a few seconds."""
+        end = time.monotonic() + 5
+        while time.monotonic() < end:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.code = os.waitstatus_to_exitcode(status)
+                return self.code
+            time.sleep(0.05)
+        self.send("\x03")
+        return self.status()
+
     def close(self) -> None:
         if self.code is None:
             os.kill(self.pid, signal.SIGKILL)
@@ -429,4 +444,4 @@ def test_ctrl_c_on_a_terminal_stops_a_reply_then_leaves(files, model, terminal):
     shown = shown.replace("^C", "", 1).replace("\r\n", "\n").removesuffix("\n> ")
     assert full.startswith(shown) and len(shown) < len(full)  # stopped, back at the prompt
     term.send("\x03")  # at the prompt: leave
-    assert term.status() == 130
+    assert term.leaves_on_ctrl_c() == 130
