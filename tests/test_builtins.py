@@ -58,6 +58,8 @@ CASES = {  # builtin → (output type, body, hand-computed value for v = X, k = 
     "length": ("ℕ", "length(v)", 4),
     "rows": ("ℝ^{k}", "rows(v, 2, k)", [0.75, 2.0]),
     "topk": ("ℝ^{k}", "topk(v, k)", [4, 2]),  # 2.0 at index 4, then 1.5 at index 2
+    "zeros": ("ℝ^{k}", "zeros(k) + rows(v, 2, k)", [0.75, 2.0]),
+    "filled": ("ℝ^{n}", "filled(3, n) ⊙ v", [3 * x for x in X]),
 }
 
 

@@ -3,6 +3,8 @@
 - Same card → same bytes, in this process and in others with different hash seeds; the library's
   GPT-2 and Llama modules equal the reviewed golden files in `tests/golden/`.
 - `ruff check` passes with the project's configuration.
+- No module of a library card branches on `ops.fast`; loaded, each has the kernel table's kernels in
+  place of the prelude algorithms it runs as the library wrote them (what the cache plan says of each).
 - Each card step is a `# N  step` comment with the card's own text (and `∷` shape); the module
   carries the card text and its SHA-256; it imports only numpy or torch, math and toycards.runtime.
 - Hostile names and strings in a card (quotes, backslashes, newlines in strings, `__import__`,
@@ -20,6 +22,7 @@ import hashlib
 import io
 import keyword
 import os
+import pickle
 import re
 import shutil
 import subprocess
@@ -33,8 +36,9 @@ import pytest
 from toycards.codegen import generate_source
 from toycards.lang.parse import parse
 from toycards.lang.printer import render_card
-from toycards.library import library_card
-from toycards.models.load import card_for_file, load
+from toycards.library import card_architectures, card_names, library_card
+from toycards.models.load import card_for_file, load, module_namespace
+from toycards.runtime.kernel_table import KERNELS, algorithm_functions
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
@@ -200,6 +204,39 @@ def test_golden_file(sources, name, target):
             f"  generated: {b[i] if i < len(b) else '<end of file>'}\n"
             f"if the change is intended, run `{REGEN}` and review `git diff tests/golden`"
         )
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_library_modules_hold_the_card_alone_and_load_with_their_kernels(target):
+    """No generated module of a library card branches on `ops.fast`: it holds the card's steps.
+    Loaded, each function of a prelude algorithm with a kernel on the target (the kernel table) is
+    the kernel's adapter, the generated steps kept as its `__wrapped__`; the others are as written."""
+    for name in (n for n in card_names() if card_architectures(n)):  # the cards that run files
+        card = library_card(name)
+        assert "ops.fast" not in generate_source(card, target), name
+        functions = algorithm_functions(module_namespace(card, target))
+        adapted = {n for n, f in functions.items() if hasattr(f, "__wrapped__")}
+        assert adapted == set(KERNELS[target]) & set(functions), name
+
+
+def test_kernel_sites_come_from_the_cache_plan_and_are_cached(tmp_path, monkeypatch):
+    """What the loader tells the kernel table, by hand from the prelude and the Llama card: GQAttention
+    runs over the tokens (ℓ) and extends the cache with K̂ and V (arguments 1 and 2 of its
+    `attention` call); attention's queries (ℓ_x) are the tokens, its keys (ℓ_z) the context. Kept on
+    disk; a damaged entry is computed afresh. A card's own `softmax` has no site: not the library's."""
+    from toycards.models import load as loading
+    from toycards.runtime.kernel_table import Site
+
+    monkeypatch.setenv("TOYCARDS_CACHE", str(tmp_path))
+    sites = loading.kernel_sites(library_card("llama"))
+    assert sites["GQAttention"] == Site(frozenset({"ℓ"}), frozenset({(1, 2)}))
+    assert sites["attention"] == Site(frozenset({"ℓ_x"}), frozenset())
+    (entry,) = tmp_path.glob("module-kernels-*.pickle")
+    entry.write_bytes(pickle.dumps({"GQAttention": ("ℓ", "not a tuple of calls")}))
+    assert loading.kernel_sites(library_card("llama")) == sites
+    mine = "Algorithm: y ← softmax(x)\nInput: x ∈ ℝ^{n}\nOutput: y ∈ ℝ^{n}\n1  return y = x\n\n"
+    own = parse(mine + library_card("gpt2").source.split("\n", 1)[1])
+    assert "softmax" not in loading.kernel_sites(own) and "layer_norm" in loading.kernel_sites(own)
 
 
 # ── lint ─────────────────────────────────────────────────────────────────────────────────

@@ -1,9 +1,11 @@
-"""Each single kernel that generated torch code may use equals the card steps it replaces.
+"""Each single kernel that generated torch code may run equals the card steps it replaces.
 
-The generated module carries both: `if ops.fast: return ops.<kernel>(…)` and then the card's
-own steps. These tests run the prelude functions of a generated module with `ops.fast` off
-(the card's steps, the naive reference) and on (the kernel) on random inputs, and whole
-models both ways.
+A generated module holds the card's steps alone; where toycards loads it, the kernel table
+(runtime/kernel_table.py) puts an adapter in place of each prelude algorithm that has a kernel,
+the steps kept as its `__wrapped__`. These tests run the prelude functions of modules loaded that
+way with `ops.fast` off (the card's steps, the naive reference) and on (the kernel), every table
+entry among them, on random inputs, and whole models both ways; and a card's own algorithm of the
+same name keeps its steps.
 """
 
 from __future__ import annotations
@@ -15,18 +17,22 @@ torch = pytest.importorskip("torch")
 
 from gqa_passes import SIZES, run_layers, run_passes, window  # noqa: E402
 
-from toycards.codegen import generate_source  # noqa: E402
 from toycards.lang.parse import parse  # noqa: E402
 from toycards.library import library_card  # noqa: E402
+from toycards.models.load import module_namespace  # noqa: E402
 from toycards.runtime import ops_torch, quant_kernels, rope_torch  # noqa: E402
+from toycards.runtime.kernel_table import KERNELS  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def funcs():
+    """The functions of generated torch modules as toycards loads them (the kernels in place)."""
     namespace: dict = {}
     halves = parse(library_card("llama").source.replace("rope_pairs", "rope_halves"))
-    for card in (library_card("gpt2"), library_card("llama"), halves):  # together they use every kernel
-        exec(compile(generate_source(card, "torch"), f"<{card.main.name}>", "exec"), namespace)
+    exact_gelu = parse(library_card("gpt2").source.replace("GELU_tanh(", "GELU("))
+    # together they call every prelude algorithm of the table
+    for card in (library_card("gpt2"), exact_gelu, library_card("qwen3moe"), library_card("llama"), halves):
+        namespace.update(module_namespace(card, "torch"))
     return namespace
 
 
@@ -66,6 +72,41 @@ g = torch.Generator().manual_seed(0)
 
 def rand(*shape, scale=1.0):
     return torch.randn(*shape, generator=g) * scale
+
+
+# Arguments for every entry of the torch kernel table; the tests after this one go further for most.
+TABLE_CASES = {
+    "softmax": lambda: (rand(2, 5, 33, scale=4.0),),
+    "SiLU": lambda: (rand(2, 5, 33, scale=4.0),),
+    "GELU": lambda: (rand(2, 5, 33, scale=4.0),),
+    "GELU_tanh": lambda: (rand(2, 5, 33, scale=4.0),),
+    "layer_norm": lambda: (rand(3, 7, 64, scale=3.0), rand(64) + 1, rand(64), 1e-5),
+    "rms_norm": lambda: (rand(3, 7, 64, scale=3.0), rand(64) + 1, 1e-6),
+    "rope_pairs": lambda: (rand(2, 3, 5, 16), torch.arange(3, 8.0).reshape(-1, 1), 500.0, rand(8).abs() + 0.5),
+    "rope_halves": lambda: (rand(2, 3, 5, 16), torch.arange(3, 8.0).reshape(-1, 1), 500.0, rand(8).abs() + 0.5),
+    # c left out: the adapter gives the kernel the function's default, as the steps take it
+    "attention": lambda: (rand(2, 3, 6, 16), rand(2, 3, 9, 16), rand(2, 3, 9, 16), lambda t_z, t_x: t_z <= t_x + 3),
+    "GQAttention": lambda: (
+        rand(1, 5, 4 * 16), rand(1, 5, 2 * 16), rand(1, 5, 2 * 16), 4, 2, "pairs", 1e4, rand(8).abs() + 0.5,
+        lambda t_z, t_x: t_z <= t_x,
+    ),
+    "SwiGLU": lambda: (rand(1, 2, 32), rand(48, 32), rand(48, 32), rand(32, 48)),
+    "MoE": lambda: (*moe_inputs(), 2, "renormalise"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS["torch"]))
+def test_every_table_entry_equals_the_steps_it_replaces(funcs, monkeypatch, name):
+    """The loaded module's function is the adapter, which calls the kernel once (and gives its
+    result where it does not decline); the steps it replaces give the same numbers."""
+    entry, fn = KERNELS["torch"][name], funcs[name]
+    assert fn.__wrapped__.__name__ == fn.__name__ and fn is not fn.__wrapped__
+    ran = kernel_runs(monkeypatch, ops_torch, entry.name)
+    with torch.no_grad():
+        slow, fast = both(fn, *TABLE_CASES[name]())
+    assert fast.shape == slow.shape
+    assert_close(slow, fast, tol=1e-5 if name == "MoE" else 3e-6)
+    assert ran == [not entry.declines or quant_kernels.library() is not None]
 
 
 @pytest.mark.parametrize("name", ["softmax", "SiLU", "GELU_tanh"])
@@ -362,18 +403,86 @@ def test_whole_model(arch):
     assert_close(slow, fast, tol=1e-5)
 
 
-def test_kernels_are_used_only_for_the_library_algorithms():
-    src = generate_source(library_card("llama"), "torch")
-    for kernel in ("softmax", "rms_norm", "silu", "attention", "rope_pairs"):
-        assert f"return ops.{kernel}(" in src, kernel
-    assert "done = ops.gq_attention(" in src  # a kernel that may decline: the steps follow it
-    assert "done = ops.swiglu(" in src
-    numpy_src = generate_source(library_card("llama"), "numpy")  # GQAttention's kernel alone (and MoE's)
-    assert "done = ops.gq_attention(" in numpy_src and numpy_src.count("ops.fast") == 1
-    # a card that redefines softmax keeps its own steps
-    mine = "Algorithm: y ← softmax(x)\nInput: x ∈ ℝ^{n}\nOutput: y ∈ ℝ^{n}\n1  return y = x\n\n"
-    own = parse(mine + library_card("gpt2").source.split("\n", 1)[1])  # before GPT2, the entry point
-    assert "return ops.softmax(" not in generate_source(own, "torch")
+OWN_SOFTMAX = """
+Algorithm: y ← softmax(x)
+/* the card's own: a softmax at temperature 2 */
+Input: x ∈ ℝ^{n}
+Output: y ∈ (0,1)^{n}
+1  m ← max(x)            ∷ ℝ
+2  z ← exp((x − m) / 2)  ∷ ℝ^{n}
+3  return y = z / Σ_{i=1}^{n} z[i]
+"""
+OWN_ATTENTION = """
+Algorithm: Ṽ ← attention(Q, K, V | Mask, c)
+/* the card's own: scores scaled by 1/d_h rather than 1/√d_h, no cap */
+Input:
+  Q ∈ ℝ^{d_h×ℓ_x}
+  K ∈ ℝ^{d_h×ℓ_z}
+  V ∈ ℝ^{d_h×ℓ_z}
+Output: Ṽ ∈ ℝ^{d_h×ℓ_x}
+Hyperparameters:
+  Mask ∈ {0,1}^{ℓ_z×ℓ_x}
+  c ∈ ℝ  default 0
+1  S ← K^⊺ · Q / d_h  ∷ ℝ^{ℓ_z×ℓ_x}
+2  for t_z ∈ [ℓ_z], t_x ∈ [ℓ_x] do
+3    if ¬Mask[t_z, t_x] then S[t_z, t_x] ← −∞
+4  end
+5  return Ṽ = V · softmax(S)
+"""
+CALLS_BOTH = """
+Algorithm: P ← Tiny(x | θ)
+/* one causal attention head and a softmax gate, called by the entry point itself */
+Input: x ∈ V^ℓ
+Output: P ∈ (0,1)^{N_V×ℓ}
+Hyperparameters:
+  d ∈ ℕ  from "{arch}.embedding_length"
+  N_V ∈ ℕ
+Parameters:
+  W_e ∈ ℝ^{d×N_V}           from "token_embd.weight"^⊺
+  W_q, W_k, W_v ∈ ℝ^{d×d}  from "attn_q.weight", "attn_k.weight", "attn_v.weight"
+  W_u ∈ ℝ^{N_V×d}           from "output.weight"
+1  ℓ ← length(x)
+2  for t ∈ [ℓ]: e_t ← W_e[:, x[t]]
+3  X ← [e_1, …, e_ℓ]                                                    ∷ ℝ^{d×ℓ}
+4  X ← X + attention(W_q · X, W_k · X, W_v · X | Mask[t_z, t_x] = ⟦t_z ≤ t_x⟧)  ∷ ℝ^{d×ℓ}
+5  X ← X ⊙ softmax(X)                                                   ∷ ℝ^{d×ℓ}
+6  Z ← W_u · X                                                          ∷ ℝ^{N_V×ℓ}
+7  return P = softmax(Z)
+"""
+
+
+@pytest.mark.parametrize("own", ["softmax", "attention", "softmax and attention"])
+def test_a_card_that_defines_a_prelude_algorithm_keeps_its_steps(own):
+    """A card that defines its own `softmax` or `attention` (and calls it) runs its own steps with
+    the kernels on: its torch module's logits, full pass and cached decoding, equal the reference
+    interpreter's running the card (and differ from those of the prelude's algorithms); the prelude
+    algorithms it does not define still run their kernels."""
+    from toycards.models.binding import bind_values
+    from toycards.models.load import _random_weights, put_kernels
+    from toycards.models.reference import ReferenceModel
+
+    defined = own.split(" and ")
+    card = parse(
+        "".join({"softmax": OWN_SOFTMAX, "attention": OWN_ATTENTION}[n] for n in defined) + CALLS_BOTH
+    )
+    prelude_only = parse(CALLS_BOTH)
+    bound = bind_values(card.main, {"d": 16, "N_V": 50})
+    weights = {k: v * 50 if v.ndim == 2 else v for k, v in _random_weights(bound, seed=3).items()}  # ~N(0, 1)
+    namespace = module_namespace(card, "torch")
+    assert set(put_kernels(namespace, card, "torch")) == {"softmax", "attention"} - set(defined)
+    ids = np.array([1, 7, 3, 9, 4, 2])
+    model = namespace["Model"](bound.hyper, weights)
+    cache = model.new_cache()
+    with torch.no_grad():
+        full = model._forward_numpy(ids[None], None)[0]
+        cached = np.concatenate(
+            [model._forward_numpy(ids[None, a:b], cache)[0] for a, b in [(0, 4), (4, 5), (5, 6)]]
+        )
+    want = ReferenceModel(card, bound, weights).sequence_logits(ids)
+    of_the_prelude = ReferenceModel(prelude_only, bound, weights).sequence_logits(ids)
+    assert np.abs(want - of_the_prelude).max() > 1e-2  # the card's own algorithms change the logits
+    for got in (full, cached):
+        np.testing.assert_allclose(got, want, atol=2e-5 * max(1.0, np.abs(want).max()), rtol=0)
 
 
 def test_rope_angles_of_a_decoding_run():
@@ -434,9 +543,7 @@ def test_training_after_inference_in_one_process():
 @pytest.fixture(scope="module")
 def moe():
     """The generated `MoE` of the torch target (the qwen3moe card calls it)."""
-    namespace: dict = {}
-    exec(compile(generate_source(library_card("qwen3moe"), "torch"), "<qwen3moe torch>", "exec"), namespace)
-    return namespace["MoE"]
+    return module_namespace(library_card("qwen3moe"), "torch")["MoE"]
 
 
 def moe_inputs(E=8, d_e=16, d_ff=12, shape=(2, 7)):

@@ -1,8 +1,9 @@
 """The NumPy target's single kernels equal the card steps they replace (no torch here).
 
-A generated NumPy module carries `if ops.fast:` shortcuts for the prelude's GQAttention (one C call,
-runtime/glue_numpy.py) and MoE; these tests run the prelude functions of generated modules with
-`ops_numpy.fast` off (the card's steps, the naive reference) and on (the kernel), pass by pass over
+Where toycards loads a generated NumPy module, the kernel table (runtime/kernel_table.py) puts the
+prelude's GQAttention (one C call, runtime/glue_numpy.py) and MoE in place of their steps; these
+tests run the prelude functions of modules loaded that way with `ops_numpy.fast` off (the card's
+steps, the naive reference) and on (the kernel), every table entry among them, pass by pass over
 one KV cache, and whole models both ways. Few tokens of a float32 weight multiply by the C product
 (quant_numpy.float_linear), held here to NumPy's own product.
 """
@@ -13,21 +14,23 @@ import numpy as np
 import pytest
 from gqa_passes import SIZES, run_passes, window
 
-from toycards.codegen import generate_source
 from toycards.lang.parse import parse
 from toycards.library import library_card
+from toycards.models.load import module_namespace
 from toycards.runtime import glue_numpy, ops_numpy, quant_kernels, quant_numpy
 from toycards.runtime.context import Context, KVCache
+from toycards.runtime.kernel_table import KERNELS
 
 needs_kernels = pytest.mark.skipif(quant_kernels.library() is None, reason="no C compiler: no kernels")
 
 
 @pytest.fixture(scope="module")
 def funcs():
+    """The functions of generated NumPy modules as toycards loads them (the kernels in place)."""
     namespace: dict = {}
     halves = parse(library_card("llama").source.replace("rope_pairs", "rope_halves"))
-    for card in (library_card("llama"), halves):  # GQAttention with rope_pairs, then with rope_halves
-        exec(compile(generate_source(card, "numpy"), f"<{card.main.name}>", "exec"), namespace)
+    for card in (library_card("qwen3moe"), library_card("llama"), halves):  # MoE, GQAttention
+        namespace.update(module_namespace(card, "numpy"))
     return namespace
 
 
@@ -43,17 +46,41 @@ def assert_close(slow, fast, tol):
     assert worst <= tol * max(1.0, float(np.abs(slow).max())), f"max |Δ| {worst:.3g}"
 
 
-def kernel_runs(monkeypatch) -> list[bool]:
-    """Records, call by call, whether ops_numpy.gq_attention ran (rather than declined)."""
-    real, ran = ops_numpy.gq_attention, []
+def kernel_runs(monkeypatch, name: str = "gq_attention") -> list[bool]:
+    """Records, call by call, whether ops_numpy.<name> ran (rather than declined)."""
+    real, ran = getattr(ops_numpy, name), []
 
     def counted(*args):
         out = real(*args)
         ran.append(out is not None)
         return out
 
-    monkeypatch.setattr(ops_numpy, "gq_attention", counted)
+    monkeypatch.setattr(ops_numpy, name, counted)
     return ran
+
+
+# Arguments for every entry of the NumPy kernel table; the tests after this one go further.
+TABLE_CASES = {
+    # c left out: the adapter gives the kernel the function's default, as the steps take it
+    "GQAttention": lambda: (
+        rand(1, 5, 4 * 16), rand(1, 5, 2 * 16), rand(1, 5, 2 * 16), 4, 2, "pairs", 1e4,
+        np.abs(rand(8)) + 0.5, lambda t_z, t_x: t_z <= t_x,
+    ),
+    "MoE": lambda: (*moe_inputs(), 2, "renormalise"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS["numpy"]))
+def test_every_table_entry_equals_the_steps_it_replaces(funcs, monkeypatch, name):
+    """The loaded module's function is the adapter, which calls the kernel once (and gives its
+    result where it does not decline); the steps it replaces give the same numbers."""
+    entry, fn = KERNELS["numpy"][name], funcs[name]
+    assert fn.__wrapped__.__name__ == fn.__name__ and fn is not fn.__wrapped__
+    ran = kernel_runs(monkeypatch, entry.name)
+    slow, fast = both_ways(fn, *TABLE_CASES[name]())
+    assert fast.shape == slow.shape and fast.dtype == np.float32
+    assert_close(slow, fast, tol=1e-5)
+    assert ran == [not entry.declines or quant_kernels.library() is not None]
 
 
 @needs_kernels
@@ -364,9 +391,7 @@ def moe_inputs(E=8, d_e=16, d_ff=12, shape=(2, 7)):
 
 @pytest.fixture(scope="module")
 def moe():
-    namespace: dict = {}
-    exec(compile(generate_source(library_card("qwen3moe"), "numpy"), "<qwen3moe numpy>", "exec"), namespace)
-    return namespace["MoE"]
+    return module_namespace(library_card("qwen3moe"), "numpy")["MoE"]
 
 
 def both_ways(fn, *args):

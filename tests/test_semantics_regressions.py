@@ -440,3 +440,36 @@ def test_an_optional_hyperparameter_left_out_takes_its_default():
     for target, arr in targets():
         g = generated_function(OPTIONAL, target, call="G(X[:, t])", name="G")
         np.testing.assert_allclose(np.asarray(g(arr(x)), dtype=np.float64), want, rtol=1e-6, err_msg=target)
+
+
+OWN_SOFTMAX = """
+Algorithm: y ← softmax(x)
+/* the card's own softmax, twice as sharp as the prelude's */
+Input: x ∈ ℝ^{n}
+Output: y ∈ ℝ^{n}
+1  m ← max(x)
+2  z ← exp(2 · (x − m))
+3  return y = z / Σ_{i=1}^{n} z[i]
+
+Algorithm: z ← G(X)
+/* the card's softmax of one column, and the prelude's attention, whose steps call the prelude's */
+Input: X ∈ ℝ^{n×ℓ}
+Output: z ∈ ℝ^{n×ℓ}
+1  return z = softmax(X) + attention(X, X, X | Mask[t_z, t_x] = ⟦t_z ≤ t_x⟧)
+"""
+
+
+def test_a_card_that_defines_a_prelude_name_keeps_the_prelude_inside_the_prelude():
+    """The card's `softmax` serves the card's own calls; the prelude's `attention` still calls the
+    prelude's softmax (as the interpreter resolves names): hand-computed for two columns."""
+    x = np.array([[1.0, 0.5], [-1.0, 2.0]])  # n = 2 rows, ℓ = 2 columns
+    sharp = np.exp(2 * (x - x.max(0))) / np.exp(2 * (x - x.max(0))).sum(0)
+    scores = x.T @ x / np.sqrt(2)  # S[t_z, t_x], causal: column 1 attends to token 1 alone
+    weights = np.zeros((2, 2))
+    weights[0, 0] = 1.0
+    weights[:, 1] = np.exp(scores[:, 1] - scores[:, 1].max()) / np.exp(scores[:, 1] - scores[:, 1].max()).sum()
+    want = sharp + x @ weights
+    for target, arr in targets():
+        g = generated_function(OWN_SOFTMAX, target, call="G(X)[:, t]", name="G")
+        got = np.asarray(g(arr(x.T.copy())), dtype=np.float64).T  # code layout is [ℓ, n]
+        np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=target)

@@ -27,8 +27,6 @@ def GELU_tanh(x, ctx=None):
 
     Gaussian error linear unit, tanh approximation (GPT-2's "gelu_new"; element-wise)
     """
-    if ops.fast:  # one kernel for the steps below (tests/test_kernels.py ties the two)
-        return ops.gelu_tanh(x)
     # 1  return y = 0.5 · x · (1 + tanh(√(2 / π) · (x + 0.044715 · (x)^3)))
     return (0.5 * x) * (1 + (ops.tanh(math.sqrt(2 / math.pi) * (x + (0.044715 * (x ** 3))))))
 
@@ -61,8 +59,6 @@ def layer_norm(e, gamma, beta, epsilon, ctx=None):
     Normalizes layer activations e (the paper's layer_norm with ε added to the variance)
     """
     d_e = e.shape[-1]
-    if ops.fast:  # one kernel for the steps below (tests/test_kernels.py ties the two)
-        return ops.layer_norm(e, gamma, beta, epsilon)
     # 1  m ← Σ_{i=1}^{d_e} e[i] / d_e  ∷ ℝ
     m = ops.sum_last(e / d_e)
     # 2  v ← Σ_{i=1}^{d_e} (e[i] − m)^2 / d_e  ∷ ℝ
@@ -79,8 +75,6 @@ def attention(Q, K, V, Mask, c=0, ctx=None, kv_index=None):
     d_h = Q.shape[-1]
     ell_x = Q.shape[-2]
     ell_z = K.shape[-2]
-    if ops.fast:  # one kernel for the steps below (tests/test_kernels.py ties the two)
-        return ops.attention(Q, K, V, Mask, c, ops.arange(1, ell_z + 1), runtime.positions(ctx, ell_x), kv_index)
     if kv_index is not None:  # the key/value head each query head reads (grouped-query attention)
         K, V = ops.take(K, kv_index, -3), ops.take(V, kv_index, -3)
     # 1  S ← K^⊺ · Q / √d_h  ∷ ℝ^{ℓ_z×ℓ_x}
@@ -103,8 +97,6 @@ def softmax(x, ctx=None):
     Softmax of a vector; applied to a matrix it acts on each column
     """
     n = x.shape[-1]
-    if ops.fast:  # one kernel for the steps below (tests/test_kernels.py ties the two)
-        return ops.softmax(x)
     # 1  m ← max(x)  ∷ ℝ
     m = ops.max_last(x)
     # 2  z ← exp(x − m)  ∷ ℝ^{n}

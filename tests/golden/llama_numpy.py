@@ -29,10 +29,6 @@ def GQAttention(Q, K, V, H, H_kv, layout, theta, rho, Mask, c=0, ctx=None):
     """
     ell = Q.shape[-2]
     d_h = Q.shape[-1] // H
-    if ops.fast:  # one kernel for the steps below where it applies (tests/test_kernels_numpy.py ties the two)
-        done = ops.gq_attention(Q, K, V, H, H_kv, layout, theta, rho, Mask, c, runtime.positions(ctx, ell), ctx)
-        if done is not None:
-            return done
     # 1  for h ∈ [H], t ∈ [ℓ]: Q̂^h[:, t] ← rope(rows(Q, h, d_h)[:, t], t | layout, θ, ρ)  ∷ ℝ^{d_h}
     t = ops.as_float(ops.index_vector(runtime.positions(ctx, ell), 1))  # t ∈ [ell]
     Q_hat = rope(ops.split_rows(Q, d_h), t, layout, theta, rho, ctx=ctx)

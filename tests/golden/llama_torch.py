@@ -29,10 +29,6 @@ def GQAttention(Q, K, V, H, H_kv, layout, theta, rho, Mask, c=0, ctx=None):
     """
     ell = Q.shape[-2]
     d_h = Q.shape[-1] // H
-    if ops.fast:  # one kernel for the steps below where it applies (tests/test_kernels.py ties the two)
-        done = ops.gq_attention(Q, K, V, H, H_kv, layout, theta, rho, Mask, c, runtime.positions(ctx, ell), ctx)
-        if done is not None:
-            return done
     # 1  for h ∈ [H], t ∈ [ℓ]: Q̂^h[:, t] ← rope(rows(Q, h, d_h)[:, t], t | layout, θ, ρ)  ∷ ℝ^{d_h}
     t = ops.as_float(ops.index_vector(runtime.positions(ctx, ell), 1))  # t ∈ [ell]
     Q_hat = rope(ops.split_rows(Q, d_h), t, layout, theta, rho, ctx=ctx)
@@ -51,10 +47,6 @@ def SwiGLU(X, W_gate, W_up, W_down, ctx=None):
 
     Gated MLP: SiLU of a gate projection times an up projection, projected back down (Llama)
     """
-    if ops.fast:  # one kernel for the steps below where it applies (tests/test_kernels.py ties the two)
-        done = ops.swiglu(X, W_gate, W_up, W_down)
-        if done is not None:
-            return done
     # 1  G ← SiLU(W_gate · X)  ∷ ℝ^{d_ff×ℓ}
     G = SiLU(ops.linear(X, W_gate), ctx=ctx)
     # 2  U ← W_up · X  ∷ ℝ^{d_ff×ℓ}
@@ -69,8 +61,6 @@ def rms_norm(e, gamma, epsilon, ctx=None):
     Root-mean-square normalization (RMSNorm): layer_norm without centring and without offset
     """
     d_e = e.shape[-1]
-    if ops.fast:  # one kernel for the steps below (tests/test_kernels.py ties the two)
-        return ops.rms_norm(e, gamma, epsilon)
     # 1  r ← Σ_{i=1}^{d_e} e[i]^2 / d_e  ∷ ℝ
     r = ops.sum_last((e ** 2) / d_e)
     # 2  return ê = e / √(r + ε) ⊙ γ
@@ -116,8 +106,6 @@ def attention(Q, K, V, Mask, c=0, ctx=None, kv_index=None):
     d_h = Q.shape[-1]
     ell_x = Q.shape[-2]
     ell_z = K.shape[-2]
-    if ops.fast:  # one kernel for the steps below (tests/test_kernels.py ties the two)
-        return ops.attention(Q, K, V, Mask, c, ops.arange(1, ell_z + 1), runtime.positions(ctx, ell_x), kv_index)
     if kv_index is not None:  # the key/value head each query head reads (grouped-query attention)
         K, V = ops.take(K, kv_index, -3), ops.take(V, kv_index, -3)
     # 1  S ← K^⊺ · Q / √d_h  ∷ ℝ^{ℓ_z×ℓ_x}
@@ -156,8 +144,6 @@ def SiLU(x, ctx=None):
 
     Sigmoid linear unit (swish), x · sigmoid(x) (element-wise)
     """
-    if ops.fast:  # one kernel for the steps below (tests/test_kernels.py ties the two)
-        return ops.silu(x)
     # 1  return y = x / (1 + exp(−x))
     return x / (1 + ops.exp(-x))
 
@@ -192,8 +178,6 @@ def softmax(x, ctx=None):
     Softmax of a vector; applied to a matrix it acts on each column
     """
     n = x.shape[-1]
-    if ops.fast:  # one kernel for the steps below (tests/test_kernels.py ties the two)
-        return ops.softmax(x)
     # 1  m ← max(x)  ∷ ℝ
     m = ops.max_last(x)
     # 2  z ← exp(x − m)  ∷ ℝ^{n}
@@ -208,8 +192,6 @@ def rope_halves(x, t, theta, rho, ctx=None):
     Rotary position embedding of one head at position t, rotating entry i with entry i + d_r/2 (GGUF rope type NEOX); the first d_r entries rotate, the rest pass unchanged
     """
     d_r = (rho.shape[-1] * 2)
-    if ops.fast:  # one kernel for the steps below (tests/test_kernels.py ties the two)
-        return ops.rope_halves(x, t, theta, rho)
     # 1  y ← x
     y = x
     # 2  for i ∈ [d_r/2] do
@@ -231,8 +213,6 @@ def rope_pairs(x, t, theta, rho, ctx=None):
     Rotary position embedding of one head at position t, rotating adjacent pairs (GGUF rope type NORM: llama); the first d_r entries rotate, the rest pass unchanged
     """
     d_r = (rho.shape[-1] * 2)
-    if ops.fast:  # one kernel for the steps below (tests/test_kernels.py ties the two)
-        return ops.rope_pairs(x, t, theta, rho)
     # 1  y ← x
     y = x
     # 2  for i ∈ [d_r/2] do

@@ -80,6 +80,25 @@ def _topk(args: list[Shape], dims: list[Dim | None]) -> Shape:
     return Shape("N", (dims[1], *v.dims[1:]))
 
 
+def _sizes(args: list[Shape], dims: list[Dim | None], what: str) -> tuple[Dim, ...]:
+    for s, d in zip(args, dims):
+        if s.dims or d is None:
+            raise ShapeError(
+                f"the sizes of {what} must be dimensions, got {s}",
+                "write dimension names, hyperparameters or numbers: zeros(d, n)",
+            )
+    return tuple(dims)
+
+
+def _zeros(args: list[Shape], dims: list[Dim | None]) -> Shape:
+    return Shape("R", _sizes(args, dims, "zeros(m, n)"))
+
+
+def _filled(args: list[Shape], dims: list[Dim | None]) -> Shape:
+    _scalar(args[0], "the value c of filled(c, m, n)")
+    return Shape("R", _sizes(args[1:], dims[1:], "filled(c, m, n)"))
+
+
 RULES: dict[str, Rule] = {
     "elementwise": _elementwise,
     "length": _length,
@@ -87,6 +106,8 @@ RULES: dict[str, Rule] = {
     "ceil": _ceil,
     "rows": _rows,
     "topk": _topk,
+    "zeros": _zeros,
+    "filled": _filled,
 }
 
 __all__ = ["BUILTINS", "RULES", "shape_of"]

@@ -82,6 +82,8 @@ class _Declarer:
         for decl in a.output_decls:
             self.value_decl(decl, "output")
         self.implicit_dims()
+        for decl in a.state_decls:
+            self.state(decl)
         self.derived()
         self.header()
         self.inferred()
@@ -153,6 +155,46 @@ class _Declarer:
         for name in decl.names:
             if not self.dup(name, decl):
                 self.register(name, Entry(kind, name, shape, decl))
+
+    def state(self, decl: ir.Decl) -> None:
+        """`State: h ∈ ℝ^{d×n}`: a value the algorithm carries from one call to the next. Its shape
+        is fixed by the parameters and hyperparameters, never by a call's inputs (whose token count
+        changes from call to call)."""
+        shape = self.shape(decl.type)
+        if decl.binding is not None or decl.value is not None:
+            self.ctx.error(
+                decl.binding.span if decl.binding is not None else decl.span,
+                "a state takes no binding or value",
+                "a state starts as zeros and then holds what the algorithm left in it",
+            )
+        a = self.ctx.algo
+        fixed = {x.name for d, _ in a.all_params() for x in type_dim_names(d.type)} | self.sig.naturals
+        tokens = (
+            {  # the paper's column convention: a matrix input's columns are tokens, and token ids
+                x.name
+                for d in a.input_decls
+                if isinstance(d.type, ir.TensorType) and (len(d.type.dims) == 2 or d.type.field == "V")
+                for x in type_dim_names(ir.TensorType(d.type.field, d.type.dims[-1:]))
+            }
+            - fixed
+        )
+        for node in type_dim_names(decl.type):
+            if not self.ctx.scope.is_dim(node.name):
+                self.ctx.error(
+                    node.span, f"unknown dimension {node.name}", self.ctx.scope.hint_for(node.name)
+                )
+            elif node.name in tokens:
+                self.ctx.error(
+                    node.span,
+                    f"a state's size cannot be {node.name}, the number of tokens an input holds",
+                    "a state keeps its shape from call to call, and each call brings other tokens: "
+                    "size it by the features (d), parameters' dimensions or hyperparameters",
+                )
+        if not isinstance(decl.type, ir.TensorType) or decl.type.field != "R":
+            self.ctx.error(decl.type.span, "a state is a real scalar, vector or matrix (ℝ, ℝ^{…})")
+        for name in decl.names:
+            if not self.dup(name, decl):
+                self.register(name, Entry("state", name, shape, decl))
 
     # ── dimensions ──
     def implicit_dims(self) -> None:

@@ -15,7 +15,8 @@ def last_cut(
     card: ir.Card, result: CheckResult, prelude: CheckResult | None, extend: dict, seq: str
 ) -> tuple[int, dict[str, int]] | None:
     """Where only the last token's outputs can be kept (decoding wants its logits alone): after the
-    entry point's last top-level step that reads a context (a call the cache extends, at any depth),
+    entry point's last top-level step that reads a context (a call the cache extends, or an algorithm
+    with a state, at any depth),
     every step acts on each token alone (the plan holds), so the live values may keep their last
     column. Returns that step's index and, per value live there with a token axis, which card axis
     it is; None when no step reads a context or a live value's token axis is not plainly ℓ."""
@@ -29,6 +30,8 @@ def last_cut(
             if id(c) in extend:
                 return True
             callee = algos.get(c.func)
+            if callee is not None and callee.state_decls:  # its state must see every token
+                return True
             if callee is not None and callee.name not in seen:
                 if callee.name not in reading:
                     reading[callee.name] = reads(callee.body, seen | {callee.name})

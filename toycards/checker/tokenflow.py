@@ -131,6 +131,10 @@ class _Frame:
         self.q, self.c, self.causal, self.states = q, c, causal, states
         self.returned: str | None = None
         self.masks = {n for d in algo.hyper_decls for n in d.names if is_mask(d.type)}
+        # an algorithm with a `State:` block streams: under the cache it sees this pass's tokens
+        # alone, one after another in a `for t = 1, …, ℓ do` loop, and its state carries the rest
+        self.state = {n for d in algo.state_decls for n in d.names}
+        self.token_loops: list[ir.ForSeq] = []
 
     # ── axes ──
     def axes(self, node) -> tuple[str, ...]:
@@ -161,6 +165,8 @@ class _Frame:
         if sym is None or sym.kind not in ("mapvar", "loopvar"):
             return ""
         decl = sym.decl
+        if isinstance(decl, ir.ForSeq):
+            return "q" if decl in self.token_loops else ""
         bound = decl.bound if isinstance(decl, ir.Range) else decl.hi if isinstance(decl, ir.Sum) else None
         name = (
             bound.name if isinstance(bound, ir.DimName) else bound.id if isinstance(bound, ir.Name) else None
@@ -174,6 +180,10 @@ class _Frame:
                 self.assign(s)
             elif isinstance(s, ir.Return):
                 self.returned = self.expr(s.value)
+            elif isinstance(s, ir.ForSeq) and self.token_loop(s):
+                self.token_loops.append(s)
+                self.block(s.body)
+                self.token_loops.pop()
             elif isinstance(s, ir.ForSeq):
                 for e in (s.start, s.stop, s.second):
                     if e is not None:
@@ -186,6 +196,27 @@ class _Frame:
                 self.expr(s.cond)
                 self.block(s.then)
                 self.block(s.orelse)
+
+    def token_loop(self, s: ir.ForSeq) -> bool:
+        """`for t = 1, …, ℓ do` over this pass's tokens in an algorithm with a state: under the cache
+        it runs over the new tokens alone. Exact only when nothing but the state carries from one
+        token to the next: every name the loop assigns, but a state or a column written at t, must be
+        new in each turn (a local defined before the loop would restart with each pass)."""
+        if (
+            not self.state
+            or _bound_name(s.stop) not in self.q
+            and getattr(s.stop, "name", None) not in self.q
+        ):
+            return False
+        if not (isinstance(s.start, ir.Num) and s.start.text == "1" and s.second is None):
+            raise Recompute(s, "a loop over this pass's tokens must run t = 1, …, ℓ to stream")
+        for a in (n for n in ir.walk(s.body) if isinstance(n, ir.Assign)):
+            name = a.target.id if isinstance(a.target, ir.Name) else None
+            if name is not None and name not in self.state and name in self.states:
+                raise Recompute(
+                    a.target, f"{name} carries from one token to the next; declare it under State"
+                )
+        return True
 
     def assign(self, s: ir.Assign) -> None:
         t = s.target
@@ -409,6 +440,10 @@ class _Frame:
         return isinstance(p, ir.Name) and p.id in self.causal
 
     def builtin(self, e: ir.Call, name: str) -> str | None:
+        if name in ("zeros", "filled"):  # sizes: zeros(d, ℓ) is zeros per token, this pass's too
+            if name == "filled":
+                self.expr(e.args[0])
+            return self.opened(e)
         states = [self.expr(a) for a in e.args]
         axes = self.axes(e.args[0]) if e.args else ()
         if name == "length":
@@ -417,12 +452,13 @@ class _Frame:
             return None
         if name == "exp" and states and states[0] == NEG:
             return ZERO
-        if name in ("max", "min") and len(e.args) == 1:
-            if "q" in axes:
+        if name in ("max", "min") and len(e.args) == 1:  # over the first axis: per column of a matrix
+            reduced = axes[0] if axes else ""
+            if reduced == "q":
                 raise Recompute(e, f"{name} over this pass's tokens needs every earlier token")
-            if "c" in axes and not (name == "max" and states[0] == NEG):
+            if reduced == "c" and not (name == "max" and states[0] == NEG):
                 raise Recompute(e, f"{name} over the context is causal only over masked scores")
-            return None
+            return self.opened(e)
         if name == "topk" and axes and axes[0] in ("q", "c"):  # it ranks a vector, or each column
             raise Recompute(e, "topk along a token axis")
         if name == "rows" and axes and axes[0] in ("q", "c"):

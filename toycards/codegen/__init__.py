@@ -69,15 +69,18 @@ def _docstring_safe(text: str) -> str:
     return re.sub(r'"(?="|\Z)', r'\\"', text.replace("\\", "\\\\"))
 
 
-def _cache_plan(card: ir.Card):
-    """What the checker says about the token axes of `card` (toycards/checker/tokenflow.py)."""
+def _checked(card: ir.Card):
+    """What the checker says about `card`: the token axes (toycards/checker/tokenflow.py) and the
+    shape of every expression (codegen/values.py `Checked`)."""
     from toycards.checker import check_card, check_prelude
     from toycards.checker.tokenflow import CachePlan, cache_plan
+    from toycards.codegen.values import Checked
 
     result = check_card(card)
     if not result.ok:
-        return CachePlan("the card does not check")
-    return cache_plan(card, result, check_prelude())
+        return CachePlan("the card does not check"), Checked()
+    prelude = check_prelude()
+    return cache_plan(card, result, prelude), Checked(result, prelude)
 
 
 @collector_paused()  # the IR holds no cycles for the collector to find (lang/scale.py)
@@ -96,8 +99,8 @@ def generate_source(card: ir.Card, target: str = "torch") -> str:
     if not main.body:
         raise ToycardsError(f"{main.name} has no steps (a declaration-only card); nothing to generate")
     text = render_card(card)
-    plan = _cache_plan(card)
-    emitter = Emitter(card, target, library_algorithms(), plan)
+    plan, checked = _checked(card)
+    emitter = Emitter(card, target, library_algorithms(), plan, checked)
     main_fn, funcs = emitter.emit(main)
     hyper = [
         (emitter.module_ns.name(n), n)

@@ -41,6 +41,8 @@ class AssignEmitter:
                 self.scope.share(free_names(s.value))
                 self.entry_write(t, v, out)
                 return
+        if isinstance(t, ir.Index) and isinstance(t.base, ir.Name) and column_target(t):
+            return self.column_write(s, t, out)
         if not isinstance(s.target, ir.Name):
             raise ToycardsError("this assignment target cannot be generated")
         name = s.target.id
@@ -54,8 +56,49 @@ class AssignEmitter:
         ident = self.scope.ns.name(name)
         out += self.take_pre()
         out.append(f"{ident} = {self.code_layout(v)}")
+        self.scope.columns.pop(name, None)  # a whole value now: its column writes go into this one
         self.scope.share(free_names(s.value) | {name})
         self.scope.vals[name] = Val(ident, v.rank, py=v.py, fams=v.fams, boolean=v.boolean, row=v.row)
+
+    def column_write(self, s: ir.Assign, t: ir.Index, out: list[str]) -> None:
+        """`Y[:, t] ← v` outside a parallel map (t a number, a hyperparameter or a sequential loop's
+        index): column t of Y, which the first such write makes (zeros of Y's declared size)."""
+        name, index = t.base.id, t.indices[1]
+        if free_names(index) & set(self.scope.maps):
+            self.refuse(index, "a column written by a map variable inside a map", "")
+        v = self.expr(s.value)
+        if v.rank != 1 or v.row:
+            self.refuse(s.value, f"column {expr_text(index)} of {name} needs a vector", "")
+        size = ""
+        made_here = name in self.scope.columns  # made by a loop's first turn, then written in place
+        if name not in self.scope.vals or made_here:  # zeros of its declared number of columns
+            declared = self.scope.decl_types.get(name) or next(
+                (d.type for d in self.scope.algo.output_decls if name in d.names), None
+            )
+            if not (isinstance(declared, ir.TensorType) and len(declared.dims) == 2):
+                self.refuse(
+                    t.base,
+                    f"the number of columns of {name} is not known",
+                    f"declare {name} under Output with its shape, or give it a value first ({name} ← …)",
+                )
+            size = f", {self.dim(declared.dims[1])}"
+        out += self.take_pre()
+        self.scope.share(free_names(s.value))
+        ident = self.scope.ns.name(name)
+        k = paren(self.int_code(index))
+        pick = str(int(k) - 1) if k.isdigit() else f"{k} - 1"
+        if made_here:
+            current = self.scope.columns[name]
+        elif name not in self.scope.vals:
+            current = "None"
+        else:
+            current = self.scope.vals[name].code
+            if name not in self.scope.owned:  # the array may be shared with another name: write a copy
+                out.append(f"{ident} = ops.copy({current})  # {comment_safe(name)} gets its own columns")
+                current = ident
+        out.append(f"{ident} = ops.put_col({current}, {pick}, {v.code}{size})")
+        self.scope.vals[name] = Val(ident, 2)
+        self.scope.owned.add(name)
 
     def assign_in_map(self, s: ir.Assign, out: list[str], maps: dict[str, MapVar]) -> None:
         t = s.target
@@ -74,9 +117,7 @@ class AssignEmitter:
                 m.kind = {0: "element", 1: "column"}.get(v.rank, "block")
             base = re.match(r"^[^_^]+", t.id).group(0)
             ident = self.scope.ns.name(base if base not in self.scope.vals else key)
-            code = self.code_layout(v)
-            if not v.fams & set(self.scope.maps):  # `c_i ← 1`: the same member n times, an axis of n
-                code = f"ops.copies({code}, {m.bound_code}, {AFTER[m.kind]})"
+            code = self.each_iteration(v, [var])  # `c_i ← 1`: the same member n times, an axis of n
             out += [*pre, f"{ident} = {code}"]
             self.scope.families[key] = Family(ident, v.rank, var, AFTER[m.kind])
             return
@@ -90,12 +131,14 @@ class AssignEmitter:
                     maps[var].kind = "block"
                 base = re.match(r"^[^_^]+", name).group(0)
                 ident = self.scope.ns.name(base if base not in self.scope.vals else key)
-                out += [*pre, f"{ident} = {self.code_layout(v)}"]
+                columns = [i.id for i in idx[1:] if isinstance(i, ir.Name) and i.id in maps]
+                out += [*pre, f"{ident} = {self.each_iteration(v, [var, *columns])}"]
                 self.scope.families[key] = Family(ident, 2, var, AFTER["block"])
                 return
             ident = self.scope.ns.name(name)
             if len(idx) == 2 and isinstance(idx[0], ir.Slice):
-                out += [*pre, f"{ident} = {self.code_layout(v)}"]
+                columns = [i.id for i in idx[1:] if isinstance(i, ir.Name) and i.id in maps]
+                out += [*pre, f"{ident} = {self.each_iteration(v, columns)}"]  # β leaving out j: n copies
                 self.scope.vals[name] = Val(
                     ident,
                     2,
@@ -186,3 +229,10 @@ class AssignEmitter:
 
 
 # ── helpers ─────────────────────────────────────────────────────────────────────────────
+
+
+def column_target(t: ir.Index) -> bool:
+    """`Y[:, t]`: a whole column picked by one index."""
+    i = t.indices
+    whole = len(i) == 2 and isinstance(i[0], ir.Slice) and i[0].lo is None and i[0].hi is None
+    return whole and not isinstance(i[1], ir.Slice)

@@ -28,8 +28,9 @@ class CallEmitter:
     """Mixin of ExprEmitter: calls, Σ and concatenation."""
 
     def call(self, c: ir.Call) -> Val:
-        if c.func in self.em.algos:
-            return self.call_algorithm(c, self.em.algos[c.func])
+        callee = self.em.resolve(self.scope.algo, c.func)
+        if callee is not None:
+            return self.call_algorithm(c, callee)
         return self.builtin(c)
 
     def builtin(self, c: ir.Call) -> Val:
@@ -37,9 +38,14 @@ class CallEmitter:
         b = BUILTINS[c.func]
         if b.rule == "rows":
             return self.rows(c)
+        if b.rule in ("zeros", "filled"):  # sizes in code order: a card matrix m×n is [n, m]
+            sizes = [self.int_code(a) for a in reversed(c.args[b.rule == "filled" :])]
+            value = [self.expr(c.args[0]).code] if b.rule == "filled" else []
+            return Val(f"ops.{b.ops}({', '.join(value + sizes)})", len(sizes))
         args = [self.expr(a) for a in c.args]
-        if b.rule == "length":
-            return Val(f"{args[0].code}.shape[-1]", 0, py=True)
+        if b.rule == "length":  # entries of a vector, columns of a matrix (in code layout, axis −2)
+            axis = -2 if args[0].rank == 2 and args[0].layout == "code" else -1
+            return Val(f"{paren(args[0].code)}.shape[{axis}]", 0, py=True)
         if b.rule in ("elementwise", "ceil"):
             a = args[0]
             if a.py and b.scalar_code:
@@ -47,7 +53,10 @@ class CallEmitter:
             code = f"ops.as_float({a.code})" if a.py else self.code_layout(a)
             return a.with_(code=f"ops.{b.ops}({code})", layout="code" if not a.py else a.layout, py=False)
         if b.rule == "extreme" and len(args) == 1 and args[0].rank == 2:  # per column: a vector
-            return Val(f"ops.{b.ops}({self.code_layout(args[0])})[..., 0]", 1, fams=args[0].fams)
+            per_column = f"ops.{b.ops}({self.code_layout(args[0])})"  # […, n, 1]
+            if self._row_axis_free(args[0].fams):  # one per head: […, H, 1, n]
+                return Val(f"ops.mT({per_column})", 1, fams=args[0].fams)
+            return Val(f"{per_column}[..., 0]", 1, fams=args[0].fams)
         if b.rule == "extreme" and len(args) == 1:
             return Val(f"ops.{b.ops}({args[0].code})", 0, fams=args[0].fams)
         if b.rule == "extreme" and all(a.py for a in args):
@@ -76,7 +85,10 @@ class CallEmitter:
             if a.rank == 2 and a.layout == "card":
                 return a.with_(code=f"{a.code}[{sl}]")
             return a.with_(code=f"{a.code}[..., {sl}]")
-        heads = f"ops.split_rows({self.code_layout(a)}, {k})"
+        code = self.code_layout(a)
+        if a.rank == 1 and self._axes(a) < 2:  # a vector as one code row: its blocks are […, H, 1, k]
+            code = f"{paren(code)}[..., None, :]"
+        heads = f"ops.split_rows({code}, {k})"
         if isinstance(block, ir.Name) and block.id == var:
             return Val(heads, a.rank, fams=a.fams | {var})
         gathered = self._gather_member(Family(heads, a.rank, var, 2), expr_text(block))
@@ -91,6 +103,7 @@ class CallEmitter:
         decls = {n: d for d in (*callee.input_decls, *callee.hyper_decls) for n in d.names}
         pnames = {n for d, _ in callee.all_params() for n in d.names}
         codes, fams, extra = [], frozenset(), 0
+        implicit: dict[int, int] = {}  # position → the columns an argument is implicitly mapped over
         kv_index = ""
         arg_vals: list[Val] = []
         cached = self.em.plan.extend.get(id(c), ())  # its context inputs (checker/tokenflow.py)
@@ -100,6 +113,7 @@ class CallEmitter:
             t = decls[name].type if name in decls else None
             declared_rank = len(t.dims) if isinstance(t, ir.TensorType) else 0
             extra = max(extra, v.rank - declared_rank)
+            implicit[len(codes)] = max(0, v.rank - declared_rank)
             codes.append(self.code_layout(v))
             arg_vals.append(v)
         if cached:
@@ -126,34 +140,38 @@ class CallEmitter:
             codes.append(
                 v.code if name not in pnames or v.rank < 2 or v.layout == "card" else f"ops.mT({v.code})"
             )
-        self._shared_arguments_mapped(given, codes, set(cached), extra, fams)
+        self._shared_arguments_mapped(given, codes, extra, fams, implicit)
         out = callee.output_decls[0].type if callee.output_decls else None
         rank = (len(out.dims) if isinstance(out, ir.TensorType) and out.field != "V" else 0) + extra
         return Val(  # a number computed from numbers only (`rope_magnitude(| scaling, s, a_r)`) is one
-            f"{self.em.func_names[callee.name]}({', '.join(codes)}, ctx=ctx{kv_index})",
+            f"{self.em.func_names[id(callee)]}({', '.join(codes)}, ctx=ctx{kv_index})",
             rank,
             fams=fams,
             py=numbers_only and rank == 0,
         )
 
     def _shared_arguments_mapped(
-        self, given: list[tuple[int, Val]], codes: list[str], cached: set, extra: int, fams: frozenset
+        self, given: list[tuple[int, Val]], codes: list[str], extra: int, fams: frozenset, implicit: dict
     ) -> None:
         """A call per map variable (per head h, per column t, or both) sees the mapped axes as
         leading (batch) axes, one per variable and per implicitly mapped column, just before each
         argument's own axes. An argument shared by every iteration gets size-1 axes there
-        (`X[..., None, :, :]` beside heads), and a scalar per variable moves its axis there
-        (`μ_h`, laid out […, H, 1, 1] in the map, is […, H, 1] in a call per head)."""
+        (`X[..., None, :, :]` beside heads; a key the cache extended too, as `runtime.extend` keeps
+        the axes it was given: multi-query attention's one K for every head; a vector beside the
+        columns of `X` in `g(X, u)`, for `g` of two vectors), and a scalar per variable moves its
+        axis there (`μ_h`, laid out […, H, 1, 1] in the map, is […, H, 1] in a call per head).
+        `implicit`: how many implicitly mapped columns each input holds itself."""
         maps = self.scope.maps
         mapped = sorted({x for x in fams if x in maps}, key=lambda x: -AFTER[maps[x].kind])
-        if not mapped:
+        if not mapped and not extra:
             return
         slots = len(mapped) + extra
         for k, v in given:
             mine = [x for x in mapped if x in v.fams]
-            if not mine and not (v.param or v.py or k in cached):
+            missing = slots - implicit.get(k, 0)
+            if not mine and not (v.param or v.py) and missing:
                 own = max(1, v.rank)
-                codes[k] = f"{paren(codes[k])}[..., {', '.join(['None'] * slots + [':'] * own)}]"
+                codes[k] = f"{paren(codes[k])}[..., {', '.join(['None'] * missing + [':'] * own)}]"
             elif len(mine) == 1 and v.rank == 0:
                 after = slots - 1 - mapped.index(mine[0]) + 1  # the slots to its right, then its own
                 codes[k] = relayout(codes[k], AFTER[maps[mine[0]].kind], after, 0) or codes[k]
@@ -195,6 +213,16 @@ class CallEmitter:
         numbers, i picks a layer's parameters, or i's axis would meet a map's) a Python sum over
         i. A sum from lo ≠ 1 runs over i + lo − 1 for i = 1 … hi − lo + 1."""
         var, body = e.var, e.body
+        running = self._running_sum(e)
+        if running is not None:
+            return running
+        if free_names(e.hi) & set(self.scope.maps) or free_names(e.lo) & set(self.scope.maps):
+            self.refuse(
+                e,
+                "a Σ whose bounds depend on a map variable cannot be generated in this form",
+                "a running sum Σ_{r=1}^{t} f(r), f not reading t, generates; under the cache, carry the "
+                "sum as a State (s ← s + x_t in a `for t = 1, …, ℓ do` loop) to decode in O(1) per token",
+            )
         n = self.int_code(e.hi)
         if int_literal(e.lo) != 1:
             lo = int_literal(e.lo)
@@ -209,6 +237,18 @@ class CallEmitter:
         if total is None:
             total = self._loop_sum(var, body, n, numbers_only=False)
         return total
+
+    def _running_sum(self, e: ir.Sum) -> Val | None:
+        """`Σ_{r=1}^{t} f(r)` inside a map over t, f not reading t: the running sums of f(t) along t's
+        axis (f(t) is f's value at each t, as the map lays it out)."""
+        t = e.hi.id if isinstance(e.hi, ir.Name) else None
+        m = self.scope.maps.get(t)
+        if m is None or int_literal(e.lo) != 1 or t in free_names(e.body):
+            return None
+        term = self.expr(renamed(e.body, e.var, t))
+        if t not in term.fams:  # f(r) reads no r: t copies of it (t as a number, laid out like t)
+            return None
+        return term.with_(code=f"ops.cumsum({term.code}, {-1 - AFTER[m.kind]})")
 
     def _picks_layers(self, body: ir.Expr, var: str) -> bool:
         """Whether `var` picks a layer's parameters (`A_l`): those are separate tensors."""
@@ -310,6 +350,8 @@ class CallEmitter:
             merged = f"ops.merge_rows({blocks})" + ("[..., 0, :]" if fam.rank == 1 else "")
             return Val(merged, fam.rank)
         parts = [self.expr(x) for x in e.items]
+        if e.axis == "rows":  # a row `W[i, :]` stacks as a 1×n matrix: the transpose of one column
+            parts = [self._one_column(p.with_(row=False)).with_(layout="card") if p.row else p for p in parts]
         fams, rank = union_fams(*parts), max(p.rank for p in parts)
         if all(p.py for p in parts):  # numbers side by side or stacked: a vector
             return Val(f"ops.as_float([{', '.join(p.code for p in parts)}])", 1)
@@ -319,12 +361,21 @@ class CallEmitter:
             return Val(f"ops.cat_last([{', '.join(codes)}])", max(rank, 1), fams=fams)
         if rank == 1:  # vectors side by side: one column each
             return Val(f"ops.stack_cols([{', '.join(codes)}])", 2, fams=fams)
-        columns = [
-            c if p.rank == 2 else f"{paren(c)}[..., None, :]" for p, c in zip(parts, codes, strict=True)
+        # a vector is one column: a 1-column matrix before the parts are aligned (one new axis, not two)
+        mats = [
+            p if p.rank == 2 else p.with_(code=f"{paren(p.code)}[..., None, :]", rank=2, layout="code")
+            for p in parts
         ]
+        width = max(self._axes(p) for p in mats)
+        columns = [self._widened(p, self.code_layout(p), width) for p in mats]
         return Val(f"ops.cat_cols([{', '.join(columns)}])", 2, fams=fams)  # matrices side by side
 
     # ── assignments ────────────────────────────────────────────────────────────────────
+
+
+def renamed(e: ir.Expr, var: str, to: str) -> ir.Expr:
+    """`e` with the index variable `var` read as `to` (`X[:, r]` → `X[:, t]`), in family members too."""
+    return shifted(e, var, ir.Num("0"), to)
 
 
 def is_exp(e: ir.Expr) -> bool:

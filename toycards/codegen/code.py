@@ -1,8 +1,9 @@
 """Small helpers on generated code text and on the card expressions codegen inspects.
 
 Owns: parenthesising code, identifiers of compound card names, integer literals, affine index
-forms (`2·i + 1` in a map variable), parsing a small expression written inside a name
-(`K^{⌈h·H_kv/H⌉}`), the comparison spellings, and the union of values' mapped axes.
+forms (`2·i + 1` in a map variable), the checker's symbolic dimensions as integer code
+(`dim_code`, `linear_in`), parsing a small expression written inside a name (`K^{⌈h·H_kv/H⌉}`),
+the comparison spellings, and the union of values' mapped axes.
 Leaves out: emitting expressions (exprs.py) and statements (steps.py).
 """
 
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 
+from toycards.checker.dims import Dim
 from toycards.codegen.scope import family_key, free_names
 from toycards.codegen.values import Val
 from toycards.lang import ir
@@ -102,6 +105,47 @@ def affine(e: ir.Expr, names: set[str]) -> tuple[str, int, ir.Expr | None] | Non
     return None
 
 
+def dim_code(d: Dim, name: Callable[[str], str]) -> str:
+    """A symbolic dimension as integer arithmetic, each name as `name` writes it (every term of a
+    dimension the checker accepted is a whole number).
+
+    >>> from toycards.checker.dims import Dim
+    >>> h, d_h = Dim.name("h"), Dim.name("d_h")
+    >>> dim_code(h * d_h - d_h, str), dim_code(Dim.name("d") / Dim.name("H") + 1, str)
+    ('d_h * h - d_h', 'd // H + 1')
+    >>> dim_code(Dim.num(0), str), dim_code(3 * h / 2, str)
+    ('0', '3 * h // 2')
+    """
+    out = ""
+    for mono, c in sorted(d.terms.items(), key=lambda mc: (not mc[0], mc[1] < 0, mc[0])):
+        up = [name(n) for n, e in mono for _ in range(e)]
+        down = [name(n) for n, e in mono for _ in range(-e)]
+        num = " * ".join(([str(abs(c.numerator))] if abs(c.numerator) != 1 or not up else []) + up)
+        den = " * ".join(([str(c.denominator)] if c.denominator != 1 else []) + down)
+        term = f"{num} // {paren(den) if ' ' in den else den}" if den else num
+        out = (f"-{term}" if c < 0 else term) if not out else out + (" - " if c < 0 else " + ") + term
+    return out or "0"
+
+
+def linear_in(d: Dim, var: str) -> tuple[Dim, Dim] | None:
+    """(a, b) with d = a·var + b and neither a nor b holding var, else None.
+
+    >>> from toycards.checker.dims import Dim
+    >>> h, d_h = Dim.name("h"), Dim.name("d_h")
+    >>> [str(x) for x in linear_in((h - 1) * d_h + 1, "h")], linear_in(h * h, "h")
+    (['d_h', '−d_h + 1'], None)
+    """
+    a = {}
+    for mono, c in d.terms.items():
+        power = dict(mono).get(var, 0)
+        if power not in (0, 1):
+            return None
+        if power == 1:
+            a[tuple(x for x in mono if x[0] != var)] = c
+    slope = Dim(a)
+    return slope, d - slope * Dim.name(var)
+
+
 def reversed_index(e: ir.Expr, names: set[str]) -> tuple[str, ir.Expr] | None:
     """`c − i` → ("i", c), c free of map variables (`n + 1 − i` reads the entries backwards).
 
@@ -125,20 +169,24 @@ def _fold(op: str, a: ir.Expr, b: ir.Expr) -> ir.Expr | None:
     return ir.BinOp(op, a, b)
 
 
-def shifted(e: ir.Expr, var: str, offset: ir.Expr) -> ir.Expr:
-    """`e` with `var` read as `var + offset`, in indices and in family members alike.
+def shifted(e: ir.Expr, var: str, offset: ir.Expr, to: str | None = None) -> ir.Expr:
+    """`e` with `var` read as `var + offset` (as `to + offset` when `to` is given; a zero offset
+    is left out), in indices and in family members alike.
 
     >>> expr_text(shifted(parse_expr("x[i] · e_i"), "i", ir.Num("2")))
     'x[i + 2] · e_{i + 2}'
+    >>> expr_text(shifted(parse_expr("X[:, r] · e_r"), "r", ir.Num("0"), "t"))
+    'X[:, t] · e_{t}'
     """
 
     def visit(n: object) -> object:
         if isinstance(n, ir.Name):
             if n.id == var:
-                return ir.BinOp("+", n, offset, span=n.span)
+                name = ir.Name(to, span=n.span) if to is not None else n
+                return name if int_literal(offset) == 0 else ir.BinOp("+", name, offset, span=n.span)
             fk = family_key(n.id, {var})
             if fk is not None and var in free_names(parse_expr(fk[1])):
-                index = expr_text(shifted(parse_expr(fk[1]), var, offset))
+                index = expr_text(shifted(parse_expr(fk[1]), var, offset, to))
                 return ir.Name(fk[0].replace("•", "{" + index + "}"), span=n.span)
             return n
         if isinstance(n, tuple):

@@ -21,77 +21,90 @@ from toycards.codegen.module import Function
 from toycards.codegen.namespace import Namespace
 from toycards.codegen.scope import Scope, family_key
 from toycards.codegen.steps import StepEmitter, calls_in
-from toycards.codegen.values import HEAD_PICKING, Val
+from toycards.codegen.values import HEAD_PICKING, Checked, Val
 from toycards.errors import ToycardsError
 from toycards.lang import ir
 from toycards.lang.builtins import BUILTINS
 from toycards.lang.options import defaults
 from toycards.lang.printer import Renderer
 
-# Prelude algorithms with a single-kernel equivalent per target (ops_<target>.<kernel>).
-# A kernel in MAY_DECLINE returns None where it does not apply, and the steps run instead.
-FAST_KERNELS = {
-    "torch": {
-        "softmax": "softmax", "layer_norm": "layer_norm", "rms_norm": "rms_norm", "SiLU": "silu",
-        "GELU": "gelu", "GELU_tanh": "gelu_tanh", "attention": "attention", "rope_pairs": "rope_pairs",
-        "rope_halves": "rope_halves", "MoE": "moe", "GQAttention": "gq_attention", "SwiGLU": "swiglu",
-    },
-    # MoE: the card's steps run every expert on every token, this only the chosen ones; GQAttention:
-    # one C call where the kernels are built (its steps cost most of a decoding step in NumPy calls)
-    "numpy": {"MoE": "moe", "GQAttention": "gq_attention"},
-}  # fmt: skip
-MAY_DECLINE = {"gq_attention", "swiglu"}
-
 
 class Emitter:
     """Emits a whole module for one target."""
 
     def __init__(
-        self, card: ir.Card, target: str, library: dict[str, ir.Algorithm], plan: CachePlan | None = None
+        self,
+        card: ir.Card,
+        target: str,
+        library: dict[str, ir.Algorithm],
+        plan: CachePlan | None = None,
+        checked: Checked | None = None,
     ) -> None:
         self.card, self.target, self.library = card, target, library
         self.plan = plan or CachePlan("no cache plan")  # token axes and context inputs (checker/tokenflow.py)
-        self.algos = {**library, **{a.name: a for a in card.algorithms}}
+        self.checked = checked or Checked()  # the checker's shape of each expression node
+        self.own = {a.name: a for a in card.algorithms}
         self.module_ns = Namespace(reserved={"CARD", "CARD_SHA256", "Model"})
-        self.func_names: dict[str, str] = {}
-        self.emitted: dict[str, Function] = {}
+        self.func_names: dict[int, str] = {}  # id(algorithm) → its function's name
         self.renderer = Renderer()
+
+    def sources(self, algo: ir.Algorithm) -> dict[str, str]:
+        """The text `algo` was read from, by file name, for a refusal's caret context: the card's,
+        or the prelude's for one of the library's algorithms."""
+        if self.own.get(algo.name) is algo or self.library.get(algo.name) is not algo:
+            return {algo.span.file: self.card.source}
+        from toycards.library import library_card
+
+        return {algo.span.file: library_card("prelude").source}
+
+    def resolve(self, caller: ir.Algorithm, name: str) -> ir.Algorithm | None:
+        """The algorithm a call of `name` in `caller` runs, as the interpreter finds it: one of the
+        card's own first, then the library's; a library algorithm's calls stay in the library (the
+        prelude's `attention` calls the prelude's `softmax`, even where the card has its own)."""
+        if self.own.get(caller.name) is caller and name in self.own:
+            return self.own[name]
+        return self.library.get(name)
 
     # ── driver ─────────────────────────────────────────────────────────────────────────
     def emit(self, main: ir.Algorithm) -> tuple[Function, list[Function]]:
         order = self._call_order(main)
-        for name in order:
-            self.func_names[name] = self.module_ns.name(name)
+        named: set[str] = set()
+        for algo in order:  # a library algorithm the card also defines gets a name of its own
+            ns = self.module_ns
+            self.func_names[id(algo)] = ns.fresh(algo.name) if algo.name in named else ns.name(algo.name)
+            named.add(algo.name)
         main_fn = self.emit_algorithm(main, is_main=True)
-        funcs = [self.emit_algorithm(self.algos[n]) for n in order if n != main.name]
+        funcs = [self.emit_algorithm(a) for a in order if a is not main]
         return main_fn, funcs
 
-    def _call_order(self, main: ir.Algorithm) -> list[str]:
+    def _call_order(self, main: ir.Algorithm) -> list[ir.Algorithm]:
         """Algorithms reachable from main, callers before callees (the call graph is a DAG)."""
-        seen: dict[str, list[str]] = {}
+        seen: dict[int, list[ir.Algorithm]] = {}
+        algos: dict[int, ir.Algorithm] = {}
 
         def visit(a: ir.Algorithm) -> None:
-            if a.name in seen:
+            if id(a) in seen:
                 return
-            seen[a.name] = sorted(
-                {c.func for c in calls_in(a.body) if c.func in self.algos and c.func not in BUILTINS}
-            )
-            for callee in seen[a.name]:
-                visit(self.algos[callee])
+            algos[id(a)] = a
+            names = sorted({c.func for c in calls_in(a.body) if c.func not in BUILTINS})
+            callees = [self.resolve(a, n) for n in names]
+            seen[id(a)] = [c for c in callees if c is not None]
+            for callee in seen[id(a)]:
+                visit(callee)
 
         visit(main)
-        order: list[str] = []
-        indeg = {n: 0 for n in seen}
+        order: list[ir.Algorithm] = []
+        indeg = dict.fromkeys(seen, 0)
         for callees in seen.values():
             for c in callees:
-                indeg[c] += 1
-        ready = [main.name]
+                indeg[id(c)] += 1
+        ready = [main]
         while ready:
-            n = ready.pop(0)
-            order.append(n)
-            for c in seen[n]:
-                indeg[c] -= 1
-                if indeg[c] == 0:
+            a = ready.pop(0)
+            order.append(a)
+            for c in seen[id(a)]:
+                indeg[id(c)] -= 1
+                if indeg[id(c)] == 0:
                     ready.append(c)
         if len(order) != len(seen):
             raise ToycardsError(f"{main.name}: recursive calls cannot be generated")
@@ -109,7 +122,6 @@ class Emitter:
             keywords.append(
                 "kv_index=None"
             )  # grouped-query attention: the heads of K and V each query head reads
-        body += self._fast_path(algo, scope)
         if keywords:
             k, v = (scope.vals[algo.inputs[i]].code for i in HEAD_PICKING[algo.name])
             body += [
@@ -117,6 +129,7 @@ class Emitter:
                 f"    {k}, {v} = ops.take({k}, kv_index, -3), ops.take({v}, kv_index, -3)",
             ]
         n_prologue = len(body)
+        body += self._state_prologue(scope, ex)
         steps = StepEmitter(self, scope, ex)
         cut = self.plan.last_cut if is_main else None
         if cut is None:
@@ -134,8 +147,41 @@ class Emitter:
             + ")"
         )
         return Function(
-            self.func_names[algo.name], algo.name, header, algo.description, args, body, is_main, keywords
+            self.func_names[id(algo)], algo.name, header, algo.description, args, body, is_main, keywords
         )
+
+    def _state_prologue(self, scope: Scope, ex: ExprEmitter) -> list[str]:
+        """`State:` names, each as this call site left it in the cache, or zeros with the batch
+        axes of the algorithm's first array input (its own axes dropped)."""
+        algo = scope.algo
+        if not algo.state_decls:
+            return []
+        arrays = [
+            (scope.vals[n], len(d.type.dims))
+            for d in algo.input_decls
+            if isinstance(d.type, ir.TensorType) and d.type.dims
+            for n in d.names
+        ]
+        ref = next(((v.code, rank) for v, rank in arrays if not v.mask), None)
+        if ref is None:
+            raise ToycardsError(
+                f"{algo.name} has a State but no array input to take its batch axes from; "
+                "give it the sequence it reads as an input"
+            )
+        slot = scope.ns.fresh("slot")
+        lines = [f"{slot} = runtime.state_slot(ctx)  # the cache's slot for this call's State"]
+        names = []
+        for d in algo.state_decls:
+            dims = [ex.dim(x) for x in reversed(d.type.dims)] or ["1"]  # code layout; a scalar is […, 1]
+            for n in d.names:
+                ident = scope.ns.name(n)
+                zeros = f"ops.zeros_batch({ref[0]}, {ref[1]}, {', '.join(dims)})"
+                lines.append(f"{ident} = runtime.recall(ctx, {slot}, {len(names)}, {zeros})")
+                scope.vals[n] = Val(ident, len(d.type.dims))
+                scope.decl_types[n] = d.type
+                names.append(ident)
+        scope.state = (slot, names)
+        return lines
 
     def _last_only(
         self, scope: Scope, live: dict[str, Val], axes: dict[str, int], after: list[str]
@@ -203,7 +249,7 @@ class Emitter:
                 scope.vals[name] = self._input_val(scope, name, ident, d, body)
                 if scope.vals[name].rank and not scope.vals[name].mask:  # H·d_h once H is known
                     pending.append((ident, d.type, "code"))
-            elif name in self.algos or name == "θ":
+            elif self.resolve(algo, name) is not None or name == "θ":
                 raise ToycardsError(f"{algo.name}: header parameter {name} is not declared")
             else:
                 raise ToycardsError(f"{algo.name}: header name {name} is not declared")
@@ -223,52 +269,6 @@ class Emitter:
                     scope.vals[name] = Val(ident, 0, py=True)
                     scope.dims[name] = ident
         return args
-
-    def _fast_path(self, algo: ir.Algorithm, scope: Scope) -> list[str]:
-        """A one-kernel shortcut for a prelude algorithm, when the target has one (FAST_KERNELS).
-
-        Only the library's own algorithm gets it (a card that redefines `softmax` keeps its
-        steps), and tests/test_kernels.py (torch) and tests/test_kernels_numpy.py show each kernel
-        equals the steps it replaces.
-        """
-        kernel = FAST_KERNELS.get(self.target, {}).get(algo.name)
-        if kernel is None or self.library.get(algo.name) != algo:
-            return []
-        args = [scope.vals[n].code for n in (*algo.inputs, *algo.params)]
-        if kernel == "attention":  # the mask is a function of positions: give it those
-            mask = next(
-                d for d in algo.hyper_decls if isinstance(d.type, ir.TensorType) and d.type.field == "B"
-            )
-            for dim in mask.type.dims:
-                code = scope.dims[dim.name]
-                args.append(
-                    f"runtime.positions(ctx, {code})"
-                    if dim.name in scope.windowed
-                    else f"ops.arange(1, {code} + 1)"
-                )
-            if algo.name in HEAD_PICKING:
-                args.append("kv_index")
-        if kernel == "gq_attention":  # positions of the new tokens, and the cache when the steps extend one
-            extended = {self.plan.extend.get(id(c), ()) for c in calls_in(algo.body)} - {()}
-            if extended not in (set(), {(1, 2)}):  # the steps cache something else than K̂ and V
-                return []
-            ell = scope.dims[algo.input_decls[0].type.dims[-1].name]
-            windowed = algo.input_decls[0].type.dims[-1].name in scope.windowed
-            args.append(f"runtime.positions(ctx, {ell})" if windowed else f"ops.arange(1, {ell} + 1)")
-            args.append("ctx" if extended else "None")
-        tests = "tests/test_kernels.py" if self.target == "torch" else f"tests/test_kernels_{self.target}.py"
-        if kernel in MAY_DECLINE:
-            done = scope.ns.fresh("done")
-            return [
-                f"if ops.fast:  # one kernel for the steps below where it applies ({tests} ties the two)",
-                f"    {done} = ops.{kernel}({', '.join(args)})",
-                f"    if {done} is not None:",
-                f"        return {done}",
-            ]
-        return [
-            f"if ops.fast:  # one kernel for the steps below ({tests} ties the two)",
-            f"    return ops.{kernel}({', '.join(args)})",
-        ]
 
     def _input_val(self, scope: Scope, name: str, ident: str, d: ir.Decl, body: list[str]) -> Val:
         t = d.type

@@ -126,7 +126,8 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
 
     def indexed_rank(self, e: object, var: str) -> int:
         """The largest rank of what `var` indexes in `e`: a family member (`k_t`: its rank), a
-        column (`X[:, t]`: 1), a block of rows (`rows(Q, h, d_h)`: laid out per head, 2)."""
+        column (`X[:, t]`: 1), a block of rows (`rows(Q, h, d_h)`, `Q[(h − 1)·d_h + 1 : h·d_h, :]`:
+        laid out per head, 2)."""
         rank = 0
         for n in ir.walk(e):
             if isinstance(n, ir.Name) and var not in (n.id,):
@@ -135,10 +136,22 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
                 if fam is not None and var in free_names(parse_expr(fk[1])):
                     rank = max(rank, fam.rank)
             elif isinstance(n, ir.Index) and len(n.indices) == 2 and isinstance(n.indices[0], ir.Slice):
-                rank = max(rank, 1 if var in free_names(n.indices[1]) else 0)
+                rank = max(rank, 1 if var in free_names(n.indices[1]) else 0, self._rows_rank(n, var))
+            elif isinstance(n, ir.Index):
+                rank = max(rank, self._rows_rank(n, var))
             elif isinstance(n, ir.Call) and n.func == "rows" and len(n.args) == 3:
                 rank = max(rank, 2 if var in free_names(n.args[1]) else 0)
         return rank
+
+    def _rows_rank(self, n: ir.Index, var: str) -> int:
+        """The rank of one value per var of rows whose bounds read var (`x[a(i) : b(i)]`: 1;
+        `X[a(h) : b(h), :]`, or of a column picked by another map variable: 2)."""
+        first = n.indices[0]
+        if not (isinstance(first, ir.Slice) and var in free_names(first)):
+            return 0
+        rest = n.indices[1:]
+        others = set(self.scope.maps) - {var}
+        return 2 if any(isinstance(i, ir.Slice) or free_names(i) & others for i in rest) else 1
 
     def laid_out(self, code: str, have: int, m: MapVar, rank: int, what: str) -> str:
         """`code`, whose axis of m has `have` axes after it, laid out for m's kind (scope.AFTER)."""
@@ -212,7 +225,18 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
         )
 
     # ── expressions ────────────────────────────────────────────────────────────────────
-    def expr(self, e: ir.Expr) -> Val:  # noqa: C901 - one case per node kind
+    def expr(self, e: ir.Expr) -> Val:
+        """The value of `e`. A refusal that does not say where is located at `e`, the innermost
+        expression being generated when it was raised: its caret is under that sub-expression."""
+        try:
+            return self._expr(e)
+        except ToycardsError as exc:
+            span = getattr(e, "span", None)
+            if exc.diagnostics or span is None or span.line <= 0:
+                raise
+            self.refuse(e, exc.message)
+
+    def _expr(self, e: ir.Expr) -> Val:  # noqa: C901 - one case per node kind
         if isinstance(e, ir.Name):
             return self.name(e.id)
         if isinstance(e, ir.Num):
@@ -316,7 +340,8 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
             ac = self.code_layout(a)
         elif b.rank == 2 and a.rank < 2:
             bc = self.code_layout(b)
-        ac, bc = self._align(a, ac, b, bc)
+        (a_, ac), (b_, bc) = self._as_rank(a, ac, rank), self._as_rank(b, bc, rank)
+        ac, bc = self._align(a_, ac, b_, bc)
         return Val(
             f"{call}({ac}, {bc})" if call else f"{paren(ac)} {op} {paren(bc)}",
             rank,
@@ -324,6 +349,18 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
             layout=layout,
             fams=union_fams(a, b),
         )
+
+    def _as_rank(self, v: Val, code: str, rank: int) -> tuple[Val, str]:
+        """`v` beside a value of a larger `rank` whose entries it broadcasts over: a map variable's
+        axis moves to where the larger value's own would have it (`_axes`): the number `c_t` of
+        each column, […, ℓ, 1], times a matrix is […, ℓ, 1, 1], the matrix of each t. Returns the
+        value to align (`_align`) as it now is laid out, and its code."""
+        kinds = [AFTER[self.scope.maps[x].kind] for x in v.fams if x in self.scope.maps]
+        if v.py or v.rank >= rank or not kinds:
+            return v, code
+        have, want = max(min(kinds), v.rank), max(min(kinds), rank)
+        moved = relayout(code, have, want, v.rank) if want > have else None
+        return (v, code) if moved is None else (v.with_(rank=rank), moved)
 
     def _align(self, a: Val, ac: str, b: Val, bc: str) -> tuple[str, str]:
         """Give an operand the axes of the map variables that only the other one carries, so
@@ -334,15 +371,37 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
 
     def _axes(self, v: Val) -> int:
         """How many trailing axes v's layout fixes: its own (an array scalar has one) or, in a
-        map, those of the variables it carries (scope.AFTER)."""
+        map, those of the variables it carries (scope.AFTER; a value with more axes of its own
+        than its variable's kind leaves, such as the matrix `[X[:, t], Y[:, t]]` of each column t,
+        has the variable's axis just before them)."""
         maps = self.scope.maps
-        return max([max(1, v.rank)] + [1 + AFTER[maps[x].kind] for x in v.fams if x in maps])
+        return max([max(1, v.rank)] + [1 + max(AFTER[maps[x].kind], v.rank) for x in v.fams if x in maps])
 
     def _widened(self, v: Val, code: str, width: int) -> str:
         have = self._axes(v)
         if v.py or v.param or v.ones_row or have >= width or self._is_map_index(v):
             return code
         return f"{paren(code)}[..., {', '.join(['None'] * (width - have) + [':'] * have)}]"
+
+    def each_iteration(self, v: Val, variables: list[str]) -> str:
+        """`v`'s code with an axis for each map variable in `variables`, at its kind's place
+        (scope.AFTER): a value that does not depend on one (`for j ∈ [n]: O[:, j] ← β`) is
+        copied n times along a new axis there (or along the size-1 axis that already holds its
+        place), so that a written member or column has every iteration's entries.
+
+        Innermost variables first; `cur` counts the trailing axes the code already lays out."""
+        maps, code = self.scope.maps, self.code_layout(v)
+        cur = 0 if v.py else self._axes(v)
+        for x in sorted((x for x in variables if x not in v.fams), key=lambda x: AFTER[maps[x].kind]):
+            m, a = maps[x], AFTER[maps[x].kind]
+            if v.py or a == cur:  # a new axis just before those laid out
+                code, cur = f"ops.copies({code}, {m.bound_code}, {a})", max(cur, a + 1)
+            elif a < cur:  # a size-1 axis holds its place (a vector beside heads is […, H, 1, d])
+                code = f"ops.copies({paren(code)}[..., {', '.join(['0'] + [':'] * a)}], {m.bound_code}, {a})"
+            else:  # size-1 axes up to its place first
+                ones = ", ".join(["None"] * (a - cur) + [":"] * cur)
+                code, cur = f"ops.copies({paren(code)}[..., {ones}], {m.bound_code}, {a})", a + 1
+        return code
 
     def _is_map_index(self, v: Val) -> bool:
         """The values of a map variable itself (`t`): laid out for its map, with no batch axes."""
@@ -365,22 +424,48 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
             ac, bc = self._align(a, a.code, b, b.code)
             return Val(f"ops.sum_last({paren(ac)} * {paren(bc)})", 0, fams=union_fams(a, b))
         fams = union_fams(a, b)
-        if b.rank == 1 and b.row and a.rank in (1, 2) and not a.row:  # (m×1)·(1×n): m×n
-            left = f"{paren(a.code)}[..., None, :]" if a.rank == 1 else self.code_layout(a)
-            code = f"ops.matmul({paren(b.code)}[..., :, None], {left})"
-            return Val(code, 2, fams=fams)
-        if a.rank == 1 and a.row and b.rank == 2:  # (1×k)·(k×n): a row of n
-            code = f"ops.matmul({self.code_layout(b)}, {paren(a.code)}[..., :, None])[..., 0]"
-            return Val(code, 1, fams=fams, row=True)
         if a.rank == 2 and a.layout == "card" and a.param:
             return Val(
                 f"ops.linear({self.code_layout(b) if b.rank == 2 else b.code}, {a.code})",
                 b.rank,
                 fams=fams,
             )
-        if a.rank == 2:  # a map variable only one side carries gets its axis on the other too
-            lhs, rhs = self._align(a, self.code_layout(a), b, self.code_layout(b) if b.rank == 2 else b.code)
-            return Val(f"ops.matmul({rhs}, {lhs})", b.rank, fams=fams)
+        if a.rank == 2 and b.rank == 2:
+            return Val(self._matrix_product(a, b), 2, fams=fams)
+        if b.row and not a.row:  # (m×1)·(1×n) = m×n: a times b^⊺, b as an n×1 matrix transposed
+            row = self._one_column(b.with_(row=False))
+            return Val(self._matrix_product(self._one_column(a), row.with_(layout="card")), 2, fams=fams)
+        if a.rank == 2:  # A · v = A · (v as an n×1 matrix), that matrix's column
+            return self._one_column_back(self._matrix_product(a, self._one_column(b)), fams)
+        if a.row and b.rank == 2:  # a^⊺ · B = (B^⊺ · a)^⊺: a row
+            flipped = b.with_(layout="card" if b.layout == "code" else "code")
+            return self.product(flipped, a.with_(row=False)).with_(row=True)
         raise ToycardsError(
             "a vector on the left of `·` must be transposed (`a^⊺ · b`) or broadcast (`b · 1^⊺`)"
         )
+
+    def _matrix_product(self, a: Val, b: Val) -> str:
+        """A · B of two matrices in code layout: (A · B)ᵀ = Bᵀ · Aᵀ, with the map axes that only one
+        of them carries given to the other (`_align`)."""
+        lhs, rhs = self._align(a, self.code_layout(a), b, self.code_layout(b))
+        return f"ops.matmul({rhs}, {lhs})"
+
+    def _one_column(self, v: Val) -> Val:
+        """A vector as a matrix of one column, code layout […, 1, n] (a matrix as it is). Laid out
+        per head, a vector is already one ([…, H, 1, n]); else a new axis goes before its entries:
+        per column of a map t, […, ℓ, n] is then […, ℓ, 1, n], the matrix of each t (scope.AFTER)."""
+        if v.rank == 2:
+            return v
+        if self._row_axis_free(v.fams):
+            return v.with_(rank=2, layout="code")
+        return v.with_(code=f"{paren(self.code_layout(v))}[..., None, :]", rank=2, layout="code")
+
+    def _one_column_back(self, code: str, fams: frozenset[str]) -> Val:
+        """The vector a matrix of one column ([…, 1, n], `_one_column`) holds, laid out as a vector."""
+        return Val(code if self._row_axis_free(fams) else f"{code}[..., 0, :]", 1, fams=fams)
+
+    def _row_axis_free(self, fams: frozenset[str]) -> bool:
+        """Whether a vector carrying the map variables `fams` has a size-1 axis before its entries:
+        one per head ([…, H, 1, n]) does, unless it is one per column of a map too ([…, H, ℓ, n])."""
+        kinds = {self.scope.maps[x].kind for x in fams if x in self.scope.maps}
+        return bool(kinds & {"block", "pending"}) and not kinds & {"column", "element"}

@@ -2,14 +2,27 @@
 
 Owns: `IndexEmitter`, the part of `ExprEmitter` that emits `X[:, t]`, `W_e[:, x[t]]`, `X[i, t]`,
 `e[i]` (affine in a map variable, a number or a hyperparameter), `W[a:b, :]`, `X[a:b, t]`, the
-slices of affine entry indices, and refusals at the sub-expression for what it cannot lay out.
+slices of affine entry indices, rows (or columns) whose bounds read a map variable
+(`X[(h − 1)·d_h + 1 : h·d_h, t]`: a block per h, as `rows`; how many is the checker's), and
+refusals at the sub-expression for what it cannot lay out.
 Leaves out: names and operators (exprs.py), calls (calls.py), writes (assign.py).
 """
 
 from __future__ import annotations
 
-from toycards.codegen.code import affine, expr_text, int_literal, paren, reversed_index, union_fams
-from toycards.codegen.scope import free_names
+from toycards.checker.dims import Dim, DimError, expr_to_dim
+from toycards.codegen.code import (
+    affine,
+    dim_code,
+    expr_text,
+    int_literal,
+    linear_in,
+    paren,
+    reversed_index,
+    union_fams,
+)
+from toycards.codegen.module import comment_safe
+from toycards.codegen.scope import AFTER, free_names
 from toycards.codegen.values import MapVar, Val
 from toycards.errors import ToycardsError
 from toycards.lang import ir
@@ -43,6 +56,8 @@ class IndexEmitter:
             and idx[1].lo is None
             and idx[1].hi is None
         ):
+            if self._by_map(idx[0]):  # `X[(h − 1)·d_h + 1 : h·d_h, :]`: a block per h
+                return self._rows_per(e, base, idx[0])
             lo, hi = self._slice_bounds(idx[0])
             if base.layout == "card":
                 return base.with_(code=f"{base.code}[{lo}:{hi}]")
@@ -50,9 +65,13 @@ class IndexEmitter:
         if len(idx) == 2 and isinstance(idx[0], ir.Slice) and not isinstance(idx[1], ir.Slice):
             col = self._column(base, base_name, idx[1], e)  # `X[a:b, t]`: rows a … b of column t
             col = self._per_block(col, base, idx[1], e)
+            if self._by_map(idx[0]):
+                return self._rows_per(e, col, idx[0])
             lo, hi = self._slice_bounds(idx[0])
             return col.with_(code=f"{paren(col.code)}[..., {lo}:{hi}]")
         if len(idx) == 1 and base.rank == 1 and isinstance(idx[0], ir.Slice):  # `x[a:b]`
+            if self._by_map(idx[0]):
+                return self._rows_per(e, base, idx[0])
             lo, hi = self._slice_bounds(idx[0])
             return base.with_(code=f"{paren(base.code)}[..., {lo}:{hi}]")
         if len(idx) == 1 and base.rank == 1:
@@ -101,10 +120,18 @@ class IndexEmitter:
 
         raise ToycardsError.from_diagnostics(
             [Diagnostic(node.span, f"cannot generate code: {message}", hint)],
-            {self.scope.algo.span.file: self.em.card.source},
+            self.em.sources(self.scope.algo),
         )
 
     def _slice_bounds(self, s: ir.Slice) -> tuple[str, str]:
+        if self._by_map(s):
+            self.refuse(
+                s,
+                f"the slice {_slice_text(s)} moves with {' and '.join(sorted(self._by_map(s)))} here",
+                "a block per h is generated of the rows of a matrix or column (rows(X, h, d_h) is "
+                "X[(h − 1)·d_h + 1 : h·d_h, :]) or of its columns (X[a:b, (h − 1)·k + 1 : h·k]), not of "
+                "one row's entries",
+            )
         lo = self.expr(s.lo).code if s.lo is not None else ""
         lo = str(int(lo) - 1) if lo.isdigit() else f"{lo} - 1" if lo else ""
         hi = self.expr(s.hi).code if s.hi is not None else ""
@@ -112,8 +139,26 @@ class IndexEmitter:
 
     def _block(self, e: ir.Index, base: Val) -> Val:
         """Rows and columns of a matrix that is not a sequence of tokens: `W[a:b, c:d]`, the row
-        `W[i, :]` (a 1×n matrix), `W[i, c:d]`."""
+        `W[i, :]` (a 1×n matrix), `W[i, c:d]`; a block per map variable when the rows' or the
+        columns' bounds read one (`_rows_per`)."""
         rows, cols = e.indices
+        if isinstance(rows, ir.Slice) and self._by_map(rows) and self._by_map(cols):
+            self.refuse(
+                e,
+                f"rows and columns that both move with {' and '.join(sorted(self._by_map(rows)))} "
+                "(a block on the diagonal) cannot be generated",
+                "let the map variable bound the rows or the columns only: X[(h − 1)·d_h + 1 : h·d_h, c:d] "
+                "(rows(X, h, d_h) when all columns) or X[a:b, (h − 1)·d_h + 1 : h·d_h]",
+            )
+        if isinstance(rows, ir.Slice) and self._by_map(rows):  # columns c … d, then a block per h
+            c = ":".join(self._slice_bounds(cols))
+            picked = f"{paren(self.code_layout(base))}[..., {c}, :]"
+            return self._rows_per(e, base.with_(code=picked, layout="code"), rows)
+        if isinstance(rows, ir.Slice) and self._by_map(cols):  # rows a … b, then a block of columns per h
+            r = ":".join(self._slice_bounds(rows))
+            by_cols = f"ops.mT({paren(self.code_layout(base))}[..., {r}])"  # [..., rows, columns]
+            blocks = self._rows_per(e, base.with_(code=by_cols, layout="code"), cols, axis=1)
+            return blocks.with_(code=f"ops.mT({blocks.code})")
         if isinstance(rows, ir.Slice):
             r = ":".join(self._slice_bounds(rows))
         elif free_names(rows) & set(self.scope.maps):
@@ -156,6 +201,12 @@ class IndexEmitter:
                 ids = ids.with_(code=f"{ids.code}[..., {self.affine_slice(s.maps[aff[0]], aff[1], aff[2])}]")
             fams = frozenset(v for v in free_names(i.indices[0]) if v in s.maps)
             return Val(f"ops.embed({rows}, {ids.code})", 1, fams=fams)
+        aff = affine(i, set(s.maps))
+        if aff is not None and aff[1] == 1 and aff[2] is not None and not base.fams & set(s.maps):
+            m = s.maps[aff[0]]  # `X[:, t + c]`: columns 1 + c … n + c, one per value of t
+            if m.kind == "column":
+                shifted_cols = f"ops.shift_cols({rows}, {self.int_code(aff[2])}, {m.bound_code})"
+                return Val(shifted_cols, 1, fams=base.fams | {aff[0]})
         ids = self.expr(i)
         if ids.py:  # a column number (1-based, as cards count), not a token id (0-based in code)
             k = ids.code
@@ -180,6 +231,126 @@ class IndexEmitter:
         if m is None or m.kind != "block" or base.fams & set(self.scope.maps):
             return col
         return col.with_(code=self.laid_out(col.code, 1, m, 1, expr_text(e)))
+
+    # ── rows whose bounds move with a map variable ──────────────────────────────────────
+    def _by_map(self, s: ir.Slice) -> set[str]:
+        """The map variables a slice's bounds read (`(h − 1)·d_h + 1 : h·d_h` → {h})."""
+        return {v for b in (s.lo, s.hi) if b is not None for v in free_names(b) if v in self.scope.maps}
+
+    def _rows_per(self, e: ir.Index, arr: Val, s: ir.Slice, axis: int = 0) -> Val:
+        """`X[(h − 1)·d_h + 1 : h·d_h, :]`, `X[a(h) : b(h), t]`, `x[a(i) : b(i)]`: rows whose bounds
+        read a map variable, one block per value of it (what `rows(X, h, d_h)` means), at the
+        variable's axis. `arr` holds the rows on its last code axis (for columns `W[a:b, c(h):d(h)]`,
+        `arr` is transposed and `axis` 1). The number of rows is the checker's b − a + 1 (of `e`'s
+        card axis `axis`) and must not depend on the variable; `_rows_picked` takes them."""
+        found, maps = self._by_map(s), self.scope.maps
+        var = sorted(found)[0]
+        m = maps[var]
+        hint = (
+            f"a block of rows per {var} has one size for every {var}: rows(X, {var}, d_h) is the block "
+            f"X[({var} − 1)·d_h + 1 : {var}·d_h, …]"
+        )
+        if len(found) > 1:
+            both = " and ".join(sorted(found))
+            self.refuse(e, f"the slice {_slice_text(s)} moves with {both} at once", hint)
+        width = self._slice_width(e, s, var, axis)
+        if width is None:
+            self.refuse(e, f"the slice {_slice_text(s)} has a different size for each {var}", hint)
+        rank = 2 if arr.rank == 2 else 1
+        if var in arr.fams:
+            self.refuse(
+                e,
+                f"rows that move with {var} of a column that {var} picks too (a diagonal) cannot be generated",
+                f"pick the rows by another map variable than the column's: X[(h − 1)·d_h + 1 : h·d_h, {var}] "
+                f"is rows(X, h, d_h)[:, {var}]",
+            )
+        if not self._fits_per(var, arr, rank):
+            self.refuse(e, f"the rows {_slice_text(s)} of this value cannot be laid out per {var}", hint)
+        code = self.code_layout(arr)
+        if rank == 1 and self._axes(arr) < 2:
+            code = f"{paren(code)}[..., None, :]"  # a vector as one code row, [..., 1, n]
+        try:
+            w = dim_code(width, self._dim_name)
+            picked = self._rows_picked(code, s, var, width, w)
+        except ToycardsError as exc:
+            if exc.diagnostics:
+                raise
+            self.refuse(e, exc.message, hint)
+        blocks = f"ops.split_rows({picked}, {w})"  # [..., n, 1 or ℓ, w]
+        if rank == 1 and m.kind == "column":
+            blocks += "[..., 0, :]"
+        return Val(blocks, rank, fams=arr.fams | {var})
+
+    def _fits_per(self, var: str, arr: Val, rank: int) -> bool:
+        """Whether blocks of `arr`'s rows, one per value of var, have a place in the layout
+        (scope.AFTER): a matrix or a vector per head at the heads' axis (a vector beside the
+        columns of another map variable that `arr` carries), a vector per column at the columns'."""
+        maps = self.scope.maps
+        others = {x for x in arr.fams if x in maps} - {var}
+        if any(maps[x].kind == "pending" for x in others | {var}):
+            return True  # a look at the layout only (steps.py `_settle_kinds`)
+        if maps[var].kind == "block":
+            return all(AFTER[maps[x].kind] < 2 for x in others) and (rank == 1 or not others)
+        return maps[var].kind == "column" and rank == 1 and not others
+
+    def _rows_picked(self, code: str, s: ir.Slice, var: str, width: Dim, w: str) -> str:
+        """The rows of every value of var, one block after another ([..., n·w]): for bounds
+        `w·var + c` (blocks side by side) one slice, else those listed for each value."""
+        m = self.scope.maps[var]
+        lo = self._dim_of(s.lo) if s.lo is not None else Dim.num(1)
+        line = linear_in(lo, var) if lo is not None else None
+        if line is not None and line[0] == width and not m.windowed:
+            first = dim_code(line[0] + line[1] - 1, self._dim_name)  # 0-based, var = 1
+            n_rows = f"{paren(m.bound_code)} * {paren(w)}"
+            stop = n_rows if first == "0" else f"{paren(first)} + {n_rows}"
+            return f"{paren(code)}[..., {'' if first == '0' else first}:{stop}]"
+        s_ = self.scope
+        loop, k, ident = s_.ns.fresh(var), s_.ns.fresh("k"), s_.ns.fresh("rows")
+        saved, s_.loops[var] = s_.loops.get(var), Val(loop, 0, py=True)
+        del s_.maps[var]
+        try:
+            lo_code = self.int_code(s.lo) if s.lo is not None else "1"
+        finally:
+            s_.maps[var] = m
+            if saved is None:
+                del s_.loops[var]
+            else:
+                s_.loops[var] = saved
+        if m.windowed:  # the tokens' positions (under the cache, the new tokens' own)
+            values, lo_code = f"runtime.positions(ctx, {m.bound_code})", f"int({lo_code})"
+        else:
+            values = f"range(1, {m.bound_code} + 1)"
+        self.pre.append(
+            f"{ident} = [{paren(lo_code)} - 1 + {k} for {loop} in {values} for {k} in range({w})]"
+            f"  # rows {comment_safe(_slice_text(s))} for each {comment_safe(var)}"
+        )
+        return f"ops.take({code}, {ident}, -1)"
+
+    def _slice_width(self, e: ir.Index, s: ir.Slice, var: str, axis: int) -> Dim | None:
+        """b − a + 1 for `a:b`, as the checker inferred it for `e` (from the bounds themselves for
+        a node codegen made); None unless it is the same for every value of var."""
+        shape = self.em.checked.shape(self.scope.algo, e)
+        width = shape.dims[axis] if shape is not None and len(shape.dims) > axis else None
+        if width is None:
+            lo = self._dim_of(s.lo) if s.lo is not None else Dim.num(1)
+            hi = self._dim_of(s.hi) if s.hi is not None else None
+            width = hi - lo + 1 if lo is not None and hi is not None else None
+        return None if width is None or var in width.names() else width
+
+    def _dim_of(self, e: ir.Expr) -> Dim | None:
+        """A slice bound as a symbolic dimension over the names it reads; None for other forms."""
+        try:
+            return expr_to_dim(e, lambda n: True)
+        except DimError:
+            return None
+
+    def _dim_name(self, n: str) -> str:
+        """The code of a name in a slice bound's dimension: a Python number."""
+        s = self.scope
+        v = s.loops.get(n) or (Val(s.dims[n], 0, py=True) if n in s.dims else s.vals.get(n))
+        if v is None or not v.py:
+            raise ToycardsError(f"the slice bound {n} must be a whole number known before the pass")
+        return v.code
 
     def _is_token_id(self, i: ir.Expr) -> bool:
         """`x[t]` with x a sequence of token ids (`x ∈ V^ℓ`): an index the code holds 0-based."""
@@ -272,3 +443,8 @@ class IndexEmitter:
             stop = f"{start_code} + {n}" if scale == 1 else f"{off} + {scale} * {n}"
             return f"{start_code}:{stop}" + (f":{scale}" if scale != 1 else "")
         return f"{start or ''}:{stop}" + (f":{scale}" if scale != 1 else "")
+
+
+def _slice_text(s: ir.Slice) -> str:
+    """`a:b` as the card writes it (either end may be left out)."""
+    return ":".join(expr_text(b) if b is not None else "" for b in (s.lo, s.hi))

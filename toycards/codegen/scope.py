@@ -53,6 +53,8 @@ class Scope:
     # may change them in place; any other name is copied before its first entry write, so that
     # an assignment never aliases (`y ← x` then `y[i] ← …` leaves x as it was)
     owned: set[str] = field(default_factory=set)
+    state: tuple[str, list[str]] | None = None  # the cache slot's identifier and the State's names
+    columns: dict[str, str] = field(default_factory=dict)  # names a loop makes column by column → ident
 
     def defines(self, name: str) -> bool:
         """The algorithm gives `name` a value (a local, input, parameter, dimension, loop or map

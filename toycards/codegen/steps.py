@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from toycards.codegen.assign import column_target
 from toycards.codegen.code import paren
 from toycards.codegen.exprs import ExprEmitter
 from toycards.codegen.module import comment_safe
@@ -103,7 +104,7 @@ class StepEmitter:
                 raise
             raise ToycardsError.from_diagnostics(
                 [Diagnostic(s.span, f"cannot generate code: {exc.message}")],
-                {self.scope.algo.span.file: self.em.card.source},
+                self.em.sources(self.scope.algo),
             ) from None
 
     def _products(self, stmts, out: list[str], pad: str, depth: int) -> None:
@@ -176,6 +177,7 @@ class StepEmitter:
         for st in ir.walk(s.body):
             if isinstance(st, ir.Assign):
                 self.scope.share(free_names(st.value) | free_names(st.target))
+        columns = self._columns_written(s.body)
         start, stop = self.ex.expr(s.start), self.ex.expr(s.stop)
         ident = self.scope.ns.name(s.var)
         out.append(
@@ -194,6 +196,10 @@ class StepEmitter:
                 step = "" if int(second) - int(start.code) == 1 else f", {int(second) - int(start.code)}"
             else:
                 step = f", {second} - {start.code}"
+        for name in columns:  # made by its first column write (ops.put_col), then written in place
+            col_ident = self.scope.ns.name(name)
+            out.append(f"{pad}{col_ident} = None  # {comment_safe(name)}: written column by column below")
+            self.scope.columns[name] = col_ident
         out.append(f"{pad}for {ident} in range({start.code}, {stop.code} + 1{step}):")
         self.scope.loops[s.var] = Val(ident, 0, py=True)
         before = len(out)
@@ -202,6 +208,30 @@ class StepEmitter:
             out.append(f"{pad}    pass")
         self.number += 1  # `end`
         del self.scope.loops[s.var]
+        for name in columns:
+            self.scope.columns.pop(name, None)
+
+    def _columns_written(self, body, assigned: set[str] | None = None) -> list[str]:
+        """Names that a loop's body defines by writing their columns (`Y[:, t] ← …`) one at a time:
+        in its steps, its `if`s and inner loops, not in a parallel map (which writes every column),
+        and not after a step of the body gives the name a whole value (`Y ← X`)."""
+        out: list[str] = []
+        assigned = set() if assigned is None else assigned
+        for st in body:
+            if isinstance(st, ir.ForSeq):
+                inner = self._columns_written(st.body, assigned)
+            elif isinstance(st, ir.If):
+                inner = self._columns_written(st.then, assigned) + self._columns_written(st.orelse, assigned)
+            else:
+                t = st.target if isinstance(st, ir.Assign) else None
+                written = isinstance(t, ir.Index) and isinstance(t.base, ir.Name) and column_target(t)
+                fresh = written and not self.scope.defines(t.base.id) and t.base.id not in assigned
+                inner = [t.base.id] if fresh else []
+                for a in ir.walk(st):
+                    if isinstance(a, ir.Assign) and isinstance(a.target, ir.Name):
+                        assigned.add(a.target.id)
+            out += [n for n in inner if n not in out]
+        return out
 
     def _if_block(self, s: ir.If, out, pad, depth) -> None:
         cond = self.ex.expr(s.cond)
@@ -401,6 +431,9 @@ class StepEmitter:
         if isinstance(s, ir.Assign):
             self.ex.assign(s, out)
         elif isinstance(s, ir.Return):
+            if self.scope.state is not None:  # what the next pass over the sequence starts from
+                slot, names = self.scope.state
+                out.append(f"runtime.keep(ctx, {slot}, {', '.join(names)})")
             self.ex.ret(s, out)
         else:
             raise ToycardsError(f"unsupported statement {type(s).__name__}")

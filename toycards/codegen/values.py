@@ -1,8 +1,9 @@
 """What the emitter knows about each generated expression, and the map variables it vectorises.
 
 Owns: `Val` (code text plus the card facts that decide which array operation to emit: rank,
-layout, whether it is a Python number, a mask function, or carries a mapped axis) and
-`MapVar` (a parallel-map variable and how its values are laid out).
+layout, whether it is a Python number, a mask function, or carries a mapped axis), `MapVar`
+(a parallel-map variable and how its values are laid out) and `Checked` (the checker's shapes
+of the card's nodes, which codegen reads rather than infers again).
 Leaves out: producing code (emitter.py).
 
 Layout convention of generated code: a card matrix `ℝ^{m×n}` computed at run time is an
@@ -13,7 +14,14 @@ kept as stored in GGUF, which is either the card's order `(m, n)` ("card" layout
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from toycards.lang import ir
+
+if TYPE_CHECKING:
+    from toycards.checker.context import CheckResult
+    from toycards.checker.shapes import Shape
 
 # Prelude algorithms that pick the key/value head of each query head themselves (`kv_index=`), by
 # the positions of their key and value inputs: the cache then keeps each key/value head once.
@@ -57,3 +65,26 @@ class MapVar:
     @property
     def ndim_after(self) -> int:
         return {"element": 0, "column": 1, "block": 2}[self.kind]
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What the checker inferred for the card (and the library prelude its calls reach): the
+    shape of every expression node, keyed by the node itself (checker/context.py)."""
+
+    card: CheckResult | None = None
+    prelude: CheckResult | None = None
+    nodes: dict[int, set[int]] = field(default_factory=dict, compare=False, repr=False)  # per algorithm
+
+    def shape(self, algo: ir.Algorithm, node: object) -> Shape | None:
+        """The checker's shape of `node`, an expression of `algo`; None for a node codegen made
+        (whose id may be that of a node the checker made for itself and let go)."""
+        if id(algo) not in self.nodes:
+            self.nodes[id(algo)] = {id(n) for n in ir.walk(algo.body)}
+        if id(node) not in self.nodes[id(algo)]:
+            return None
+        for result in (self.card, self.prelude):
+            info = result.algorithms.get(algo.name) if result is not None else None
+            if info is not None and info.algorithm is algo:
+                return info.shape_of(node)
+        return None

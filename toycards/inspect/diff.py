@@ -281,7 +281,7 @@ def _strip(stmts: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
 def step_lines(algo: ir.Algorithm) -> list[tuple[int, str]]:
     """(number, text) of each numbered step as the formatter prints it, comments left out."""
     bare = dataclasses.replace(
-        algo, input_decls=(), output_decls=(), hyper_decls=(), param_decls=(), description="",
+        algo, input_decls=(), output_decls=(), hyper_decls=(), param_decls=(), state_decls=(), description="",
         body=_strip(algo.body),
     )  # fmt: skip
     out = []
@@ -376,6 +376,7 @@ def _compare_algorithms(x: ir.Algorithm, y: ir.Algorithm) -> list[Change]:
         out.append(Change("signature", "changed", where, "", _signature(x), _signature(y)))
     out += _compare_decls("input", where, _by_name(x.input_decls), _by_name(y.input_decls), _param_parts)
     out += _compare_decls("output", where, _by_name(x.output_decls), _by_name(y.output_decls), _param_parts)
+    out += _compare_decls("state", where, _by_name(x.state_decls), _by_name(y.state_decls), _param_parts)
     out += _compare_decls(
         "hyperparameter", where, _by_name(x.hyper_decls), _by_name(y.hyper_decls), _hyper_parts
     )

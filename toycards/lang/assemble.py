@@ -30,7 +30,11 @@ _BLOCK_FIELDS = {
     "Output": "output_decls",
     "Hyperparameters": "hyper_decls",
     "Parameters": "param_decls",
+    "State": "state_decls",
 }
+
+
+_DECL_FIELDS = ("input_decls", "output_decls", "hyper_decls", "param_decls")  # Algorithm's order
 
 
 class Assembler:
@@ -108,7 +112,8 @@ class Assembler:
         d = head.data
         return ir.Algorithm(
             d["name"], d["number"], d["output"], tuple(d["inputs"]), tuple(d["params"]), "\n".join(parts.desc),
-            *(tuple(parts.blocks[f]) for f in _BLOCK_FIELDS.values()), self.steps(parts.steps), span=head.span,
+            *(tuple(parts.blocks[f]) for f in _DECL_FIELDS), self.steps(parts.steps), span=head.span,
+            state_decls=tuple(parts.blocks["state_decls"]),
         )  # fmt: skip
 
     def steps(self, lines: list[Line]) -> tuple[ir.Stmt, ...]:
@@ -240,7 +245,7 @@ class _Parts:
         if self.steps or self.block is None:
             self.error(
                 line.span,
-                "a declaration outside Input/Output/Hyperparameters/Parameters"
+                "a declaration outside Input/Output/Hyperparameters/Parameters/State"
                 if not self.steps
                 else "a declaration among the steps",
             )

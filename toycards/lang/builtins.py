@@ -28,7 +28,7 @@ from dataclasses import dataclass
 class Builtin:
     name: str
     arity: tuple[int, ...]  # the numbers of arguments it accepts
-    rule: str  # its shape rule, one of RULES: elementwise, length, extreme, ceil, rows, topk
+    rule: str  # its shape rule, one of RULES
     doc: str
     ops: str | None = None  # the function in both runtime op modules (`ops.exp(x)`)
     ops_pair: str | None = None  # for max/min: the two-argument form (`ops.maximum(a, b)`)
@@ -36,7 +36,7 @@ class Builtin:
     scalar_code: str | None = None  # that meaning spelt in generated code
 
 
-RULES = ("elementwise", "length", "extreme", "ceil", "rows", "topk")
+RULES = ("elementwise", "length", "extreme", "ceil", "rows", "topk", "zeros", "filled")
 
 _ELEMENTWISE = {  # name: (ops name, scalar function, its code)
     "exp": ("exp", math.exp, "math.exp"),
@@ -48,6 +48,7 @@ _ELEMENTWISE = {  # name: (ops name, scalar function, its code)
     "sqrt": ("sqrt", math.sqrt, "math.sqrt"),
     "abs": ("abs_", abs, "abs"),
     "sigmoid": ("sigmoid", lambda x: 1.0 / (1.0 + math.exp(-x)), None),
+    "softplus": ("softplus", lambda x: max(x, 0.0) + math.log1p(math.exp(-abs(x))), None),
 }
 
 
@@ -81,6 +82,10 @@ def _entries() -> list[Builtin]:
         Builtin("topk", (2,), "topk",
                 "topk(v, k): the indices (1-based) of the k largest entries of v, largest first, ties to "
                 "the lower index; per column of a matrix", ops="topk"),
+        Builtin("zeros", (1, 2), "zeros",
+                "zeros(n): a vector of n zeros; zeros(m, n): an m×n matrix of zeros", ops="zeros"),
+        Builtin("filled", (2, 3), "filled",
+                "filled(c, n): a vector of n entries c; filled(c, m, n): an m×n matrix of them", ops="filled"),
     ]  # fmt: skip
     return out
 

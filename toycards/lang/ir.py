@@ -392,6 +392,9 @@ class Algorithm:
     param_decls: tuple[Decl | ParamGroup, ...]
     body: tuple[Stmt, ...]
     span: Span = _span()
+    # what the algorithm carries from one call to the next (decoder state: a recurrence's h, a
+    # convolution's window); each name starts a call as the same call site left it, zeros at first
+    state_decls: tuple[Decl, ...] = ()
 
     def all_params(self) -> list[tuple[Decl, ParamGroup | None]]:
         """Every parameter declaration with the group (per-layer block) it sits in."""

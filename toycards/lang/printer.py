@@ -224,6 +224,7 @@ def _algorithm_lines(r: Renderer, a: ir.Algorithm) -> list[str]:
         ("Output", a.output_decls),
         ("Hyperparameters", a.hyper_decls),
         ("Parameters", a.param_decls),
+        ("State", a.state_decls),
     ):
         if decls:
             lines += _block_lines(r, title, decls)

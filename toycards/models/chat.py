@@ -236,6 +236,8 @@ class ChatSession:
                 " the rest is read again"
             )
         common = min(common, len(ids) - 1)
+        if not self._cache.can_keep(min(common, self._cache.length)):
+            common = 0  # a model's state holds every token it read: read them all again
         # also where a pass was cut short (Ctrl-C): its rows past `common` are dropped
         self._cache.truncate(min(common, self._cache.length))
         del self._fed[common:]

@@ -2,9 +2,11 @@
 
 Owns: choosing the card for a GGUF file (library.card_for_file: its embedded `toycards.card`,
 else a TOYCARDS_CARDS card, else the library card for `general.architecture`), binding it
-(binding.py), generating the module source (codegen; cached on disk: `module_source`) and
-executing it or, for
-`target="reference"`, handing the card to the reference interpreter (reference.py), reading
+(binding.py), generating the module source (codegen; cached on disk: `module_source`),
+executing it and putting the target's kernels in place of the prelude algorithms the card runs
+as the library wrote them (runtime/kernel_table.py, with what the cache plan says of each:
+`kernel_sites`, cached on disk too; a module written by `toycards gen` gets them at `from_gguf`)
+or, for `target="reference"`, handing the card to the reference interpreter (reference.py), reading
 each bound tensor (a quantized, F16 or BF16 matrix kept in its GGUF blocks for the kernels behind
 `ops.linear`, an F32 tensor memory-mapped (copied for the reference target), anything else or
 everything under `dequantize=True` dequantised to float32) or initialising it randomly from the
@@ -22,6 +24,7 @@ import hashlib
 import linecache
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,6 +32,9 @@ from toycards.errors import ToycardsError
 from toycards.lang import ir
 from toycards.lang.scale import collector_paused
 from toycards.models.binding import Bound, BoundParam, bind, bind_values
+
+if TYPE_CHECKING:
+    from toycards.runtime.kernel_table import Site
 
 TARGETS = ("numpy", "torch", "reference")  # reference: the interpreter running the card (slow, float64)
 
@@ -93,20 +99,26 @@ GENERATOR = (
 )  # fmt: skip
 
 
-def module_source(card: ir.Card, target: str) -> str:
-    """codegen.generate_source(card, target), kept in the disk cache (toycards/cache.py) between
-    processes. The key is the card itself (its IR as repr writes it, which is everything but the
-    spans, and its file name and text, which the spans come from: a card changed in code after it
-    was parsed is a new key), the target, the version and the card language's sources (the key of
-    parsed cards, library.language_key) and the text of every GENERATOR source, so an edited card
-    or an edited toycards generates afresh. A hit never imports the generator (jinja2, lark, the
-    checker): a fresh process loads a file in about half the time, ~9 MB less."""
+def _generated_key(card: ir.Card, *what: str) -> str:
+    """The cache key of what is generated from `card`: the card itself (its IR as repr writes it,
+    which is everything but the spans, and its file name and text, which the spans come from: a
+    card changed in code after it was parsed is a new key), `what`, the version and the card
+    language's sources (the key of parsed cards, library.language_key) and the text of every
+    GENERATOR source, so an edited card or an edited toycards generates afresh."""
     from toycards import cache
     from toycards.library import language_key
 
     sources = [p.read_text(encoding="utf-8") if p.is_file() else "" for p in GENERATOR]
-    key = cache.cache_key(*language_key(), target, repr(card), card.file, card.source, *sources)
-    path = cache.cache_file(f"module-{target}", key)
+    return cache.cache_key(*language_key(), *what, repr(card), card.file, card.source, *sources)
+
+
+def module_source(card: ir.Card, target: str) -> str:
+    """codegen.generate_source(card, target), kept in the disk cache (toycards/cache.py) between
+    processes under `_generated_key`. A hit never imports the generator (jinja2, lark, the
+    checker): a fresh process loads a file in about half the time, ~9 MB less."""
+    from toycards import cache
+
+    path = cache.cache_file(f"module-{target}", _generated_key(card, target))
     source = cache.load(path)
     if isinstance(source, str):
         return source
@@ -117,9 +129,62 @@ def module_source(card: ir.Card, target: str) -> str:
     return source
 
 
-def module_class(card: ir.Card, target: str):
-    """Generate (or read from the cache), compile and execute the module for `card`; return its
-    `Model` class."""
+def kernel_sites(card: ir.Card) -> dict[str, Site]:
+    """The prelude algorithms `card` runs as the library wrote them (a card that defines its own
+    `softmax` runs that one), each with what the cache plan (checker/tokenflow.py) says of it: the
+    dimensions that hold a pass's tokens and the inputs its calls extend the KV cache with. What
+    runtime/kernel_table.py needs to put a kernel in place of the algorithm's steps; kept in the
+    disk cache as module_source is (a hit never imports the checker)."""
+    from toycards import cache
+    from toycards.runtime.kernel_table import Site
+
+    path = cache.cache_file("module-kernels", _generated_key(card))
+    facts = cache.load(path)
+    if not _are_sites(facts):
+        facts = _plan_facts(card)
+        cache.store(path, facts)
+    return {
+        name: Site(frozenset(windowed), frozenset(extended)) for name, (windowed, extended) in facts.items()
+    }
+
+
+def _are_sites(facts: object) -> bool:
+    """Whether a cache entry has the form `_plan_facts` gives: {name: ((dim, …), ((index, …), …))}."""
+    return isinstance(facts, dict) and all(
+        isinstance(name, str)
+        and isinstance(site, tuple)
+        and len(site) == 2
+        and all(isinstance(d, str) for d in site[0])
+        and all(isinstance(e, tuple) and all(isinstance(i, int) for i in e) for e in site[1])
+        for name, site in facts.items()
+    )
+
+
+def _plan_facts(card: ir.Card) -> dict[str, tuple[tuple[str, ...], tuple[tuple[int, ...], ...]]]:
+    """kernel_sites' facts, computed: the checker's cache plan of the card, read for each prelude
+    algorithm the card does not redefine (the code generator's own rule: `library[name] == algo`)."""
+    from toycards.checker import check_card, check_prelude
+    from toycards.checker.tokenflow import CachePlan, cache_plan
+    from toycards.library import library_algorithms
+
+    library = library_algorithms()
+    result = check_card(card)
+    plan = cache_plan(card, result, check_prelude()) if result.ok else CachePlan("the card does not check")
+    runs = {**library, **{a.name: a for a in card.algorithms}}
+    facts = {}
+    for name, algo in library.items():
+        if runs[name] != algo:
+            continue
+        calls = [n for n in ir.walk(runs[name].body) if isinstance(n, ir.Call)]
+        extended = {plan.extend.get(id(c), ()) for c in calls} - {()}
+        facts[name] = (tuple(sorted(plan.query_dims.get(name, ()))), tuple(sorted(extended)))
+    return facts
+
+
+def module_namespace(card: ir.Card, target: str) -> dict[str, object]:
+    """Generate (or read from the cache), verify and execute the module for `card`, then put the
+    target's kernels in place of the prelude algorithms it runs as the library wrote them
+    (runtime/kernel_table.py); the module's namespace."""
     if target == "torch":
         try:
             import torch  # noqa: F401
@@ -134,7 +199,22 @@ def module_class(card: ir.Card, target: str):
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     namespace: dict[str, object] = {"__name__": f"toycards_generated_{digest}"}
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our emitter's output, verified above
-    return namespace["Model"]
+    put_kernels(namespace, card, target)
+    return namespace
+
+
+def put_kernels(namespace: dict, card: ir.Card, target: str) -> list[str]:
+    """The target's kernels in a generated module's namespace (kernel_table.substitute); the
+    algorithms that run one."""
+    from toycards.library import library_algorithms
+    from toycards.runtime import kernel_table
+
+    return kernel_table.substitute(namespace, target, kernel_sites(card), library_algorithms())
+
+
+def module_class(card: ir.Card, target: str):
+    """The `Model` class of the module for `card` (module_namespace)."""
+    return module_namespace(card, target)["Model"]
 
 
 def _const_fallback(p) -> str | None:
@@ -306,6 +386,8 @@ def _load(source, weights, target: str, seed: int, dequantize: bool, device, mod
             bound = bind(card.main, f) if f is not None else bind_values(card.main)
             _raise_problems(bound, card, path)
             cls = model_class or (module_class(card, target) if target != "reference" else None)
+            if model_class is not None:  # a module written by `toycards gen`: its kernels too
+                put_kernels(getattr(model_class.forward, "__globals__", {}), card, target)
             if f is not None:
                 tensors, shared = _file_weights(bound, f, None if dequantize else target, copy=not mapped)
             else:

@@ -40,6 +40,10 @@ class TokenCache:
     def reset(self) -> None:
         self.ids = None
 
+    def can_keep(self, n: int) -> bool:
+        """Any prefix can be kept: the cache is the token ids (KVCache.can_keep)."""
+        return 0 <= n <= self.length
+
     def truncate(self, n: int) -> None:
         """Keep the first `n` tokens (KVCache.truncate)."""
         if not 0 <= n <= self.length:

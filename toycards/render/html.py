@@ -136,6 +136,8 @@ def _algorithm(a: ir.Algorithm) -> list[str]:
         out += ["<p><b>Hyperparameters:</b></p>", *_decl_table(a.hyper_decls)]
     if a.param_decls:
         out += ["<p><b>Parameters:</b></p>", *_decl_table(a.param_decls)]
+    if a.state_decls:
+        out += ["<p><b>State:</b></p>", *_decl_table(a.state_decls)]
     out += _steps(a.body)
     out.append("</section>")
     return out

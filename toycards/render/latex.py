@@ -266,6 +266,7 @@ def _algorithm(a: ir.Algorithm) -> list[str]:
     out += [f"\\Statex \\textit{{{latex_text(d)}}}" for d in a.description.split("\n") if d]
     out += _block("Input", a.input_decls) + _block("Output", a.output_decls)
     out += _block("Hyperparameters", a.hyper_decls) + _block("Parameters", a.param_decls)
+    out += _block("State", a.state_decls)
     out += _steps(a.body)
     return [*out, "\\end{algorithmic}", "\\end{algorithm}", ""]
 

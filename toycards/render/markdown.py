@@ -46,6 +46,8 @@ def _algorithm(a: ir.Algorithm) -> list[str]:
     if a.param_decls:
         out += ["**Parameters**", ""]
         out += _param_tables(a.param_decls)
+    if a.state_decls:
+        out += ["**State** (carried from one call to the next)", "", *_table(a.state_decls, "binding"), ""]
     if a.body:
         out += ["**Steps**", "", _fence("\n".join(step_lines(_R, a.body))), ""]
     return out

@@ -1,10 +1,10 @@
 """Run-time context of one forward pass: token positions and the KV cache.
 
 Owns: `KVCache` (per call that reads a context, such as attention, the keys and values of
-every token seen so far, grown in place by doubling; or, for a card the cache cannot follow,
-the token ids so far), `Context` (the absolute 1-based positions of the tokens in this pass
+every token seen so far, grown in place by doubling; per stateful call (a `State:` block), the
+state it left; or, for a card the cache cannot follow, the token ids so far), `Context` (the absolute 1-based positions of the tokens in this pass
 and a cursor over the cache's slots), the helpers generated code calls:
-`positions(ctx, n)` and `extend(ctx, K, V, …)`, and the context-length policy: `ContextLength`
+`positions(ctx, n)`, `extend(ctx, K, V, …)` and `state_slot`/`recall`/`keep` (decoder state), and the context-length policy: `ContextLength`
 (the context a model was trained for, read from its bound card, and whether its positions stop
 there) with the limit `run`, `eval`, `generate` and `logits` hold a sequence to.
 Leaves out: array maths (ops_numpy.py / ops_torch.py); which arguments are a call's context
@@ -51,6 +51,11 @@ class KVCache:
         # [buffers (one per extended array), used, a kernel's note on the buffers (glue_torch)]
         self.slots: list[list] = []
         self.ids = None  # the token ids so far, for a model that recomputes (`Model.RECOMPUTE`)
+        # decoder state (`State:` blocks): per stateful call of a pass, in order, what it left; a
+        # pass's new states are staged and kept only when the pass ends (`advance`), so that a pass
+        # cut short (Ctrl-C) leaves the states of the tokens the cache holds
+        self.states: list[tuple] = []
+        self.staged: dict[int, tuple] = {}
         self.prepared: dict = {}  # what a target's kernels prepared for this cache's passes (their keys)
 
     def reset(self) -> None:
@@ -62,6 +67,7 @@ class KVCache:
         for entry in self.slots:
             entry[1] = 0
         self.ids = None
+        self.states, self.staged = [], {}
 
     def truncate(self, n: int) -> None:
         """Keep the first `n` tokens and forget the rest, as `reset` forgets all of them (a chat
@@ -69,11 +75,31 @@ class KVCache:
         short: its slots may hold rows past `length`, and this sets every slot back to n."""
         if not 0 <= n <= self.length:
             raise ValueError(f"cannot keep {n} tokens of a cache that holds {self.length}")
+        if not self.can_keep(n):
+            raise ValueError(f"cannot go back to {n} tokens: the model's state holds all {self.length}")
+        self.staged = {}
+        if n == 0:
+            self.states = []
         self.length = n
         for entry in self.slots:
             entry[1] = n  # every slot holds one row per token so far
         if self.ids is not None:
             self.ids = self.ids[..., :n] if n else None
+
+    def advance(self, n: int) -> None:
+        """A pass over n more tokens ended: they are held, and the states it left are kept."""
+        self.length += n
+        for slot, values in sorted(self.staged.items()):
+            if slot == len(self.states):
+                self.states.append(values)
+            else:
+                self.states[slot] = values
+        self.staged = {}
+
+    def can_keep(self, n: int) -> bool:
+        """Whether `truncate(n)` can keep the first n tokens: a state (`State:`) sums up every token
+        so far, so a cache holding one can only keep all of them or none."""
+        return not self.states or n in (0, self.length)
 
     def append(self, slot: int, ops, *arrays):
         """Store the new columns (rows in code) of each array; all columns so far, per array."""
@@ -126,6 +152,7 @@ class Context:
         self.n_new = n_new
         self.pos = Context.positions_after(self.offset, n_new, ops)
         self.slot = 0
+        self.state_slot = 0
         self.memo: dict = {}  # what the layers of this pass share (RoPE angles, masks): kernels' own keys
 
     @staticmethod
@@ -140,7 +167,7 @@ class Context:
 
     def finish(self) -> None:
         if self.cache is not None:
-            self.cache.length = self.offset + self.n_new
+            self.cache.advance(self.offset + self.n_new - self.cache.length)
 
 
 _MASK_VALUES = (int, float, str, bool)  # what a mask shared by the layers of a pass may close over
@@ -197,6 +224,32 @@ def extend(ctx: Context | None, *arrays):
     slot = ctx.slot
     ctx.slot += 1
     return ctx.cache.append(slot, ctx.ops, *arrays)
+
+
+def state_slot(ctx: Context | None) -> int | None:
+    """The cache's slot for the state of this stateful call (the i-th of the pass owns slot i), or
+    None when there is no cache: every state then starts at zeros."""
+    if ctx is None or ctx.cache is None:
+        return None
+    slot = ctx.state_slot
+    ctx.state_slot += 1
+    return slot
+
+
+def recall(ctx: Context | None, slot: int | None, k: int, zeros):
+    """State k of `slot` as the same call of the previous pass left it; `zeros` at the start."""
+    if slot is None or slot >= len(ctx.cache.states):
+        return zeros
+    kept = ctx.cache.states[slot][k]
+    if tuple(kept.shape) != tuple(zeros.shape):
+        raise ValueError("the batch changed within one cache; start a new cache")
+    return kept
+
+
+def keep(ctx: Context | None, slot: int | None, *values) -> None:
+    """The state `slot` leaves for the next pass over this sequence."""
+    if slot is not None:
+        ctx.cache.staged[slot] = values  # kept when the pass ends (KVCache.advance)
 
 
 # ── the context length ──────────────────────────────────────────────────────────────────

@@ -44,7 +44,7 @@ class NumpyModel(ModelAPI):
         else:
             out = self.forward(x, cache, last)
         if cache is not None:
-            cache.length += x.shape[-1]
+            cache.advance(x.shape[-1])
         out = out[..., -1:, :] if last else out  # a card with no cut point computes every token
         return out if isinstance(out, np.ndarray) else ops_numpy.as_float(out)
 

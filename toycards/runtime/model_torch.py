@@ -200,7 +200,7 @@ class TorchModel(nn.Module, ModelAPI):
                 cache.prepared.pop(replay_torch.KEY, None)
             out = super().__call__(x, cache, last)
         if cache is not None:
-            cache.length += x.shape[-1]
+            cache.advance(x.shape[-1])
         return out[..., -1:, :] if last else out  # a card with no cut point computes every token
 
     replay_why = ""  # why this model's decoding steps are not replayed (replay_torch), once refused

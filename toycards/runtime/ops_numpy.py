@@ -16,7 +16,7 @@ from toycards.runtime import glue_numpy
 from toycards.runtime.context import zero_pages
 from toycards.runtime.quant_numpy import QuantWeight, blas_product, float_linear
 
-fast = True  # use the single kernels below (gq_attention, moe) in place of a prelude algorithm's steps
+fast = True  # kernel_table.py runs gq_attention and moe below in place of a prelude algorithm's steps
 inf = np.inf
 exp, log, tanh, sin, cos, sqrt, abs_ = np.exp, np.log, np.tanh, np.sin, np.cos, np.sqrt, np.abs
 
@@ -61,6 +61,23 @@ def erf(x):
 
 def sigmoid(x):
     return 0.5 * (1.0 + np.tanh(0.5 * x))
+
+
+def softplus(x):
+    return np.logaddexp(0.0, x)
+
+
+def zeros(*shape):
+    """Zeros of `shape` (code order), float32."""
+    return np.zeros(shape, dtype=np.float32)
+
+
+def filled(c, *shape):
+    """`c` in every entry of `shape` (code order); an array c (one number per batch entry, […, 1])
+    keeps its leading axes."""
+    c = np.asarray(c, dtype=np.float32)
+    c = c[..., 0] if c.ndim else c
+    return np.array(np.broadcast_to(c[(...,) + (None,) * len(shape)], c.shape + tuple(shape)))
 
 
 def ceil(x):
@@ -239,6 +256,38 @@ def zeros_for(value, size):
     return np.zeros(value.shape[:-1] + (size,), dtype=value.dtype if value.dtype.kind == "f" else np.float32)
 
 
+def zeros_batch(like, rank, *shape):
+    """Zeros with `like`'s leading (batch) axes, those before its last `rank`, then `shape` (a state
+    at the start of a sequence)."""
+    like = np.asarray(like)
+    lead = like.shape[: like.ndim - rank]
+    return np.zeros(lead + tuple(shape), dtype=like.dtype if like.dtype.kind == "f" else np.float32)
+
+
+def shift_cols(a, offset, n):
+    """Columns offset + 1 … offset + n of a code-layout matrix (axis −2): `X[:, t + offset]` for
+    t = 1 … n. Past either end is an error, as the card's index would be. (ops_torch's too: a
+    tensor slices alike.)"""
+    if offset < 0 or offset + n > a.shape[-2]:
+        raise IndexError(f"columns {offset + 1} … {offset + n} of a matrix with {a.shape[-2]} columns")
+    return a[..., offset : offset + n, :]
+
+
+def cumsum(a, axis):
+    """Running sums along `axis`: entry i holds the sum of entries 1 … i."""
+    return np.cumsum(a, axis=axis)
+
+
+def put_col(a, k, column, n=None):
+    """`a` with column k (0-based, axis −2) set to `column`; for `a` None, zeros with n columns
+    shaped after `column` first (a matrix written column by column)."""
+    column = np.asarray(column)
+    if a is None:
+        a = np.zeros(column.shape[:-1] + (n, column.shape[-1]), dtype=np.result_type(column, np.float32))
+    a[..., k, :] = column
+    return a
+
+
 def zeros_grid(value, n_cols, n_rows):
     """Zeros for a matrix defined by its entries: `value`'s leading axes, then [n_cols, n_rows]."""
     value = np.asarray(value)
@@ -246,17 +295,8 @@ def zeros_grid(value, n_cols, n_rows):
     return np.zeros(lead + (n_cols, n_rows), dtype=value.dtype if value.dtype.kind == "f" else np.float32)
 
 
-def full_like_last(a, n, fill):
-    return np.full(a.shape[:-1] + (n,), fill, dtype=a.dtype)
-
-
 def as_float(x):
     return np.asarray(x, dtype=np.float32)
-
-
-def concat_seq(past, new):
-    """Append new columns (axis -2) to cached ones."""
-    return new if past is None else np.concatenate([past, new], axis=-2)
 
 
 def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):

@@ -16,10 +16,11 @@ import torch.nn.functional as F
 
 from toycards.runtime import glue_cpp, glue_torch, quant_torch, rope_torch
 from toycards.runtime.context import gqa_site, zero_pages
+from toycards.runtime.ops_numpy import shift_cols  # noqa: F401 - slicing alike on both targets
 from toycards.runtime.quant_torch import QuantWeight, float_gemm, float_linear
 
 inf = math.inf
-fast = True  # use the single kernels below in place of a prelude algorithm's steps
+fast = True  # kernel_table.py runs the single kernels below in place of a prelude algorithm's steps
 exp, log, tanh, sin, cos, sqrt, abs_, erf = (
     torch.exp,
     torch.log,
@@ -32,6 +33,18 @@ exp, log, tanh, sin, cos, sqrt, abs_, erf = (
 )
 sigmoid = torch.sigmoid
 ceil = torch.ceil
+softplus = F.softplus  # (x itself past x = 20, where log(1 + e^x) rounds to x in float32)
+
+
+def zeros(*shape):  # of `shape` in code order, float32
+    return torch.zeros(shape, dtype=torch.float32)
+
+
+def filled(c, *shape):
+    """`c` in every entry of `shape`; a tensor c ([…, 1], a number per batch entry) keeps its axes."""
+    c = c if torch.is_tensor(c) else torch.tensor(float(c))
+    c = c[..., 0] if c.dim() else c
+    return c[(...,) + (None,) * len(shape)].expand(*c.shape, *shape).clone()
 
 
 def topk(v, k):
@@ -250,6 +263,29 @@ def zeros_for(value, size):
     return value.new_zeros(tuple(value.shape[:-1]) + (size,))
 
 
+def zeros_batch(like, rank, *shape):
+    """Zeros with `like`'s leading (batch) axes, those before its last `rank`, then `shape`."""
+    dtype = like.dtype if like.is_floating_point() else torch.float32
+    return like.new_zeros(tuple(like.shape[: like.dim() - rank]) + tuple(shape), dtype=dtype)
+
+
+def cumsum(a, axis):  # entry i: the sum of entries 1 … i along `axis`
+    return torch.cumsum(a, dim=axis)
+
+
+def put_col(a, k, column, n=None):
+    """`a` with column k (0-based, axis −2) set to `column` (`a` None: zeros with n columns first);
+    a new tensor where autograd follows either, so that no value a gradient needs is overwritten."""
+    if a is None:
+        a = column.new_zeros((*column.shape[:-1], n, column.shape[-1]))
+    if torch.is_grad_enabled() and (a.requires_grad or column.requires_grad):
+        index = torch.zeros(a.shape[-2], 1, dtype=torch.bool, device=a.device)
+        index[k] = True
+        return torch.where(index, column.unsqueeze(-2).to(a.dtype), a)
+    a[..., k, :] = column
+    return a
+
+
 def zeros_grid(value, n_cols, n_rows):
     """Zeros for a matrix defined by its entries: `value`'s leading axes, then [n_cols, n_rows]."""
     value = value if torch.is_tensor(value) else torch.as_tensor(value, dtype=torch.float32)
@@ -259,16 +295,8 @@ def zeros_grid(value, n_cols, n_rows):
     )
 
 
-def full_like_last(a, n, fill):
-    return a.new_full(tuple(a.shape[:-1]) + (n,), fill)
-
-
 def as_float(x):
     return torch.as_tensor(x, dtype=torch.float32)
-
-
-def concat_seq(past, new):
-    return new if past is None else torch.cat([past, new], dim=-2)
 
 
 # ── single kernels for prelude algorithms (each tied to the card's steps by tests/test_kernels.py)

@@ -5,8 +5,9 @@ callee's names and its dimensions to the sizes of what it gets; derived (`≔`) 
 (`= value`) hyperparameters; assignments (a copy is stored; a name carrying a map variable,
 `e_t`, stores a family member); entry writes (`S[t_z, t_x] ← −∞`, `X̃[:, t] ← …`, which also
 create a new array of the declared or mapped size, its unwritten entries NaN); checked `∷`
-annotations; sequential loops; parallel maps run as loops over their indices; `if … then …
-else … end`; `return`.
+annotations; `State:` names, zeros at the start of each call (a pass is a whole sequence);
+sequential loops; parallel maps run as loops over their indices; `if … then … else … end`;
+`return`.
 Leaves out: expressions (exprs.py), the model and its weights (toycards/models/reference.py).
 """
 
@@ -93,10 +94,20 @@ class Interpreter(Evaluator):
         return self.body(self.bind(algo, home, args, dict(zip(algo.params, params))))
 
     def body(self, frame: Frame) -> object:
+        self._start_state(frame)
         done = self.block(frame.algo.body, frame)
         if done is None:
             raise Fault(f"{frame.algo.name} ended without `return`")
         return done.value
+
+    def _start_state(self, f: Frame) -> None:
+        """Each `State:` name starts as zeros of its declared shape. The interpreter runs a whole
+        sequence in one pass, so every state starts a call at its sequence's start; what a cache
+        keeps between passes (the generated modules') must give the same numbers."""
+        for d in f.algo.state_decls:
+            shape = tuple(dim_int(x, lambda n: self.lookup(n, f)) for x in d.type.dims)
+            for n in d.names:
+                f.locals[n] = np.zeros(shape)
 
     # ── binding ──
     def bind(self, algo: ir.Algorithm, home: dict, inputs: list, named: dict[str, object]) -> Frame:

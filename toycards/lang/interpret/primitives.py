@@ -84,6 +84,17 @@ def _topk(b: Builtin, args: list[object]) -> np.ndarray:
     return np.array([j + 1 for j in order[:k]], dtype=np.int64)
 
 
+def _zeros(b: Builtin, args: list[object]) -> np.ndarray:
+    return np.zeros(tuple(whole(n, f"a size of {b.name}") for n in args))
+
+
+def _filled(b: Builtin, args: list[object]) -> np.ndarray:
+    c, *sizes = args
+    if not is_number(c):
+        raise Fault(f"filled(c, …) fills with a number, got {describe(c)}")
+    return np.full(tuple(whole(n, "a size of filled") for n in sizes), float(c))
+
+
 _RULES = {
     "elementwise": _elementwise,
     "length": _length,
@@ -91,4 +102,6 @@ _RULES = {
     "ceil": _ceil,
     "rows": _rows,
     "topk": _topk,
+    "zeros": _zeros,
+    "filled": _filled,
 }
