@@ -47,6 +47,7 @@ ORACLE_CASES += ("olmo3",)  # olmo2.card with OLMo 3's sliding window
 CARD_OF_CASE["olmo3"] = "olmo2"
 ORACLE_CASES += ("stablelm2-12b",)  # per-head q/k LayerNorms, parallel attention and MLP
 CARD_OF_CASE["stablelm2-12b"] = "stablelm_parallel"  # a stablelm file with attn_q_norm
+ORACLE_CASES += ("mamba",)  # selective state-space blocks: a state carried from token to token
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 TARGETS = ("numpy", pytest.param("torch", marks=pytest.mark.skipif(not HAS_TORCH, reason="no torch")))
 T = 9  # tokens per sequence in the generated-vs-interpreter tests

@@ -240,6 +240,7 @@ CARD_VALUES: dict[str, int | float] = {
     "ε": 1e-5, "θ_base": 10000.0,
     "m_z": 2.0,  # granite's logit_scale, a required key
     "E": 8, "k": 2, "d_x": 16, "d_s": 32,  # experts, experts per token, expert and shared-expert widths
+    "d_i": 64, "r": 4,  # Mamba's inner width and time-step rank (its d_s: state size, k: convolution width)
 }  # fmt: skip
 
 
@@ -286,6 +287,8 @@ def randomise(numpy_model, torch_model, seed: int = 0) -> None:
         shape = numpy_model.w[name].shape
         w = (1 + 0.1 * rng.standard_normal(shape)) if len(shape) == 1 else rng.standard_normal(shape)
         w = (w / np.sqrt(shape[-1]) if len(shape) == 2 and "token_embd" not in name else w).astype(np.float32)
+        if name.endswith(".ssm_a"):  # Mamba's A = −exp(A_log) < 0: a positive A grows the state without bound
+            w = -np.exp(w)
         numpy_model.w[name] = w
         with torch.no_grad():
             torch_model.w[name].copy_(torch.from_numpy(w))

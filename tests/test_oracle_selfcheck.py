@@ -70,7 +70,10 @@ def test_reloaded_config_matches(oracle_files, case):
     f = oracle_files(case, "F32")
     got = oracle_files.reloaded(case, "F32").config
     names = ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "tie_word_embeddings"]
-    if hf_gguf.ARCHS[f.arch].rms_norm:
+    if not hasattr(f.config, "num_attention_heads"):  # Mamba: no attention; its state-space sizes instead
+        names[3:4] = ["state_size", "conv_kernel", "time_step_rank", "intermediate_size"]
+        names += ["layer_norm_epsilon"]
+    elif hf_gguf.ARCHS[f.arch].rms_norm:
         names += ["num_key_value_heads", "rms_norm_eps"]
         assert hf_gguf.head_dim(got) == hf_gguf.head_dim(f.config)
         assert hf_gguf.rope_theta(got) == pytest.approx(hf_gguf.rope_theta(f.config))

@@ -75,6 +75,9 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "olmo3": ("olmo3", {}),
     # StableLM 2 12B: per-head q/k LayerNorms, attention and MLP in parallel from one LayerNorm, no biases
     "stablelm2-12b": ("stablelm2-12b", {}),
+    # Mamba: selective state-space blocks, no attention; d_inner 64, d_state 8, d_conv 4, dt_rank 4, tied
+    "mamba": ("mamba", {}),
+    "mamba-untied": ("mamba", {"tie_word_embeddings": False}),  # output.weight written
 }
 
 

@@ -67,6 +67,12 @@ and `integrations/ggml.py`, gguf-py 0.19):
   all four, so these
   files are checked against llama.cpp where llama-cpp-python is installed
   (tests/test_models_oracle.py), and toycards against the in-memory model always.
+- Mamba (`conversion/mamba.py` MambaModel): its own `set_gguf_parameters` (context_length 2^20,
+  feed_forward_length and head_count 0, the four `ssm.*` sizes, the RMS ε, `ssm.dt_b_c_rms` false;
+  no vocab_size); `A_log` is stored as `ssm_a` = −exp(A_log) [d_inner, d_state], the depthwise
+  convolution [d_inner, 1, d_conv] squeezed to `ssm_conv1d.weight` [d_inner, d_conv] and kept F32
+  like every SSM_CONV1D; `ssm_a` and `ssm_d` have no `.weight` suffix; output.weight is omitted when
+  it equals token_embd. transformers' loader reads it back (`MambaTensorProcessor`: log(−A)).
 """
 
 from __future__ import annotations
@@ -124,6 +130,11 @@ class ArchSpec:
     # converters wrote phi2; "split": attn_q/k/v where the converter writes attn_qkv (llama.cpp
     # reads either for phi2 and phi3: wqkv when present, else wq, wk, wv)
     qkv: str = ""
+    # the model keys of a converter with its own set_gguf_parameters (Mamba): none of the common ones
+    model_kv: Callable[[Any], dict[str, tuple[Any, VT]]] | None = None
+    # parameter name suffix → σ of its N(0, σ²) draw, where _randomise's 0.1 would leave a block too
+    # small to move the logits (Mamba: its blocks are products of five projections)
+    init_std: tuple[tuple[str, float], ...] = ()
 
 
 _GQA_SHAPE = dict(
@@ -323,6 +334,29 @@ def _stablelm_kv(config: Any) -> dict[str, tuple[Any, VT]]:
     return {
         gguf.Keys.Rope.DIMENSION_COUNT: (int(rotary * d_h), VT.UINT32),
         gguf.Keys.LLM.USE_PARALLEL_RESIDUAL: (bool(config.use_parallel_residual), VT.BOOL),
+    }
+
+
+def _mamba_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """MambaModel.set_gguf_parameters: the model keys it writes, and no others.
+
+    >>> kv = _mamba_kv(transformers.MambaConfig(hidden_size=32, state_size=8, time_step_rank="auto"))
+    >>> kv["{arch}.ssm.inner_size"][0], kv["{arch}.ssm.time_step_rank"][0], kv["{arch}.attention.head_count"][0]
+    (64, 2, 0)
+    """
+    K, Att, SSM = gguf.Keys.LLM, gguf.Keys.Attention, gguf.Keys.SSM
+    return {
+        K.CONTEXT_LENGTH: (2**20, VT.UINT32),  # the converter's stand-in: a recurrence has no trained length
+        K.EMBEDDING_LENGTH: (config.hidden_size, VT.UINT32),
+        K.FEED_FORWARD_LENGTH: (0, VT.UINT32),
+        Att.HEAD_COUNT: (0, VT.UINT32),
+        K.BLOCK_COUNT: (config.num_hidden_layers, VT.UINT32),
+        SSM.CONV_KERNEL: (config.conv_kernel, VT.UINT32),
+        SSM.INNER_SIZE: (config.intermediate_size, VT.UINT32),
+        SSM.STATE_SIZE: (config.state_size, VT.UINT32),
+        SSM.TIME_STEP_RANK: (int(config.time_step_rank), VT.UINT32),
+        Att.LAYERNORM_RMS_EPS: (config.layer_norm_epsilon, VT.FLOAT32),
+        SSM.DT_B_C_RMS: (False, VT.BOOL),  # Falcon-Mamba's RMS norms of dt, B and C: not in Mamba
     }
 
 
@@ -658,6 +692,44 @@ ARCHS["stablelm2-12b"] = replace(
 )
 ARCHS["phi2-fused"] = replace(ARCHS["phi2"], qkv="fused", hf_reads=False)
 ARCHS["phi3-split"] = replace(ARCHS["phi3"], qkv="split", hf_reads=False)
+# Mamba as MambaModel converts it: its own keys, tensors under gguf's mamba names (A stored as
+# −exp(A_log), the convolution squeezed: _CONVERSIONS), tied output. d_inner = 2·d_e, which the
+# converter requires; a vocabulary of 288 (a multiple of 8: the converter pads to one).
+ARCHS["mamba"] = ArchSpec(
+    gguf.MODEL_ARCH.MAMBA,
+    transformers.MambaConfig,
+    dict(
+        hidden_size=32,  # d_e
+        num_hidden_layers=2,  # L
+        state_size=8,  # d_state
+        conv_kernel=4,  # d_conv
+        expand=2,  # d_inner = 64
+        time_step_rank=4,  # dt_rank (the config's "auto" gives ⌈d_e / 16⌉ = 2)
+        layer_norm_epsilon=1e-5,
+        vocab_size=288,
+        use_bias=False,  # llama.cpp's mamba reads no ssm_in / ssm_out bias
+        use_conv_bias=True,
+        tie_word_embeddings=True,
+        use_cache=False,
+    ),
+    permute_qk=False,
+    rms_norm=True,
+    vocab="bpe",
+    tokenizer_pre="gpt-2",  # a byte-level BPE (Mamba's own is GPT-NeoX-20B's)
+    rope=False,
+    model_kv=_mamba_kv,
+    # each stage O(1) (in_proj's rows ~1, the convolution's output ~1, x_proj's dt, B and C ~0.7, the
+    # step sizes softplus(N(0, 0.7²)): selective), decay rates exp(N(0, 1)) from slow to fast, D ~ 1,
+    # so that a block moves the residual as much as the embedding and the state spans many tokens
+    init_std=(
+        ("in_proj.weight", 0.2),
+        ("conv1d.weight", 0.5),
+        ("x_proj.weight", 0.15),
+        ("dt_proj.weight", 0.5),
+        ("A_log", 1.0),
+        (".D", 1.0),
+    ),
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -682,18 +754,21 @@ def tiny_model(arch: str, seed: int = 0, **overrides: Any) -> tuple[torch.nn.Mod
         dtype=torch.float32,
         attn_implementation="eager",  # the naive reference
     )
-    _randomise(model, seed, spec.norm_shift)
+    _randomise(model, seed, spec.norm_shift, dict(spec.init_std))
     return model.eval(), config
 
 
-def _randomise(model: torch.nn.Module, seed: int, norm_shift: float = 0.0) -> None:
+def _randomise(
+    model: torch.nn.Module, seed: int, norm_shift: float = 0.0, init_std: dict[str, float] | None = None
+) -> None:
     """Redraw every parameter so that no weight keeps its default (ones, zeros, tiny normals).
 
     As the model applies them: embeddings ~ N(0, 0.5²) (logits of a few units; Gemma multiplies
     its embeddings by √d_e, so its table is drawn √d_e times smaller), norm weights ~ 1 + N(0, 0.1²)
-    (Gemma applies 1 + w: w ~ N(0, 0.1²)); other matrices and biases ~ N(0, 0.1²). Tied tensors
-    are drawn once.
+    (Gemma applies 1 + w: w ~ N(0, 0.1²)); other matrices and biases ~ N(0, 0.1²), or N(0, σ²)
+    where `init_std` has σ for the end of the parameter's name. Tied tensors are drawn once.
     """
+    init_std = init_std or {}
     gen = torch.Generator().manual_seed(seed)
     embeddings = {  # table → the factor the model multiplies looked-up rows by (Gemma: √d_e)
         id(m.weight): float(getattr(m, "scalar_embed_scale", 1.0))
@@ -708,7 +783,8 @@ def _randomise(model: torch.nn.Module, seed: int, norm_shift: float = 0.0) -> No
             elif p.ndim == 1 and name.endswith("weight"):
                 p.copy_(1.0 - norm_shift + 0.1 * noise)
             else:
-                p.copy_(0.1 * noise)
+                std = next((v for end, v in init_std.items() if name.endswith(end)), 0.1)
+                p.copy_(std * noise)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -744,6 +820,16 @@ class _Tensor:
     shift: float = 0.0  # the converter's norm offset (Gemma: + 1), else 0
     part: tuple[int, int] | None = None  # rows [a, b) of each expert (gate_up_proj's gate, up), else all
     stack: tuple[str, ...] = ()  # parameters stacked as rows, in order (StableLM's per-head norms), else none
+    convert: str = ""  # a key of _CONVERSIONS: the converter stores another form of the parameter
+
+
+# What a converter stores in place of a checkpoint's parameter, by GGUF name without "blk.N.":
+# (to the stored form, back to the checkpoint's). Mamba (MambaModel.modify_tensors): A = −exp(A_log),
+# and the depthwise convolution's [d_inner, 1, d_conv] squeezed to [d_inner, d_conv].
+_CONVERSIONS: dict[str, tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]] = {
+    "ssm_a": (lambda w: -np.exp(w), lambda a: np.log(-a)),
+    "ssm_conv1d.weight": (lambda w: w[:, 0, :], lambda w: w[:, None, :]),
+}
 
 
 def _tensor_plan(model: torch.nn.Module, config: Any, arch: str, permute: bool = True) -> list[_Tensor]:
@@ -754,7 +840,10 @@ def _tensor_plan(model: torch.nn.Module, config: Any, arch: str, permute: bool =
     spec = ARCHS[arch]
     name_map = gguf.get_tensor_name_map(spec.gguf_arch, config.num_hidden_layers)
     conv1d = {f"{m}.weight" for m, mod in model.named_modules() if isinstance(mod, Conv1D)}
-    heads = {"attn_q": config.num_attention_heads, "attn_k": getattr(config, "num_key_value_heads", None)}
+    heads = {
+        "attn_q": getattr(config, "num_attention_heads", None),  # Mamba has none
+        "attn_k": getattr(config, "num_key_value_heads", None),
+    }
     plan = []
     state = model.state_dict()
     for hf_name in state:
@@ -775,7 +864,9 @@ def _tensor_plan(model: torch.nn.Module, config: Any, arch: str, permute: bool =
         leaf = name.split(".")[-2]  # blk.0.attn_q.weight → attn_q
         qk = heads.get(leaf) if spec.permute_qk and permute else None
         shift = spec.norm_shift if hf_name.endswith("norm.weight") else 0.0
-        plan.append(_Tensor(hf_name, name, hf_name in conv1d, qk, shift))
+        convert = name.split(".", 2)[-1] if name.startswith("blk.") else name
+        convert = convert if convert in _CONVERSIONS else ""
+        plan.append(_Tensor(hf_name, name, hf_name in conv1d, qk, shift, convert=convert))
     return plan
 
 
@@ -830,6 +921,7 @@ def _expert_tensors(hf_name: str, shape: tuple[int, ...]) -> list[_Tensor] | Non
 
 
 def _to_gguf(t: _Tensor, w: np.ndarray) -> np.ndarray:
+    w = _CONVERSIONS[t.convert][0](w) if t.convert else w
     w = w[:, t.part[0] : t.part[1]] if t.part else w
     w = w.T if t.transpose else w
     w = w + np.float32(t.shift) if t.shift else w
@@ -839,7 +931,8 @@ def _to_gguf(t: _Tensor, w: np.ndarray) -> np.ndarray:
 def _from_gguf(t: _Tensor, w: np.ndarray) -> np.ndarray:
     w = unpermute_qk(w, t.qk_heads) if t.qk_heads else w
     w = w - np.float32(t.shift) if t.shift else w  # exact for stored values in [0.5, 2] (Sterbenz)
-    return w.T if t.transpose else w
+    w = w.T if t.transpose else w
+    return _CONVERSIONS[t.convert][1](w) if t.convert else w  # log(−A): A_log to float rounding
 
 
 def gguf_tensors(
@@ -875,6 +968,8 @@ def tensor_type(name: str, shape: tuple[int, ...], ftype: str) -> QT:
     qtype = FILE_TYPES[ftype][1]
     pos_embd = gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.POS_EMBD] + ".weight"
     if len(shape) <= 1 or name.endswith("_norm.weight") or not name.endswith(".weight") or name == pos_embd:
+        return QT.F32
+    if name.endswith(".ssm_conv1d.weight"):  # the converter keeps every SSM_CONV1D in F32
         return QT.F32
     block = gguf.GGML_QUANT_SIZES[qtype][0]
     return qtype if shape[-1] % block == 0 else QT.F16  # llama.cpp's QuantError fallback
@@ -919,17 +1014,21 @@ def _hparams_kv(config: Any, arch: str, ftype: str) -> dict[str, tuple[Any, VT]]
     spec = ARCHS[arch]
     a = gguf.MODEL_ARCH_NAMES[spec.gguf_arch]
     K, Att, Rope, Gen = gguf.Keys.LLM, gguf.Keys.Attention, gguf.Keys.Rope, gguf.Keys.General
-    d_mlp = getattr(config, "intermediate_size", None) or 4 * config.hidden_size  # GPT-2: n_inner or 4·d_e
-    kv: dict[str, tuple[Any, VT]] = {
+    general: dict[str, tuple[Any, VT]] = {
         Gen.TYPE: ("model", VT.STRING),
         Gen.NAME: (f"toycards oracle {arch}", VT.STRING),  # never "mistral": transformers renames those
+        Gen.FILE_TYPE: (int(FILE_TYPES[ftype][0]), VT.UINT32),
+        Gen.QUANTIZATION_VERSION: (gguf.GGML_QUANT_VERSION, VT.UINT32),
+    }
+    if spec.model_kv is not None:  # a converter with its own set_gguf_parameters (Mamba)
+        return {k.format(arch=a): v for k, v in (general | spec.model_kv(config)).items()}
+    d_mlp = getattr(config, "intermediate_size", None) or 4 * config.hidden_size  # GPT-2: n_inner or 4·d_e
+    kv = general | {
         K.BLOCK_COUNT: (config.num_hidden_layers, VT.UINT32),
         K.CONTEXT_LENGTH: (config.max_position_embeddings, VT.UINT32),
         K.EMBEDDING_LENGTH: (config.hidden_size, VT.UINT32),
         K.FEED_FORWARD_LENGTH: (d_mlp, VT.UINT32),
         Att.HEAD_COUNT: (config.num_attention_heads, VT.UINT32),
-        Gen.FILE_TYPE: (int(FILE_TYPES[ftype][0]), VT.UINT32),
-        Gen.QUANTIZATION_VERSION: (gguf.GGML_QUANT_VERSION, VT.UINT32),
     }
     if spec.rms_norm:
         kv[Att.LAYERNORM_RMS_EPS] = (config.rms_norm_eps, VT.FLOAT32)

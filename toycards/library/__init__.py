@@ -72,6 +72,7 @@ ARCH_CARDS: dict[str, str] = {
     "phi3": "phi3",
     "phi2": "phi2",
     "stablelm": "stablelm",
+    "mamba": "mamba",
 }
 
 
