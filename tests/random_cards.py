@@ -1,9 +1,9 @@
 """Random well-typed model cards, for property tests of the code generators against the interpreter.
 
 `model_cards()` is a hypothesis strategy of `RandomCard`s: the canonical text of a card
-that checks clean, the set of *features* (the constructs and variants it uses) and whether it is
+that checks clean, the set of *features* (the constructs and variants it uses), whether it is
 causal (whether column t of its logits depends only on tokens 1…t, so that cached decoding equals
-the full pass over the whole sequence).
+the full pass over the whole sequence), its sizes d, H, k and the longest sequence it takes.
 
 Every card has the same frame, the paper's Algorithm 10 without the details:
 
@@ -26,15 +26,29 @@ conditions may use l. Helper algorithms (a vector algorithm applied to a matrix,
 card writes itself, …) are added to the card before the model. Values stay small (residual
 updates through tanh, weights ~ 1/fan_in), so float32 and float64 agree to ~1e-6.
 
+Sizes are drawn to meet: d ∈ {4, 6, 8, 9} and H ∈ {2, 3, 4} dividing it with k = d / H ≥ 2, or
+less often H = 1 (which meets nothing), so that H = k (d = 4, H = 2; d = 9, H = 3) and, in a test,
+a batch of H sequences or a length of H, d or k lines an array's batch or token axis up with its
+head or feature axis. Some constructs exist for exactly that (COINCIDENCES: a key shared by every
+head, a d×d matrix summed over the tokens, slice bounds computed from the head, a column map whose
+body ignores its variable). Others draw the decoder state and what reads earlier tokens: an
+algorithm of the card with a `State:` (a decaying sum, a causal convolution, a selective scan),
+token offsets in a map and in a sequential loop, running sums, and `zeros`/`filled` matrices.
+
 Shrinking: every choice is a `sampled_from` whose first option is the plainest, and the number
 of constructs and the layer loop shrink away, so a failing card shrinks to the one construct
-that fails, at the top, with d = 4 and H = 1 unless the failure needs more.
+that fails, at the top, with d = 4 and H = 2 unless the failure needs more.
+
+ENABLED is the set of constructs cards draw from: all of CONSTRUCTS, less those that the
+environment variable RANDOM_CARDS_WITHOUT names (comma-separated features such as
+`c_token_matrix`, or `coincidences` for all of COINCIDENCES).
 
 Features name the constructs a card uses; a failing card prints them.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -64,6 +78,8 @@ class RandomCard:
     text: str = field(repr=False)  # canonical card text (render_card of the parsed draft); tests print it
     features: frozenset[str]
     causal: bool  # column t of the logits depends on tokens 1…t only
+    sizes: Sizes  # d, H and k, so that a test can choose lengths and batch sizes equal to them
+    max_length: int | None  # ℓ_max where the card has learned positions (W_p ∈ ℝ^{d×ℓ_max}), else None
 
     def __str__(self) -> str:
         return self.text
@@ -92,6 +108,7 @@ class Draft:
         self.helpers: dict[str, str] = {}  # algorithm name → its text
         self.features: set[str] = set()
         self.causal = True
+        self.max_length: int | None = None  # the longest sequence the card takes (learned positions)
         self.used: set[str] = set()
         self.tags = iter([*self.TAGS, *(a + b for a in self.TAGS for b in self.TAGS)])
 
@@ -803,6 +820,185 @@ def sum_tokens(c: Draft, at: Place) -> list[str]:
     return ["X ← X + Σ_{u=1}^{ℓ} e_u · 1^⊺ / ℓ  ▷ mean of the embeddings of all tokens"]
 
 
+# ── constructs whose layout meets a size of the card (run at batch H, lengths H, d, k) ───────
+def multi_query_attention(c: Draft, at: Place) -> list[str]:
+    """Multi-query attention written out: one key and one value (no head index) shared by every head."""
+    f, k = attention_function(c), c.sizes.k
+    q, kk, v = c.local("Q"), c.local("K"), c.local("V")
+    lines = [
+        f"{q} ← {c.weight(at)} · X  ▷ multi-query attention",
+        f"{kk} ← {c.weight(at, 'k×d')} · X",
+        f"{v} ← {c.weight(at, 'k×d')} · X",
+    ]
+    qs, ks = f"rows({q}, h, k)", kk
+    if k % 2 == 0 and c.flag("mqa_rope"):
+        rope = _rope(c)
+        qh, kh = c.local("Q̂"), c.local("K̂")
+        lines += [
+            f"for h ∈ [H], t ∈ [ℓ]: {qh}^h[:, t] ← {rope}(rows({q}, h, k)[:, t], t | θ, ρ)",
+            f"for t ∈ [ℓ]: {kh}[:, t] ← {rope}({kk}[:, t], t | θ, ρ)",
+        ]
+        qs, ks = f"{qh}^h", kh
+    y = c.local("Y")
+    lines.append(f"for h ∈ [H]: {y}^h ← {f}({qs}, {ks}, {v} | {mask(c)})")
+    return lines + [f"X ← X + {c.weight(at)} · [{y}^1; …; {y}^H]"]
+
+
+def token_matrix(c: Draft, at: Place) -> list[str]:
+    """A matrix that sums over the tokens (`M ← X · X^⊺`, d×d; or X^⊺ · X, ℓ×ℓ) times one column
+    of a token: every column sees every token (not causal)."""
+    c.causal = False
+    m, u = c.local(), c.column()
+    kind = c.pick({"token_matrix_first": "X[:, 1]", "token_matrix_last": "X[:, ℓ]", "token_gram_first": None})
+    if kind is None:  # ℓ×ℓ: its column 1 is every token's dot product with token 1
+        return [
+            f"{m} ← X^⊺ · X / d  ▷ a matrix over the tokens",
+            f"{u} ← tanh(X · {m}[:, 1] / ℓ)",
+            f"X ← X + {u} · 1^⊺",
+        ]
+    return [
+        f"{m} ← X · X^⊺  ▷ a matrix over the tokens",
+        f"{u} ← tanh({m} · {kind} / (d · ℓ))",
+        f"X ← X + {u} · 1^⊺",
+    ]
+
+
+def head_slice_bounds(c: Draft, at: Place) -> list[str]:
+    """Slice bounds written with a map variable: head h's rows `X[(h − 1)·k + 1 : h·k, t]`, or
+    row pairs `X[2·i − 1 : 2·i, :]` gathered in a family over i."""
+    options = {"slice_bounds_head_token": "X", "slice_bounds_head": "M", "slice_bounds_param": "W"}
+    if c.sizes.d % 2 == 0:
+        options["slice_bounds_pairs"] = "pairs"
+    kind, y = c.pick(options), c.local("Y")
+    rows = "(h − 1)·k + 1 : h·k"
+    if kind == "pairs":
+        return [
+            f"for i ∈ [d/2]: {y}^i ← tanh(X[2·i − 1 : 2·i, :])  ▷ slice bounds by the map variable",
+            f"X ← X + [{y}^1; …; {y}^{{d/2}}]",
+        ]
+    if kind == "X":
+        lines = [f"for h ∈ [H], t ∈ [ℓ]: {y}^h[:, t] ← tanh(X[{rows}, t])  ▷ slice bounds by head"]
+    elif kind == "W":
+        lines = [f"for h ∈ [H]: {y}^h ← tanh({c.weight(at)}[{rows}, :] · X)  ▷ slice bounds by head"]
+    else:
+        m = c.local()
+        lines = [
+            f"{m} ← {c.weight(at)} · X  ▷ slice bounds by head",
+            f"for h ∈ [H]: {y}^h ← tanh({m}[{rows}, :])",
+        ]
+    return lines + [f"X ← X + [{y}^1; …; {y}^H]"]
+
+
+def map_ignoring_variable(c: Draft, at: Place) -> list[str]:
+    """A column map whose body ignores its variable, `for j ∈ [ℓ]: O[:, j] ← β`: every column the
+    same vector (of the first token, or a parameter; causal)."""
+    o, b = c.local("O"), c.column()
+    kind = c.pick(
+        {"ignored_var_first": "first", "ignored_var_param": "param", "ignored_var_family": "family"}
+    )
+    if kind == "param":
+        first = f"{b} ← tanh({c.bias(at)})  ▷ a column map ignoring its variable"
+    else:
+        first = f"{b} ← tanh({c.weight(at)} · X[:, 1])  ▷ a column map ignoring its variable"
+    if kind == "family":
+        u = c.column()
+        return [first, f"for j ∈ [ℓ]: {u}_j ← {b}", f"X ← X + [{u}_1, …, {u}_ℓ]"]
+    return [first, f"for j ∈ [ℓ]: {o}[:, j] ← {b}", f"X ← X + {o}"]
+
+
+# ── decoder state, token offsets, running sums and filled values ─────────────────────────────
+STATE_HELPERS = {
+    "state_decay": """
+Algorithm: Y ← decayed_sum(X)
+/* a running sum that halves at each token, carried as a State */
+Input: X ∈ ℝ^{m×n}
+Output: Y ∈ ℝ^{m×n}
+State: s ∈ ℝ^{m}
+1  for t = 1, …, n do
+2    s ← s / 2 + X[:, t]
+3    Y[:, t] ← tanh(s)
+4  end
+5  return Y
+""",
+    "state_conv": """
+Algorithm: Y ← conv(X | w, b)
+/* a depthwise causal convolution whose window is a State */
+Input: X ∈ ℝ^{m×n}
+Output: Y ∈ ℝ^{m×n}
+Parameters:
+  w ∈ ℝ^{m×k}
+  b ∈ ℝ^{m}
+State: W ∈ ℝ^{m×k}
+1  for t = 1, …, n do
+2    W ← [W[:, 2:k], X[:, t]]
+3    Y[:, t] ← Σ_{j=1}^{k} w[:, j] ⊙ W[:, j] + b
+4  end
+5  return Y
+""",
+    "state_scan": """
+Algorithm: Y ← scan(X, Δ, B, C | A, D)
+/* a selective scan whose state is a matrix */
+Input:
+  X, Δ ∈ ℝ^{m×n}
+  B, C ∈ ℝ^{q×n}
+Output: Y ∈ ℝ^{m×n}
+Parameters:
+  A ∈ ℝ^{m×q}
+  D ∈ ℝ^{m}
+State: h ∈ ℝ^{m×q}
+1  for t = 1, …, n do
+2    h ← exp((Δ[:, t] · 1^⊺) ⊙ A) ⊙ h + (Δ[:, t] ⊙ X[:, t]) · B[:, t]^⊺
+3    Y[:, t] ← h · C[:, t] + D ⊙ X[:, t]
+4  end
+5  return Y
+""",
+}
+
+
+def state(c: Draft, at: Place) -> list[str]:
+    """An algorithm of the card with a `State:` (a decaying sum, a causal convolution, a selective
+    scan), called on X: the cache keeps its state, so decoding never rereads a token."""
+    kind = c.pick({f: f for f in STATE_HELPERS})
+    name = {"state_decay": "decayed_sum", "state_conv": "conv", "state_scan": "scan"}[kind]
+    f = c.helper(name, STATE_HELPERS[kind])
+    if kind == "state_decay":
+        return [f"X ← X + {f}(X) / 2  ▷ a State"]
+    if kind == "state_conv":
+        w, b = c.param(at, "w", "d×3", "weight"), c.bias(at)
+        return [f"X ← X + tanh({f}(X | {w}, {b}))  ▷ a State: a causal convolution"]
+    a, d = c.param(at, "A", "d×2", "weight"), c.bias(at)
+    wb, wc = c.weight(at, "2×d"), c.weight(at, "2×d")
+    return [f"X ← X + tanh({f}(X, sigmoid(X), {wb} · X, {wc} · X | −({a} ⊙ {a}), {d}))  ▷ a State: a scan"]
+
+
+def offsets(c: Draft, at: Place) -> list[str]:
+    """Earlier tokens read by an offset (in a map over a longer matrix, or in a sequential loop), a
+    running sum Σ_{r=1}^{t}, and matrices of zeros or of one value: all causal."""
+    kind = c.pick({"offset_map": "map", "offset_loop": "loop", "running_sum": "sum", "filled": "filled"})
+    if kind == "filled":
+        return ["X ← X + filled(0.5, d, ℓ) ⊙ tanh(X) + zeros(d, ℓ)  ▷ filled values"]
+    m = c.local()
+    if kind == "map":
+        g = c.local()
+        return [
+            f"{m} ← [zeros(d), X]  ▷ a token offset: each column less the one before",
+            f"for t ∈ [ℓ]: {g}[:, t] ← {m}[:, t + 1] − {m}[:, t]",
+            f"X ← X + {g} / 2",
+        ]
+    if kind == "loop":
+        return [
+            f"{m} ← X  ▷ a token offset in a sequential loop",
+            "for t = 2, …, ℓ do",
+            f"  {m}[:, t] ← X[:, t] − X[:, t − 1] / 2",
+            "end",
+            f"X ← X + tanh({m})",
+        ]
+    return [  # kind == "sum"
+        f"for t ∈ [ℓ]: {m}[:, t] ← Σ_{{r=1}}^{{t}} X[:, r] / 4  ▷ a running sum",
+        f"X ← X + tanh({m})",
+    ]
+
+
 CONDITIONS = {  # feature → (condition, needs the layer loop)
     "cond_layer_parity": ("l mod 2 = 0", True),
     "cond_layer_first": ("l = 1", True),
@@ -855,14 +1051,39 @@ CONSTRUCTS: dict[str, Construct] = {  # feature → construct; the first is the 
     "sum_tokens": sum_tokens,
     "length_value": length_value,
     "prelude_basic_attention": basic_attention,
+    "c_multi_query_attention": multi_query_attention,
+    "c_token_matrix": token_matrix,
+    "c_slice_bounds": head_slice_bounds,
+    "c_map_ignoring_variable": map_ignoring_variable,
+    "c_state": state,
+    "c_offsets": offsets,
     "c_conditional": conditional,
 }
 
 
+COINCIDENCES = frozenset(
+    {"c_multi_query_attention", "c_token_matrix", "c_slice_bounds", "c_map_ignoring_variable"}
+)  # the constructs whose layouts meet the card's sizes (a batch of H sequences, ℓ = H, d or k)
+
+
+def _enabled() -> set[str]:
+    """Every construct but those RANDOM_CARDS_WITHOUT names (comma-separated features, or
+    `coincidences` for COINCIDENCES), to run the others while one of them fails."""
+    without: set[str] = set()
+    for name in filter(None, os.environ.get("RANDOM_CARDS_WITHOUT", "").replace(" ", "").split(",")):
+        if name != "coincidences" and name not in CONSTRUCTS:
+            raise ValueError(f"RANDOM_CARDS_WITHOUT: {name!r} is not a construct of {sorted(CONSTRUCTS)}")
+        without |= COINCIDENCES if name == "coincidences" else {name}
+    return set(CONSTRUCTS) - without
+
+
+ENABLED: set[str] = _enabled()  # the constructs a card draws from; a caller may narrow it too
+
+
 def construct(c: Draft, at: Place) -> list[str]:
-    options = dict(CONSTRUCTS)
+    options = {f: make for f, make in CONSTRUCTS.items() if f in ENABLED}
     if at.depth >= 1:
-        options.pop("c_conditional")
+        options.pop("c_conditional", None)
     return c.pick(options)(c, at)
 
 
@@ -881,7 +1102,8 @@ def embedding(c: Draft) -> list[str]:
     """Steps 1–3: token columns, optionally plus learned positions or a value of the position."""
     column, uses_max, uses_wp = c.pick(EMBEDDINGS)
     if uses_max:
-        c.hyper("ℓ_max", 'ℓ_max ∈ ℕ = 8  from "{arch}.context_length"')
+        c.hyper("ℓ_max", f'ℓ_max ∈ ℕ = {max(8, c.sizes.d)}  from "{{arch}}.context_length"')  # ℓ = d fits
+        c.max_length = max(8, c.sizes.d) if uses_wp else None
     if uses_wp:
         c.globals.insert(0, 'W_p ∈ ℝ^{d×ℓ_max}  from "position_embd.weight"^⊺')
     if "{b}" in column:
@@ -933,10 +1155,11 @@ def assemble(c: Draft, steps: list[str]) -> str:
 @st.composite
 def model_cards(draw) -> RandomCard:
     """A random model card that checks clean."""
-    d = draw(st.sampled_from([4, 6, 8]), label="d")
-    H = draw(st.sampled_from([h for h in (1, 2, 3, 4) if d % h == 0 and d // h >= 2]), label="H")
+    d = draw(st.sampled_from([4, 6, 8, 9]), label="d")  # H = k at d = 4, H = 2 and at d = 9, H = 3
+    heads = [h for h in (2, 3, 4) if d % h == 0 and d // h >= 2]
+    H = draw(st.sampled_from(heads * 2 + [1]), label="H")  # one head, which meets nothing, 1/5 to 1/3
     L = draw(st.sampled_from([0, 1, 2]), label="L")
     c = Draft(draw, Sizes(d, H, L))
     steps = embedding(c) + body(c) + ["return P = softmax(U · X)"]
     text = render_card(parse(assemble(c, steps)))
-    return RandomCard(text, frozenset(c.features), c.causal)
+    return RandomCard(text, frozenset(c.features), c.causal, c.sizes, c.max_length)
