@@ -328,6 +328,12 @@ CASES = {  # name → (the card's own algorithms, steps 4…)
         """4  for h ∈ [H], t ∈ [ℓ]: Q̂^h[:, t] ← tanh(X[1:d_h, t])
 5  X ← X + [Q̂^1; …; Q̂^H]""",
     ),
+    # ── one token: a d×1 matrix transposed is 1×d, not a row (the interpreter once took it for one) ──
+    "a matrix transposed twice": ("", "4  X ← X + (X^⊺)^⊺ / 2"),
+    "the tokens' products with the last one": (
+        "",
+        "4  u ← X^⊺ · X[:, ℓ]\n5  X ← X + X · softmax(u) · 1^⊺ / 4",
+    ),
 }
 
 SMALL = """toycards 1

@@ -55,12 +55,22 @@ class ReferenceModel(ModelAPI):
     """The interpreter behind the model interface; slow, float64, and the definition."""
 
     def __init__(self, card: ir.Card, bound: Bound, weights: dict[str, np.ndarray]) -> None:
-        from toycards.checker import check
+        from toycards.checker import check_card, check_prelude
         from toycards.library import library_algorithms
 
-        errors = [d for d in check(card) if d.severity == "error"]
+        result = check_card(card)
+        errors = [d for d in result.diagnostics if d.severity == "error"]
         if errors:
             raise ToycardsError.from_diagnostics(errors, {card.main.span.file: card.source})
+        shapes = {
+            k: s
+            for r in (check_prelude(), result)
+            if r
+            for i in r.algorithms.values()
+            for k, s in i.shapes.items()
+        }
+        self._results = (result, check_prelude())  # the nodes' ids stay valid while these live
+        self.rank_of = lambda node: None if (s := shapes.get(id(node))) is None else s.rank
         self.card, self.bound = card, bound
         self.hp = dict(bound.hyper)
         self.w = {k: np.asarray(v) for k, v in weights.items()}  # as GGUF stores them, by tensor name
@@ -82,7 +92,7 @@ class ReferenceModel(ModelAPI):
     def sequence_logits(self, ids: np.ndarray) -> np.ndarray:
         """float64 logits `[ℓ, N_V]` of one sequence of token ids: Z of the card's `P = softmax(Z)`."""
         x = np.asarray(ids, dtype=np.int64) + 1  # the card's token numbers are 1-based
-        interp = Interpreter(self.card, self.library, logits=True)
+        interp = Interpreter(self.card, self.library, logits=True, rank_of=self.rank_of)
         Z = interp.run(self.card.main.name, [x], self.values())
         return np.asarray(Z, dtype=np.float64).T
 

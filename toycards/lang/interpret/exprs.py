@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -52,6 +53,9 @@ class Evaluator:
     def __init__(self, card: ir.Card, library: dict[str, ir.Algorithm]) -> None:
         self.card = card
         self.library = library
+        # the checker's rank of a node where known (models/reference.py gives it): it tells a 1×n
+        # matrix from a row (a transposed vector) where a length of 1 makes the values alike
+        self.rank_of: Callable[[object], int | None] = lambda node: None
         self._kinds = {
             ir.Name: self.name, ir.Num: self.num, ir.Const: self.const, ir.Str: lambda e, f: e.value,
             ir.UnOp: self.unop, ir.Transpose: self.transpose, ir.Index: self.index, ir.Call: self.call,
@@ -112,14 +116,15 @@ class Evaluator:
             node = node.left
         value = self.eval(node, f)
         for op in reversed(chain):
-            value = self.apply_op(op.op, value, self.eval(op.right, f))
+            value = self.apply_op(op.op, value, self.eval(op.right, f), op)
         return value
 
-    def apply_op(self, op: str, a: object, b: object) -> object:
+    def apply_op(self, op: str, a: object, b: object, node: object = None) -> object:
         if op in _ARITH:
             return elementwise(op, a, b)
         if op == "·":
-            return matmul(a, b)
+            rank = self.rank_of(node)
+            return matmul(a, b, number=None if rank is None else rank == 0)
         if op == "/":
             return divide(a, b)
         if op == "^":
@@ -143,7 +148,8 @@ class Evaluator:
     def transpose(self, e: ir.Transpose, f: Frame) -> object:
         if isinstance(e.operand, ir.Num) and e.operand.text == "1":
             return ONES
-        return transpose(self.eval(e.operand, f))
+        rank = self.rank_of(e)
+        return transpose(self.eval(e.operand, f), vector=None if rank is None else rank == 1)
 
     def indicator(self, e: ir.Indicator, f: Frame) -> int:
         return 1 if truth(self.eval(e.cond, f)) else 0

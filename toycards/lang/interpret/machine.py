@@ -48,11 +48,15 @@ class Interpreter(Evaluator):
     """Runs the algorithms of one card; calls reach the card's algorithms, then the library's.
 
     `logits=True`: the entry algorithm's final `return P = softmax(Z)` returns Z (the logits), as
-    the generated modules do.
+    the generated modules do. `rank_of(node)`: the checker's rank of an expression node, or None.
     """
 
-    def __init__(self, card: ir.Card, library: dict[str, ir.Algorithm], logits: bool = False) -> None:
+    def __init__(
+        self, card: ir.Card, library: dict[str, ir.Algorithm], logits: bool = False, rank_of=None
+    ) -> None:
         super().__init__(card, library)
+        if rank_of is not None:
+            self.rank_of = rank_of
         self.home = {a.name: a for a in card.algorithms}
         self.logits = logits
         self._top: Frame | None = None

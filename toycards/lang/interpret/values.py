@@ -225,12 +225,13 @@ def negate(a: object) -> object:
     return -floats(a) if is_array(a) else -a
 
 
-def matmul(a: object, b: object) -> object:
+def matmul(a: object, b: object, number: bool | None = None) -> object:
     """`A · B` in the column convention.
 
     A number times anything scales it; (m×k)·(k×n) is m×n; (m×k)·(k) is a vector of m entries,
     or a number when A is a row (1×k); a vector (m) times a row (1×n) is the m×n outer
-    product; a vector times `1^⊺` is the spread `b · 1^⊺`.
+    product; a vector times `1^⊺` is the spread `b · 1^⊺`. `number`: whether a 1×k matrix times
+    a vector is a number (a row's product) or a vector of one entry, where the checker knows.
     """
     if b is ONES:
         if is_array(a) and a.ndim == 1:
@@ -250,16 +251,19 @@ def matmul(a: object, b: object) -> object:
     product = np.matmul(floats(a2), floats(b2))
     if b.ndim == 2:
         return product
-    return float(product[0, 0]) if a2.shape[0] == 1 and a.ndim == 2 else product[:, 0]
+    row = a2.shape[0] == 1 and a.ndim == 2 if number is None else number
+    return float(product[0, 0]) if row else product[:, 0]
 
 
-def transpose(a: object) -> object:
-    """`A^⊺`: a vector becomes a row (1×n), a row becomes a vector, a matrix is transposed."""
+def transpose(a: object, vector: bool | None = None) -> object:
+    """`A^⊺`: a vector becomes a row (1×n), a row becomes a vector, a matrix is transposed.
+    `vector`: whether the result is a vector (a row's transpose) or a matrix, where the checker
+    knows; else a 1×n value is taken for a row."""
     if not is_array(a) or a.ndim not in (1, 2):
         raise Fault(f"^⊺ needs a vector or a matrix, got {describe(a)}")
     if a.ndim == 1:
         return a.reshape(1, -1).copy()
-    if a.shape[0] == 1:
+    if a.shape[0] == 1 and (vector is None or vector):
         return a[0].copy()
     return a.T.copy()
 
