@@ -467,9 +467,29 @@ def test_a_card_that_defines_a_prelude_name_keeps_the_prelude_inside_the_prelude
     scores = x.T @ x / np.sqrt(2)  # S[t_z, t_x], causal: column 1 attends to token 1 alone
     weights = np.zeros((2, 2))
     weights[0, 0] = 1.0
-    weights[:, 1] = np.exp(scores[:, 1] - scores[:, 1].max()) / np.exp(scores[:, 1] - scores[:, 1].max()).sum()
+    weights[:, 1] = (
+        np.exp(scores[:, 1] - scores[:, 1].max()) / np.exp(scores[:, 1] - scores[:, 1].max()).sum()
+    )
     want = sharp + x @ weights
     for target, arr in targets():
         g = generated_function(OWN_SOFTMAX, target, call="G(X)[:, t]", name="G")
         got = np.asarray(g(arr(x.T.copy())), dtype=np.float64).T  # code layout is [ℓ, n]
         np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=target)
+
+
+TOPK_AS_NUMBERS = """
+Algorithm: y ← F(v | W)
+Input: v ∈ ℝ^{n}
+Output: y ∈ ℝ^{m}
+Parameters: W ∈ ℝ^{m×2}
+1  return y = W · topk(v, 2)
+"""
+
+
+def test_topk_indices_are_numbers_in_arithmetic_on_both_targets():
+    """topk(v, 2) of (0.5, 2, −1, 3) is (4, 2); W · (4, 2) by hand."""
+    w = [[1.0, 10.0], [2.0, 20.0]]
+    for target, arr in targets():
+        f = generated_function(TOPK_AS_NUMBERS, target, call="F(X[:, t] | W[:, 1:2])")
+        got = np.asarray(f(arr([0.5, 2.0, -1.0, 3.0]), arr(w)), dtype=np.float64)
+        np.testing.assert_allclose(got, [1 * 4 + 10 * 2, 2 * 4 + 20 * 2], err_msg=target)

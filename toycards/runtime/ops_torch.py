@@ -50,7 +50,8 @@ def filled(c, *shape):
 def topk(v, k):
     """`topk(v, k)`: 1-based indices of the k largest entries along the last axis, largest first,
     ties to the lower index (a stable sort: torch.topk leaves the order of ties open)."""
-    return torch.sort(v, dim=-1, descending=True, stable=True).indices[..., :k] + 1
+    indices = torch.sort(v, dim=-1, descending=True, stable=True).indices[..., :k] + 1
+    return indices.to(v.dtype)  # numbers, as the card reads them (ops.index_of makes them integers to pick)
 
 
 def linear(x, W):
@@ -458,7 +459,7 @@ def moe(X, W_r, W_gate, W_up, W_down, k, norm):
     """
     x = X.reshape(-1, X.shape[-1])  # (N, d_e): every token of the batch
     P = torch.softmax(F.linear(x, W_r), dim=-1)  # (N, E) router probabilities
-    chosen = topk(P, k) - 1  # (N, k) experts, most probable first
+    chosen = topk(P, k).long() - 1  # (N, k) experts, most probable first
     G = P.gather(-1, chosen)  # (N, k) their probabilities
     if norm == "renormalise":
         G = G / G.sum(dim=-1, keepdim=True)
