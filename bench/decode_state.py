@@ -1,6 +1,6 @@
 """Benchmark: a decoding step's cost against the context length, for a recurrent card and an attention card.
 
-A card whose layers carry a `State:` (a causal convolution and a selective scan, the shape of a
+A card whose layers carry a `State:` (the prelude's causal_conv and selective_scan, the shape of a
 Mamba mixer) decodes a token from its state alone, so a step should cost the same at every
 context; an attention card of the same width reads every cached key and value, so its step grows
 with the context. Both are built from card text with random weights (`toycards.load(text)`), the
@@ -26,36 +26,6 @@ import time
 from _setup import prepare
 
 RECURRENT = """toycards 1
-
-Algorithm: Y ← causal_conv(X | w, b)
-/* Depthwise causal convolution of width k */
-Input: X ∈ ℝ^{d×ℓ}
-Output: Y ∈ ℝ^{d×ℓ}
-Parameters:
-  w ∈ ℝ^{d×k}
-  b ∈ ℝ^{d}
-State: W ∈ ℝ^{d×k}
-1  for t = 1, …, ℓ do
-2    W ← [W[:, 2:k], X[:, t]]
-3    Y[:, t] ← Σ_{j=1}^{k} w[:, j] ⊙ W[:, j] + b
-4  end
-5  return Y
-
-Algorithm: Y ← selective_scan(X, Δ, B, C | A, D)
-/* A selective scan */
-Input:
-  X, Δ ∈ ℝ^{d×ℓ}
-  B, C ∈ ℝ^{n×ℓ}
-Output: Y ∈ ℝ^{d×ℓ}
-Parameters:
-  A ∈ ℝ^{d×n}
-  D ∈ ℝ^{d}
-State: h ∈ ℝ^{d×n}
-1  for t = 1, …, ℓ do
-2    h ← exp((Δ[:, t] · 1^⊺) ⊙ A) ⊙ h + (Δ[:, t] ⊙ X[:, t]) · B[:, t]^⊺
-3    Y[:, t] ← h · C[:, t] + D ⊙ X[:, t]
-4  end
-5  return Y
 
 Algorithm: P ← Recurrent(x | θ)
 Input: x ∈ V^ℓ

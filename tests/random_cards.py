@@ -907,8 +907,7 @@ def map_ignoring_variable(c: Draft, at: Place) -> list[str]:
 
 
 # ── decoder state, token offsets, running sums and filled values ─────────────────────────────
-STATE_HELPERS = {
-    "state_decay": """
+DECAYED_SUM = """
 Algorithm: Y ← decayed_sum(X)
 /* a running sum that halves at each token, carried as a State */
 Input: X ∈ ℝ^{m×n}
@@ -919,56 +918,22 @@ State: s ∈ ℝ^{m}
 3    Y[:, t] ← tanh(s)
 4  end
 5  return Y
-""",
-    "state_conv": """
-Algorithm: Y ← conv(X | w, b)
-/* a depthwise causal convolution whose window is a State */
-Input: X ∈ ℝ^{m×n}
-Output: Y ∈ ℝ^{m×n}
-Parameters:
-  w ∈ ℝ^{m×k}
-  b ∈ ℝ^{m}
-State: W ∈ ℝ^{m×k}
-1  for t = 1, …, n do
-2    W ← [W[:, 2:k], X[:, t]]
-3    Y[:, t] ← Σ_{j=1}^{k} w[:, j] ⊙ W[:, j] + b
-4  end
-5  return Y
-""",
-    "state_scan": """
-Algorithm: Y ← scan(X, Δ, B, C | A, D)
-/* a selective scan whose state is a matrix */
-Input:
-  X, Δ ∈ ℝ^{m×n}
-  B, C ∈ ℝ^{q×n}
-Output: Y ∈ ℝ^{m×n}
-Parameters:
-  A ∈ ℝ^{m×q}
-  D ∈ ℝ^{m}
-State: h ∈ ℝ^{m×q}
-1  for t = 1, …, n do
-2    h ← exp((Δ[:, t] · 1^⊺) ⊙ A) ⊙ h + (Δ[:, t] ⊙ X[:, t]) · B[:, t]^⊺
-3    Y[:, t] ← h · C[:, t] + D ⊙ X[:, t]
-4  end
-5  return Y
-""",
-}
+"""
 
 
 def state(c: Draft, at: Place) -> list[str]:
-    """An algorithm of the card with a `State:` (a decaying sum, a causal convolution, a selective
-    scan), called on X: the cache keeps its state, so decoding never rereads a token."""
-    kind = c.pick({f: f for f in STATE_HELPERS})
-    name = {"state_decay": "decayed_sum", "state_conv": "conv", "state_scan": "scan"}[kind]
-    f = c.helper(name, STATE_HELPERS[kind])
-    if kind == "state_decay":
-        return [f"X ← X + {f}(X) / 2  ▷ a State"]
-    if kind == "state_conv":
+    """An algorithm with a `State:` (the card's decaying sum, the prelude's causal convolution or
+    selective scan), called on X: the cache keeps its state, so decoding never rereads a token."""
+    kind = c.pick({"state_decay": "decay", "state_conv": "conv", "state_scan": "scan"})
+    if kind == "decay":
+        return [f"X ← X + {c.helper('decayed_sum', DECAYED_SUM)}(X) / 2  ▷ a State"]
+    if kind == "conv":
         w, b = c.param(at, "w", "d×3", "weight"), c.bias(at)
-        return [f"X ← X + tanh({f}(X | {w}, {b}))  ▷ a State: a causal convolution"]
+        return [f"X ← X + tanh(causal_conv(X | {w}, {b}))  ▷ a State: a causal convolution"]
     a, d = c.param(at, "A", "d×2", "weight"), c.bias(at)
     wb, wc = c.weight(at, "2×d"), c.weight(at, "2×d")
-    return [f"X ← X + tanh({f}(X, sigmoid(X), {wb} · X, {wc} · X | −({a} ⊙ {a}), {d}))  ▷ a State: a scan"]
+    scan = f"selective_scan(X, sigmoid(X), {wb} · X, {wc} · X | −({a} ⊙ {a}), {d})"
+    return [f"X ← X + tanh({scan})  ▷ a State: a scan"]
 
 
 def offsets(c: Draft, at: Place) -> list[str]:

@@ -18,47 +18,15 @@ from card_functions import generated_function
 from test_interpreter import HAS_TORCH, checked_models, decode
 
 from toycards.checker import check
+from toycards.lang import ir
 from toycards.lang.interpret import run
 from toycards.lang.parse import parse
 from toycards.lang.printer import render_card
+from toycards.library import library_card
 from toycards.runtime.context import KVCache
 from toycards.runtime.model_base import CacheRecomputes
 
 TARGETS = ("numpy", pytest.param("torch", marks=pytest.mark.skipif(not HAS_TORCH, reason="no torch")))
-
-CONV = """
-Algorithm: Y ← causal_conv(X | w, b)
-/* Depthwise causal convolution of width k */
-Input: X ∈ ℝ^{d×ℓ}
-Output: Y ∈ ℝ^{d×ℓ}
-Parameters:
-  w ∈ ℝ^{d×k}
-  b ∈ ℝ^{d}
-State: W ∈ ℝ^{d×k}  ▷ the last k inputs, oldest first
-1  for t = 1, …, ℓ do
-2    W ← [W[:, 2:k], X[:, t]]
-3    Y[:, t] ← Σ_{j=1}^{k} w[:, j] ⊙ W[:, j] + b
-4  end
-5  return Y
-"""
-
-SCAN = """
-Algorithm: Y ← selective_scan(X, Δ, B, C | A, D)
-/* A selective scan */
-Input:
-  X, Δ ∈ ℝ^{d×ℓ}
-  B, C ∈ ℝ^{n×ℓ}
-Output: Y ∈ ℝ^{d×ℓ}
-Parameters:
-  A ∈ ℝ^{d×n}
-  D ∈ ℝ^{d}
-State: h ∈ ℝ^{d×n}
-1  for t = 1, …, ℓ do
-2    h ← exp((Δ[:, t] · 1^⊺) ⊙ A) ⊙ h + (Δ[:, t] ⊙ X[:, t]) · B[:, t]^⊺
-3    Y[:, t] ← h · C[:, t] + D ⊙ X[:, t]
-4  end
-5  return Y
-"""
 
 RUNNING = """
 Algorithm: Y ← running_sum(X)
@@ -126,10 +94,10 @@ Parameters:
 """
 
 MODELS = {  # name → (algorithms, steps)
-    "conv": (CONV, "4  X ← X + causal_conv(X | w, b)"),
-    "scan": (SCAN, "4  X ← X + selective_scan(X, sigmoid(X), W_b · X, W_c · X | −(A ⊙ A), D)"),
+    "conv": ("", "4  X ← X + causal_conv(X | w, b)"),
+    "scan": ("", "4  X ← X + selective_scan(X, sigmoid(X), W_b · X, W_c · X | −(A ⊙ A), D)"),
     "conv then scan": (
-        CONV + SCAN,
+        "",
         "4  V ← tanh(causal_conv(X | w, b))\n5  X ← X + selective_scan(V, sigmoid(X), W_b · V, W_c · X | −(A ⊙ A), D)",
     ),
     "state in a layer loop": (
@@ -218,8 +186,8 @@ def test_a_local_carried_across_tokens_makes_the_module_reread_and_stay_exact():
     np.testing.assert_allclose(got, ref(ids[None])[0], atol=1e-4)
 
 
-def test_the_interpreter_computes_the_recurrences_as_written():
-    card = parse("toycards 1\n" + CONV + SCAN)
+def test_the_interpreter_computes_the_prelude_recurrences_as_written():
+    card = library_card("prelude")
     rng = np.random.default_rng(0)
     d, k, n, length = 3, 4, 2, 6
     x, w, b = rng.standard_normal((d, length)), rng.standard_normal((d, k)), rng.standard_normal(d)
@@ -239,10 +207,10 @@ def test_the_interpreter_computes_the_recurrences_as_written():
 
 @pytest.mark.skipif(not HAS_TORCH, reason="no torch")
 def test_training_backpropagates_through_the_state():
-    """The gradients of the generated torch convolution equal torch's own conv1d's."""
+    """The gradients of the prelude's convolution, generated for torch, equal torch's own conv1d's."""
     import torch
 
-    f = generated_function(CONV, "torch", call="causal_conv(X | W[:, 1:4], W[:, 1])", name="causal_conv")
+    f = generated_function("", "torch", call="causal_conv(X | W[:, 1:4], W[:, 1])", name="causal_conv")
     rng = np.random.default_rng(1)
     x = torch.tensor(rng.standard_normal((2, 7, 5)), dtype=torch.float32, requires_grad=True)  # [B, ℓ, d]
     w = torch.tensor(rng.standard_normal((5, 4)), dtype=torch.float32, requires_grad=True)
@@ -258,7 +226,7 @@ def test_training_backpropagates_through_the_state():
 
 
 def test_a_state_block_round_trips_and_reads_in_ascii():
-    card = parse("toycards 1\n" + SCAN)
+    card = ir.Card((library_card("prelude").algorithm("selective_scan"),))
     text = render_card(card)
     assert "State: h ∈ ℝ^{d×n}" in text and parse(text) == card
     ascii_text = render_card(card, ascii=True)
