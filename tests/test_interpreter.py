@@ -785,3 +785,19 @@ def test_a_parameter_column_picked_by_the_head_of_a_map(construct, target):
     batch = np.stack([ids, ids[::-1]])
     got = models[target]._forward_numpy(batch, None).reshape(2, *want.shape)
     close_to_reference(got[1], models["reference"](ids[::-1]), f"{construct}, {target}, a batch of two")
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="no torch")
+def test_a_tensor_named_like_a_model_attribute_loads_on_torch():
+    """"w.weight" and "training.weight" are parts the torch model or any module has as attributes
+    (`model.w`, `Module.training`): they load, and the model equals the interpreter."""
+    steps = "4  X ← X + tanh(A_1 · X) + tanh(B · X) + tanh(T · X)"
+    text = TINY.format(steps=steps, algorithms="").replace(
+        '  U ∈ ℝ^{N_V×d}  from "output.weight"',
+        '  B ∈ ℝ^{d×d}  from "w.weight"\n  T ∈ ℝ^{d×d}  from "training.weight"\n'
+        '  U ∈ ℝ^{N_V×d}  from "output.weight"',
+    )
+    models = checked_models(text, "torch")
+    ids = np.asarray(ids_for(11, 5))
+    close_to_reference(models["torch"].logits(list(ids)), models["reference"](ids), "w.weight on torch")
+    assert {"w~.weight", "training~.weight"} <= set(models["torch"].state_dict())

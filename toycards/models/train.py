@@ -282,8 +282,10 @@ class Trainer:
         return {**self.fingerprint, **self.config.resumable(), "data": self.data.digest}
 
     def full_weights(self) -> dict[str, torch.Tensor]:
-        """The whole model's tensors by name on the CPU, on rank 0 (every process calls this)."""
-        return full_state(self.model)[0]
+        """The whole model's tensors by GGUF name on the CPU, on rank 0 (every process calls this)."""
+        from toycards.runtime.model_torch import gguf_name
+
+        return {gguf_name(k): v for k, v in full_state(self.model)[0].items()}
 
     def save_checkpoint(self, path: str) -> None:
         """Weights, optimizer state, step and identity, gathered (every process calls this) and

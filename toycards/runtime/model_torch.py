@@ -1,7 +1,8 @@
 """Base class of generated torch modules: an `nn.Module` whose parameters carry GGUF names.
 
 Owns: registering each tensor as an `nn.Parameter` at its GGUF name (`blk.0.attn_q.weight`
-is `state_dict()["blk.0.attn_q.weight"]`, through nested module dicts), tied tensors shared
+is `state_dict()["blk.0.attn_q.weight"]`, through nested module dicts; a part that is already an
+attribute, as in "w.weight", takes a `~`: `w~.weight`, which `gguf_name` undoes), tied tensors shared
 as one parameter, weights kept in their GGUF blocks (`QuantWeight`, not parameters: they do not
 train), `w` (the forward pass's view of those parameters and weights by name), `__call__` with a
 KV cache, the device its forward passes run on, and the torch side of `ModelAPI`.
@@ -31,18 +32,34 @@ from toycards.runtime.context import KVCache
 from toycards.runtime.model_base import ModelAPI
 from toycards.runtime.quant_torch import QuantWeight
 
+_MODEL_NAMES = {"w"}  # attributes the model sets after registering its parameters
+
 
 def _register(root: nn.Module, name: str, param: nn.Parameter) -> nn.Module:
     """Register `param` at the dotted `name` under `root`, making the modules on the way; the
-    module that holds it."""
+    module that holds it. A part of the name that is an attribute of the module on the way (a
+    tensor "w.weight" beside the model's `w`) takes a `~` after it: `w~.weight` in the state dict.
+
+    >>> root = nn.Module()
+    >>> _ = _register(root, "training.weight", nn.Parameter(torch.ones(1)))
+    >>> list(root.state_dict())
+    ['training~.weight']
+    """
     *path, leaf = name.split(".")
     node = root
     for part in path:
+        taken = hasattr(node, part) or node is root and part in _MODEL_NAMES
+        part = part + "~" if taken and part not in node._modules else part
         if part not in node._modules:
             node.add_module(part, nn.Module())
         node = node._modules[part]
     node.register_parameter(leaf, param)
     return node
+
+
+def gguf_name(key: str) -> str:
+    """The GGUF name of a state-dict key (`_register`'s `~` taken off: `w~.weight` → `w.weight`)."""
+    return ".".join(part.removesuffix("~") for part in key.split("."))
 
 
 class Weights(dict):
