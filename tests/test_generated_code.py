@@ -37,8 +37,8 @@ from toycards.codegen import generate_source
 from toycards.lang.parse import parse
 from toycards.lang.printer import render_card
 from toycards.library import card_architectures, card_names, library_card
+from toycards.models.kernel_table import KERNELS, algorithm_functions
 from toycards.models.load import card_for_file, load, module_namespace
-from toycards.runtime.kernel_table import KERNELS, algorithm_functions
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
@@ -225,7 +225,7 @@ def test_kernel_sites_come_from_the_cache_plan_and_are_cached(tmp_path, monkeypa
     `attention` call); attention's queries (ℓ_x) are the tokens, its keys (ℓ_z) the context. Kept on
     disk; a damaged entry is computed afresh. A card's own `softmax` has no site: not the library's."""
     from toycards.models import load as loading
-    from toycards.runtime.kernel_table import Site
+    from toycards.models.kernel_table import Site
 
     monkeypatch.setenv("TOYCARDS_CACHE", str(tmp_path))
     sites = loading.kernel_sites(library_card("llama"))

@@ -1,7 +1,7 @@
 """Each single kernel that generated torch code may run equals the card steps it replaces.
 
 A generated module holds the card's steps alone; where toycards loads it, the kernel table
-(runtime/kernel_table.py) puts an adapter in place of each prelude algorithm that has a kernel,
+(models/kernel_table.py) puts an adapter in place of each prelude algorithm that has a kernel,
 the steps kept as its `__wrapped__`. These tests run the prelude functions of modules loaded that
 way with `ops.fast` off (the card's steps, the naive reference) and on (the kernel), every table
 entry among them, on random inputs, and whole models both ways; and a card's own algorithm of the
@@ -19,9 +19,9 @@ from gqa_passes import SIZES, run_layers, run_passes, window  # noqa: E402
 
 from toycards.lang.parse import parse  # noqa: E402
 from toycards.library import library_card  # noqa: E402
+from toycards.models.kernel_table import KERNELS  # noqa: E402
 from toycards.models.load import module_namespace  # noqa: E402
 from toycards.runtime import ops_torch, quant_kernels, rope_torch  # noqa: E402
-from toycards.runtime.kernel_table import KERNELS  # noqa: E402
 
 
 @pytest.fixture(scope="module")

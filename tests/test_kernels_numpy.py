@@ -1,6 +1,6 @@
 """The NumPy target's single kernels equal the card steps they replace (no torch here).
 
-Where toycards loads a generated NumPy module, the kernel table (runtime/kernel_table.py) puts the
+Where toycards loads a generated NumPy module, the kernel table (models/kernel_table.py) puts the
 prelude's GQAttention (one C call, runtime/glue_numpy.py) and MoE in place of their steps; these
 tests run the prelude functions of modules loaded that way with `ops_numpy.fast` off (the card's
 steps, the naive reference) and on (the kernel), every table entry among them, pass by pass over
@@ -16,10 +16,10 @@ from gqa_passes import SIZES, run_passes, window
 
 from toycards.lang.parse import parse
 from toycards.library import library_card
+from toycards.models.kernel_table import KERNELS
 from toycards.models.load import module_namespace
 from toycards.runtime import glue_numpy, ops_numpy, quant_kernels, quant_numpy
 from toycards.runtime.context import Context, KVCache
-from toycards.runtime.kernel_table import KERNELS
 
 needs_kernels = pytest.mark.skipif(quant_kernels.library() is None, reason="no C compiler: no kernels")
 

@@ -26,9 +26,9 @@ The package follows the pipeline, one sub-package per stage (dependencies point 
     codegen/     IR → readable torch / NumPy module source (emitter + jinja2 template)
     gguf/        GGUF files: header validation, reader, ggml facts, dequantisation, metadata
     tokenizer/   byte-level BPE, SentencePiece, special tokens, chat templates
-    runtime/     what generated modules run on: ops, KV cache, model bases, sampling, and the
-                          kernels put in place of prelude algorithms (kernel_table.py)
-    models/      a card bound to a file: binding, loading, evaluation, training, saving
+    runtime/     what generated modules run on: ops, KV cache, model bases, sampling, kernels
+    models/      a card bound to a file: binding, loading (kernels put in place of prelude
+                          algorithms: kernel_table.py), evaluation, training, saving
     inspect/     describe (header, inventory, formats), diff, discover (list)
     render/      Markdown, LaTeX, HTML, JSON and terminal views of a card
     serve/       an OpenAI-compatible HTTP server for one model (the `serve` extra)

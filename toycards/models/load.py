@@ -4,7 +4,7 @@ Owns: choosing the card for a GGUF file (library.card_for_file: its embedded `to
 else a TOYCARDS_CARDS card, else the library card for `general.architecture`), binding it
 (binding.py), generating the module source (codegen; cached on disk: `module_source`),
 executing it and putting the target's kernels in place of the prelude algorithms the card runs
-as the library wrote them (runtime/kernel_table.py, with what the cache plan says of each:
+as the library wrote them (models/kernel_table.py, with what the cache plan says of each:
 `kernel_sites`, cached on disk too; a module written by `toycards gen` gets them at `from_gguf`)
 or, for `target="reference"`, handing the card to the reference interpreter (reference.py), reading
 each bound tensor (a quantized, F16 or BF16 matrix kept in its GGUF blocks for the kernels behind
@@ -34,7 +34,7 @@ from toycards.lang.scale import collector_paused
 from toycards.models.binding import Bound, BoundParam, bind, bind_values
 
 if TYPE_CHECKING:
-    from toycards.runtime.kernel_table import Site
+    from toycards.models.kernel_table import Site
 
 TARGETS = ("numpy", "torch", "reference")  # reference: the interpreter running the card (slow, float64)
 
@@ -133,10 +133,10 @@ def kernel_sites(card: ir.Card) -> dict[str, Site]:
     """The prelude algorithms `card` runs as the library wrote them (a card that defines its own
     `softmax` runs that one), each with what the cache plan (checker/tokenflow.py) says of it: the
     dimensions that hold a pass's tokens and the inputs its calls extend the KV cache with. What
-    runtime/kernel_table.py needs to put a kernel in place of the algorithm's steps; kept in the
+    models/kernel_table.py needs to put a kernel in place of the algorithm's steps; kept in the
     disk cache as module_source is (a hit never imports the checker)."""
     from toycards import cache
-    from toycards.runtime.kernel_table import Site
+    from toycards.models.kernel_table import Site
 
     path = cache.cache_file("module-kernels", _generated_key(card))
     facts = cache.load(path)
@@ -184,7 +184,7 @@ def _plan_facts(card: ir.Card) -> dict[str, tuple[tuple[str, ...], tuple[tuple[i
 def module_namespace(card: ir.Card, target: str) -> dict[str, object]:
     """Generate (or read from the cache), verify and execute the module for `card`, then put the
     target's kernels in place of the prelude algorithms it runs as the library wrote them
-    (runtime/kernel_table.py); the module's namespace."""
+    (models/kernel_table.py); the module's namespace."""
     if target == "torch":
         try:
             import torch  # noqa: F401
@@ -207,7 +207,7 @@ def put_kernels(namespace: dict, card: ir.Card, target: str) -> list[str]:
     """The target's kernels in a generated module's namespace (kernel_table.substitute); the
     algorithms that run one."""
     from toycards.library import library_algorithms
-    from toycards.runtime import kernel_table
+    from toycards.models import kernel_table
 
     return kernel_table.substitute(namespace, target, kernel_sites(card), library_algorithms())
 

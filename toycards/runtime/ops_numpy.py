@@ -16,7 +16,7 @@ from toycards.runtime import glue_numpy
 from toycards.runtime.context import zero_pages
 from toycards.runtime.quant_numpy import QuantWeight, blas_product, float_linear
 
-fast = True  # kernel_table.py runs gq_attention and moe below in place of a prelude algorithm's steps
+fast = True  # models/kernel_table.py runs gq_attention and moe below in place of a prelude algorithm's steps
 inf = np.inf
 exp, log, tanh, sin, cos, sqrt, abs_ = np.exp, np.log, np.tanh, np.sin, np.cos, np.sqrt, np.abs
 

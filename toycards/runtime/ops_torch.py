@@ -20,7 +20,7 @@ from toycards.runtime.ops_numpy import shift_cols  # noqa: F401 - slicing alike 
 from toycards.runtime.quant_torch import QuantWeight, float_gemm, float_linear
 
 inf = math.inf
-fast = True  # kernel_table.py runs the single kernels below in place of a prelude algorithm's steps
+fast = True  # models/kernel_table.py runs the single kernels below in place of a prelude algorithm's steps
 exp, log, tanh, sin, cos, sqrt, abs_, erf = (
     torch.exp,
     torch.log,

@@ -15,7 +15,7 @@ its steps. tests/test_kernels.py (torch) and tests/test_kernels_numpy.py tie eve
 steps it replaces, through this substitution.
 
 Owns: `KERNELS`, `Site` (what the cache plan says of one algorithm of a card) and `substitute`.
-Leaves out: the kernels (ops_torch.py, ops_numpy.py and their glue), which algorithms a card runs
+Leaves out: the kernels (runtime/ops_torch.py, runtime/ops_numpy.py and their glue), which algorithms a card runs
 as the library's and the cache plan (models/load.py, from checker/tokenflow.py), the generated
 code (codegen/).
 """
