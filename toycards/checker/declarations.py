@@ -1,7 +1,8 @@
 """Declarations of one algorithm: what its names are, and its Signature.
 
 Owns: registering inputs, outputs, hyperparameters, parameters (and per-layer families such as
-`γ_l^1` in `for l ∈ [L], in "blk.{l-1}.":`) and the dimension names they declare implicitly;
+`γ_l^1` in `for l ∈ [L], in "blk.{l-1}.":`), states (`State:`, sized by neither an input's token
+count nor a binding) and the dimension names they declare implicitly;
 the algorithm's `Signature` (what callers see); and the diagnostics for declarations: duplicates,
 header names that are not declared (and declared inputs the header does not take), derived
 hyperparameters (`d_h ≔ d_e / H`: a dimension expression, exact division, no cycles), and

@@ -17,7 +17,9 @@ step and call, using the shapes the checker inferred:
 Anything else that reads across tokens (a fixed column `X[:, 1]`, `Σ` over the tokens, a
 non-causal mask, the number `ℓ` used as a value) makes the plan "recompute": decoding then runs
 the whole sequence again at each step, which is exact, and the plan says why (`reason`, at
-`span`). Leaves out: generating code (codegen/) and running (runtime/context.py).
+`span`). An algorithm with a `State:` streams: its `for t = 1, …, ℓ do` loop over this pass's
+tokens reads them one by one, exact under the cache when only state names carry from one token
+to the next. Leaves out: generating code (codegen/) and running (runtime/context.py).
 """
 
 from __future__ import annotations

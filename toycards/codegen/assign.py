@@ -1,7 +1,8 @@
 """Assignments and returns: where a computed value goes.
 
 Owns: `AssignEmitter`, the part of `ExprEmitter` that writes a value to a name, to an entry or
-column inside a parallel map, or returns it; sizes of entry-written vectors.
+column inside a parallel map, to a column outside one (`Y[:, t] ← …` in a sequential loop), or
+returns it; sizes of entry-written vectors.
 Leaves out: computing the value (exprs.py, calls.py), statement structure (steps.py).
 """
 

@@ -4,7 +4,9 @@ Owns: turning each algorithm of a card (and the prelude algorithms it calls) int
 statements for one target ("torch" or "numpy"), one statement or short block per card step,
 each preceded by the card line it implements; vectorising parallel maps (`for t ∈ [ℓ]`,
 `for h ∈ [H]`, `for i ∈ [d/2]`, `for t_z ∈ …, t_x ∈ …`) into array operations; threading the
-run-time context (token positions, KV cache) to where the card uses positions and attention.
+run-time context (token positions, KV cache) to where the card uses positions and attention, and
+an algorithm's `State:` from the cache at its start to the cache at its `return`; which
+algorithm a call runs (the card's own first, the library's inside the library).
 Leaves out: text layout (templates/*.jinja), identifiers (namespace.py), running (runtime/).
 
 The layout of arrays is described in values.py. An error in a card that the checker lets

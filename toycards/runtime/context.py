@@ -2,16 +2,18 @@
 
 Owns: `KVCache` (per call that reads a context, such as attention, the keys and values of
 every token seen so far, grown in place by doubling; per stateful call (a `State:` block), the
-state it left; or, for a card the cache cannot follow, the token ids so far), `Context` (the absolute 1-based positions of the tokens in this pass
-and a cursor over the cache's slots), the helpers generated code calls:
-`positions(ctx, n)`, `extend(ctx, K, V, …)` and `state_slot`/`recall`/`keep` (decoder state), and the context-length policy: `ContextLength`
+state it left; or, for a card the cache cannot follow, the token ids so far), `Context` (the
+absolute 1-based positions of the tokens in this pass and a cursor over the cache's slots), the
+helpers generated code calls: `positions(ctx, n)`, `extend(ctx, K, V, …)` and
+`state_slot`/`recall`/`keep` (decoder state), and the context-length policy: `ContextLength`
 (the context a model was trained for, read from its bound card, and whether its positions stop
 there) with the limit `run`, `eval`, `generate` and `logits` hold a sequence to.
 Leaves out: array maths (ops_numpy.py / ops_torch.py); which arguments are a call's context
 (the checker decides: toycards/checker/tokenflow.py); windowed scoring (models/evaluate.py).
 
-Generated code makes the same context-reading calls in the same order on every pass, so the
-i-th such call of a pass owns slot i of the cache.
+Generated code makes the same context-reading and stateful calls in the same order on every
+pass, so the i-th such call of a pass owns slot i of the cache (of its keys and values, or of
+its state).
 """
 
 from __future__ import annotations
