@@ -108,6 +108,12 @@ MODELS = {  # name → (algorithms, steps)
         "",
         "4  X ← X + zeros(d, ℓ) + filled(2, d, ℓ) ⊙ X + [zeros(d), filled(1, d, ℓ)][:, 1:ℓ]",
     ),
+    "columns into zeros": (
+        "",
+        "4  X̄ ← [zeros(d), zeros(d), X]\n5  Y ← zeros(d, ℓ)\n6  for t = 1, …, ℓ do\n"
+        "7    Y[:, t] ← X̄[:, t : t + 2] · w[1:3, 1]\n8  end\n9  X ← X + Y",
+    ),
+    "an entry into zeros": ("", "4  v ← zeros(d)\n5  v[1] ← X[1, 1]\n6  X ← X + v · 1^⊺"),
     "running sum": ("", "4  for t ∈ [ℓ]: S[:, t] ← Σ_{r=1}^{t} X[:, r]\n5  X ← X + S / 4"),
     "offset in a loop": (
         "",

@@ -58,6 +58,9 @@ class AssignEmitter:
         out += self.take_pre()
         out.append(f"{ident} = {self.code_layout(v)}")
         self.scope.columns.pop(name, None)  # a whole value now: its column writes go into this one
+        made = isinstance(s.value, ir.Call) and s.value.func in ("zeros", "filled")
+        made = made and self.em.resolve(self.scope.algo, s.value.func) is None  # the builtin's
+        (self.scope.unbatched.add if made else self.scope.unbatched.discard)(name)
         self.scope.share(free_names(s.value) | {name})
         self.scope.vals[name] = Val(ident, v.rank, py=v.py, fams=v.fams, boolean=v.boolean, row=v.row)
 
@@ -185,6 +188,10 @@ class AssignEmitter:
                 f"{ident} = ops.copy({ident})  # {comment_safe(name)} gets its own entries (no aliasing)"
             )
             s.owned.add(name)
+        if not v.py and name in s.unbatched:  # made without batch axes (`zeros(m, n)`): the value's
+            part = s.ns.fresh(f"{ident}_part")
+            out += [f"{part} = {value}", f"{ident} = ops.widen({ident}, {part}, {len(entries)})"]
+            value = part
         out.append(f"{ident}[..., {where}] = {value}")
 
     def _entry_slice(self, i: ir.Expr) -> tuple[str, str | None, bool]:

@@ -55,6 +55,7 @@ class Scope:
     owned: set[str] = field(default_factory=set)
     state: tuple[str, list[str]] | None = None  # the cache slot's identifier and the State's names
     columns: dict[str, str] = field(default_factory=dict)  # names a loop makes column by column → ident
+    unbatched: set[str] = field(default_factory=set)  # names given `zeros(…)`/`filled(…)`: no batch axes
 
     def defines(self, name: str) -> bool:
         """The algorithm gives `name` a value (a local, input, parameter, dimension, loop or map

@@ -284,8 +284,19 @@ def put_col(a, k, column, n=None):
     column = np.asarray(column)
     if a is None:
         a = np.zeros(column.shape[:-1] + (n, column.shape[-1]), dtype=np.result_type(column, np.float32))
+    a = widen(a, column[..., None, :], 2)
     a[..., k, :] = column
     return a
+
+
+def widen(a, value, rank):
+    """`a` with the leading (batch) axes of `value` that it lacks, both having `rank` axes of their
+    own: an array made without them (`zeros(d, ℓ)`) before a value per sequence is written in."""
+    value = np.asarray(value)
+    lead = np.broadcast_shapes(a.shape[: a.ndim - rank], value.shape[: value.ndim - rank])
+    return (
+        a if lead == a.shape[: a.ndim - rank] else np.broadcast_to(a, lead + a.shape[a.ndim - rank :]).copy()
+    )
 
 
 def zeros_grid(value, n_cols, n_rows):

@@ -36,8 +36,7 @@ ceil = torch.ceil
 softplus = F.softplus  # (x itself past x = 20, where log(1 + e^x) rounds to x in float32)
 
 
-def zeros(*shape):  # of `shape` in code order, float32
-    return torch.zeros(shape, dtype=torch.float32)
+zeros = functools.partial(torch.zeros, dtype=torch.float32)  # zeros(*shape), shape in code order
 
 
 def filled(c, *shape):
@@ -254,9 +253,7 @@ def arange(start, stop):
     return torch.arange(start, stop)
 
 
-def copy(a):
-    """A new tensor with `a`'s entries (entry writes to it leave `a` alone)."""
-    return a.clone()
+copy = torch.clone  # a new tensor with a's entries (entry writes to it leave a alone)
 
 
 def zeros_for(value, size):
@@ -270,8 +267,7 @@ def zeros_batch(like, rank, *shape):
     return like.new_zeros(tuple(like.shape[: like.dim() - rank]) + tuple(shape), dtype=dtype)
 
 
-def cumsum(a, axis):  # entry i: the sum of entries 1 … i along `axis`
-    return torch.cumsum(a, dim=axis)
+cumsum = torch.cumsum  # cumsum(a, axis): entry i, the sum of entries 1 … i along `axis`
 
 
 def put_col(a, k, column, n=None):
@@ -279,12 +275,19 @@ def put_col(a, k, column, n=None):
     a new tensor where autograd follows either, so that no value a gradient needs is overwritten."""
     if a is None:
         a = column.new_zeros((*column.shape[:-1], n, column.shape[-1]))
+    a = widen(a, column[..., None, :], 2)
     if torch.is_grad_enabled() and (a.requires_grad or column.requires_grad):
         index = torch.zeros(a.shape[-2], 1, dtype=torch.bool, device=a.device)
         index[k] = True
         return torch.where(index, column.unsqueeze(-2).to(a.dtype), a)
     a[..., k, :] = column
     return a
+
+
+def widen(a, value, rank):
+    """`a` with the leading axes of `value` that it lacks (both with `rank` axes of their own)."""
+    lead = torch.broadcast_shapes(a.shape[: a.dim() - rank], value.shape[: value.dim() - rank])
+    return a if lead == a.shape[: a.dim() - rank] else a.expand(*lead, *a.shape[a.dim() - rank :]).clone()
 
 
 def zeros_grid(value, n_cols, n_rows):
