@@ -249,6 +249,9 @@ class IndexEmitter:
         hint = (
             f"a block of rows per {var} has one size for every {var}: rows(X, {var}, d_h) is the block "
             f"X[({var} − 1)·d_h + 1 : {var}·d_h, …]"
+            if axis == 0
+            else f"a window of columns that moves with {var}: read it in a `for {var} = 1, …, ℓ do` loop, "
+            f"or keep the last k columns as a State (`W ← [W[:, 2:k], X[:, {var}]]`)"
         )
         if len(found) > 1:
             both = " and ".join(sorted(found))
@@ -265,7 +268,8 @@ class IndexEmitter:
                 f"is rows(X, h, d_h)[:, {var}]",
             )
         if not self._fits_per(var, arr, rank):
-            self.refuse(e, f"the rows {_slice_text(s)} of this value cannot be laid out per {var}", hint)
+            what = "rows" if axis == 0 else "columns"
+            self.refuse(e, f"the {what} {_slice_text(s)} of this value cannot be laid out per {var}", hint)
         code = self.code_layout(arr)
         if rank == 1 and self._axes(arr) < 2:
             code = f"{paren(code)}[..., None, :]"  # a vector as one code row, [..., 1, n]
