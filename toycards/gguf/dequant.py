@@ -5,7 +5,7 @@ rest as uint8 blocks) into float32. Plain types are a cast; BF16, Q8_0, Q4_0, Q4
 Q5_0 and Q5_1 go through small vectorised kernels of our own, which the tests hold
 bit-identical to `gguf.quants`; every other type `gguf.quants` knows (the K-quants,
 IQ*, TQ*, MXFP4) goes through `gguf.quants.dequantize`.
-Leaves out: reading files (runtime/gguf.py) and quantising (use `gguf.quants.quantize`).
+Leaves out: reading files (gguf/reader.py) and quantising (use `gguf.quants.quantize`).
 
 Block layouts (ggml-common.h; `d`, `m` are float16, `qs` packed nibbles whose low
 halves are elements 0…15 and high halves 16…31, `qh` the 5th bits as a uint32):

@@ -7,8 +7,8 @@ disk (toycards/cache.py) under a key made from that package's constants file, so
 upgraded `gguf` is read afresh. Importing `gguf` costs a fresh process about 70 ms,
 NumPy included; `toycards describe` and `list` read headers without either, and
 `toycards.load` reads a file and its tokenizer without `gguf` (~7 MiB resident).
-Leaves out: what the facts mean (runtime/gguf_header.py, runtime/hparams.py,
-describe_header.py); tensor data (gguf/dequant.py, which imports `gguf.quants` only for the
+Leaves out: what the facts mean (gguf/header.py, gguf/metadata.py,
+inspect/header.py); tensor data (gguf/dequant.py, which imports `gguf.quants` only for the
 types it has no code of its own for).
 
 >>> QUANT_NAMES[8], QUANT_SIZES[8], ValueType.STRING, Keys.General.ARCHITECTURE

@@ -5,8 +5,8 @@ count and length against the bytes left, unique non-empty keys, known value type
 alignment, tensor names, dimensions, types, offsets, bounds and overlaps), and
 decoding array values on demand. Every problem is one `ToycardsError` line that
 starts with the file's name.
-Leaves out: the public objects (`GGUFFile`, `open_gguf` in runtime/gguf.py) and
-tensor data (runtime/dequant.py).
+Leaves out: the public objects (`GGUFFile`, `open_gguf` in gguf/reader.py) and
+tensor data (gguf/dequant.py).
 
 Layout (all little-endian; `str` = u64 byte length + UTF-8 bytes):
 

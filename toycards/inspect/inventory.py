@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 import re
 from collections import Counter
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from toycards.gguf.facts import INT_TENSOR_TYPES, INT_VALUE_TYPES
@@ -151,12 +150,6 @@ def _param_name(stem: str, kind: str, names: _Names, sup: str = "") -> str:
 
 
 # ── hyperparameters ─────────────────────────────────────────────────────────────────────
-@dataclass
-class _Hyper:
-    decls: list[ir.Decl]
-    values: dict[str, object]  # card name → value (scalars only)
-
-
 def _hyper_decl(f, key: str, arch: str, name: str, n_layer: int | None) -> ir.Decl | None:
     vtype = f.value_type(key)
     source = ir.Binding("from", ((ir.Source(key.replace(f"{arch}.", "{arch}.", 1)),),))

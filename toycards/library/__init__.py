@@ -166,11 +166,6 @@ def language_key() -> list[str]:
     ]
 
 
-def card_for_arch(arch: str) -> ir.Card | None:
-    name = ARCH_CARDS.get(arch)
-    return library_card(name) if name else None
-
-
 @functools.cache
 def library_algorithms() -> dict[str, ir.Algorithm]:
     """Algorithms a card may call without defining them: the prelude's."""

@@ -4,9 +4,9 @@ Owns: the page (inline CSS, no scripts, no external resources; `page`, which des
 uses too, with the style of its header table, notice and problems), headings, declaration tables
 with bindings, the numbered steps with indentation, `∷` annotations and `▷` comments, and
 names typeset with sub- and superscripts (`γ_l^1` → γ<sub>l</sub><sup>1</sup>).
-Leaves out: the card notation (card.py supplies every expression and step row).
+Leaves out: the card notation (lang/printer.py supplies every expression and step row).
 
-Names are marked while card.py prints (private-use characters around each name), then the
+Names are marked while lang/printer.py prints (private-use characters around each name), then the
 whole text is HTML-escaped and the marks become markup, so no card text reaches the page
 unescaped:
 

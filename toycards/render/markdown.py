@@ -5,7 +5,7 @@ and Output lines, tables of hyperparameters and parameters with their bindings (
 per-layer group, with the tensor-name prefix), and the numbered steps as a fenced block in
 the card's own notation. Expressions, types and steps come from `lang/printer.py`, so the
 Markdown shows exactly what the card says.
-Leaves out: the card notation itself (card.py), other formats (sibling modules).
+Leaves out: the card notation itself (lang/printer.py), other formats (sibling modules).
 
 >>> from toycards.lang.parse import parse
 >>> md = render_markdown(parse("Algorithm 1: e ← token_embedding(v | W_e)\\n"

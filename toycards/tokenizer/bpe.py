@@ -3,7 +3,7 @@
 Owns: the table of pre-tokenizers keyed by `tokenizer.ggml.pre` (llama.cpp's regex lists
 and per-family flags), splitting text into words with them, GPT-2's byte ↔ unicode
 alphabet, merging each word by merge rank, and turning a normal token's text back into bytes.
-Leaves out: special tokens, BOS/EOS and the public API (runtime/tokenizer.py), and the
+Leaves out: special tokens, BOS/EOS and the public API (tokenizer/tokenizer.py), and the
 SentencePiece-style BPE of Gemma 3n/4 (`escape_whitespaces`), which llama.cpp treats apart.
 
 How llama.cpp pre-tokenizes (`unicode_regex_split`): the regexes of a family are applied in

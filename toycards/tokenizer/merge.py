@@ -5,7 +5,7 @@ best priority (leftmost on ties) until no pair has one. A heap holds the candida
 a popped pair whose sides changed since it was pushed is stale and skipped. Symbols only grow,
 so a pair is stale exactly when its combined length changed (llama.cpp's own test).
 Leaves out: what a pair's priority is: the merge rank for byte-level BPE
-(runtime/tokenizer_bpe.py), the token's score for SentencePiece (runtime/tokenizer_spm.py).
+(tokenizer/bpe.py), the token's score for SentencePiece (tokenizer/spm.py).
 
 >>> ranks = {("a", "b"): 0, ("ab", "c"): 1}
 >>> merge_pairs(list("abcab"), lambda a, b: ranks.get((a, b)))

@@ -5,7 +5,7 @@ end-of-generation set, the token-type adjustments that come with them (an end-of
 token becomes a control token, whatever the file says), per-model strip rules (Phi-3), and
 cutting special tokens out of a text before it is encoded.
 Leaves out: reading ids and flags from metadata, and encoding the text between special
-tokens (runtime/tokenizer.py).
+tokens (tokenizer/tokenizer.py).
 
 Cutting, as llama.cpp does it: special tokens are tried longest first; each one splits every
 remaining text fragment at all its occurrences. User-defined tokens (type 4) are always cut;

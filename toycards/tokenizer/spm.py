@@ -2,7 +2,7 @@
 
 Owns: merging the characters of an escaped text by token score (`llm_tokenizer_spm_session`),
 byte fallback to `<0xNN>` tokens, and turning a token back into bytes.
-Leaves out: the leading-space rule and special tokens (runtime/tokenizer.py decides what text
+Leaves out: the leading-space rule and special tokens (tokenizer/tokenizer.py decides what text
 reaches `SentencePiece.encode`), and the unigram (T5) model.
 
 The text handed in is already escaped: spaces are `▁` (U+2581), and llama.cpp prefixes one

@@ -6,8 +6,8 @@ add-BOS/EOS and space-prefix flags, with llama.cpp's defaults per model type; at
 `check_vocabulary_size`), splitting
 special tokens out of the text, encoding with the model's algorithm, decoding (all at once or
 streamed token by token), the end-of-generation set, and `load_tokenizer(path)`.
-Leaves out: the BPE and SentencePiece algorithms themselves (tokenizer_bpe.py,
-tokenizer_spm.py), chat templates (tokenizer_chat.py), and the WordPiece, unigram (T5) and
+Leaves out: the BPE and SentencePiece algorithms themselves (bpe.py,
+spm.py), chat templates (chat.py), and the WordPiece, unigram (T5) and
 RWKV models, which raise ToycardsError naming the model.
 
 llama.cpp conventions kept here, so that ids equal `llama_tokenize(..., parse_special)`:

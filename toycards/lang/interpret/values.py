@@ -13,7 +13,7 @@ Values:
 - a matrix `ℝ^{m×n}`: a 2-axis array; a row (`v^⊺`, `X[i, :]`) is a matrix with one row;
 - `ONES`, the row `1^⊺` whose length comes from context, and `Spread(b)`, the matrix `b · 1^⊺`
   that repeats the column b as often as the other side of `+`, `−` or `⊙` has columns;
-- a `Mask` (mask.py): a matrix given by its entries, `Mask[t_z, t_x] = ⟦t_z ≤ t_x⟧`;
+- a `Mask` (frames.py): a matrix given by its entries, `Mask[t_z, t_x] = ⟦t_z ≤ t_x⟧`;
 - a string (an enumeration option, `linear`).
 
 Every operator checks its operands' shapes the way docs/card-language.md states the rule, and
