@@ -26,7 +26,7 @@ from toycards.runtime import compile, quant_kernels
 
 SOURCE = Path(__file__).with_name("kernels") / "glue.cpp"
 SWITCH = "TOYCARDS_GLUE_CPP"  # "off": the Python glue alone
-FEW_TOKENS = 8  # x rows up to which the products run here (quant_torch.FEW_TOKENS, which is this)
+FEW_TOKENS = quant_kernels.FEW_TOKENS  # x rows up to which the products run here
 # what the Python side calls on the module (a file without one of them is not this module)
 FUNCTIONS = ("sizes", "bind", "weight_class", "plain", "linear", "linears", "swiglu", "embed", "rms_norm",
              "gqa", "record", "recorded", "replay", "spoil", "taped", "tape_add", "tape_constant",

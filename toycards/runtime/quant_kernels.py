@@ -120,6 +120,9 @@ def _bound(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.tc_gemm_linear.argtypes = [ctypes.POINTER(Plan), _P, _I, _P, _I]
     lib.tc_gemm_x_block.argtypes = [ctypes.c_int]
     lib.tc_read_ahead.argtypes = [_I, _I, _I, _I]
+    lib.tc_limit.argtypes = [ctypes.c_int]
+    if (lib.tc_limit(0), lib.tc_limit(1)) != (FEW_TOKENS, FEW_FLOAT_TOKENS):  # one fact, two languages
+        raise AttributeError(f"the kernels' token limits are not FEW_TOKENS, FEW_FLOAT_TOKENS in {__name__}")
     for fn in (
         lib.tc_pack,
         lib.tc_pack_weights,
@@ -267,7 +270,8 @@ def float_direct(ggml_type: int) -> bool:
     return lib is not None and bool(lib.tc_float_direct(ggml_type))
 
 
-FEW_FLOAT_TOKENS = 8  # the C side's MAX_FLOAT_TOKENS
+FEW_TOKENS = 8  # x rows up to which the row-at-a-time kernels beat dequantize-then-GEMM (C: FEW_TOKENS)
+FEW_FLOAT_TOKENS = 8  # x rows up to which float weights are multiplied in place (C: MAX_FLOAT_TOKENS)
 _f32_direct: bool | None = None
 
 

@@ -31,7 +31,7 @@ import numpy as np
 from toycards.runtime import packing
 from toycards.runtime import quant_kernels as kernels
 
-FEW_TOKENS = 8  # x rows up to which the row-at-a-time kernel beats dequantize-then-GEMM
+FEW_TOKENS = kernels.FEW_TOKENS  # x rows up to which the row-at-a-time kernel beats dequantize-then-GEMM
 # elements of one dequantized tile (1 MiB): NumPy's GEMM ran SmolLM2's prefill as fast on these as on
 # the torch target's 4 MiB tiles (2^17: ~25% slower), and the buffer kept stays resident
 TILE_FLOATS = 1 << 18

@@ -50,7 +50,7 @@ from toycards.runtime import glue_cpp, mapped, packing
 from toycards.runtime import quant_kernels as kernels
 from toycards.runtime.glue_torch import plain
 
-FEW_TOKENS = glue_cpp.FEW_TOKENS  # x rows up to which the row-at-a-time kernel beats dequantize-then-GEMM
+FEW_TOKENS = kernels.FEW_TOKENS  # x rows up to which the row-at-a-time kernel beats dequantize-then-GEMM
 plans_adopted = 0  # how many weights have taken a new kernel plan (packed) so far: a replayed step's check
 
 

@@ -57,7 +57,7 @@ gather_fn k_gather_rows;
 PyObject *tensor_class, *parameter_class, *quant_class; /* torch.Tensor, nn.Parameter, QuantWeight */
 PyObject *plan_name, *rows_plan_name;                   /* "_cplan", "_eplan" */
 int float_direct;   /* tc_float_direct(F32): float32 weights are multiplied in place */
-int64_t few_tokens; /* quant_torch.FEW_TOKENS */
+int64_t few_tokens; /* quant_kernels.FEW_TOKENS, as glue_cpp.py binds it */
 
 /* A contiguous float32 CPU tensor of the plain classes, with no autograd to record (glue_torch.plain) */
 const at::Tensor *plain(PyObject *o) {

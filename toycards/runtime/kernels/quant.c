@@ -47,7 +47,7 @@
 #define PARALLEL_BYTES (32 * 1024)
 
 /* the most tokens a product takes with the few-token kernels (versions 2f, 3); more take version 4
- * where it exists (quant_torch.FEW_TOKENS and quant_numpy.FEW_TOKENS say the same) */
+ * where it exists (quant_kernels.FEW_TOKENS, which tc_limit checks at load) */
 #define FEW_TOKENS 8
 
 /* Element-wise glue (a norm's rows, SiLU·up) is spread over the OpenMP threads from this many
@@ -2176,6 +2176,10 @@ static int gemm_int8(const tc_weight *p, const float *x, int64_t T, float *y, in
  * hold them to a float64 product within float32 rounding.
  */
 enum { F32 = 0, MAX_FLOAT_TOKENS = 8 };
+
+/* the token limits above, which the Python side keeps too (quant_kernels.FEW_TOKENS and
+ * FEW_FLOAT_TOKENS): it loads the library only where they agree */
+int tc_limit(int which) { return which == 0 ? FEW_TOKENS : which == 1 ? MAX_FLOAT_TOKENS : -1; }
 
 static inline float float_at(int type, const uint8_t *w, int64_t i) {
     if (type == F32) {
