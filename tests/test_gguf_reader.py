@@ -30,7 +30,8 @@ from gguf_factory import (
 
 import toycards.gguf.reader as rg
 from toycards.errors import ToycardsError
-from toycards.gguf.reader import check_hparams, open_gguf
+from toycards.gguf.metadata import check_hparams
+from toycards.gguf.reader import open_gguf
 
 RNG = np.random.default_rng(0)
 
@@ -369,14 +370,18 @@ def test_bad_file_is_one_clear_error(tmp_path, case):
 def test_bad_utf8_in_a_string_array_names_the_element(tmp_path, nested):
     """String arrays are decoded when first read: an element that is not UTF-8 is then one error
     naming it, after the elements before it and before any after it."""
-    strings = struct.pack("<IQ", V.STRING, 3) + b"".join(U64.pack(len(s)) + s for s in (b"ok", b"\xc3\xa9", b"a\xffb"))
+    strings = struct.pack("<IQ", V.STRING, 3) + b"".join(
+        U64.pack(len(s)) + s for s in (b"ok", b"\xc3\xa9", b"a\xffb")
+    )
     payload = struct.pack("<IQ", V.ARRAY, 1) + strings if nested else strings
     path = _file([_kv(), _kv("t.strings", V.ARRAY, payload=payload)]).write(tmp_path / "bad.gguf")
     with open_gguf(path) as f:  # the header's walk checks lengths only
         with pytest.raises(ToycardsError) as e:
             f.metadata["t.strings"]
     where = r"\[0\]\[2\]" if nested else r"\[2\]"
-    assert re.fullmatch(rf"{re.escape(str(path))}: value of 't.strings'{where} is not valid UTF-8: b'a\\xffb'", str(e.value))
+    assert re.fullmatch(
+        rf"{re.escape(str(path))}: value of 't.strings'{where} is not valid UTF-8: b'a\\xffb'", str(e.value)
+    )
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
 """The package's shape: imports form no cycle, modules stay small, the layout map is current.
 
 Imports are read from the source with `ast`, including those inside functions (a lazy import is
-still a dependency); only `if TYPE_CHECKING:` blocks, which never run, are left out. An import
+still a dependency) and in `if TYPE_CHECKING:` blocks (a type-only import is one too: the layers
+must read one way for a reader as well as for Python). An import
 of a package's submodule does not count as depending on the package's `__init__`, since Python
 runs that first in any case.
 """
@@ -23,22 +24,12 @@ def _module_name(path: Path) -> str:
 MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    t = node.test
-    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
-        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING"
-    )
-
-
 def _imports(tree: ast.AST, here: str, is_package: bool, known=MODULES) -> set[str]:
     """Modules among `known` that `tree` imports."""
     found: set[str] = set()
     stack = [tree]
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            stack.extend(node.orelse)
-            continue
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -97,13 +88,13 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def test_find_cycles_sees_a_cycle_through_a_lazy_import():
+def test_find_cycles_sees_a_cycle_through_a_lazy_or_type_only_import():
     src = {"toycards.a": "from toycards import b\n", "toycards.b": "def f():\n    import toycards.a\n"}
     graph = {m: _imports(ast.parse(s), m, False, src) for m, s in src.items()}
     assert find_cycles(graph) == [["toycards.a", "toycards.b"]]
     guarded = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from toycards import a\n"
     graph["toycards.b"] = _imports(ast.parse(guarded), "toycards.b", False, src)
-    assert find_cycles(graph) == []
+    assert find_cycles(graph) == [["toycards.a", "toycards.b"]]  # a type-only import counts too
 
 
 def test_no_import_cycles():

@@ -9,7 +9,6 @@ Leaves out: computing the value (exprs.py, calls.py), statement structure (steps
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 from toycards.codegen.code import affine, expr_text, paren
 from toycards.codegen.module import comment_safe
@@ -17,9 +16,6 @@ from toycards.codegen.scope import AFTER, Family, family_key, free_names
 from toycards.codegen.values import MapVar, Val
 from toycards.errors import ToycardsError
 from toycards.lang import ir
-
-if TYPE_CHECKING:
-    pass
 
 
 class AssignEmitter:

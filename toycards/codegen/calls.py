@@ -9,8 +9,6 @@ Leaves out: names, operators and indexing (exprs.py), assignments (assign.py).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from toycards.codegen.code import expr_text, int_literal, paren, parse_expr, relayout, shifted, union_fams
 from toycards.codegen.module import comment_safe
 from toycards.codegen.scope import AFTER, Family, family_key, free_names, run_time_hypers
@@ -19,9 +17,6 @@ from toycards.errors import ToycardsError
 from toycards.lang import ir
 from toycards.lang.builtins import BUILTINS
 from toycards.lang.options import call_params, option_argument
-
-if TYPE_CHECKING:
-    pass
 
 
 class CallEmitter:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 from toycards.codegen.assign import AssignEmitter
 from toycards.codegen.calls import CallEmitter, is_exp
@@ -25,17 +24,14 @@ from toycards.codegen.code import (
     union_fams,
 )
 from toycards.codegen.indexing import IndexEmitter
-from toycards.codegen.scope import AFTER, Family, Scope, family_key, free_names
+from toycards.codegen.scope import AFTER, Family, Module, Scope, family_key, free_names
 from toycards.codegen.values import MapVar, Val
 from toycards.errors import ToycardsError
 from toycards.lang import ir
 
-if TYPE_CHECKING:
-    from toycards.codegen.emitter import Emitter
-
 
 class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
-    def __init__(self, emitter: Emitter, scope: Scope) -> None:
+    def __init__(self, emitter: Module, scope: Scope) -> None:
         self.em, self.scope = emitter, scope
         self.pre: list[str] = []
 

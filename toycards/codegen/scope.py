@@ -11,16 +11,39 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 from toycards.codegen.namespace import Namespace
-from toycards.codegen.values import MapVar, Val
+from toycards.codegen.values import Checked, MapVar, Val
 from toycards.lang import ir
+
+if TYPE_CHECKING:
+    from toycards.checker.tokenflow import CachePlan
+    from toycards.lang.printer import Renderer
 
 # Inside a parallel map every value that depends on a map variable holds that variable's axis at
 # −1 − AFTER[kind]: an "element" variable indexes the last axis ([…, n]), a "column" variable the
 # columns of a code-layout matrix ([…, n, d]: a scalar per column is […, n, 1]), a "block"
 # variable the heads ([…, H, ℓ, d]: a scalar per head is […, H, 1, 1], a vector […, H, 1, d]).
 AFTER = {"element": 0, "column": 1, "block": 2, "pending": 2}
+
+
+class Module(Protocol):
+    """What the statement and expression emitters ask of the module being emitted (the Emitter,
+    codegen/emitter.py, which uses them: they never import it)."""
+
+    card: ir.Card
+    target: str
+    library: dict[str, ir.Algorithm]
+    plan: CachePlan
+    checked: Checked
+    renderer: Renderer
+    module_ns: Namespace
+    func_names: dict[int, str]
+
+    def resolve(self, caller: ir.Algorithm, name: str) -> ir.Algorithm | None: ...
+
+    def sources(self, algo: ir.Algorithm) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True)

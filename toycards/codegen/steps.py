@@ -9,20 +9,16 @@ Leaves out: expressions (exprs.py), the algorithm prologue (emitter.py).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 from toycards.codegen.assign import column_target
 from toycards.codegen.code import paren
 from toycards.codegen.exprs import ExprEmitter
 from toycards.codegen.module import comment_safe
-from toycards.codegen.scope import AFTER, Scope, family_key, free_names, run_time_hypers
+from toycards.codegen.scope import AFTER, Module, Scope, family_key, free_names, run_time_hypers
 from toycards.codegen.values import MapVar, Val
 from toycards.errors import Diagnostic, ToycardsError
 from toycards.lang import ir
 from toycards.lang.printer import stmt_text
-
-if TYPE_CHECKING:
-    from toycards.codegen.emitter import Emitter
 
 
 def calls_in(body) -> list[ir.Call]:
@@ -58,7 +54,7 @@ def products_of_one_input(body, i: int) -> int:
 class StepEmitter:
     """Statements: one card step → one commented statement (or short block)."""
 
-    def __init__(self, emitter: Emitter, scope: Scope, ex: ExprEmitter) -> None:
+    def __init__(self, emitter: Module, scope: Scope, ex: ExprEmitter) -> None:
         self.em, self.scope, self.ex = emitter, scope, ex
         self.number = 0
         # the entry point's names whose value follows from its hyperparameters alone (`_constant`)

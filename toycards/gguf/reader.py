@@ -4,8 +4,8 @@ Owns: `open_gguf`, `GGUFFile` (metadata as a lazy mapping, the tensor table in N
 order, memory-mapped raw tensor data and dequantised tensors, read only from the file as it
 was opened: its `identity`) and `TensorInfo`.
 Leaves out: the byte-level parsing and validation (gguf/header.py), dequantisation
-(gguf/dequant.py), the plausibility of hyperparameters (gguf/metadata.py, re-exported
-here as `check_hparams`) and what the metadata means for a card (inspect/describe.py).
+(gguf/dequant.py), the plausibility of hyperparameters (gguf/metadata.py, `check_hparams`)
+and what the metadata means for a card (inspect/describe.py).
 Writing files is left to `gguf.GGUFWriter`.
 
 Opening a file and reading its metadata imports neither NumPy nor `gguf` (the facts it
@@ -53,13 +53,12 @@ from toycards.gguf.header import (
     tensor_table,
     value_type_name,
 )
-from toycards.gguf.metadata import check_hparams
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-__all__ = ["GGUFFile", "Metadata", "TensorInfo", "check_hparams", "ggml_type_name", "open_gguf"]
+__all__ = ["GGUFFile", "Metadata", "TensorInfo", "ggml_type_name", "open_gguf"]
 
 
 _U64 = struct.Struct("<Q")

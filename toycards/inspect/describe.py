@@ -187,7 +187,7 @@ def _same(a: object, b: object) -> bool:
 
 
 def _hparam_problems(f) -> list[Diagnostic]:
-    from toycards.gguf.reader import check_hparams
+    from toycards.gguf.metadata import check_hparams
 
     return [Diagnostic(_file_span(str(f.path)), p, severity="warning") for p in check_hparams(f)]
 
