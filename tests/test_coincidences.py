@@ -33,6 +33,7 @@ import warnings
 
 import numpy as np
 import pytest
+from card_functions import model_frame
 from test_interpreter import HAS_TORCH, checked_models, decode
 
 from toycards.checker import check
@@ -42,31 +43,21 @@ from toycards.lang.parse import parse
 
 N_V = 11
 
-FRAME = """toycards 1
-{algorithms}
-Algorithm: P ← Net(x | θ)
-/* a residual layer whose steps 4… each hold one case */
-Input: x ∈ V^ℓ
-Output: P ∈ (0,1)^{{N_V×ℓ}}
-Hyperparameters:
-  H ∈ ℕ = 4  from "{{arch}}.heads"
-  d ∈ ℕ = 8  from "{{arch}}.width"
-  N_V ∈ ℕ = 11
-  d_h ∈ ℕ ≔ d / H
-Parameters:
-  E ∈ ℝ^{{d×N_V}}  from "token_embd.weight"^⊺
-  W_q ∈ ℝ^{{d×d}}  from "q.weight"
-  W_k ∈ ℝ^{{d_h×d}}  from "k.weight"
-  W_v ∈ ℝ^{{d_h×d}}  from "v.weight"
-  W_o ∈ ℝ^{{d×d}}  from "o.weight"
-  b ∈ ℝ^{{d}}  from "b.weight"
-  U ∈ ℝ^{{N_V×d}}  from "output.weight"
-1  ℓ ← length(x)
-2  for t ∈ [ℓ]: e_t ← E[:, x[t]]
-3  X ← [e_1, …, e_ℓ]
-{steps}
-   return P = softmax(U · X)
-"""
+FRAME = model_frame(
+    """
+H ∈ ℕ = 4  from "{arch}.heads"
+d ∈ ℕ = 8  from "{arch}.width"
+d_h ∈ ℕ ≔ d / H
+""",
+    """
+W_q ∈ ℝ^{d×d}  from "q.weight"
+W_k ∈ ℝ^{d_h×d}  from "k.weight"
+W_v ∈ ℝ^{d_h×d}  from "v.weight"
+W_o ∈ ℝ^{d×d}  from "o.weight"
+b ∈ ℝ^{d}  from "b.weight"
+""",
+    "a residual layer whose steps 4… each hold one case",
+)
 
 MASK = "Mask[t_z, t_x] = ⟦t_z ≤ t_x⟧"
 HEAD = """

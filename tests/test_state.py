@@ -14,7 +14,7 @@ import warnings
 
 import numpy as np
 import pytest
-from card_functions import generated_function
+from card_functions import generated_function, model_frame
 from test_interpreter import HAS_TORCH, checked_models, decode
 
 from toycards.checker import check
@@ -69,29 +69,17 @@ State: p ∈ ℝ^{d}
 6  return Y
 """
 
-FRAME = """toycards 1
-{algorithms}
-Algorithm: P ← Net(x | θ)
-Input: x ∈ V^ℓ
-Output: P ∈ (0,1)^{{N_V×ℓ}}
-Hyperparameters:
-  d ∈ ℕ = 6  from "{{arch}}.width"
-  N_V ∈ ℕ = 11
-Parameters:
-  E ∈ ℝ^{{d×N_V}}  from "token_embd.weight"^⊺
-  w ∈ ℝ^{{d×4}}  from "conv.weight"
-  b ∈ ℝ^{{d}}  from "conv.bias"
-  A ∈ ℝ^{{d×3}}  from "a.weight"
-  D ∈ ℝ^{{d}}  from "d.bias"
-  W_b ∈ ℝ^{{3×d}}  from "b.weight"
-  W_c ∈ ℝ^{{3×d}}  from "c.weight"
-  U ∈ ℝ^{{N_V×d}}  from "output.weight"
-1  ℓ ← length(x)
-2  for t ∈ [ℓ]: e_t ← E[:, x[t]]
-3  X ← [e_1, …, e_ℓ]
-{steps}
-   return P = softmax(U · X)
-"""
+FRAME = model_frame(
+    'd ∈ ℕ = 6  from "{arch}.width"',
+    """
+w ∈ ℝ^{d×4}  from "conv.weight"
+b ∈ ℝ^{d}  from "conv.bias"
+A ∈ ℝ^{d×3}  from "a.weight"
+D ∈ ℝ^{d}  from "d.bias"
+W_b ∈ ℝ^{3×d}  from "b.weight"
+W_c ∈ ℝ^{3×d}  from "c.weight"
+""",
+)
 
 MODELS = {  # name → (algorithms, steps)
     "conv": ("", "4  X ← X + causal_conv(X | w, b)"),
