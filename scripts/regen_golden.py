@@ -2,7 +2,7 @@
 
 Run after any change to codegen, the runtime API it calls, or a library card, then review the
 diff like source (`git diff tests/golden`): the golden files are what `toycards gen` prints for
-the library's GPT-2 and Llama cards. `tests/test_generated_code.py` fails until they match.
+the library's GPT-2 and Llama cards. `tests/codegen/test_generated_code.py` fails until they match.
 
     .venv/bin/python scripts/regen_golden.py          # rewrite the files
     .venv/bin/python scripts/regen_golden.py --check  # exit 1 if any is stale (CI)

@@ -83,7 +83,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
 
 # cases whose files transformers' GGUF loader reads, but not all of: it drops LongRoPE's factor
 # tensors, its attention factor and rope.dimension_count (partial rotary), so its model of these
-# files is not the one they came from (llama.cpp's is: tests/test_phi3.py)
+# files is not the one they came from (llama.cpp's is: tests/models/test_phi3.py)
 NOT_READ_BACK = frozenset({"phi3-longrope", "phi3-partial"})
 
 

@@ -66,7 +66,7 @@ and `integrations/ggml.py`, gguf-py 0.19):
   50, 30 and 256; the global layers' RoPE scaling is not read): `transformers_reads` is False for
   all four, so these
   files are checked against llama.cpp where llama-cpp-python is installed
-  (tests/test_models_oracle.py), and toycards against the in-memory model always.
+  (tests/models/test_models_oracle.py), and toycards against the in-memory model always.
 - Mamba (`conversion/mamba.py` MambaModel): its own `set_gguf_parameters` (context_length 2^20,
   feed_forward_length and head_count 0, the four `ssm.*` sizes, the RMS ε, `ssm.dt_b_c_rms` false;
   no vocab_size); `A_log` is stored as `ssm_a` = −exp(A_log) [d_inner, d_state], the depthwise

@@ -9,7 +9,7 @@ Leaves out: algorithms written as cards (the prelude), how a rule computes shape
 how a form is laid out in generated code (codegen dispatches on `rule`, never on a name).
 
 Adding a builtin is one entry here plus, if its `ops` name is new, that function in both op
-modules (tests/test_builtins.py holds every entry to both and to `scalar`).
+modules (tests/lang/test_builtins.py holds every entry to both and to `scalar`).
 
 >>> BUILTINS["exp"].rule, BUILTINS["exp"].ops, BUILTINS["exp"].scalar(0.0)
 ('elementwise', 'exp', 1.0)

@@ -11,7 +11,7 @@ runs the generated function itself (the card's steps, kept as the adapter's `__w
 the kernel declines (returns None: another layout, autograd on) and wherever the target's
 `ops.fast` is false. Only the library's own algorithm gets a kernel: the caller names the
 algorithms the card runs as the prelude wrote them, so a card that defines its own `softmax` keeps
-its steps. tests/test_kernels.py (torch) and tests/test_kernels_numpy.py tie every entry to the
+its steps. tests/engine/test_kernels.py (torch) and tests/engine/test_kernels_numpy.py tie every entry to the
 steps it replaces, through this substitution.
 
 Owns: `KERNELS`, `Site` (what the cache plan says of one algorithm of a card) and `substitute`.

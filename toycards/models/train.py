@@ -25,7 +25,7 @@ hook) and all-reduces the buckets by summing. With one of W or A equal to 2 and 
 both come to fl(g₁/2 + g₂/2) from the same g₁ and g₂: halving is exact in float32 (scaling a
 backward pass by a power of two scales every product and sum in it exactly, barring underflow),
 and a sum of two is commutative. So `--accumulate 2` on one process and two processes write the same bytes;
-tests/test_train.py checks the halving and the sum, tests/test_train_distributed.py the files.
+tests/models/test_train.py checks the halving and the sum, tests/models/test_train_distributed.py the files.
 Other splits agree with one another up to float32 rounding (1/3 is not exact; sums of more than
 two terms associate differently).
 

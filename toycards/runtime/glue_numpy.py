@@ -8,7 +8,7 @@ apply it returns None and the card's steps run, as generated code says.
 On a decoding step the card's steps cost ~150 µs a layer in NumPy calls (RoPE's angles and
 rotations, each query head's copy of its key and value head, the scores, the mask, softmax), most
 of a SmolLM2 Q4_0 token; the C call costs ~10.
-Leaves out: the meaning (the prelude's steps, which tests/test_kernels_numpy.py holds this to),
+Leaves out: the meaning (the prelude's steps, which tests/engine/test_kernels_numpy.py holds this to),
 torch (glue_torch.py), the build (quant_kernels.py).
 """
 

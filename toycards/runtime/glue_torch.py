@@ -11,7 +11,7 @@ RMSNorm, SiLU·up and GQAttention spread rows (and heads' runs of queries) over 
 scores a block of keys for several queries at once (a 128-token prompt of SmolLM2's 9 heads: ~0.5
 ms a layer, against ~1.5–2 ms for the steps with torch's RoPE and SDPA).
 Leaves out: the meaning of each operation (ops_torch.py, whose torch versions these equal; the
-tests in tests/test_kernels.py hold both to the card's own steps), the build (quant_kernels.py).
+tests in tests/engine/test_kernels.py hold both to the card's own steps), the build (quant_kernels.py).
 """
 
 from __future__ import annotations

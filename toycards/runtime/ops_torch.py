@@ -303,7 +303,7 @@ def as_float(x):
     return torch.as_tensor(x, dtype=torch.float32)
 
 
-# ── single kernels for prelude algorithms (each tied to the card's steps by tests/test_kernels.py)
+# ── single kernels for prelude algorithms (each tied to the card's steps by tests/engine/test_kernels.py)
 def softmax(x):
     return torch.softmax(x, dim=-1)
 
@@ -458,7 +458,7 @@ def moe(X, W_r, W_gate, W_up, W_down, k, norm):
 
     X [..., ℓ, d_e]; W_r [E, d_e]; W_gate, W_up [E, d_ff, d_e]; W_down [E, d_e, d_ff] → [..., ℓ, d_e].
     The card's own steps run every expert on every token with a weight of 0 unless chosen; this
-    computes only the chosen ones (tests/test_kernels.py ties the two).
+    computes only the chosen ones (tests/engine/test_kernels.py ties the two).
     """
     x = X.reshape(-1, X.shape[-1])  # (N, d_e): every token of the batch
     P = torch.softmax(F.linear(x, W_r), dim=-1)  # (N, E) router probabilities

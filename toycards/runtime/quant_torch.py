@@ -6,7 +6,7 @@ and the fallback for every other use: any torch function or tensor method applie
 `QuantWeight` gets the dequantized float32 tensor (computed for that use, not kept), so a card
 that uses a weight in some other way still gets the right numbers, only slower.
 Leaves out: the kernels (quant_kernels.py) and the reference they are held to, gguf.quants
-(`reference_dequantize` here calls it; tests/test_quant_kernels.py ties the two).
+(`reference_dequantize` here calls it; tests/engine/test_quant_kernels.py ties the two).
 
 The product picks its kernel by the number of tokens: up to `FEW_TOKENS` rows of x, the C kernel
 reads each weight row once and takes its dot products with every token (decoding). More (prefill):

@@ -16,7 +16,7 @@ cannot look past the end of its piece. Example for "starcoder" (`\\p{N}` first, 
 llama.cpp derives its `\\p{L}`, `\\p{N}`, … tables from the `regex` package, so running the
 same expressions through `regex` gives the same splits, with two of llama.cpp's own rules kept
 here: its regexes see non-ASCII whitespace as "\\v" (`_NON_ASCII_SPACE`), and its `\\p{S}` has
-no "~" (`_SYMBOL`). tests/test_tokenizer_pre.py checks every family against llama.cpp's rules.
+no "~" (`_SYMBOL`). tests/tokenizer/test_tokenizer_pre.py checks every family against llama.cpp's rules.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@
  * `bind` gets from the ctypes library) is called directly: under 1 µs a call.
  *
  * Every function returns None where its kernel does not apply (the caller then takes the Python path,
- * which decides the same cases the same way; tests/test_glue_cpp.py holds the two to each other), so
+ * which decides the same cases the same way; tests/engine/test_glue_cpp.py holds the two to each other), so
  * this file adds no meaning of its own: the products are quant.c's `tc_linear`, `tc_linears` and
  * `tc_swiglu`, the norm `tc_rms_norm`, on the same arguments glue_torch.py and quant_torch.py pass;
  * `gqa` completes and makes glue_torch.gq_attention's call of `tc_gqa` once glue_torch has decided it. */

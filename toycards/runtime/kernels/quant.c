@@ -14,7 +14,7 @@
  * version 2: each thread dequantizes one row into a float buffer on its stack (it stays in L1) and
  * takes its dot product with every token, so the weight's bytes are read once per call (version 2f
  * below reads F32, F16 and BF16 elements in place instead; version 3 quantizes x to int8). The
- * tests (tests/test_quant_kernels.py) tie the two for every type here.
+ * tests (tests/engine/test_quant_kernels.py) tie the two for every type here.
  *
  * Types (d, m, dmin float16; q unsigned unless said):
  *   F16   x = h                      BF16  x = upper half of a float32
@@ -2594,7 +2594,7 @@ int tc_silu_mul(float *g, const float *u, int64_t n) {
 }
 
 /* ── the per-token glue (ops_torch calls these in place of torch's composite operators, which cost
- * 10–30 µs each on one token; on a prompt, rows spread over the threads; tests/test_kernels.py ties
+ * 10–30 µs each on one token; on a prompt, rows spread over the threads; tests/engine/test_kernels.py ties
  * each to the card steps it replaces) ─────────────────────────────────────────────────────────────────── */
 
 /* y [R, d] = x / √(Σ x² / d + ε) · γ, row by row */
