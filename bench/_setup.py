@@ -2,7 +2,8 @@
 
 BLAS and OpenMP read their thread counts once, when numpy and torch are first imported; the
 Hugging Face hub must not be reached (no network, no model downloads); the repository and its
-tests/ (the oracle that builds transformers models and writes their GGUF files) must be importable.
+tests/ (the oracle that builds transformers models and writes their GGUF files) and tests/helpers
+(the real model's fetch, the tiny files) must be importable.
 """
 
 from __future__ import annotations
@@ -21,4 +22,4 @@ def prepare(threads: int | None) -> None:
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ[var] = str(threads)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+    sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "helpers")]

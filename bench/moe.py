@@ -16,7 +16,7 @@ tokens agree.
 
 `--layer` times one MoE layer instead, in one process: the card's steps as generated (every
 expert on every token, weight 0 unless chosen), the kernel that generated code calls
-(`ops_torch.moe`: tokens grouped per expert) and a dense gather of each token's chosen experts'
+(`runtime.torch.ops.moe`: tokens grouped per expert) and a dense gather of each token's chosen experts'
 weights (`gathered_moe` below), for one token (decoding) and for --prefill tokens.
 
     .venv/bin/python bench/moe.py [--layers 2] [--prefill 16] [--decode 16] [--rounds 3] [--threads 2]
@@ -164,10 +164,10 @@ def race(args: argparse.Namespace) -> None:
 def gathered_moe(X, W_r, W_gate, W_up, W_down, k, norm):
     """The other vectorisation: each token's k experts' weights gathered (copied) per token, then
     batched matrix-vector products. X [N, d_e] → [N, d_e]."""
-    from toycards.runtime import ops_torch
+    from toycards.runtime.torch import ops
 
     P = torch.softmax(F.linear(X, W_r), dim=-1)
-    chosen = ops_torch.topk(P, k) - 1  # (N, k)
+    chosen = ops.topk(P, k) - 1  # (N, k)
     G = P.gather(-1, chosen)
     if norm == "renormalise":
         G = G / G.sum(-1, keepdim=True)
@@ -179,7 +179,7 @@ def gathered_moe(X, W_r, W_gate, W_up, W_down, k, norm):
 def layer(args: argparse.Namespace) -> None:
     from toycards.codegen import generate_source
     from toycards.library import library_card
-    from toycards.runtime import ops_torch
+    from toycards.runtime.torch import ops
 
     torch.set_num_threads(args.threads)
     namespace: dict = {}
@@ -191,22 +191,22 @@ def layer(args: argparse.Namespace) -> None:
     ]
 
     def card_steps(X, *w):
-        ops_torch.fast = False
+        ops.fast = False
         try:
             return namespace["MoE"](X, *w)
         finally:
-            ops_torch.fast = True
+            ops.fast = True
 
     forms = {
         "card steps (dense)": card_steps,
-        "grouped per expert": ops_torch.moe,
+        "grouped per expert": ops.moe,
         "gathered weights": gathered_moe,
     }
     print(f"one MoE layer: 64 experts of {d_ff}×{d_e}, top-8, {args.threads} threads (median ms of 5)")
     with torch.inference_mode():
         for n in (1, args.prefill):
             X = torch.randn(n, d_e, generator=gen)
-            want = ops_torch.moe(X, *W, k, "keep")
+            want = ops.moe(X, *W, k, "keep")
             for name, fn in forms.items():
                 times = []
                 for _ in range(5):

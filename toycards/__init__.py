@@ -26,7 +26,12 @@ The package follows the pipeline, one sub-package per stage (dependencies point 
     codegen/     IR → readable torch / NumPy module source (emitter + jinja2 template)
     gguf/        GGUF files: header validation, reader, ggml facts, dequantisation, metadata
     tokenizer/   byte-level BPE, SentencePiece, special tokens, chat templates
-    runtime/     what generated modules run on: ops, KV cache, model bases, sampling, kernels
+    runtime/     what generated modules run on: the KV cache (context.py), sampling, the model
+                          base, and per target (numpy/, torch/) the ops and model class
+    engine/      the kernels behind the runtime, used only through engine/__init__.py: weights
+                          kept in their GGUF blocks, the C kernels and their build, packing,
+                          the torch target's C++ glue and replayed steps (reads runtime's
+                          context.py, nothing else of the runtime)
     models/      a card bound to a file: binding, loading (kernels put in place of prelude
                           algorithms: kernel_table.py), evaluation, training, saving
     inspect/     describe (header, inventory, formats), diff, discover (list)

@@ -45,7 +45,7 @@ def test_gen_from_gguf_and_card_to_stdout_and_file(tmp_path, target):
     out = cli("gen", str(EXAMPLE), "--target", target)
     assert out.exit_code == 0, out.output
     ast.parse(out.output)
-    assert f"from toycards.runtime import ops_{target} as ops" in out.output
+    assert f"from toycards.runtime.{target} import ops" in out.output
     dest = tmp_path / "llama_module.py"
     out = cli("gen", str(ROOT / "toycards/library/cards/llama.card"), "--target", target, "-o", str(dest))
     assert out.exit_code == 0, out.output

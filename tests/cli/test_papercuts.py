@@ -80,11 +80,11 @@ def test_stdin_that_is_not_utf8_is_one_line(command):
 def test_the_native_code_is_built_before_any_text_is_printed(target, monkeypatch):
     if target == "torch":
         pytest.importorskip("torch")
-        from toycards.runtime import glue_cpp as native
+        from toycards.engine.torch import native
 
         name = "module"
     else:
-        from toycards.runtime import quant_kernels as native
+        from toycards.engine import ckernels as native
 
         name = "library"
     printed_before: list[str] = []

@@ -80,7 +80,7 @@ def test_a_module_whose_card_does_not_fit_the_file_is_one_line(tmp_path):
 
 
 def test_only_a_generated_class_has_a_card_to_bind():
-    from toycards.runtime.model_numpy import NumpyModel
+    from toycards.runtime.numpy.model import NumpyModel
 
     with pytest.raises(ToycardsError, match="only the Model class of a generated module"):
         NumpyModel.from_gguf(EXAMPLE)

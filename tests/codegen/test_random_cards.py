@@ -25,7 +25,7 @@ values (tests/codegen/test_semantics_regressions.py), not an expected failure.
 
 Examples: 250 per target (500 cards) when CI is set (derandomized, no example database, so CI runs the
 same cards every time), 30 otherwise; RANDOM_CARDS_EXAMPLES overrides both. RANDOM_CARDS_WITHOUT
-leaves constructs out (tests/helpers/random_cards.py). Hypothesis draws a card many times with other ids and
+leaves constructs out (tests/helpers/random_constructs.py). Hypothesis draws a card many times with other ids and
 both targets see the same draws, so the interpreter runs once per card and sequence (or prefix) and
 each module is built once per card.
 """

@@ -46,7 +46,7 @@ def test_the_package_has_examples():
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name, monkeypatch):
     monkeypatch.chdir(ROOT)  # examples name repository files such as examples/tiny-llama.gguf
-    if name in ("toycards.runtime.ops_torch", "toycards.runtime.model_torch", "toycards.models.train"):
+    if name in ("toycards.runtime.torch.ops", "toycards.runtime.torch.model", "toycards.models.train"):
         pytest.importorskip("torch")
     module = importlib.import_module(name)
     expected = _expected(module)

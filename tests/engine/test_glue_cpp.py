@@ -1,7 +1,7 @@
-"""The C++ glue (runtime/kernels/glue.cpp) against the Python glue it stands in for, and the reference.
+"""The C++ glue (engine/kernels/glue.cpp) against the Python glue it stands in for, and the reference.
 
 Each of its functions either returns what the Python path returns for the same arguments, to the
-bit (both call the same kernel of quant.c on the same bytes), or declines with None, where the
+bit (both call the same C kernel on the same bytes), or declines with None, where the
 Python path then runs: so the cases it must decline are tested as carefully as the ones it takes.
 The products are also held to gguf.quants.dequantize and a float64 matmul (within the rounding of
 x to int8 blocks, as tests/engine/test_quant_kernels.py bounds it), and a whole model decodes to the same
@@ -23,7 +23,11 @@ from gguf import GGMLQuantizationType
 from test_quant_kernels import NO_KERNELS, check_product, llama_file, small_blocks
 
 import toycards
-from toycards.runtime import glue_cpp, glue_torch, ops_torch, quant_kernels, quant_torch
+from toycards.engine import ckernels as quant_kernels
+from toycards.engine.torch import glue as glue_torch
+from toycards.engine.torch import native as glue_cpp
+from toycards.engine.torch import quant as quant_torch
+from toycards.runtime.torch import ops as ops_torch
 
 Q = GGMLQuantizationType
 TYPES = [Q.F32, Q.F16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q4_K, Q.Q6_K]
@@ -38,7 +42,7 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def cx():
     """The module; without a C++ compiler there is none (the Python glue then runs everywhere)."""
-    if glue_cpp.compile.compiler("c++", "g++", "clang++") is None:
+    if glue_cpp.build.compiler("c++", "g++", "clang++") is None:
         pytest.skip("no C++ compiler")
     module = glue_cpp.module()
     assert module is not None, f"{glue_cpp.SOURCE.name} did not build: {glue_cpp.build_error}"
@@ -193,7 +197,7 @@ def _counted(fn, calls):
 
 
 def test_turned_off_there_is_no_module():
-    code = "from toycards.runtime import glue_cpp; print(glue_cpp.module() is None)"
+    code = "from toycards import engine; print(engine.native() is None)"
     env = {**os.environ, glue_cpp.SWITCH: "off"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
@@ -241,7 +245,11 @@ def test_plain_answers_as_the_python_check(cx):
         with torch.set_grad_enabled(grad):
             for case in cases:
                 with python_glue():
-                    want = glue_torch.plain(case) if torch.is_tensor(case) and case.layout == torch.strided else False
+                    want = (
+                        glue_torch.plain(case)
+                        if torch.is_tensor(case) and case.layout == torch.strided
+                        else False
+                    )
                 assert cx.plain(case) == want, (grad, case)
             with python_glue():
                 assert glue_torch.plain(*cases[:2]) and not glue_torch.plain(*cases[:3])

@@ -17,11 +17,14 @@ torch = pytest.importorskip("torch")
 
 from gqa_passes import SIZES, run_layers, run_passes, window  # noqa: E402
 
+from toycards import engine  # noqa: E402
+from toycards.engine import ckernels as quant_kernels  # noqa: E402
 from toycards.lang.parse import parse  # noqa: E402
 from toycards.library import library_card  # noqa: E402
 from toycards.models.kernel_table import KERNELS  # noqa: E402
 from toycards.models.load import module_namespace  # noqa: E402
-from toycards.runtime import ops_torch, quant_kernels, rope_torch  # noqa: E402
+from toycards.runtime.torch import ops as ops_torch  # noqa: E402
+from toycards.runtime.torch import rope as rope_torch  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +140,8 @@ def test_norms_with_one_scale_per_head(funcs):
 def test_rms_norm_in_c(funcs, shape):
     """The C version (glue_torch) on a decoding step's rows, odd widths, and a prompt's rows (spread
     over the threads)."""
-    from toycards.runtime import glue_torch, quant_kernels
+    from toycards.engine import ckernels as quant_kernels
+    from toycards.engine.torch import glue as glue_torch
 
     e, gamma = rand(*shape, scale=3.0), rand(shape[-1]) + 1
     assert_close(*both(funcs["rms_norm"], e, gamma, 1e-6))
@@ -152,7 +156,8 @@ def test_rope(funcs, name, d_r):
     rho = torch.rand(d_r // 2, generator=g) + 0.5
     assert_close(*both(funcs[name], x, t, 500.0, rho))
     assert_close(*both(funcs[name], x, t + 11, 500.0, rho))  # other positions: not the cached angles
-    from toycards.runtime import glue_torch, quant_kernels
+    from toycards.engine import ckernels as quant_kernels
+    from toycards.engine.torch import glue as glue_torch
 
     if quant_kernels.library() is not None:  # 5 positions: few enough for the C version
         cos, sin = rope_torch.angles(t, 500.0, rho, d_r)
@@ -213,7 +218,8 @@ def test_grouped_query_attention(funcs, kv_index):
 def test_attention_on_cache_views(funcs, kv_index, d):
     """One query against keys and values that are the first rows of a larger cache buffer (a
     strided view, as KVCache.append returns them): the C version for few queries."""
-    from toycards.runtime import glue_torch, quant_kernels
+    from toycards.engine import ckernels as quant_kernels
+    from toycards.engine.torch import glue as glue_torch
 
     H = 3 if kv_index is None else 6
     Q, buf = rand(2, H, 1, d), rand(2, 2, 3, 32, d)
@@ -241,17 +247,19 @@ def test_grouped_query_attention_pass_by_pass(
     closure (rows whose keys start past the first). Partial rotary (2·half < d_h), halves, no RoPE,
     a soft cap, a batch axis and ⌈h·H_kv/H⌉ groups of unequal size (6 on 4). With the kernel
     declining more than 8 new tokens, the steps fill the cache for the prompts and the kernel reads it."""
-    from toycards.runtime import glue_torch
+    from toycards.engine.torch import glue as glue_torch
 
     if steps_above is not None:  # the kernel declines more new tokens, as it does under autograd
         real = glue_torch.gq_attention
         monkeypatch.setattr(
-            glue_torch, "gq_attention", lambda Q, *a: None if Q.shape[-2] > steps_above else real(Q, *a)
+            engine.backend("torch"),
+            "gq_attention",
+            lambda Q, *a: None if Q.shape[-2] > steps_above else real(Q, *a),
         )
     d = 16
     rho = rand(half).abs() + 0.5
     inputs = [(rand(*lead, n, H * d), rand(*lead, n, H_kv * d), rand(*lead, n, H_kv * d)) for n in SIZES]
-    ran = kernel_runs(monkeypatch, glue_torch, "gq_attention")
+    ran = kernel_runs(monkeypatch, engine.backend("torch"), "gq_attention")
     args = (funcs["GQAttention"], ops_torch, inputs, H, H_kv, layout, rho, window(6), cap)
     for slow, fast in zip(run_passes(*args, fast=False), run_passes(*args, fast=True), strict=True):
         assert fast.shape == slow.shape
@@ -268,12 +276,11 @@ def test_half_cache_pass_by_pass(funcs, monkeypatch, d, half):
     the unrolled ones, 128 in two passes of 8 registers on AVX2), with a tail, and partly rotated;
     the half cache's outputs are not the float32 cache's (the rows were rounded) but within
     float16's relative precision of them."""
-    from toycards.runtime import glue_torch
 
     H, H_kv = 6, 2
     rho = rand(half).abs() + 0.5
     inputs = [(rand(1, n, H * d), rand(1, n, H_kv * d), rand(1, n, H_kv * d)) for n in SIZES]
-    ran = kernel_runs(monkeypatch, glue_torch, "gq_attention")
+    ran = kernel_runs(monkeypatch, engine.backend("torch"), "gq_attention")
     args = (funcs["GQAttention"], ops_torch, inputs, H, H_kv, "pairs", rho, window(6), 0)
     exact = run_passes(*args, fast=True)
     slow, fast = run_passes(*args, fast=False, kv_type="f16"), run_passes(*args, fast=True, kv_type="f16")
@@ -290,15 +297,22 @@ def test_layers_with_their_own_masks_and_rope_over_one_cache(funcs, monkeypatch)
     global layers), over passes that share one cache (a prompt, decoding steps, a second prompt):
     the kernel, whose prepared calls the cache keeps from pass to pass, equals the card's steps layer
     by layer; each layer of a pass holds a call of its own, and a decoding step prepares none anew."""
-    from toycards.runtime import glue_torch
+    from toycards.engine.torch import glue as glue_torch
 
     H, H_kv, d = 4, 2, 16
     rho = rand(d // 2).abs() + 0.5
     layers = [(window(3), 1e4), (lambda t_z, t_x: t_z <= t_x, 1e6)] * 2
-    inputs = [[(rand(1, n, H * d), rand(1, n, H_kv * d), rand(1, n, H_kv * d)) for _ in layers] for n in SIZES]
+    inputs = [
+        [(rand(1, n, H * d), rand(1, n, H_kv * d), rand(1, n, H_kv * d)) for _ in layers] for n in SIZES
+    ]
     made = kernel_runs(monkeypatch, glue_torch, "_prepare")
-    ran = kernel_runs(monkeypatch, glue_torch, "gq_attention")
-    args = (funcs["GQAttention"], ops_torch, inputs, [(H, H_kv, "pairs", theta, rho, mask, 0) for mask, theta in layers])
+    ran = kernel_runs(monkeypatch, engine.backend("torch"), "gq_attention")
+    args = (
+        funcs["GQAttention"],
+        ops_torch,
+        inputs,
+        [(H, H_kv, "pairs", theta, rho, mask, 0) for mask, theta in layers],
+    )
     for slow, fast in zip(run_layers(*args, fast=False), run_layers(*args, fast=True), strict=True):
         assert_close(slow, fast, tol=3e-6)
     if quant_kernels.library() is not None:
@@ -310,7 +324,7 @@ def test_a_layer_whose_query_the_kernel_cannot_read(funcs, monkeypatch):
     """A pass's later layer whose Q is not contiguous (a transposed view): its shortcut to glue.cpp's
     gqa is declined there before anything is written, the kernel declines it too, and the card's
     steps run for that layer on the same cache; every layer, pass after pass, equals the steps."""
-    from toycards.runtime import glue_cpp
+    from toycards.engine.torch import native as glue_cpp
 
     H, H_kv, d, rho = 4, 2, 16, rand(8).abs() + 0.5
     causal = lambda t_z, t_x: t_z <= t_x  # noqa: E731
@@ -360,14 +374,13 @@ def test_a_mask_with_axes_of_its_own(funcs, monkeypatch):
     """A mask per batch row (padding, from a hand-written caller): the kernel declines before it
     touches the cache, and the card's steps broadcast the mask over the scores. Oracle: each batch
     row alone with its own two-axis mask, through the kernel."""
-    from toycards.runtime import glue_torch
     from toycards.runtime.context import Context, KVCache
 
     H, H_kv, d, T = 4, 2, 16, 5
     Q, K, V, rho = rand(2, T, H * d), rand(2, T, H_kv * d), rand(2, T, H_kv * d), torch.ones(d // 2)
     first = torch.tensor([1.0, 3.0]).reshape(2, 1, 1, 1)  # row 1's first two keys are padding
     padded = lambda t_z, t_x: (t_z <= t_x) & (t_z >= first)  # noqa: E731
-    ran = kernel_runs(monkeypatch, glue_torch, "gq_attention")
+    ran = kernel_runs(monkeypatch, engine.backend("torch"), "gq_attention")
     cache = KVCache()
     ctx = Context(T, cache, ops_torch)
     out = funcs["GQAttention"](Q, K, V, H, H_kv, "pairs", 1e4, rho, padded, 0, ctx=ctx)
@@ -600,7 +613,7 @@ def swiglu_weight(kind: str, shape: tuple[int, int]):
     from gguf import GGMLQuantizationType
     from test_quant_kernels import small_blocks
 
-    from toycards.runtime.quant_torch import QuantWeight
+    from toycards.engine.torch.quant import QuantWeight
 
     qtype = GGMLQuantizationType[kind]
     blocks = small_blocks(qtype, shape, np.random.default_rng(abs(hash((kind, shape))) % 2**32))
@@ -634,7 +647,7 @@ def test_swiglu_kernel_equals_the_card_steps(funcs, monkeypatch, mix, lead, scal
 
 def test_swiglu_kernel_declines_what_it_does_not_cover(funcs):
     """Autograd, a float64 x, or a weight that is neither float32 nor GGUF blocks: the steps run."""
-    from toycards.runtime import quant_torch
+    from toycards.engine.torch import quant as quant_torch
 
     d_e, d_ff = 32, 64
     x = rand(1, 1, d_e)
@@ -654,7 +667,7 @@ def test_swiglu_kernel_silu_within_a_few_ulp():
     returns SiLU(x) itself (float32 products with one nonzero term are exact): each entry within
     4 ulp of x / (1 + e^−x) in float64 over both tails. Where e^−x overflows float32 (x < −88.7,
     |SiLU(x)| < 3e-37) the kernel gives −0, as torch's float32 SiLU does."""
-    from toycards.runtime import quant_torch
+    from toycards.engine.torch import quant as quant_torch
 
     if not few_token_kernels(["F32"]):
         pytest.skip("no C float32 products here")
@@ -678,7 +691,13 @@ def test_swiglu_kernel_silu_within_a_few_ulp():
 
 @pytest.mark.parametrize(
     "kinds",
-    [("F32", "F32"), ("F16", "BF16", "F32"), ("Q4_K", "Q4_K", "Q6_K"), ("Q8_0", "F16", "Q4_0"), ("Q4_1",) * 3],
+    [
+        ("F32", "F32"),
+        ("F16", "BF16", "F32"),
+        ("Q4_K", "Q4_K", "Q6_K"),
+        ("Q8_0", "F16", "Q4_0"),
+        ("Q4_1",) * 3,
+    ],
 )
 @pytest.mark.parametrize("lead", [(1, 1), (3,), (9,)], ids=str)
 @pytest.mark.parametrize("rows", [(256, 512, 768), (37, 13, 6)], ids=str)
@@ -688,12 +707,14 @@ def test_linears_equal_one_product_each(monkeypatch, kinds, lead, rows):
     gives exactly the products one at a time, for float32, float16 and bfloat16 weights, block types
     mixed, and row counts that leave rows outside the packed groups of four; on 9 tokens it
     multiplies one weight at a time itself."""
-    from toycards.runtime import glue_cpp, quant_torch
+    from toycards.engine.torch import native as glue_cpp
 
     d_e = 256
     Ws = [swiglu_weight(kind, (n, d_e)) for kind, n in zip(kinds, rows, strict=False)]
     x = rand(*lead, d_e)
-    ran = kernel_runs(monkeypatch, quant_torch, "linears")  # the one call, from Python or from C++
+    ran = kernel_runs(
+        monkeypatch, engine.backend("torch"), "linears"
+    )  # the one call, from Python or from C++
     ran_cx = kernel_runs(monkeypatch, cx, "linears") if (cx := glue_cpp.module()) is not None else []
     with torch.no_grad():
         together = ops_torch.linears(x, *Ws)

@@ -1,7 +1,7 @@
 """The NumPy target's single kernels equal the card steps they replace (no torch here).
 
 Where toycards loads a generated NumPy module, the kernel table (models/kernel_table.py) puts the
-prelude's GQAttention (one C call, runtime/glue_numpy.py) and MoE in place of their steps; these
+prelude's GQAttention (one C call, engine/numpy/glue.py) and MoE in place of their steps; these
 tests run the prelude functions of modules loaded that way with `ops_numpy.fast` off (the card's
 steps, the naive reference) and on (the kernel), every table entry among them, pass by pass over
 one KV cache, and whole models both ways. Few tokens of a float32 weight multiply by the C product
@@ -14,12 +14,15 @@ import numpy as np
 import pytest
 from gqa_passes import SIZES, run_passes, window
 
+from toycards.engine import ckernels as quant_kernels
+from toycards.engine.numpy import glue as glue_numpy
+from toycards.engine.numpy import quant as quant_numpy
 from toycards.lang.parse import parse
 from toycards.library import library_card
 from toycards.models.kernel_table import KERNELS
 from toycards.models.load import module_namespace
-from toycards.runtime import glue_numpy, ops_numpy, quant_kernels, quant_numpy
 from toycards.runtime.context import Context, KVCache
+from toycards.runtime.numpy import ops as ops_numpy
 
 needs_kernels = pytest.mark.skipif(quant_kernels.library() is None, reason="no C compiler: no kernels")
 
@@ -138,7 +141,9 @@ def test_half_cache_on_a_plain_x86_64(tmp_path):
 
     if platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("an x86-64 build")
-    ran = run_rebuilt(__file__, "x86-64", tmp_path, "test_half_cache_pass_by_pass or test_halves_as_numpy_rounds")
+    ran = run_rebuilt(
+        __file__, "x86-64", tmp_path, "test_half_cache_pass_by_pass or test_halves_as_numpy_rounds"
+    )
     assert ran == "." * 5, ran
 
 
@@ -168,7 +173,7 @@ def test_halves_as_numpy_rounds():
                       2.0**-14, 2.0**-14 * (1 - 2.0**-11), 1 + 2.0**-11, 1 + 3 * 2.0**-11, -2.5e-6],
                      dtype=np.float32)  # fmt: skip
     rng = np.random.default_rng(5)
-    spread = (rng.standard_normal(4 * d - len(edges)) * 10.0 ** rng.uniform(-9, 5, 4 * d - len(edges)))
+    spread = rng.standard_normal(4 * d - len(edges)) * 10.0 ** rng.uniform(-9, 5, 4 * d - len(edges))
     values = np.concatenate([edges, spread.astype(np.float32)]).reshape(4, 1, d)  # 4 tokens
     Q = np.zeros((4, d), dtype=np.float32)
     cache = KVCache("f16")

@@ -31,7 +31,7 @@ from gguf_factory import Q, llama_hparams, llama_inventory, typed, write_gguf
 from llama_1b import SHAPE, random_k_blocks, specs, with_changes, write_llama_1b
 
 import toycards
-from toycards.runtime import quant_kernels
+from toycards.engine import ckernels as quant_kernels
 
 ROOT = Path(__file__).resolve().parents[2]
 N_PARAMS = 1_235_814_400 + 32  # Llama-3.2-1B (tied embeddings) and rope_freqs.weight
@@ -104,7 +104,11 @@ def test_load_and_describe_of_a_1b_q4_k_file_touch_no_weights(llama_1b_file, tmp
 
 
 @pytest.mark.skipif(
-    not (sys.platform.startswith("linux") and hasattr(os, "posix_fadvise") and quant_kernels.library() is not None),
+    not (
+        sys.platform.startswith("linux")
+        and hasattr(os, "posix_fadvise")
+        and quant_kernels.library() is not None
+    ),
     reason="reading ahead needs Linux and the C kernels",
 )
 def test_load_reads_the_file_into_the_page_cache_not_into_the_process(tmp_path):

@@ -2,7 +2,7 @@
 
 The weights read the file's pages through a memory mapping, so a read past the end of a file that
 was truncated after loading kills the process (SIGBUS). The file is compared with the file as it
-was opened before each forward pass and before each packing step (runtime/packing.py's module
+was opened before each forward pass and before each packing step (engine/packing.py's module
 docstring states the rule): a truncation, or a rewrite in place with a new modification time, is
 one ToycardsError naming the file; a file renamed over it leaves the model reading the old one.
 The cases that would crash run in a child process, so that a crash fails the test instead of
@@ -26,8 +26,10 @@ from gguf import GGMLQuantizationType
 from gguf_factory import llama_inventory, typed, write_gguf
 
 import toycards
+from toycards import engine
+from toycards.engine import ckernels as quant_kernels
+from toycards.engine import packing
 from toycards.errors import ToycardsError
-from toycards.runtime import packing, quant_kernels
 
 Q = GGMLQuantizationType
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,7 +143,7 @@ HELD = """
 import json, os, sys
 import toycards
 from toycards.errors import ToycardsError
-from toycards.runtime import packing
+from toycards.engine import packing
 path = sys.argv[1]
 with packing.PACKING:  # the pack-ahead thread waits for it
     model = toycards.load(path, target=TARGET)
@@ -203,7 +205,7 @@ def test_a_failed_load_leaves_no_thread(tmp_path, target, copies_counted):
     started = []
     real = packing.pack_ahead
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(packing, "pack_ahead", lambda weights: started.append(real(weights)) or started[-1])
+        mp.setattr(engine, "pack_ahead", lambda weights: started.append(real(weights)) or started[-1])
         with packing.PACKING, pytest.raises(ToycardsError, match="the vocabulary has 50 tokens"):
             toycards.load(path, target=target)
     assert started and started[0] is not None  # it had started

@@ -1,7 +1,7 @@
 """The native kernel cache hands out only whole libraries, and says so when it cannot.
 
 A cached library is loaded only when it matches the record beside it (its size and SHA-256,
-runtime/compile.py): loading a truncated one used to kill every model command (SIGBUS, exit 135),
+engine/build.py): loading a truncated one used to kill every model command (SIGBUS, exit 135),
 a foreign one was an internal error (exit 3, an undefined symbol), and a short one fell back to the
 slow path for good without a word. Here the C kernels are built once, in a private cache
 (TOYCARDS_CACHE, a folder of this module), and each test damages a copy of that cache and runs a
@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from toycards.runtime import compile, quant_kernels
+from toycards.engine import build
+from toycards.engine import ckernels as quant_kernels
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "tiny-llama.gguf"  # F16 matrices: the kernels read them in place
@@ -54,7 +55,7 @@ int tc_something_else(void) { return 1; }
 LOGITS = f"""
 import json, sys
 import toycards
-from toycards.runtime import quant_kernels
+from toycards.engine import ckernels as quant_kernels
 model = toycards.load(sys.argv[1], target=sys.argv[2])
 lib = quant_kernels.library()
 print(json.dumps({{"kernels": lib and lib._name, "logits": model.logits({IDS}).tolist(),
@@ -87,7 +88,7 @@ def logits_of(cache: Path, target: str = "numpy", **env: str) -> tuple[dict, lis
 def built(tmp_path_factory) -> Path:
     """A cache folder with the C kernels built in it, by a child process: once for the module."""
     cache = tmp_path_factory.mktemp("native-cache")
-    done = child("from toycards.runtime import quant_kernels as q; assert q.library() is not None", cache)
+    done = child("from toycards import engine; assert engine.library() is not None", cache)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stderr == ""  # a build on a pipe says nothing
     return cache
@@ -133,8 +134,8 @@ def loaded_mark(foreign: Path, tmp_path: Path) -> Path:
 
 
 def write_record(so: Path, size: int, sha256: str) -> None:
-    record = {"version": compile.RECORD_VERSION, "size": size, "sha256": sha256}
-    compile.record_path(so).write_text(json.dumps(record))
+    record = {"version": build.RECORD_VERSION, "size": size, "sha256": sha256}
+    build.record_path(so).write_text(json.dumps(record))
 
 
 def assert_same_logits(out: dict, oracle: dict) -> None:
@@ -150,7 +151,7 @@ def rebuilt_once(said: list[str], so: Path) -> str:
     assert len(said) == 1, said
     match = DAMAGED.fullmatch(said[0])
     assert match and match[1] == str(so), said
-    assert compile.damage(so) is None  # whole again, and its record says so
+    assert build.damage(so) is None  # whole again, and its record says so
     return match[2]
 
 
@@ -168,7 +169,7 @@ def test_a_whole_cache_loads_quietly(cache, oracle):
         assert_same_logits(out, oracle)
     after = so.stat()
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
-    done = child("from toycards.runtime import glue_cpp; print(glue_cpp.module())", cache)
+    done = child("from toycards import engine; print(engine.native())", cache)
     assert done.stdout.strip() == "None" and done.stderr == ""
 
 
@@ -261,10 +262,10 @@ def test_kernels_missing_twice_fall_back_with_one_line(foreign, monkeypatch):
         asked.append(args[-1])  # rebuild
         return foreign
 
-    monkeypatch.setattr(quant_kernels.compile, "shared_library", shared_library)
+    monkeypatch.setattr(quant_kernels.build, "shared_library", shared_library)
     monkeypatch.setattr(quant_kernels, "build_error", "")
-    monkeypatch.setattr(compile, "_said", set())
-    monkeypatch.setattr(compile.sys, "stderr", err := io.StringIO())
+    monkeypatch.setattr(build, "_said", set())
+    monkeypatch.setattr(build.sys, "stderr", err := io.StringIO())
     assert quant_kernels._build() is None
     assert asked == [False, True]
     assert "undefined symbol: tc_gqa" in quant_kernels.build_error
@@ -276,9 +277,9 @@ def test_a_glue_that_does_not_import_is_rebuilt_once_then_left(foreign, monkeypa
     """The C++ glue's file that matches its record but is no Python module: built once more, then
     one line and no module (the Python glue runs)."""
     torch = pytest.importorskip("torch")
-    from toycards.runtime import glue_cpp
+    from toycards.engine.torch import native as glue_cpp
 
-    if glue_cpp._flags() is None or compile.compiler("c++", "g++", "clang++") is None:
+    if glue_cpp._flags() is None or build.compiler("c++", "g++", "clang++") is None:
         pytest.skip("no C++ compiler or no Python.h: the glue is never built here")
     asked = []
 
@@ -286,11 +287,11 @@ def test_a_glue_that_does_not_import_is_rebuilt_once_then_left(foreign, monkeypa
         asked.append(args[-1])  # rebuild
         return foreign
 
-    monkeypatch.setattr(glue_cpp.quant_kernels, "library", lambda: ctypes.CDLL(None))  # not reached
-    monkeypatch.setattr(glue_cpp.compile, "shared_library", shared_library)
+    monkeypatch.setattr(glue_cpp.ckernels, "library", lambda: ctypes.CDLL(None))  # not reached
+    monkeypatch.setattr(glue_cpp.build, "shared_library", shared_library)
     monkeypatch.setattr(glue_cpp, "build_error", "")
-    monkeypatch.setattr(compile, "_said", set())
-    monkeypatch.setattr(compile.sys, "stderr", err := io.StringIO())
+    monkeypatch.setattr(build, "_said", set())
+    monkeypatch.setattr(build.sys, "stderr", err := io.StringIO())
     assert glue_cpp._load() is None
     assert asked == [False, True]
     assert "PyInit_toycards_glue" in glue_cpp.build_error
@@ -306,22 +307,22 @@ def test_a_glue_that_does_not_import_is_rebuilt_once_then_left(foreign, monkeypa
 @pytest.fixture
 def seven(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("TOYCARDS_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(compile, "_said", set())
+    monkeypatch.setattr(build, "_said", set())
     path = tmp_path / "seven.c"
     path.write_text("int seven(void) { return 7; }\n")
     return path
 
 
-def build(source: Path) -> Path:
-    return compile.shared_library("test-seven", CC, source, [["-shared", "-fPIC"]], "key", "seven")
+def built_seven(source: Path) -> Path:
+    return build.shared_library("test-seven", CC, source, [["-shared", "-fPIC"]], "key", "seven")
 
 
 def test_the_record_holds_the_size_and_checksum(seven):
-    so = build(seven)
-    record = json.loads(compile.record_path(so).read_text())
+    so = built_seven(seven)
+    record = json.loads(build.record_path(so).read_text())
     data = so.read_bytes()
     assert record == {"version": 1, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    assert compile.damage(so) is None
+    assert build.damage(so) is None
     assert not list(so.parent.glob("*.tmp"))
 
 
@@ -339,18 +340,18 @@ def _flip(so: Path) -> str:
 
 
 def _no_record(so: Path) -> str:
-    compile.record_path(so).unlink()
+    build.record_path(so).unlink()
     return "it has no record of its size and checksum"
 
 
 def _bad_record(so: Path) -> str:
-    compile.record_path(so).write_text("{not json")
+    build.record_path(so).write_text("{not json")
     return "its record is unreadable"
 
 
 def _other_version(so: Path) -> str:
-    record = json.loads(compile.record_path(so).read_text())
-    compile.record_path(so).write_text(json.dumps({**record, "version": 99}))
+    record = json.loads(build.record_path(so).read_text())
+    build.record_path(so).write_text(json.dumps({**record, "version": 99}))
     return "its record is not one this toycards writes"
 
 
@@ -361,22 +362,22 @@ def _gone(so: Path) -> str:
 
 @pytest.mark.parametrize("damage", [_truncate, _flip, _no_record, _bad_record, _other_version, _gone])
 def test_each_damage_is_rebuilt_with_one_line(seven, monkeypatch, damage):
-    so = build(seven)
+    so = built_seven(seven)
     why = damage(so)
-    assert compile.damage(so) == why
-    monkeypatch.setattr(compile.sys, "stderr", err := io.StringIO())  # not a terminal
-    assert build(seven) == so
+    assert build.damage(so) == why
+    monkeypatch.setattr(build.sys, "stderr", err := io.StringIO())  # not a terminal
+    assert built_seven(seven) == so
     assert err.getvalue() == f"toycards: the cached library {so} is damaged ({why}); rebuilding seven\n"
-    assert compile.damage(so) is None
+    assert build.damage(so) is None
     assert ctypes.CDLL(str(so)).seven() == 7
 
 
 def test_a_failed_build_is_said_once_a_process(seven, monkeypatch):
-    monkeypatch.setattr(compile.sys, "stderr", err := io.StringIO())
+    monkeypatch.setattr(build.sys, "stderr", err := io.StringIO())
     seven.write_text("int seven(void) { return }\n")
     for _ in range(2):
-        with pytest.raises(compile.BuildError, match="error"):
-            build(seven)
+        with pytest.raises(build.BuildError, match="error"):
+            built_seven(seven)
     (line,) = err.getvalue().splitlines()
     assert line.startswith("toycards: seven cannot be used (it did not build: ")
     assert line.endswith("); the slower path runs instead")

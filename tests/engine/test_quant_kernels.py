@@ -17,17 +17,18 @@ file dequantized at load, for the full pass and for cached decoding, and the Num
 from __future__ import annotations
 
 import os
-import threading
 
 import numpy as np
 import pytest
 import torch
-from file_pages import file_ranges, mapped_kib
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
 from gguf_factory import F16_SCALE_OFFSETS, llama_inventory, random_blocks, typed, write_gguf
 
 import toycards
-from toycards.runtime import packing, quant_kernels, quant_numpy, quant_torch
+from toycards.engine import ckernels as quant_kernels
+from toycards.engine import packing
+from toycards.engine.numpy import quant as quant_numpy
+from toycards.engine.torch import quant as quant_torch
 
 Q = GGMLQuantizationType
 TYPES = [Q[n] for n in "F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K".split()]
@@ -37,9 +38,7 @@ ROUNDING = 3e-6  # float32 sums of K ≤ 768 products, relative to Σ|x·w|: a f
 
 # Skipped only where the kernels cannot exist: no C compiler, or turned off. A source that fails to
 # build is a failure (test_the_kernels_build), not a silent skip of every kernel test.
-NO_KERNELS = (
-    quant_kernels.compiler() is None or os.environ.get("TOYCARDS_QUANT_KERNELS", "").lower() == "off"
-)
+NO_KERNELS = quant_kernels.compiler() is None or os.environ.get("TOYCARDS_QUANT_KERNELS", "").lower() == "off"
 pytestmark = pytest.mark.skipif(
     NO_KERNELS, reason="no C compiler (or TOYCARDS_QUANT_KERNELS=off): no kernels"
 )
@@ -53,10 +52,10 @@ def prefill_as_shipped(monkeypatch):
 
 
 def test_the_kernels_build():
-    """With a C compiler, kernels/quant.c compiles and loads (else every product would silently run
-    the slow reference path)."""
+    """With a C compiler, the kernels (kernels/*.c) compile and load (else every product would silently
+    run the slow reference path)."""
     lib = quant_kernels.library()
-    assert lib is not None, f"{quant_kernels.SOURCE.name} did not build: {quant_kernels.build_error}"
+    assert lib is not None, f"the C kernels did not build: {quant_kernels.build_error}"
 
 
 def small_blocks(qtype: Q, shape: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
@@ -344,7 +343,7 @@ def test_other_uses_get_the_dequantized_tensor():
 # ── packed weights (quant_kernels.pack_rows: groups of rows with their blocks side by side) ──
 PACKED = [t for t in TYPES if quant_kernels.pack_rows(t)]  # every type x is rounded for (AVX-512, AVX2)
 PACKED_LATER = [t for t in PACKED if not quant_kernels.packs_at_first_decoding(t)]  # AVX-512's K-quants
-SPLIT = (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0)  # the types whose packed steps quant.c regroups
+SPLIT = (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0)  # the types whose packed steps pack.c regroups
 # rows: one short of a group, groups and a remainder; blocks of 32 per row: 1, 8 (one step, no tail),
 # 9 (a step and an odd block), 19 (two steps, a pair and an odd block), 18 and 2 (a tail of two
 # blocks: SmolLM2's 576, split with the group's other tails); the K-quants: 1 to 3 steps
@@ -365,7 +364,7 @@ def test_every_type_the_int8_kernels_take_packs():
 
 
 def split_step(step: np.ndarray, qtype: Q) -> np.ndarray:
-    """One row's step of 8 blocks (uint8, as stored) as quant.c's pack_step regroups it for Q4_0,
+    """One row's step of 8 blocks (uint8, as stored) as pack.c's pack_step regroups it for Q4_0,
     Q4_1, Q5_0, Q5_1 and Q8_0: the 8 scales d, the 8 mins m (Q4_1, Q5_1), the 8 uint32 qh (Q5_0,
     Q5_1), then the quants (Q8_0's in order, each int8 v as the byte v + 128; the others' low four
     bits as two runs of 64 bytes, byte i of run h: element i of blocks 4h, 4h + 1 in its low nibble,
@@ -403,7 +402,7 @@ def lanes_group(group: np.ndarray, qtype: Q) -> np.ndarray:
 
 
 def packed_layout(blocks: np.ndarray, qtype: Q, k: int, rows: int) -> np.ndarray:
-    """The packed layout as quant.c's tc_pack describes it, built step by step: groups of `rows`
+    """The packed layout as pack.c's tc_pack describes it, built step by step: groups of `rows`
     rows; with the AVX2 kernels (8 rows) each group as `lanes_group`, else for each step of 256
     elements each row's bytes of it in turn (`split_step`), then each row's bytes past its last
     whole step (when that is two blocks a row, the group's 8 split as one step); the rows after the
@@ -433,7 +432,7 @@ def test_packed_weight_is_the_same_weight(qtype, shape, monkeypatch):
     """A packed weight (by its first few-token product where `packs_at_first_decoding`, else by LaterPacking,
     here `_pack`) multiplies, dequantizes and embeds exactly as the same blocks read in place (a
     NumPy twin kept from packing runs the same kernel on rows as stored), and the packed copy is the
-    layout quant.c describes (packed here one group at a time)."""
+    layout pack.c describes (packed here one group at a time)."""
     monkeypatch.setattr(packing, "PACK_BYTES", 1)
     monkeypatch.delenv(packing.WEIGHTS, raising=False)  # (resident weights all pack first)
     rng = np.random.default_rng(shape[0] * 1000 + shape[1])
@@ -469,185 +468,27 @@ def test_packed_weight_is_the_same_weight(qtype, shape, monkeypatch):
     assert torch.equal(q.linear(torch.from_numpy(many)), in_place.linear(torch.from_numpy(many)))
 
 
-@pytest.mark.skipif(not quant_kernels.pack_rows(Q.Q8_0) or not os.path.exists("/proc/self/smaps"),
-                    reason="no packed kernels here, or no /proc/self/smaps")  # fmt: skip
-@pytest.mark.parametrize("target", ["torch", "numpy"])
-def test_packing_hands_the_file_pages_back(tmp_path, monkeypatch, target):
-    """Once packed (by either target's weight), the weight's pages of the file mapping are no longer
-    resident in this process (the packed copy replaces them, a slice at a time), and the weight still
-    reads right (the file is only read)."""
-    from toycards.gguf.reader import open_gguf
-
-    monkeypatch.setattr(packing, "PACK_BYTES", 64 * 1024)
-
-    rng = np.random.default_rng(5)
-    w = rng.normal(0, 0.1, size=(256, 1024)).astype(np.float32)  # ~280 KB of Q8_0: ~68 pages
-    path = write_gguf(tmp_path / "one.gguf", tensors={"m.weight": (w, Q.Q8_0)})
-    f = open_gguf(path)
-    blocks = f.raw("m.weight")
-    assert not blocks.flags.writeable
-    q = (quant_torch if target == "torch" else quant_numpy).QuantWeight(blocks, Q.Q8_0, w.shape)
-    want = np.asarray(q.dequantize())  # reads every page of the tensor
-    before = mapped_kib(path)
-    assert before * 1024 >= 0.9 * blocks.nbytes
-    x = rng.normal(size=(1, 1024)).astype(np.float32)
-    y = np.asarray(q.linear(torch.from_numpy(x) if target == "torch" else x))  # packs
-    after = mapped_kib(path)
-    assert before - after >= 0.9 * blocks.nbytes / 1024 - 8, (before, after)
-    assert np.array_equal(np.asarray(q.dequantize()), want)
-    in_place = quant_numpy.QuantWeight(blocks, Q.Q8_0, w.shape)
-    in_place._unpacked = False  # the rows as stored (mapped again from the file)
-    assert np.array_equal(y, in_place.linear(x))
-    writable = blocks.copy()  # anonymous memory: left alone by packing (MADV_DONTNEED would zero it)
-    own = (quant_torch if target == "torch" else quant_numpy).QuantWeight(writable, Q.Q8_0, w.shape)
-    own._pack()
-    assert own._plan.packed == 1 and np.array_equal(writable, blocks)
-
-
-@pytest.mark.skipif(not quant_kernels.float_direct(0) or not os.path.exists("/proc/self/smaps"),
-                    reason="no in-place float products here, or no /proc/self/smaps")  # fmt: skip
-@pytest.mark.parametrize("qtype", [Q.F32, Q.F16, Q.BF16], ids=lambda t: t.name)
-def test_float_weights_are_copied_into_memory_of_their_own(tmp_path, monkeypatch, qtype):
-    """With TOYCARDS_WEIGHTS=resident the torch target copies the matrices it would read in the
-    file's pages (F32 parameters, F16 and BF16 weights kept in their bytes) into memory of its own
-    as the model is made, the file's pages handed back as it copies (tied weights: one copy); its
-    logits, a whole pass and decoding, are to the bit those of the weights read in the file's pages
-    (the default), and a write to a weight (training) never reaches the file."""
-    monkeypatch.setattr(packing, "PACK_BYTES", 64 * 1024)
-    monkeypatch.setenv(packing.WEIGHTS, "resident")
-    path = llama_file(tmp_path / "floats.gguf", (1, 512, 1024, 600, 4, 2), lambda i, name, shape: qtype, tied=True)
-    on_disk = path.read_bytes()
-
-    def matrices(model) -> list:
-        if qtype == Q.F32:
-            return [p for p in model.parameters() if p.dim() == 2]
-        return list({id(w): w for w in model.w._quantized.values()}.values())
-
-    def address(w) -> int:
-        return w.data_ptr() if qtype == Q.F32 else w._plan.w
-
-    model = toycards.load(path, target="torch")
-    if model._packing_ahead is not None:
-        model._packing_ahead.join()
-    ranges = file_ranges(path)
-    kept = matrices(model)
-    assert len(kept) == 8  # the token embedding (the output too), Q, K, V, O, gate, up, down
-    assert model.w["output.weight"] is model.w["token_embd.weight"]
-    for w in kept:
-        assert not any(a <= address(w) < b for a, b in ranges), w
-        if qtype != Q.F32:
-            assert w._packed is not None and w._plan.packed == 0
-    mapped_bytes = sum(p.numel() * 4 for p in kept) if qtype == Q.F32 else sum(w.nbytes for w in kept)
-    assert mapped_kib(path) * 1024 < 0.1 * mapped_bytes, (mapped_kib(path), mapped_bytes)
-
-    monkeypatch.delenv(packing.WEIGHTS)
-    mapped = toycards.load(path, target="torch")
-    from toycards.models.load import SMALL_F32  # F32 tensors up to this size are read, never mapped
-
-    in_file = [w for w in matrices(mapped) if qtype != Q.F32 or w.numel() * 4 > SMALL_F32]
-    assert len(in_file) >= 3 and all(any(a <= address(w) < b for a, b in file_ranges(path)) for w in in_file)
-    ids = [int(i) for i in np.random.default_rng(3).integers(0, 600, size=9)]
-    assert np.array_equal(model.logits(ids), mapped.logits(ids))
-    assert np.array_equal(decode_logits(model, ids), decode_logits(mapped, ids))
-    if qtype == Q.F32:
-        with torch.no_grad():
-            for p in kept:
-                p.add_(1.0)
-        assert not np.array_equal(model.logits(ids), mapped.logits(ids))
-    assert path.read_bytes() == on_disk
-
-
-@pytest.mark.skipif(not quant_kernels.library(), reason="no C kernels here")
-def test_weight_memory_is_aligned_zeroed_and_on_huge_pages_where_asked(monkeypatch):
-    """Resident copies' memory starts on a cache line (a 2 MiB page when large), is zero and
-    writable; large blocks are marked for the kernel's huge pages (THPeligible where the kernel has
-    them); packed copies go there with TOYCARDS_WEIGHTS=resident."""
-    thp = "/sys/kernel/mm/transparent_hugepage/enabled"
-    huge = os.path.exists(thp) and "[never]" not in open(thp, encoding="utf-8").read()
-    for nbytes in (1, 100, (2 << 20) + 5, 5 << 20):
-        m = packing.weight_memory(nbytes)
-        assert m.dtype == np.uint8 and m.shape == (nbytes,) and m.flags.writeable and not m.any()
-        assert m.ctypes.data % (packing.HUGE_PAGE if nbytes >= packing.HUGE_PAGE else 64) == 0
-        m[-1] = 7
-        if nbytes >= packing.HUGE_PAGE and huge:
-            assert _thp_eligible(m.ctypes.data)
-    shape = (64, 256)
-    blocks = small_blocks(Q.Q8_0, shape, np.random.default_rng(2))
-    for resident in (False, True):
-        if resident:
-            monkeypatch.setenv(packing.WEIGHTS, "resident")
-        for module in (quant_torch, quant_numpy):
-            w = module.QuantWeight(np.repeat(blocks, 200, axis=0), Q.Q8_0, (shape[0] * 200, shape[1]))
-            w._pack()
-            assert (w._packed is not None) == bool(quant_kernels.pack_rows(Q.Q8_0))
-            if w._packed is not None and huge and resident:  # (else the allocator's memory, whatever it is)
-                assert _thp_eligible(w._plan.w)
-
-
-def _thp_eligible(address: int) -> bool:
-    """Whether the mapping holding `address` may get transparent huge pages (/proc/self/smaps)."""
-    inside = False
-    with open("/proc/self/smaps", encoding="utf-8") as fh:
-        for line in fh:
-            fields = line.split()
-            if "-" in fields[0] and fields[0][0] in "0123456789abcdef" and len(fields) >= 5:
-                start, end = (int(v, 16) for v in fields[0].split("-"))
-                inside = start <= address < end
-            elif inside and fields[0] == "THPeligible:":
-                return fields[1] == "1"
-    return False
-
-
-@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="no /proc/self/maps")
-@pytest.mark.parametrize("target", ["torch", "numpy"])
-def test_small_f32_tensors_are_read_not_mapped(tmp_path, target):
-    """The norms' γ (and any F32 tensor up to load.SMALL_F32) live in the process's own memory, not in
-    a mapping of the file: a mapped 2 KB γ maps the page-cache folio it lies in, which on ext4's large
-    folios held 43 MB of SmolLM2 Q8_0's neighbouring weights, resident for the model's life. The
-    matrices stay mapped, and the copies hold the file's values."""
-    import toycards
-    from toycards.gguf.reader import open_gguf
-    from toycards.models.load import SMALL_F32
-
-    path = tiny_llama(tmp_path, "Q8_0")
-    model = toycards.load(path, target=target)
-    ranges = file_ranges(path)
-    with open_gguf(path) as f:
-        small = {n: f.tensor(n, copy=True) for n, i in f.tensors.items() if i.type_name == "F32"}
-        assert all(f.tensors[n].n_bytes <= SMALL_F32 for n in small)
-    assert len(small) == 2 * 2 + 1  # two norms a layer, and the output norm
-
-    def mapped(x) -> bool:
-        at = x.data_ptr() if target == "torch" else x.ctypes.data
-        return any(a <= at < b for a, b in ranges)
-
-    assert mapped(model.w["blk.0.ffn_up.weight"].blocks)
-    for name, want in small.items():
-        w = model.w[name]
-        assert not mapped(w), f"{name} is mapped from the file"
-        np.testing.assert_array_equal(w.detach().numpy() if target == "torch" else w, want)
-
-
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="an x86-64 target")
-@pytest.mark.parametrize("march", ["x86-64", "icelake-server"])
+@pytest.mark.parametrize("march", ["x86-64", "x86-64-v3", "icelake-server"])
 def test_kernels_build_for_other_cpus(tmp_path, march):
-    """quant.c compiles without a warning for plain x86-64 (SSE2, no AVX, no F16C: the portable C
-    paths, so that such a CPU gets the kernels and not the slow reference path) and for a CPU with
-    AVX-512 F, BW, VL and VNNI (every AVX-512 path; they run only on such a CPU)."""
+    """The kernels compile without a warning for plain x86-64 (SSE2, no AVX, no F16C: the portable C
+    paths, so that such a CPU gets the kernels and not the slow reference path), for x86-64-v3 (the
+    AVX2 kernels) and for a CPU with AVX-512 F, BW, VL and VNNI (every AVX-512 path; they run only on
+    such a CPU)."""
     import subprocess
 
     flags = [f for f in quant_kernels.FLAGS if not f.startswith("-march=")]
     done = subprocess.run(
-        [quant_kernels.compiler(), *flags, f"-march={march}", "-Wall", "-Werror", str(quant_kernels.SOURCE),
-         "-o", str(tmp_path / "quant.so"), "-lm"],
+        [quant_kernels.compiler(), *flags, f"-march={march}", "-Wall", "-Werror",
+         *map(str, quant_kernels.SOURCES), "-o", str(tmp_path / "quant.so"), "-lm"],
         capture_output=True, text=True,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
 
 
 def _runs_the_avx2_kernels() -> bool:
-    """This CPU's own build is x86-64-v3's, as far as quant.c can tell (AVX2, FMA and F16C, no AVX-512
-    of any kind): the tests here already ran the AVX2 kernels."""
+    """This CPU's own build is x86-64-v3's, as far as the kernels can tell (AVX2, FMA and F16C, no
+    AVX-512 of any kind): the tests here already ran the AVX2 kernels."""
     flags = set(quant_kernels._cpu_flags().split())
     return {"avx2", "fma", "f16c"} <= flags and not any(f.startswith("avx512") for f in flags)
 
@@ -669,7 +510,9 @@ def test_avx2_kernels_without_avx512(tmp_path):
     assert ran == "." * (5 * len(PACKED_SHAPES) + 3 * len(PACKED_SHAPES_K)), ran
     # the AVX2 int8 GEMM (tiles of eight rows, a packed group unpacked straight into its tile)
     ran = run_rebuilt(__file__, "x86-64-v3", tmp_path, "test_int8_gemm_tiles_and_token_groups")
-    shapes = sum(len(GEMM_SHAPES_K if t in K_QUANTS else GEMM_SHAPES) for t in TYPES if quant_kernels.quantizes_x(t))
+    shapes = sum(
+        len(GEMM_SHAPES_K if t in K_QUANTS else GEMM_SHAPES) for t in TYPES if quant_kernels.quantizes_x(t)
+    )
     assert ran == "." * 3 * shapes, ran
 
 
@@ -708,196 +551,10 @@ def test_float_weights_in_place(qtype, shape, n_tokens):
     check_product(y.numpy()[0], x[0], w, Q.F32, n_tokens)
 
 
-@pytest.fixture
-def prefetch_restored():
-    """The library's prefetch setting as it was again after the test."""
-    lib = quant_kernels.library()
-    was = lib.tc_prefetch()
-    yield lib
-    lib.tc_set_prefetch(was)
-
-
-@pytest.mark.parametrize("qtype", [Q.F32, *(t for t in TYPES if t not in K_QUANTS)], ids=lambda t: t.name)
-def test_prefetch_setting_leaves_the_products_alone(qtype, prefetch_restored):
-    """Whether the types other than the K-quants prefetch their weight stream is chosen per model
-    by timing (quant_kernels.PrefetchChoice): their products are the same floats either way, packed
-    or as stored, so the other tests, run under either setting, hold both."""
-    lib = prefetch_restored
-    rng = np.random.default_rng(11)
-    shape = (37, 576)
-    floats = qtype in (Q.F32, Q.F16, Q.BF16)
-    blocks = float_blocks(qtype, shape, rng)[0] if floats else small_blocks(qtype, shape, rng)
-    xs = [torch.from_numpy(rng.normal(size=(1, t, shape[1])).astype(np.float32)) for t in (1, 3)]
-    ys = []
-    for on in (0, 1):
-        lib.tc_set_prefetch(on)
-        if qtype == Q.F32:
-            ys.append([quant_torch.float_linear(x, torch.from_numpy(blocks)) for x in xs])
-        else:
-            q = quant_torch.QuantWeight(blocks, qtype, shape)  # packed at its first (few-token) product, where it packs
-            ys.append([q.linear(x) for x in xs])
-    assert all(a is not None and torch.equal(a, b) for a, b in zip(*ys))
-
-
-def test_prefetch_is_timed_unless_fixed(monkeypatch):
-    monkeypatch.delenv(quant_kernels.PREFETCH, raising=False)
-    assert quant_kernels.prefetch_others() is None
-    for said, want in (("on", 1), (" ON\n", 1), ("off", 0), ("Off", 0), ("1", None), ("auto", None)):
-        monkeypatch.setenv(quant_kernels.PREFETCH, said)
-        assert quant_kernels.prefetch_others() == want
-
-
-class _Clock:
-    """A stand-in for PrefetchChoice's clock that only the steps below move (no scheduler in the timings)."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    fake = _Clock()
-    monkeypatch.setattr(quant_kernels, "_clock", fake)
-    return fake
-
-
-def _steps_slower_when(slow_setting: int, lib, seen: list[int], clock, slow=(0.006,), fast=(0.001,)):
-    """A stand-in for a decoding step: it notes the library's prefetch flag and takes the next of
-    `slow` (cycled) on `clock` when the flag is `slow_setting`, else the next of `fast`."""
-    taken = {0: 0, 1: 0}
-
-    def step(token: int) -> int:
-        flag = lib.tc_prefetch()
-        seen.append(flag)
-        times = slow if flag == slow_setting else fast
-        clock.now += times[taken[flag] % len(times)]
-        taken[flag] += 1
-        return token + 1
-
-    return step
-
-
-def _decide(choice, step, steps: int) -> list:
-    settings = []
-    for i in range(steps):
-        assert choice.run(step, i) == i + 1  # the step's result passes through
-        settings.append(choice.setting)
-    return settings
-
-
-@pytest.mark.parametrize("slow_setting", [0, 1])
-def test_prefetch_choice_keeps_the_faster_setting(slow_setting, monkeypatch, prefetch_restored, clock):
-    """PrefetchChoice runs WARMUP steps, then steps each way (on, off, off, on …): with a clear gap
-    (6 ms against 1 ms) it keeps the faster setting once each way has SURE steps, for good."""
-    monkeypatch.delenv(quant_kernels.PREFETCH, raising=False)
-    lib, seen = prefetch_restored, []
-    choice = quant_kernels.PrefetchChoice()
-    timed = choice.WARMUP + 2 * choice.SURE
-    settings = _decide(choice, _steps_slower_when(slow_setting, lib, seen, clock), timed + 5)
-    assert settings == [None] * (timed - 1) + [1 - slow_setting] * 6
-    assert seen[choice.WARMUP : timed] == [1, 0, 0, 1, 1, 0][: 2 * choice.SURE]
-    assert seen[timed:] == [1 - slow_setting] * 5
-
-
-@pytest.mark.parametrize("slow_setting", [0, 1])
-def test_prefetch_choice_by_medians_when_the_steps_overlap(slow_setting, monkeypatch, prefetch_restored, clock):
-    """Where the two ways' steps overlap (each way has an outlier past the other's), the choice
-    waits for TRIALS steps each way and keeps the faster median."""
-    monkeypatch.delenv(quant_kernels.PREFETCH, raising=False)
-    lib, seen = prefetch_restored, []
-    choice = quant_kernels.PrefetchChoice()
-    slow, fast = (0.0005, 0.004, 0.004, 0.004), (0.009, 0.001, 0.001, 0.001)
-    step = _steps_slower_when(slow_setting, lib, seen, clock, slow, fast)
-    timed = choice.WARMUP + 2 * choice.TRIALS
-    settings = _decide(choice, step, timed + 3)
-    assert settings == [None] * (timed - 1) + [1 - slow_setting] * 4
-    assert sum(seen[choice.WARMUP : timed]) == choice.TRIALS
-
-
-@pytest.mark.parametrize(("said", "setting"), [("on", 1), ("off", 0)])
-def test_prefetch_fixed_by_the_environment_is_not_timed(said, setting, monkeypatch, prefetch_restored, clock):
-    monkeypatch.setenv(quant_kernels.PREFETCH, said)
-    lib, seen = prefetch_restored, []
-    choice = quant_kernels.PrefetchChoice()
-    lib.tc_set_prefetch(1 - setting)
-    step = _steps_slower_when(setting, lib, seen, clock)  # fixed, even where the other setting is faster
-    for i in range(choice.WARMUP + 2 * choice.TRIALS + 2):
-        choice.run(step, i)
-    assert seen == [setting] * len(seen) and choice.times == ([], [])
-
-
-def test_models_time_only_their_decoding_steps(tmp_path, monkeypatch, prefetch_restored):
-    """Both targets time their few-token passes (decoding) for the choice, never a prompt's."""
-    monkeypatch.delenv(quant_kernels.PREFETCH, raising=False)
-    path = tiny_llama(tmp_path, "Q8_0")
-    for target in ("torch", "numpy"):
-        model = toycards.load(path, target=target)
-        cache = model.new_cache()
-        with torch.inference_mode():
-            model(np.arange(20)[None], cache)  # a prompt of 20 tokens: not timed
-            assert model._prefetch.steps == 0
-            for t in range(3):
-                model(np.array([[t]]), cache, last=True)
-        assert model._prefetch.steps == 3
-
-
-@pytest.mark.skipif(not PACKED_LATER, reason="no types here that pack after some decoding (AVX-512 VNNI)")
-@pytest.mark.parametrize("target", ["torch", "numpy"])
-def test_later_packing_after_some_decoding(tmp_path, monkeypatch, target):
-    """In a Q4_K_M-style model (Q4_K, Q6_K) the K-quants are read as stored through the prompt and
-    the first AFTER decoding steps, then pack one a step; every step's logits are those of a model
-    whose weights never pack (the same floats, packed or not)."""
-    monkeypatch.setattr(packing.LaterPacking, "AFTER", 3)
-    monkeypatch.delenv(packing.WEIGHTS, raising=False)  # (resident weights all pack ahead)
-    path = tiny_llama(tmp_path, "Q4_K_M")
-    model = toycards.load(path, target=target)
-    never = toycards.load(path, target=target)
-    never._later.waiting = []
-    kept = [w for w in model.w._quantized.values()] if target == "torch" else list(model.w.values())
-    later = {id(w): w for w in kept if getattr(w, "_unpacked", False)}
-    assert later and len(model._later.waiting) == len(later)
-    caches = model.new_cache(), never.new_cache()
-    with torch.inference_mode():
-        assert np.array_equal(*(np.asarray(m(np.arange(20)[None], c)) for m, c in zip((model, never), caches)))
-        assert all(w._packed is None for w in later.values())
-        for t in range(3 + len(later)):
-            a, b = (np.asarray(m(np.array([[t]]), c, last=True)) for m, c in zip((model, never), caches))
-            assert np.array_equal(a, b)
-            packed = sum(w._packed is not None for w in later.values())
-            assert packed == max(0, t + 1 - 3)
-    assert not model._later.waiting
-
-
-@pytest.mark.skipif(not PACKED_LATER, reason="no types here that pack after some decoding (AVX-512 VNNI)")
-@pytest.mark.parametrize("target", ["torch", "numpy"])
-def test_resident_weights_all_pack_ahead(tmp_path, monkeypatch, target):
-    """With TOYCARDS_WEIGHTS=resident the K-quants pack ahead of the first product as the other
-    types do (no LaterPacking), into memory of the model's own; the logits, a pass and decoding,
-    are those of the default model, whose K-quants are read as stored."""
-    path = tiny_llama(tmp_path, "Q4_K_M")
-    monkeypatch.delenv(packing.WEIGHTS, raising=False)
-    default = toycards.load(path, target=target)
-    monkeypatch.setenv(packing.WEIGHTS, "resident")
-    model = toycards.load(path, target=target)
-    assert not model._later.waiting and default._later.waiting
-    model._packing_ahead.join()
-    kept = list(model.w._quantized.values()) if target == "torch" else list(model.w.values())
-    blocks = [w for w in kept if isinstance(w, quant_torch.QuantWeight | quant_numpy.QuantWeight)]
-    assert blocks and all(w._packed is not None and w._plan.packed == 1 for w in blocks)
-    ranges = file_ranges(path)
-    assert not any(a <= w._plan.w < b for w in blocks for a, b in ranges)
-    ids = [int(i) for i in np.random.default_rng(6).integers(0, 300, size=10)]
-    assert np.array_equal(model.logits(ids), default.logits(ids))
-    assert np.array_equal(decode_logits(model, ids), decode_logits(default, ids))
-
-
 def test_float_linear_leaves_other_cases_to_torch():
     """float_linear takes only few-token, autograd-free, contiguous float32 CPU products: the rest
     go through F.linear in ops.linear, with the same values."""
-    from toycards.runtime import ops_torch
+    from toycards.runtime.torch import ops as ops_torch
 
     rng = np.random.default_rng(3)
     w = torch.from_numpy(rng.normal(size=(7, 40)).astype(np.float32))
@@ -1012,7 +669,6 @@ def decode_logits(model, ids: list[int]) -> np.ndarray:
 
 @pytest.mark.parametrize("mix", list(MIXES))
 def test_model_logits_match_the_dequantized_path(tmp_path, mix):
-    import toycards
 
     path = tiny_llama(tmp_path, mix)
     ids = [int(i) for i in np.random.default_rng(1).integers(0, 300, size=12)]
@@ -1052,7 +708,6 @@ def test_decoding_with_autograd_on_keeps_no_weight(tmp_path):
     autograd records every step through the kept weights. Nothing weight-sized may be saved for it
     (a dequantized copy of every matrix per token was: 13.8 GB after 32 tokens of SmolLM2 Q4_1),
     and the gradient into γ is the dequantized model's."""
-    import toycards
 
     path = tiny_llama(tmp_path, "Q8_0")
     kept = toycards.load(path, target="torch")
@@ -1093,8 +748,6 @@ def test_real_file_prefill_deviation():
     (AVX-512, Zen 4), 3.41% / 0.80%, 16 (AVX2, Zen 1); float32 tiles 0."""
     from real_model import smollm2_q4_1
 
-    import toycards
-
     path = smollm2_q4_1()
     model = toycards.load(path, target="torch")
     ids = model.tokenizer.encode(PROMPT)
@@ -1115,8 +768,6 @@ def test_real_file_deviation_within_llama_cpps(tmp_path):
     import os
     import subprocess
     from pathlib import Path
-
-    import toycards
 
     python = os.environ.get("TOYCARDS_LLAMA_CPP_PYTHON")
     if not python:
@@ -1143,250 +794,6 @@ def test_real_file_deviation_within_llama_cpps(tmp_path):
     for name in ("ours", "prefill"):
         assert dev[name][0] <= 1.25 * dev["llama.cpp"][0] and dev[name][1] <= 1.25 * dev["llama.cpp"][1], dev
         assert picks[name] >= picks["llama.cpp"], (picks, dev)
-
-
-@pytest.mark.skipif(not PACKED, reason="no packed kernels on this CPU (AVX-512 VNNI)")
-def test_weights_pack_together():
-    """pack_weights copies several weights in one C call into one buffer: each copy is its weight's
-    packed layout, on a cache line of its own, and multiplies as its rows as stored; a weight
-    already packed is left as it is."""
-    rng = np.random.default_rng(11)
-    cases = [(t, shape) for t in SPLIT if t in PACKED for shape in ((13, 576), (9, 32))]
-    weights, stored, xs = [], [], []
-    for qtype, shape in cases:
-        blocks = small_blocks(qtype, shape, rng)
-        weights.append(quant_torch.QuantWeight(blocks, qtype, shape))
-        stored.append(quant_numpy.QuantWeight(blocks, qtype, shape))
-        stored[-1]._unpacked = False  # never packed: the rows as stored
-        xs.append(rng.normal(size=(2, shape[1])).astype(np.float32))
-    weights[0]._pack()
-    first = weights[0]._packed
-    packing.pack_weights(weights)
-    assert weights[0]._packed is first  # packed once
-    for w, s, x, (qtype, shape) in zip(weights, stored, xs, cases, strict=True):
-        assert w._plan.packed == 1 and w._packed.data_ptr() % 64 == 0
-        layout = packed_layout(s.blocks, qtype, shape[1], quant_kernels.pack_rows(qtype))
-        assert np.array_equal(w._packed.numpy(), layout)
-        assert np.array_equal(w.linear(torch.from_numpy(x)).numpy(), s.linear(x))
-
-
-@pytest.mark.skipif(not PACKED, reason="no packed kernels on this CPU (AVX-512 VNNI)")
-@pytest.mark.parametrize("target", ["torch", "numpy"])
-@pytest.mark.parametrize("wait", [True, False], ids=["after-packing", "racing-it"])
-def test_weights_pack_ahead_of_the_first_product(tmp_path, monkeypatch, target, wait):
-    """A loaded model's weights that pack at their first product pack on a thread of their own as
-    the model is made (here all of them before any product, when waited for); a prompt's pass that
-    comes first (racing it) reads each weight as stored or packed, whichever it finds. Either way
-    the logits are those of a model whose weights are read as stored (the same floats, packed or
-    not)."""
-    path = tiny_llama(tmp_path, "Q8_0")
-    model = toycards.load(path, target=target)
-    kept = list(model.w._quantized.values()) if target == "torch" else list(model.w.values())
-    first = [w for w in kept if getattr(w, "_pack_first", False)]
-    assert first and model._packing_ahead is not None
-    with monkeypatch.context() as m:
-        m.setattr(packing, "pack_ahead", lambda weights: None)
-        stored = toycards.load(path, target=target)
-    for w in stored.w._quantized.values() if target == "torch" else stored.w.values():
-        if isinstance(w, quant_torch.QuantWeight | quant_numpy.QuantWeight):
-            w._unpacked = False  # never packed: the rows as stored
-    if wait:
-        model._packing_ahead.join()
-        assert all(w._plan.packed == 1 and w._packed is not None for w in first)
-    ids = np.arange(20)[None]
-    with torch.inference_mode():
-        got, want = (np.asarray(m(torch.from_numpy(ids) if target == "torch" else ids)) for m in (model, stored))
-    assert np.array_equal(got, want)
-    model._packing_ahead.join()
-    assert all(w._plan.packed == 1 for w in first)
-
-
-@pytest.mark.skipif(not quant_kernels.pack_rows(Q.Q4_0) or not os.path.exists("/proc/self/smaps"),
-                    reason="no packed kernels here, or no /proc/self/smaps")  # fmt: skip
-def test_a_numpy_prompt_waits_for_the_copies_being_made_instead_of_mapping_the_file(tmp_path, monkeypatch):
-    """The NumPy target's prompt that comes while the pack-ahead thread is still at work (its copies
-    made and the file's pages handed back, not yet adopted) waits for it and reads the copies: its
-    embedding rows and products map none of the file's pages again (they would stay mapped, beside
-    the copies), and its logits are those of the blocks as stored."""
-    path = tiny_llama(tmp_path, "Q4_0")
-    copied, adopt = threading.Event(), threading.Event()
-    real = packing.packed_copies
-
-    def held_before_adopting(items, one_thread=False):
-        plans = real(items, one_thread)
-        if threading.current_thread().name == "toycards-pack-ahead":
-            copied.set()
-            adopt.wait(0.3)  # the prompt below starts meanwhile
-        return plans
-
-    monkeypatch.setattr(packing, "packed_copies", held_before_adopting)
-    model = toycards.load(path, target="numpy")
-    assert model._packing_ahead is not None and copied.wait(30)
-    before = mapped_kib(path)  # the header's pages; the weights' were handed back as they were copied
-    ids = np.arange(20)[None]
-    got = model(ids)
-    adopt.set()
-    model._packing_ahead.join()
-    weights = [w for w in model.w.values() if isinstance(w, quant_numpy.QuantWeight)]
-    assert weights and all(w._plan.packed == 1 for w in weights)
-    size = sum(w.blocks.nbytes for w in weights)
-    assert (mapped_kib(path) - before) * 1024 < 0.05 * size, (before, mapped_kib(path), size)
-    monkeypatch.setattr(packing, "pack_ahead", lambda weights: None)
-    stored = toycards.load(path, target="numpy")
-    for w in stored.w.values():
-        if isinstance(w, quant_numpy.QuantWeight):
-            w._unpacked = False  # never packed: the rows as stored
-    assert np.array_equal(np.asarray(got), np.asarray(stored(ids)))
-
-
-@pytest.mark.skipif(not INT8, reason="no int8 GEMM on this CPU (AVX2 or AVX-512)")
-def test_a_numpy_prompt_keeps_its_c_kernels_to_one_thread_once_numpys_blas_has_run(tmp_path, monkeypatch):
-    """The NumPy target's prompt runs its int8 GEMMs and its attention on the kernels' threads while
-    NumPy's BLAS has run no product in the process, and on the calling thread alone from the first
-    one on (its threads would spin against the kernels'): a card's own `ops.matmul` is one. The
-    logits are the same floats either way (each tile's sums are one thread's)."""
-    path = tiny_llama(tmp_path, "Q8_0")
-    monkeypatch.setattr(quant_numpy, "_blas_ran", False)
-    gemm_threads, attention_threads = [], []
-    real_gemm, real_library = quant_kernels.gemm, quant_kernels.library
-
-    def gemm(p, x_ptr, t, y_ptr, one_thread=False):
-        gemm_threads.append(one_thread)
-        return real_gemm(p, x_ptr, t, y_ptr, one_thread)
-
-    class Library:  # the kernels, tc_gqa's argument seen on its way
-        def __getattr__(self, name):
-            return getattr(real_library(), name)
-
-        def tc_gqa(self, args):
-            attention_threads.append(args._obj.one_thread)
-            return real_library().tc_gqa(args)
-
-    monkeypatch.setattr(quant_kernels, "gemm", gemm)
-    monkeypatch.setattr(quant_kernels, "library", Library)
-    model = toycards.load(path, target="numpy")
-    ids = np.arange(20)[None]
-    free = np.asarray(model(ids))
-    assert gemm_threads and attention_threads
-    assert not any(gemm_threads) and not any(attention_threads)
-    assert not quant_numpy.prompt_one_thread()
-    gemm_threads.clear(), attention_threads.clear()
-    from toycards.runtime import ops_numpy
-
-    ops_numpy.matmul(np.ones((3, 4), np.float32), np.ones((4, 2), np.float32))
-    assert quant_numpy.prompt_one_thread()
-    kept = np.asarray(model(ids))
-    assert gemm_threads and all(gemm_threads) and attention_threads and all(attention_threads)
-    assert np.array_equal(free, kept)
-
-
-@pytest.mark.skipif(not PACKED, reason="no packed kernels on this CPU (AVX-512 VNNI)")
-@pytest.mark.parametrize("target", ["torch", "numpy"])
-def test_weights_over_the_pack_ahead_budget_pack_at_their_first_decoding_step(tmp_path, monkeypatch, target):
-    """Weights that come to more than PACK_AHEAD_BYTES do not pack as the model is made (its load
-    stays lazy: no copy, the file's blocks read in place), nor for a prompt's many-token products
-    (the int8 GEMM's tiles come as fast from the blocks as stored), but each at its first few-token
-    product (decoding); at the budget exactly they do pack ahead. The logits are those of the rows
-    as stored either way."""
-    path = tiny_llama(tmp_path, "Q8_0")
-
-    def first_weights(model):
-        kept = list(model.w._quantized.values()) if target == "torch" else list(model.w.values())
-        return list({id(w): w for w in kept if getattr(w, "_pack_first", False)}.values())
-
-    budget = sum(w.blocks.nbytes for w in first_weights(toycards.load(path, target=target)))
-    monkeypatch.setattr(packing, "PACK_AHEAD_BYTES", budget)
-    ahead = toycards.load(path, target=target)
-    assert ahead._packing_ahead is not None
-    ahead._packing_ahead.join()
-    assert all(w._plan.packed == 1 for w in first_weights(ahead))
-
-    monkeypatch.setattr(packing, "PACK_AHEAD_BYTES", budget - 1)
-    model = toycards.load(path, target=target)
-    first = first_weights(model)
-    assert first and model._packing_ahead is None
-    ranges = file_ranges(path)  # this model's mapping of the file among them
-    assert all(w._unpacked and w._packed is None and any(a <= w._plan.w < b for a, b in ranges) for w in first)
-    products = [w for w in first if w.name != "token_embd.weight"]  # the table's rows are only gathered
-    assert len(products) == len(first) - 1
-    for n_tokens in (20, 1):  # a prompt (many-token products), then one token (few-token products)
-        ids = np.arange(n_tokens)[None]
-        with torch.inference_mode():
-            got, want = (np.asarray(m(torch.from_numpy(ids) if target == "torch" else ids)) for m in (model, ahead))
-        assert np.array_equal(got, want)
-        packed = [w._plan.packed == 1 and w._packed is not None for w in products]
-        assert packed == [n_tokens <= quant_torch.FEW_TOKENS] * len(products), (n_tokens, packed)
-
-
-@pytest.mark.skipif(not PACKED, reason="no packed kernels on this CPU (AVX-512 VNNI)")
-@pytest.mark.parametrize("target", ["torch", "numpy"])
-def test_a_load_where_no_thread_starts_reads_and_packs_nothing_ahead(tmp_path, monkeypatch, target):
-    """Where the system starts no more threads (RuntimeError from Thread.start), `load` still makes
-    the model: nothing is read or packed ahead, no file descriptor is left open, the weights pack
-    at their first decoding product, and the logits are those of a model loaded as usual."""
-    path = tiny_llama(tmp_path, "Q8_0")
-    usual = toycards.load(path, target=target)
-    if usual._packing_ahead is not None:
-        usual._packing_ahead.join()
-    started = []
-
-    def refuse(thread):
-        started.append(thread.name)
-        raise RuntimeError("can't start new thread")
-
-    opened, os_open = [], os.open
-
-    def record(*args, **kwargs):
-        opened.append(os_open(*args, **kwargs))
-        return opened[-1]
-
-    monkeypatch.setattr(threading.Thread, "start", refuse)
-    monkeypatch.setattr(os, "open", record)
-    model = toycards.load(path, target=target)
-    monkeypatch.undo()
-    assert sorted(started) == ["toycards-pack-ahead", "toycards-read-ahead"]
-    assert model._packing_ahead is None and opened  # (the read-ahead's descriptor)
-    for fd in opened:
-        with pytest.raises(OSError):
-            os.fstat(fd)  # closed
-    kept = list(model.w._quantized.values()) if target == "torch" else list(model.w.values())
-    first = [w for w in kept if getattr(w, "_pack_first", False) and w.name != "token_embd.weight"]
-    assert first and all(w._unpacked for w in first)
-    for n_tokens in (20, 1):
-        ids = np.arange(n_tokens)[None]
-        with torch.inference_mode():
-            got, want = (np.asarray(m(torch.from_numpy(ids) if target == "torch" else ids)) for m in (model, usual))
-        assert np.array_equal(got, want)
-    assert all(w._plan.packed == 1 for w in first)
-
-
-@pytest.mark.skipif(not quant_kernels.packs_at_first_decoding(Q.Q8_0), reason="no packed kernels on this CPU")
-@pytest.mark.parametrize("target", ["torch", "numpy"])
-def test_a_row_view_packs_its_whole_weight_at_its_first_decoding_product(target, monkeypatch):
-    """A view of rows made before its weight packed (`W[a:b]`) leaves the blocks as stored through a
-    prompt's product, and at its first few-token product packs the whole weight: a view on the copy's
-    groups then reads that copy (no second one), a view off them a copy of its own. Products equal
-    the whole weight's rows throughout."""
-    monkeypatch.delenv(packing.WEIGHTS, raising=False)
-    rng = np.random.default_rng(13)
-    shape, group = (40, 256), quant_kernels.pack_rows(Q.Q8_0)
-    blocks = small_blocks(Q.Q8_0, shape, rng)
-    module = quant_torch if target == "torch" else quant_numpy
-    W = module.QuantWeight(blocks, Q.Q8_0, shape)
-    stored = quant_numpy.QuantWeight(blocks, Q.Q8_0, shape)
-    stored._unpacked = False  # never packed: the rows as stored
-    on, off = W[group : 3 * group], W[5:29]
-    for n_tokens in (quant_torch.FEW_TOKENS + 4, 1):  # a prompt, then a decoding step
-        x = rng.normal(size=(n_tokens, shape[1])).astype(np.float32)
-        want = stored.linear(x)
-        for view, (a, b) in ((on, (group, 3 * group)), (off, (5, 29))):
-            y = view.linear(torch.from_numpy(x) if target == "torch" else x)
-            assert np.array_equal(np.asarray(y), want[:, a:b])
-        if n_tokens > quant_torch.FEW_TOKENS:
-            assert W._packed is None and on._packed is None and off._packed is None
-    assert W._packed is not None and W._plan.packed == 1
-    assert np.shares_memory(np.asarray(on._packed), np.asarray(W._packed))
-    assert off._packed is not None and not np.shares_memory(np.asarray(off._packed), np.asarray(W._packed))
 
 
 @pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_K, Q.Q6_K, Q.F16], ids=lambda t: t.name)

@@ -1,4 +1,4 @@
-"""Replayed decoding steps (runtime/replay_torch.py, kernels/glue.cpp's tape) against the forward pass.
+"""Replayed decoding steps (engine/torch/replay.py, kernels/glue.cpp's tape) against the forward pass.
 
 The oracle is the same model's forward pass with replay turned off (TOYCARDS_REPLAY=off), which the
 KV-cache and oracle tests tie to the full pass and to transformers: every step's logits must be equal
@@ -22,15 +22,13 @@ from gguf import GGMLQuantizationType
 from test_quant_kernels import NO_KERNELS, llama_file
 
 import toycards
-from toycards.runtime import (
-    glue_cpp,
-    glue_torch,
-    ops_torch,
-    packing,
-    quant_kernels,
-    quant_torch,
-    replay_torch,
-)
+from toycards import engine
+from toycards.engine import ckernels as quant_kernels
+from toycards.engine import packing
+from toycards.engine.torch import glue as glue_torch
+from toycards.engine.torch import native as glue_cpp
+from toycards.engine.torch import replay as replay_torch
+from toycards.runtime.torch import ops as ops_torch
 
 Q = GGMLQuantizationType
 
@@ -173,7 +171,11 @@ def test_weights_in_their_blocks_packed_between_replays(cx, tmp_path, monkeypatc
 
     monkeypatch.setattr(glue_cpp, "module", lambda: _Glue(cx, tape_refresh=refresh))
     got, cache = decode(got_model, ids, 4, True)
-    later = [t for t in (Q.Q4_K, Q.Q6_K) if quant_kernels.pack_rows(t) and not quant_kernels.packs_at_first_decoding(t)]
+    later = [
+        t
+        for t in (Q.Q4_K, Q.Q6_K)
+        if quant_kernels.pack_rows(t) and not quant_kernels.packs_at_first_decoding(t)
+    ]
     if later:  # (the AVX-512 kernels pack the K-quants after some steps)
         assert refreshed.count(True) >= 3  # weights packed between replays of one tape
     else:  # (the AVX2 kernels pack what they pack at its first decoding step)
@@ -204,7 +206,7 @@ def test_an_unseen_write_is_caught_by_the_replay_that_checks_a_tape(cx, oracle_f
     path = oracle_files("llama", "F32").path
     ids = np.random.default_rng(4).integers(0, 100, size=(1, 10))
     monkeypatch.setattr(glue_cpp, "module", lambda: _Glue(cx, "swiglu"))
-    monkeypatch.setattr(quant_torch, "swiglu", lambda *args: None)
+    monkeypatch.setattr(engine.backend("torch"), "swiglu", lambda *args: None)
     model = toycards.load(path, target="torch")
     want, _ = decode(model, ids, 3, False)
     got, cache = decode(model, ids, 3, True)
@@ -217,7 +219,7 @@ def test_an_unseen_write_is_caught_by_the_replay_that_checks_a_tape(cx, oracle_f
         )
         return g
 
-    monkeypatch.setattr(glue_torch, "silu_mul", silent_silu_mul)
+    monkeypatch.setattr(engine.backend("torch"), "silu_mul", silent_silu_mul)
     # (the watch refuses a pointer to an activation taken in Python too: let this one through)
     monkeypatch.setattr(replay_torch, "_ABOUT", replay_torch._ABOUT | {"data_ptr"})
     model = toycards.load(path, target="torch")

@@ -23,7 +23,7 @@ X = [0.25, 1.5, 0.75, 2.0]
 
 
 def _ops(target: str):
-    return importlib.import_module(f"toycards.runtime.ops_{target}")
+    return importlib.import_module(f"toycards.runtime.{target}.ops")
 
 
 def test_every_rule_has_a_shape_rule_and_every_entry_a_known_rule():

@@ -276,7 +276,7 @@ def test_a_tampered_cached_module_is_refused(files, tmp_path):
     "line, refused",
     [
         ("import os", "imports 'import os'"),
-        ("from toycards.runtime import packing as ops", "imports"),
+        ("from toycards.engine import packing as ops", "imports"),
         ("x = __import__('os')", "the name `__import__`"),
         ("x = ().__class__", "the attribute `__class__`"),
         ("x = eval('1')", "calls the builtin `eval`"),

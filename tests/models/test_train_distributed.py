@@ -60,9 +60,10 @@ def runs(tmp_path_factory) -> Path:
         pytest.skip("this torch has no gloo backend")
     folder = tmp_path_factory.mktemp("distributed")
     (folder / "count.txt").write_text(counting_text(), encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    tests = [p for p in sys.path if p.startswith(str(ROOT / "tests"))]  # the folders conftest.py adds
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *tests]), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           ROOT / "tests" / "distributed_worker.py", folder, folder / "count.txt"]  # fmt: skip
+           ROOT / "tests" / "helpers" / "distributed_worker.py", folder, folder / "count.txt"]  # fmt: skip
     proc = subprocess.run([str(a) for a in cmd], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return folder

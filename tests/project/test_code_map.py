@@ -1,7 +1,7 @@
 """The maps the project draws of itself are true, and it holds no dead code.
 
 - Every file path named in the package's sources (docstrings and comments), its grammar and C
-  sources, and the docs (`gguf/reader.py`, `toycards/runtime/kernels/glue.cpp`) exists: relative to
+  sources, and the docs (`gguf/reader.py`, `toycards/engine/kernels/glue.cpp`) exists: relative to
   the repository, the package, the tests, or the folder of the file that names it (or one above).
 - Every file a module's docstring names by its bare name (`Leaves out: … (frames.py)`) exists
   somewhere in the repository.

@@ -102,6 +102,23 @@ def test_no_import_cycles():
     assert not cycles, "import cycles: " + "; ".join(" ↔ ".join(c) for c in cycles)
 
 
+def test_the_engine_is_used_through_its_interface_only():
+    """Outside toycards.engine, modules import the package (its __init__), never one of its modules;
+    inside, the engine reads the runtime's context and nothing else of the runtime."""
+    reach_in = [
+        f"{m} → {d}"
+        for m, deps in import_graph().items()
+        for d in deps
+        if d.startswith("toycards.engine.") and not m.startswith("toycards.engine")
+    ]
+    assert not reach_in, "past the engine's interface: " + "; ".join(sorted(reach_in))
+    engine_uses = {
+        d for m, deps in import_graph().items() if m.startswith("toycards.engine") for d in deps
+    }
+    runtime = {d for d in engine_uses if d.startswith("toycards.runtime")}
+    assert runtime == {"toycards.runtime.context"}, runtime
+
+
 def test_no_module_over_the_size_limit():
     long = {
         n: c for n, p in MODULES.items() if (c := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES

@@ -233,7 +233,7 @@ def test_cache_rows_not_yet_written_take_no_memory(target):
     leaves up to half of every buffer unused."""
     import importlib
 
-    ops = importlib.import_module(f"toycards.runtime.ops_{target}")
+    ops = importlib.import_module(f"toycards.runtime.{target}.ops")
     like = np.zeros((2, 3, 1, 64), np.float32)
     if target == "torch":
         import torch

@@ -85,7 +85,7 @@ def console() -> None:
     """The console script and `python -m toycards`: `main`, then the interpreter's exit without a
     collection of every object the command left behind (`gc.freeze` takes them out of the
     collector's sight; buffers, files and atexit hooks close as ever). With torch imported those
-    collections at exit took ~0.3 s after `toycards run` printed its last token."""
+    collections at exit are a wait the user sees after `toycards run` has printed its last token."""
     try:
         main()
     finally:

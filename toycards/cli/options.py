@@ -99,7 +99,7 @@ def use_threads(n: int) -> None:
         sys.modules["torch"].set_num_threads(n)
     import ctypes
 
-    try:  # OpenMP already loaded: the kernels share torch's libgomp.so.1 (runtime/quant_kernels.py)
+    try:  # OpenMP already loaded: the kernels share torch's libgomp.so.1 (engine/ckernels.py)
         gomp = ctypes.CDLL("libgomp.so.1", mode=os.RTLD_NOLOAD)
     except (OSError, AttributeError):
         return

@@ -98,13 +98,13 @@ def native_code_ready(target: str) -> None:
     is printed: on a terminal, the line on stderr that says it is building would otherwise land
     in the middle of the generated text."""
     if target == "torch":
-        from toycards.runtime import glue_cpp
+        from toycards import engine
 
-        glue_cpp.module()  # the C++ glue, with the C kernels it binds
+        engine.native()  # the C++ glue, with the C kernels it binds
     elif target == "numpy":
-        from toycards.runtime import quant_kernels
+        from toycards import engine
 
-        quant_kernels.library()
+        engine.library()
 
 
 def context_limit(m, ctx: int | None) -> int | None:

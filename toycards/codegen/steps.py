@@ -156,7 +156,7 @@ class StepEmitter:
         hyperparameters alone (and names given such values before it): `ρ ← ones(| n_r)`,
         `μ ← rotated_magnitude(| m, d_h, d_r)`. Such a step becomes `self.constant(step, make)`: made
         at the model's first pass and kept (runtime.model_base.ModelAPI.constant), where each pass made
-        it anew; and a recorded decoding step may read it as its own (replay_torch). Every other
+        it anew; and a recorded decoding step may read it as its own (engine/torch/replay.py). Every other
         assignment takes its name out of that set."""
         for st in ir.walk(s):
             if isinstance(st, ir.Assign):

@@ -44,10 +44,10 @@ IMPORTS = frozenset(
         (None, "numpy", "np"),
         (None, "torch", None),
         ("toycards.runtime", "context", "runtime"),
-        ("toycards.runtime", "ops_numpy", "ops"),
-        ("toycards.runtime", "ops_torch", "ops"),
-        ("toycards.runtime.model_numpy", "NumpyModel", None),
-        ("toycards.runtime.model_torch", "TorchModel", None),
+        ("toycards.runtime.numpy", "ops", None),
+        ("toycards.runtime.torch", "ops", None),
+        ("toycards.runtime.numpy.model", "NumpyModel", None),
+        ("toycards.runtime.torch.model", "TorchModel", None),
     }
 )
 BASES = frozenset({"NumpyModel", "TorchModel"})

@@ -16,8 +16,8 @@ halves are elements 0…15 and high halves 16…31, `qh` the 5th bits as a uint3
     Q5_0  d qh qs[16]            x = d · (q + 16·bit − 16)
     Q5_1  d m qh qs[16]          x = d · (q + 16·bit) + m
 
-Measured on 2 cores, 4096×4096 (bench/dequant.py): gguf.quants takes 1.5–2.9× as long
-as our kernels for BF16, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1.
+Why kernels of our own for BF16, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1: gguf.quants dequantizes them
+more slowly (bench/dequant.py times both on a 4096×4096 matrix of each type).
 """
 
 from __future__ import annotations

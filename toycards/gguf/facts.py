@@ -4,9 +4,10 @@ Owns: the facts a header reader needs from `gguf.constants` (value types, ggml t
 types and their block sizes, the default alignment, file types, architecture names,
 metadata keys and token types), copied from the installed `gguf` package on first use and cached on
 disk (toycards/cache.py) under a key made from that package's constants file, so an
-upgraded `gguf` is read afresh. Importing `gguf` costs a fresh process about 70 ms,
-NumPy included; `toycards describe` and `list` read headers without either, and
-`toycards.load` reads a file and its tokenizer without `gguf` (~7 MiB resident).
+upgraded `gguf` is read afresh. Importing `gguf` (NumPy with it) is a large share of a fresh
+process's start: `toycards describe` and `list` read headers without either, and
+`toycards.load` reads a file and its tokenizer without `gguf` or its memory (bench/describe.py
+times the imports alone beside `describe`).
 Leaves out: what the facts mean (gguf/header.py, gguf/metadata.py,
 inspect/header.py); tensor data (gguf/dequant.py, which imports `gguf.quants` only for the
 types it has no code of its own for).
@@ -89,6 +90,8 @@ VALUE_TYPE_NAMES: dict[int, str] = {code: name.lower() for name, code in _facts[
 QUANT_SIZES: dict[int, tuple[int, int]] = _facts["quant_sizes"]
 """ggml tensor type → (elements per block, bytes per block)."""
 QUANT_NAMES: dict[int, str] = _facts["quant_names"]
+TYPE_IDS: dict[str, int] = {name: t for t, name in QUANT_NAMES.items()}
+"""`gguf.GGMLQuantizationType` as a table: a ggml type's name → its id (`"Q8_0"` → 8)."""
 DEFAULT_ALIGNMENT: int = _facts["default_alignment"]
 FILE_TYPE_NAMES: dict[int, str] = _facts["file_types"]
 """`general.file_type` → llama.cpp's name for it (`MOSTLY_Q8_0`)."""

@@ -12,8 +12,8 @@ Opening a file and reading its metadata imports neither NumPy nor `gguf` (the fa
 needs come from gguf/facts.py): `describe` and `list` stay fast in a fresh process.
 NumPy is imported on the first numeric array or tensor read.
 
-Why not `gguf.GGUFReader`: it parses every field eagerly (seconds for a 150k-token
-vocabulary), drops all metadata when one tensor has a type it does not know, and
+Why not `gguf.GGUFReader`: it parses every field eagerly (bench/describe.py times it on a
+150,000-token vocabulary), drops all metadata when one tensor has a type it does not know, and
 reports malformed files as raw numpy errors. This reader checks what ggml's C reader
 checks, decodes arrays only when asked, and raises one-line `ToycardsError`s.
 
@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 from toycards.gguf.facts import ValueType
 from toycards.gguf.header import (
     LAZY,
+    SCALAR_STRUCTS,
     Cursor,
     Entry,
     TensorInfo,
@@ -145,6 +146,18 @@ class GGUFFile:
         if entry.vtype != ValueType.ARRAY:
             raise file_error(self.path, f"metadata key '{key}' is a {self.value_type(key)}, not an array")
         return entry.count
+
+    def array_items(self, key: str, n: int) -> list[int | float | bool]:
+        """The first `n` items of an array of numbers or bools, as Python values, read without
+        decoding the rest of it (nor importing NumPy); [] for an array of strings or arrays."""
+        entry = self._entry(key)
+        if entry.vtype != ValueType.ARRAY or entry.subtype not in SCALAR_STRUCTS:
+            return []
+        if self._buf is None:
+            raise file_error(self.path, f"file is closed; array '{key}' was not read before close()")
+        st = SCALAR_STRUCTS[entry.subtype]
+        items = [st.unpack_from(self._buf, entry.start + i * st.size)[0] for i in range(min(n, entry.count))]
+        return [v != 0 for v in items] if entry.subtype == ValueType.BOOL else items
 
     def string_items(self, key: str, indices: set[int]) -> dict[int, str]:
         """Some entries of a string array by index, without decoding the rest of it: steps over

@@ -2,8 +2,8 @@
 
 Owns: `BUILTINS`, one `Builtin` per function a card may call without defining it — its arity,
 the name of its shape rule (the checker's `checker/builtins.py` implements each rule once), a
-one-line meaning, the function both runtime op modules (`runtime/ops_numpy.py`,
-`runtime/ops_torch.py`) provide under `ops`, and its meaning on plain Python numbers (`scalar`,
+one-line meaning, the function both runtime op modules (`runtime/numpy/ops.py`,
+`runtime/torch/ops.py`) provide under `ops`, and its meaning on plain Python numbers (`scalar`,
 spelt `scalar_code` in generated code) where it has one.
 Leaves out: algorithms written as cards (the prelude), how a rule computes shapes (checker),
 how a form is laid out in generated code (codegen dispatches on `rule`, never on a name).

@@ -15,7 +15,7 @@ its steps. tests/engine/test_kernels.py (torch) and tests/engine/test_kernels_nu
 steps it replaces, through this substitution.
 
 Owns: `KERNELS`, `Site` (what the cache plan says of one algorithm of a card) and `substitute`.
-Leaves out: the kernels (runtime/ops_torch.py, runtime/ops_numpy.py and their glue), which algorithms a card runs
+Leaves out: the kernels (runtime/torch/ops.py, runtime/numpy/ops.py and their glue), which algorithms a card runs
 as the library's and the cache plan (models/load.py, from checker/tokenflow.py), the generated
 code (codegen/).
 """
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from toycards.lang import ir
 from toycards.runtime import context
 
-OPS = {"torch": "toycards.runtime.ops_torch", "numpy": "toycards.runtime.ops_numpy"}
+OPS = {"torch": "toycards.runtime.torch.ops", "numpy": "toycards.runtime.numpy.ops"}
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def _positions(algo: ir.Algorithm, site: Site, dims) -> list[tuple[int, int, boo
 
 def _at(ops, ctx, args: tuple, where: tuple[int, int, bool]):
     """The 1-based positions along one dimension, as the steps read them: the context's for this
-    pass's tokens (`runtime.positions`, looked up at each call: replay_torch watches it), else 1…n."""
+    pass's tokens (`runtime.positions`, looked up at each call: engine/torch/replay.py watches it), else 1…n."""
     i, axis, windowed = where
     n = args[i].shape[axis]
     return context.positions(ctx, n) if windowed else ops.arange(1, n + 1)

@@ -11,8 +11,8 @@ each bound tensor (a quantized, F16 or BF16 matrix kept in its GGUF blocks for t
 `ops.linear`, an F32 tensor memory-mapped (copied for the reference target), anything else or
 everything under `dequantize=True` dequantised to float32) or initialising it randomly from the
 card, and attaching the file's tokenizer. A model that reads the file's pages gets the file's
-`mapped.FileWatch` (its forward passes raise once the file has changed on disk), and a load that
-fails stops the threads it started (mapped.stopped_on_failure).
+`engine.FileWatch` (its forward passes raise once the file has changed on disk), and a load that
+fails stops the threads it started (engine.stopped_on_failure).
 Leaves out: the meaning of cards (checker/, lang/interpret/), code text (codegen/), file parsing (gguf/).
 """
 
@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from toycards import engine
 from toycards.errors import ToycardsError
 from toycards.lang import ir
 from toycards.lang.scale import collector_paused
@@ -115,7 +116,7 @@ def _generated_key(card: ir.Card, *what: str) -> str:
 def module_source(card: ir.Card, target: str) -> str:
     """codegen.generate_source(card, target), kept in the disk cache (toycards/cache.py) between
     processes under `_generated_key`. A hit never imports the generator (jinja2, lark, the
-    checker): a fresh process loads a file in about half the time, ~9 MB less."""
+    checker), which would be a large share of a fresh process's load time and memory."""
     from toycards import cache
 
     path = cache.cache_file(f"module-{target}", _generated_key(card, target))
@@ -255,30 +256,20 @@ def _kept(f, p: BoundParam, target: str, read):
     - a small F32 tensor (norm scales, biases) as a copy, `read(name)`: mapping it would map
       its neighbours' bytes too (see `GGUFFile.read`);
     - a larger F32 tensor, for torch, as a read-only view of the file, which the model copies into
-      memory of its own (`packing.resident_float32`), or with `TOYCARDS_WEIGHTS=mapped` as a
+      memory of its own (`engine.resident_float32`), or with `TOYCARDS_WEIGHTS=mapped` as a
       copy-on-write view (numpy: None, and the caller keeps the read-only view `f.tensor` gives).
     A part of a fused tensor is its rows' blocks (a row's blocks never cross into the next row)."""
-    from toycards.runtime import packing, quant_kernels
-
     name = p.tensor
     info = f.tensor_info(name)
     if info.type_name == "F32" and info.n_bytes <= SMALL_F32:
         return p.part(read(name))
     if target == "torch" and info.type_name == "F32":  # copied by the model, or copy-on-write
-        return p.part(f.raw(name, private=not packing.resident()))
-    if (
-        target not in ("torch", "numpy")
-        or len(info.shape) != 2
-        or info.ggml_type not in quant_kernels.SUPPORTED
-    ):
+        return p.part(f.raw(name, private=not engine.resident()))
+    if target not in ("torch", "numpy") or len(info.shape) != 2 or info.ggml_type not in engine.SUPPORTED:
         return None
     blocks = p.part(f.raw(name))
     blocks = blocks.view(np.uint8) if blocks.dtype != np.uint8 else blocks  # F16: its bytes
-    if target == "torch":
-        from toycards.runtime.quant_torch import QuantWeight
-    else:
-        from toycards.runtime.quant_numpy import QuantWeight
-    return QuantWeight(blocks, info.ggml_type, (blocks.shape[0], info.shape[1]), name)
+    return engine.backend(target).QuantWeight(blocks, info.ggml_type, (blocks.shape[0], info.shape[1]), name)
 
 
 def _file_weights(
@@ -379,9 +370,9 @@ def _load(source, weights, target: str, seed: int, dequantize: bool, device, mod
     try:
         with _threads_of(mapped):
             # the file as it was opened, to tell whether it changes under the model
-            watch = _mapped().FileWatch(f.path, f.identity) if mapped else None
+            watch = engine.FileWatch(f.path, f.identity) if mapped else None
             if mapped:  # the weights into the page cache as the card loads
-                _mapped().read_ahead(f.path)
+                engine.read_ahead(f.path)
             card = card_for_file(f) if card is None else card
             bound = bind(card.main, f) if f is not None else bind_values(card.main)
             _raise_problems(bound, card, path)
@@ -416,13 +407,7 @@ def _load(source, weights, target: str, seed: int, dequantize: bool, device, mod
     return model
 
 
-def _mapped():
-    from toycards.runtime import mapped
-
-    return mapped
-
-
 def _threads_of(mapped: bool):
     """Where the model reads a file's pages: the threads that read or pack them ahead as it loads,
-    stopped and joined if the load fails (mapped.stopped_on_failure); else nothing to stop."""
-    return _mapped().stopped_on_failure() if mapped else contextlib.nullcontext()
+    stopped and joined if the load fails (engine.stopped_on_failure); else nothing to stop."""
+    return engine.stopped_on_failure() if mapped else contextlib.nullcontext()

@@ -283,7 +283,7 @@ class Trainer:
 
     def full_weights(self) -> dict[str, torch.Tensor]:
         """The whole model's tensors by GGUF name on the CPU, on rank 0 (every process calls this)."""
-        from toycards.runtime.model_torch import gguf_name
+        from toycards.runtime.torch.model import gguf_name
 
         return {gguf_name(k): v for k, v in full_state(self.model)[0].items()}
 

@@ -8,7 +8,7 @@ helpers generated code calls: `positions(ctx, n)`, `extend(ctx, K, V, …)` and
 `state_slot`/`recall`/`keep` (decoder state), and the context-length policy: `ContextLength`
 (the context a model was trained for, read from its bound card, and whether its positions stop
 there) with the limit `run`, `eval`, `generate` and `logits` hold a sequence to.
-Leaves out: array maths (ops_numpy.py / ops_torch.py); which arguments are a call's context
+Leaves out: array maths (runtime/numpy/ops.py / runtime/torch/ops.py); which arguments are a call's context
 (the checker decides: toycards/checker/tokenflow.py); windowed scoring (models/evaluate.py).
 
 Generated code makes the same context-reading and stateful calls in the same order on every
@@ -32,7 +32,7 @@ def zero_pages(nbytes: int) -> mmap.mmap | None:
     a zeroed page at its first write), for a cache buffer of at least LAZY_BYTES, else None (the
     caller allocates as usual). A cache grows by doubling, so half a buffer is rows not yet used:
     zeros from the allocator are written out at once (malloc reuses pages, torch fills them), and
-    SmolLM2's 30 layers held ~12 MB of unused rows after a 128-token prompt."""
+    every layer would hold its unused rows in memory."""
     return mmap.mmap(-1, nbytes) if nbytes >= LAZY_BYTES else None
 
 
@@ -50,7 +50,7 @@ class KVCache:
         self.kv_type = kv_type
         self.half = kv_type == "f16"
         self.length = 0
-        # [buffers (one per extended array), used, a kernel's note on the buffers (glue_torch)]
+        # [buffers (one per extended array), used, a kernel's note on the buffers (engine/torch/glue.py)]
         self.slots: list[list] = []
         self.ids = None  # the token ids so far, for a model that recomputes (`Model.RECOMPUTE`)
         # decoder state (`State:` blocks): per stateful call of a pass, in order, what it left; a
@@ -63,8 +63,8 @@ class KVCache:
     def reset(self) -> None:
         """Forget every token. The buffers stay, and the next tokens are written over the old rows
         (only rows written since the reset are ever read), as llama.cpp keeps its KV cache's memory
-        across sequences: a new sequence then faults in no fresh pages (~12 MB on SmolLM2 after a
-        128-token prompt, ~3.5 ms of its next prefill here) and freeing them costs nothing."""
+        across sequences: a new sequence then faults in no fresh pages (a cost on its prefill), and
+        nothing is freed only to be mapped again."""
         self.length = 0
         for entry in self.slots:
             entry[1] = 0
@@ -160,7 +160,7 @@ class Context:
     @staticmethod
     def positions_after(offset: int, n_new: int, ops):
         """The 1-based positions of n_new tokens after `offset` cached ones (what a replayed decoding
-        step takes for its own too: replay_torch)."""
+        step takes for its own too: engine/torch/replay.py)."""
         return ops.arange(offset + 1, offset + n_new + 1)
 
     def keep_last(self) -> None:

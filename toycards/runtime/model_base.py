@@ -23,7 +23,9 @@ class CacheRecomputes(UserWarning):
 
 
 class ModelAPI:
-    TARGET = ""  # "numpy" or "torch": the target of a base class (model_numpy.py, model_torch.py)
+    TARGET = (
+        ""  # "numpy" or "torch": the target of a base class (runtime/numpy/model.py, runtime/torch/model.py)
+    )
     RECOMPUTE = ""  # set by a generated class whose card a KV cache cannot follow: why
     tokenizer = None  # set by the loader when the GGUF file carries a vocabulary
     bound = None  # toycards.binding.Bound: hyperparameters and where each tensor came from
@@ -48,13 +50,13 @@ class ModelAPI:
     def _kernel_choices(self, kept) -> None:
         """The per-model state of the block kernels' decoding, for the weights `kept` in their GGUF
         blocks: whether the few-token products prefetch (timed on the model's first decoding steps),
-        which weights pack now, on a thread of their own, and which after some decoding (quant_kernels, packing)."""
-        from toycards.runtime import packing, quant_kernels
+        which weights pack now, on a thread of their own, and which after some decoding (engine/ckernels.py, packing)."""
+        from toycards import engine
 
         kept = list(kept)
-        self._prefetch = quant_kernels.PrefetchChoice()
-        self._later = packing.LaterPacking(kept)
-        self._packing_ahead = packing.pack_ahead(kept)
+        self._prefetch = engine.PrefetchChoice()
+        self._later = engine.LaterPacking(kept)
+        self._packing_ahead = engine.pack_ahead(kept)
 
     def _check_file(self) -> None:
         """Before a forward pass: a ToycardsError where the file whose pages the weights read has

@@ -66,8 +66,8 @@ _held = threading.local()  # this thread's scratch vectors for `sample` (see _sc
 def _scratch(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Three float64 vectors of n entries, this thread's, kept from call to call: `sample` runs once
     a token on one vocabulary, and a fresh vector of 50–250k float64 can cost more than the
-    arithmetic on it (on the VMs we measure on, glibc hands a freed one back to the system and its
-    pages fault again: sampling with top-p took ~1 ms more a token without these)."""
+    arithmetic on it (glibc hands a freed vector that large back to the system, and a new one's
+    pages fault in again)."""
     held = getattr(_held, "vectors", None)
     if held is None or held[0].shape[0] != n:
         held = _held.vectors = (np.empty(n), np.empty(n), np.empty(n))

@@ -280,7 +280,8 @@ def token_bytes(text: str) -> bytes:
 def parse_merges(merges: list[str]) -> dict[str, int]:
     """Rank of each merge by its own text ("left right"), the first rank where one repeats
     (llama.cpp's `emplace` keeps the first). Keyed by the file's strings themselves, not by a pair
-    of new ones: a 49k-merge vocabulary then costs one dict, not ~8 MiB of tuples and halves.
+    of new ones: a vocabulary of tens of thousands of merges then costs one dict, not a tuple of two
+    new strings a merge.
     `merge_rank` looks a pair up.
 
     >>> parse_merges(["Ġ t", "h e", "Ġ t"])

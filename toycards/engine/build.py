@@ -1,8 +1,9 @@
-"""Compiling toycards' native code once per machine: the C kernels (quant_kernels.py) and the C++ glue
-of the torch target (glue_cpp.py).
+"""Compiling toycards' native code once per machine: the C kernels (engine/ckernels.py) and the C++ glue
+of the torch target (engine/torch/native.py).
 
-Owns: finding a compiler, naming the built file after everything that changes its bytes (the source,
-the flags, the compiler's version and whatever the caller adds: the CPU, torch's version), building it
+Owns: finding a compiler, naming the built file after everything that changes its bytes (the sources
+and every file they include with `#include "…"`, the flags, the compiler's version and whatever the
+caller adds: the CPU, torch's version), building it
 into the toycards cache under a lock (two processes, such as pytest's workers, build once between
 them), and handing out only a library that is whole: each is built to a temporary name, checked (a
 shared library's magic number), synced and renamed, and then a record beside it (`NAME.so.json`: its
@@ -22,10 +23,12 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from toycards import cache
@@ -47,7 +50,7 @@ class BuildError(Exception):
     """The compiler refused (its last words are the message)."""
 
 
-HEADERS = ("structs.h",)  # what the sources beside them include (part of every build's name)
+INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.MULTILINE)  # `#include "name"`
 RECORD_VERSION = 1  # the record's layout: {"version": 1, "size": bytes, "sha256": hex digest}
 # the first bytes of a shared library: ELF, then Mach-O 64-bit (either byte order) and universal
 MAGIC = (b"\x7fELF", b"\xcf\xfa\xed\xfe", b"\xfe\xed\xfa\xcf", b"\xca\xfe\xba\xbe")
@@ -55,17 +58,26 @@ _said: set[str] = set()  # the titles `fallback` has spoken of in this process
 
 
 def shared_library(
-    kind: str, cc: str, source: Path, attempts: list[list[str]], key: str, title: str, rebuild: bool = False
+    kind: str,
+    cc: str,
+    sources: Path | Sequence[Path],
+    attempts: list[list[str]],
+    key: str,
+    title: str,
+    rebuild: bool = False,
 ) -> Path:
-    """The shared library built from `source` by `cc` with the first of `attempts` (each a list of
-    flags and libraries) that compiles, cached as `kind` under a name made from the source and the
-    HEADERS beside it, the attempts, the compiler's version and `key`; BuildError when none compiles.
+    """The shared library built from `sources` (one file, or several compiled into one library) by
+    `cc` with the first of `attempts` (each a list of flags and libraries) that compiles, cached as
+    `kind` under a name made from the sources and the files they include (`inputs`), the attempts,
+    the compiler's version and `key`; BuildError when none compiles.
     A cached file is returned only when it matches its record (`damage`), else it is built again;
     `rebuild`: build again even so (the caller could not load the one that matched).
     While it compiles, a terminal's stderr says so, naming it as `title` (pipes and logs stay quiet)."""
-    text = source.read_bytes() + b"".join(
-        (source.parent / h).read_bytes() for h in HEADERS if (source.parent / h).exists()
-    )
+    sources = [sources] if isinstance(sources, Path) else list(sources)
+    text = b""
+    for path in inputs(sources):  # each with its name and size: text moved to another file is another build
+        data = path.read_bytes()
+        text += b"%s\0%d\0%s" % (path.name.encode(), len(data), data)
     digest = hashlib.sha256(text + repr(attempts).encode() + version(cc).encode() + key.encode()).hexdigest()
     where = cache.cache_file(kind, digest[:24])
     if where is None:  # cache off: a private folder for this process
@@ -86,7 +98,24 @@ def shared_library(
             return target
         if why:
             _say(f"toycards: the cached library {target} is damaged ({why}); rebuilding {title}")
-        return _build(cc, source, attempts, target, title)
+        return _build(cc, sources, attempts, target, title)
+
+
+def inputs(sources: Sequence[Path]) -> list[Path]:
+    """The `sources` and every file they include with `#include "…"` that is there beside the file
+    naming it, followed from file to file, each once, in the order met: what a build's name is made
+    from. A source that cannot be read raises OSError; an include that is not there is left to the
+    compiler (a system header, or an error it will report)."""
+    met: list[Path] = []
+    todo = list(sources)
+    while todo:
+        path = todo.pop(0)
+        if path in met:
+            continue
+        met.append(path)
+        included = (path.parent / name.decode() for name in INCLUDE.findall(path.read_bytes()))
+        todo += [p for p in included if p.is_file()]
+    return met
 
 
 def record_path(target: Path) -> Path:
@@ -123,7 +152,7 @@ def damage(target: Path) -> str | None:
     return None
 
 
-def _build(cc: str, source: Path, attempts: list[list[str]], target: Path, title: str) -> Path:
+def _build(cc: str, sources: list[Path], attempts: list[list[str]], target: Path, title: str) -> Path:
     """Compile into a temporary file beside `target` with the first of `attempts` that compiles, check
     and sync it, rename it to `target`, then write its record (under the caller's lock)."""
     for stale in target.parent.glob(f"{target.stem}.*.tmp"):  # a killed build's: every builder holds the lock
@@ -134,7 +163,8 @@ def _build(cc: str, source: Path, attempts: list[list[str]], target: Path, title
         print(f"toycards: building {title}, once for this machine ...", end="", file=sys.stderr, flush=True)
     words = ""
     for flags in attempts:
-        done = subprocess.run([cc, str(source), "-o", str(tmp), *flags], capture_output=True, text=True)
+        command = [cc, *map(str, sources), "-o", str(tmp), *flags]
+        done = subprocess.run(command, capture_output=True, text=True)
         words = done.stderr[-2000:] or f"{cc} exited with status {done.returncode} and said nothing"
         if done.returncode == 0:
             try:

@@ -1,5 +1,5 @@
 """When GGUF weights kept in their blocks get their packed copies (the layout the few-token
-products read fastest, quant_kernels.pack_rows), for either target, and the memory those copies
+products read fastest, engine.ckernels.pack_rows), for either target, and the memory those copies
 (and the torch target's copies of the float weights it would otherwise read in the file's pages)
 live in.
 
@@ -14,9 +14,9 @@ resident: then also the float types the torch target copies),
 reading its packed copy), `resident` and `weight_memory` (`TOYCARDS_WEIGHTS=resident`: copies
 on 2 MiB pages, the float weights copied too), `resident_float32` (a model's float32 matrices
 copied there).
-Leaves out: the packed layout and the products on it (kernels/quant.c, quant_kernels.py), the
-weights themselves (quant_torch.py, quant_numpy.py: `_stored`, `_buffer`, `_adopt`), and the
-model's file: reading it ahead, watching it for changes, the threads that work on it (mapped.py).
+Leaves out: the packed layout and the products on it (kernels/pack.c, engine/ckernels.py), the
+weights themselves (engine/torch/quant.py, engine/numpy/quant.py: `_stored`, `_buffer`, `_adopt`), and the
+model's file: reading it ahead, watching it for changes, the threads that work on it (engine/mapped.py).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import weakref
 
 import numpy as np
 
-from toycards.runtime.mapped import Background, file_view, started, unchanged
-from toycards.runtime.quant_kernels import Plan, _check, library, pack_rows, packs_at_first_decoding, plan
+from toycards.engine.ckernels import F32, Plan, _check, library, pack_rows, packs_at_first_decoding, plan
+from toycards.engine.mapped import Background, file_view, started, unchanged
 
 PACKING = threading.Lock()  # weights pack under this lock (each weight packs once)
 PACK_BYTES = 1 << 20  # bytes of a weight packed (and its file pages handed back) at a time
@@ -48,17 +48,15 @@ def resident() -> bool:
     2 MiB pages (`TOYCARDS_WEIGHTS=resident`; the C kernels needed): the float types (F32, F16,
     BF16) as the model is made, the file's pages handed back as it copies, and every packed copy
     (either target) on `weight_memory` too, the K-quants' made ahead as the others' (not after
-    some decoding: `LaterPacking` waits because of that first cost). By default (`mapped`) the float weights are read in
-    the file's pages (shared with the page cache and other processes, as llama.cpp's default
-    `mmap`) and packed copies lie on ordinary pages.
+    some decoding: `LaterPacking` waits because of that first cost). By default (`mapped`) the
+    float weights are read in the file's pages (shared with the page cache and other processes, as
+    llama.cpp's default `mmap`) and packed copies lie on ordinary pages.
 
-    Why not by default: a decoding step reads every weight once, and on a two-core AMD EPYC (Zen 4)
-    virtual machine resident weights made SmolLM2-135M's steps ~8–9% faster on F32, ~6% on F16 and
-    ~2–9% on the packed Q8_0/Q4_0 (paired steps of two models in one process: fewer TLB misses on a
-    stream of hundreds of MB), but fresh memory there costs ~0.65 ms a MB on 4 KiB pages and up to
-    ~1.5 ms on 2 MiB ones the first time it is touched (the host backs it then; the file's pages
-    are backed already): an F32 load took 0.7–1.2 s against 0.1, a Q8_0 first prefill 0.2–0.4 s
-    against 0.14, so a generation repays it only after some hundreds of tokens."""
+    Why not by default: a decoding step reads every weight once, and copies on 2 MiB pages take
+    fewer TLB misses on that stream of hundreds of MB; but fresh memory is costly the first time it
+    is touched (the system backs it then; the file's pages are backed already), so the load and the
+    first prompt take longer, and only a long generation repays them. `bench/vs_llama_cpp.py
+    --weights resident` measures both sides."""
     value = os.environ.get(WEIGHTS, "").strip().lower()
     return value == "resident" and library() is not None
 
@@ -71,11 +69,10 @@ def packs_first(ggml_type: int) -> bool:
 
     Not at a prompt's many-token product: the int8 GEMM builds its tiles from the blocks as stored
     about as fast as from the copy, and a copy made there would be fresh memory on the prompt's
-    critical path (and none at all where no token is decoded: scoring, `logits()`). On a two-core
-    Zen 1, Llama-3.2-1B-shaped files (the AVX2 kernels: every weight packs), prompt of 128 tokens
-    then 32 decoded, one process each, four pairs: first prefill 3.04–3.27 against 3.37–4.70 s when
-    it packed, decoding 2.18–2.53 against 1.87–2.31 s (its first step now packs), the two together
-    5.21–5.80 against 5.48–7.01 s."""
+    critical path (and of no use where no token is decoded: scoring, `logits()`); it is made ahead
+    (`pack_ahead`) or at the first decoding step instead. `bench/vs_llama_cpp.py --shape llama-1b`
+    prints the first prefill and the decoding this trades (with the AVX2 kernels every weight of
+    that file packs)."""
     return resident() or packs_at_first_decoding(ggml_type)
 
 
@@ -149,9 +146,7 @@ def resident_float32(weights: dict) -> dict:
     items = []
     for key, a in todo.items():
         k = a.shape[-1]
-        items.append(
-            (plan(0, a.ctypes.data, 4 * k, a.size // k, k), a, buffer.ctypes.data + offsets[key])
-        )  # 0: F32
+        items.append((plan(F32, a.ctypes.data, 4 * k, a.size // k, k), a, buffer.ctypes.data + offsets[key]))
     packed_copies(items)
     copies = {
         key: buffer[o : o + todo[key].nbytes].view(np.float32).reshape(todo[key].shape)
@@ -161,7 +156,7 @@ def resident_float32(weights: dict) -> dict:
 
 
 def pack_weights(weights, one_thread: bool = False) -> None:
-    """Each of `weights` (quant_torch's or quant_numpy's QuantWeight) not yet packed gets its packed
+    """Each of `weights` (engine/torch/quant.py's or engine/numpy/quant.py's QuantWeight) not yet packed gets its packed
     copy (`packed_copies`, one C call for them all, into one new buffer: one allocation, which torch
     makes without Python's lock, where one per weight let another thread take it back each time) and
     reads it from then on; under PACKING, so that a weight packs once whichever thread asks first.
@@ -189,10 +184,10 @@ def packed_when_done() -> None:
     """Wait for a packing in progress (PACKING held: `pack_ahead`'s thread, usually), so that a weight
     it was copying is read in its copy from then on; at once where none is. The NumPy target's
     prompt does (its embedding rows and its products of the weights that pack first), where it
-    would map pages of the file that the thread had already handed back, and that then stay: a
-    first pass that raced the thread mapped ~13 MB of the file (the embedding's rows, a 64 KiB
-    fault-around each, and the first layers' blocks), and SmolLM2 Q4_0 peaked at 147–152 MB where
-    it did, 135–136 MB where it did not (the file: 74 MiB); its first prefill took as long."""
+    would otherwise map again pages of the file that the thread had already handed back (the
+    embedding's rows, a fault-around each, and the first layers' blocks), and keep them: a higher
+    peak, for a first prefill no shorter. `bench/vs_llama_cpp.py --numpy` prints the NumPy target's
+    peak against the file's size."""
     if PACKING.locked():
         with PACKING:
             pass
@@ -253,21 +248,17 @@ def _share_rows(weight) -> None:
 def pack_ahead(weights) -> threading.Thread | None:
     """Pack the weights that pack at their first few-token product (`packs_first`) on a thread of
     their own, started as a model is made: while the loader then reads the vocabulary (Python, under
-    its interpreter lock) the packing runs in C without that lock, on the other core, instead of in
-    the first prefill (SmolLM2 Q4_0: ~37 ms of a ~140 ms first prefill, mostly the copies' fresh
-    pages). A few-token product that comes first waits for it under PACKING; a prompt's product
-    reads each weight as stored or packed, whichever it finds. Should it fail (memory), the weights
-    stay as they are and pack at their first few-token product, which then says why.
+    its interpreter lock) the packing runs in C without that lock, on another core, instead of in
+    the first prefill, where the copies' fresh pages would be on its critical path. A few-token
+    product that comes first waits for it under PACKING; a prompt's product reads each weight as
+    stored or packed, whichever it finds. Should it fail (memory), the weights stay as they are and
+    pack at their first few-token product, which then says why.
 
     Only where they come to PACK_AHEAD_BYTES or less, unless `resident()` (copies asked for as the
     model is made): more would not be copied by the time the loader is done, and the load would no
-    longer be lazy (its peak before the first token would hold the weights). On a two-core Zen 1, a
-    Llama-3.2-1B-shaped Q4_K file (666 MiB; on AVX2 every weight packs ahead or first) loaded
-    in ~0.36 s, peaking at 530–570 MiB packing ahead against 253 MiB not, and its first prefill of
-    128 tokens took 3.02–3.07 s packing ahead, 3.15 s packing each weight in the prompt instead
-    (before `packs_first` left a prompt's products to the blocks as stored); SmolLM2-135M's Q4_0 and
-    Q8_0 first prefills took 0.41 and 0.61–0.66 s packing ahead, 0.51–0.52 and 0.73–0.76 s packing
-    in the prompt.
+    longer be lazy (its peak before the first token would hold the weights). `bench/vs_llama_cpp.py`
+    prints the first token's wait and the peak RSS this trades, on SmolLM2-135M (below the bound)
+    and with `--shape llama-1b` (above it).
 
     The thread holds the weights by weak references and copies AHEAD_STEP_BYTES of them at a time
     (one C call each: between calls it needs Python's lock, which the loader holds while it runs
@@ -328,12 +319,12 @@ def _acquired(lock: threading.Lock, halt: threading.Event) -> bool:
 class LaterPacking:
     """The packed copies of one model's weights that pack only after some decoding: those whose copy
     only puts a group's rows side by side (`pack_rows`, not `packs_at_first_decoding`). Their copy
-    pays for itself only over a long generation: on a Llama-3.2-1B-shaped Q4_K file it made decoding
-    ~5% faster (16.3–17.1 against 17.1–17.9 ms a token) and cost its first prefill 0.24–0.55 s of
-    fresh memory (597–956 against 362–405 ms), so a short run is faster without it. They are read
-    as the file stores them until AFTER decoding steps have run, then one weight packs after each
-    further step (a few ms each on that file, where all at once would stall one token by ~0.3 s).
-    The products are the same floats either way."""
+    pays for itself only over a long generation: each decoding step gains a little from reading one
+    stream, while the copy costs fresh memory at once, so a short run is faster without it. They
+    are read as the file stores them until AFTER decoding steps have run, then one weight packs
+    after each further step (a short pause each, where all at once would stall one token). The
+    products are the same floats either way. `bench/vs_llama_cpp.py --shape llama-1b` on an
+    AVX-512 machine measures it."""
 
     AFTER = 64
 

@@ -27,10 +27,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from toycards.runtime import packing, quant_kernels, replay_torch
+from toycards import engine
 from toycards.runtime.context import KVCache
 from toycards.runtime.model_base import ModelAPI
-from toycards.runtime.quant_torch import QuantWeight
+from toycards.runtime.torch import ops
+
+kernels = engine.backend("torch")
+QuantWeight = kernels.QuantWeight
 
 _MODEL_NAMES = {"w"}  # attributes the model sets after registering its parameters
 
@@ -66,7 +69,7 @@ class Weights(dict):
     """The model's parameters by GGUF name, each read from the module that holds it at the time.
 
     A mapping: the weights kept in their GGUF blocks (not parameters) are this dict's own entries, so
-    that a decoding step reads them at dict speed (~270 reads a step on SmolLM2); a parameter's name
+    that a decoding step reads them at dict speed (hundreds of reads a step); a parameter's name
     misses, and `__missing__` reads it from its module.
 
     >>> holder = _register(nn.Module(), "blk.0.attn_q.weight", nn.Parameter(torch.ones(2)))
@@ -130,7 +133,7 @@ class TorchModel(nn.Module, ModelAPI):
         params: dict[str, nn.Parameter] = {}
         holders: dict[str, nn.Module] = {}
         quantized: dict[str, QuantWeight] = {}
-        weights = packing.resident_float32(weights)  # the file's float32 matrices in memory of ours
+        weights = engine.resident_float32(weights)  # the file's float32 matrices in memory of ours
         for name, value in weights.items():
             if shared and name in shared:
                 continue
@@ -182,13 +185,13 @@ class TorchModel(nn.Module, ModelAPI):
     def constant(self, step: int, make):
         """ModelAPI.constant, made outside inference mode (a pass under `torch.inference_mode()`
         would make inference tensors, which a later pass with autograd could not save for its
-        backward); a decoding step being recorded reads it as its own (replay_torch.constant)."""
+        backward); a decoding step being recorded reads it as its own (engine/torch/replay.py `constant`)."""
         made = self.__dict__.setdefault("_constants", {})
         if step not in made:
             with torch.inference_mode(False):
                 made[step] = make()
         value = made[step]
-        replay_torch.constant(value)
+        kernels.replay_constant(value)
         return value
 
     @property
@@ -210,22 +213,22 @@ class TorchModel(nn.Module, ModelAPI):
         if cache is not None and self.RECOMPUTE:
             n_new = 1 if last else x.shape[-1]
             out = super().__call__(self._with_history(x, cache, torch.cat), None, last)[..., -n_new:, :]
-        elif x.numel() <= quant_kernels.FEW_FLOAT_TOKENS and self._device is None:  # decoding
+        elif x.numel() <= engine.FEW_FLOAT_TOKENS and self._device is None:  # decoding
             out = self._decoding_step(self._step, x, cache, last)
         else:
             if cache is not None:  # a recorded step is replayed only right after steps like it
-                cache.prepared.pop(replay_torch.KEY, None)
+                cache.prepared.pop(kernels.REPLAY_KEY, None)
             out = super().__call__(x, cache, last)
         if cache is not None:
             cache.advance(x.shape[-1])
         return out[..., -1:, :] if last else out  # a card with no cut point computes every token
 
-    replay_why = ""  # why this model's decoding steps are not replayed (replay_torch), once refused
-    _replay_tries = replay_torch.TRIES
+    replay_why = ""  # why this model's decoding steps are not replayed (engine/torch/replay.py), once refused
+    _replay_tries = kernels.REPLAY_TRIES
 
     def _step(self, x, cache: KVCache | None, last: bool):
-        """One decoding step: the cache's recorded step replayed where it may be (replay_torch)."""
-        return replay_torch.step(self, super().__call__, x, cache, last)
+        """One decoding step: the cache's recorded step replayed where it may be (engine/torch/replay.py)."""
+        return kernels.replay_step(self, super().__call__, x, cache, last, ops)
 
     def _forward_numpy(self, ids: np.ndarray, cache: KVCache | None, last: bool = False) -> np.ndarray:
         with torch.inference_mode():

@@ -1,12 +1,12 @@
-/* The structs that quant.c's entry points take and that their callers fill in: ctypes mirrors them
- * in quant_kernels.py (Plan, GQAArgs), and glue.cpp includes this file (glue_cpp.py checks the
+/* The structs that the kernels' entry points (tc.h) take and that their callers fill in: ctypes mirrors them
+ * in engine/ckernels.py (Plan, GQAArgs), and glue.cpp includes this file (engine/torch/native.py checks the
  * mirrors' sizes against it when it loads). C and C++ alike. */
 #ifndef TOYCARDS_STRUCTS_H
 #define TOYCARDS_STRUCTS_H
 
 #include <stdint.h>
 
-/* A weight's fixed arguments, built once (quant_kernels.Plan): a decoding step passes four arguments
+/* A weight's fixed arguments, built once (engine.ckernels.Plan): a decoding step passes four arguments
  * per product instead of eight, which is most of what ctypes costs per call. Its bytes are at w, in
  * the file's layout, or in the packed layout (tc_pack) when `packed` is 1. */
 typedef struct {
@@ -15,7 +15,7 @@ typedef struct {
     int64_t packed;
 } tc_weight;
 
-/* tc_gqa's arguments (see tc_gqa in quant.c) */
+/* tc_gqa's arguments (see tc_gqa in blockops.c) */
 typedef struct {
     const float *Q, *K, *V;
     int64_t B, T, H, Hkv, d;

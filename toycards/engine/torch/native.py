@@ -1,14 +1,14 @@
 """The torch target's per-token glue in C++ (kernels/glue.cpp): built once against the installed torch.
 
 Owns: building glue.cpp with the system C++ compiler (torch's headers and libraries, Python's
-headers; ~20 s, once per machine and torch version, cached like the C kernels), loading it as the
-module `toycards_glue` and binding it to the C kernels, or None where any of that fails or
-`TOYCARDS_GLUE_CPP=off`. As for the kernels, only a cached file that matches the record of its size
-and checksum is imported (compile.py builds it again where not), and a build or import that fails is
+headers: a slow build, so once per machine and torch version, cached like the C kernels), loading
+it as the module `toycards_glue` and binding it to the C kernels, or None where any of that fails
+or `TOYCARDS_GLUE_CPP=off`. As for the kernels, only a cached file that matches the record of its size
+and checksum is imported (engine/build.py builds it again where not), and a build or import that fails is
 said once on stderr.
-Leaves out: when its functions apply (each returns None where not, and glue_torch.py, quant_torch.py
-and ops_torch.py then take their Python path, which the tests hold it to) and the kernels themselves
-(quant_kernels.py).
+Leaves out: when its functions apply (each returns None where not, and engine/torch/glue.py, engine/torch/quant.py
+and runtime/torch/ops.py then take their Python path, which the tests hold it to) and the kernels themselves
+(engine/ckernels.py).
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from pathlib import Path
 
 import torch
 
-from toycards.runtime import compile, quant_kernels
+from toycards.engine import build, ckernels
 
-SOURCE = Path(__file__).with_name("kernels") / "glue.cpp"
+SOURCE = Path(__file__).parents[1] / "kernels" / "glue.cpp"
 SWITCH = "TOYCARDS_GLUE_CPP"  # "off": the Python glue alone
-FEW_TOKENS = quant_kernels.FEW_TOKENS  # x rows up to which the products run here
+FEW_TOKENS = ckernels.FEW_TOKENS  # x rows up to which the products run here
 # what the Python side calls on the module (a file without one of them is not this module)
 FUNCTIONS = ("sizes", "bind", "weight_class", "plain", "linear", "linears", "swiglu", "embed", "rms_norm",
              "gqa", "record", "recorded", "replay", "spoil", "taped", "tape_add", "tape_constant",
@@ -52,12 +52,12 @@ def _flags() -> list[str] | None:
 
 
 def _load():
-    """The module built (or found in the cache, whole: compile.shared_library), imported and bound to
+    """The module built (or found in the cache, whole: build.shared_library), imported and bound to
     the kernels; built once more where a file that matched its record does not import, and None
     where that fails too (said on stderr, once) or something it needs is missing."""
     global build_error
-    lib = quant_kernels.library()
-    cc = compile.compiler(os.environ.get("CXX"), "c++", "g++", "clang++")
+    lib = ckernels.library()
+    cc = build.compiler(os.environ.get("CXX"), "c++", "g++", "clang++")
     flags = _flags()
     if lib is None or cc is None or flags is None:
         build_error = "no C kernels" if lib is None else "no C++ compiler" if cc is None else "no Python.h"
@@ -66,8 +66,8 @@ def _load():
     title = f"the C++ glue for torch {torch.__version__} (~20 s)"
     for rebuild in (False, True):
         try:
-            path = compile.shared_library("glue-cpp", cc, SOURCE, [flags], key, title, rebuild)
-        except compile.BuildError as e:  # compile.py has said so
+            path = build.shared_library("glue-cpp", cc, SOURCE, [flags], key, title, rebuild)
+        except build.BuildError as e:  # engine/build.py has said so
             build_error = str(e)
             return None
         try:
@@ -76,18 +76,18 @@ def _load():
         except (ImportError, OSError, AttributeError) as e:  # not this module, or it needs a missing library
             build_error = str(e)
     else:
-        compile.fallback(title, build_error)
+        build.fallback(title, build_error)
         return None
-    if module.sizes() != (ctypes.sizeof(quant_kernels.Plan), ctypes.sizeof(quant_kernels.GQAArgs)):
-        build_error = "glue.cpp's structs are not quant_kernels.Plan and GQAArgs"
-        compile.fallback(title, build_error)
+    if module.sizes() != (ctypes.sizeof(ckernels.Plan), ctypes.sizeof(ckernels.GQAArgs)):
+        build_error = "glue.cpp's structs are not ckernels.Plan and GQAArgs"
+        build.fallback(title, build_error)
         return None
     kernels = (lib.tc_rms_norm, lib.tc_linear, lib.tc_linears, lib.tc_swiglu, lib.tc_gqa, lib.tc_gather_rows)
     module.bind(
         torch.Tensor,
         torch.nn.Parameter,
         tuple(ctypes.cast(f, ctypes.c_void_p).value for f in kernels),
-        int(quant_kernels.float_direct(0)),
+        int(ckernels.float_direct(0)),
         FEW_TOKENS,
     )
     if _weight_class is not None:
@@ -106,7 +106,7 @@ def _imported(path):
 
 
 def register_weight_class(cls: type) -> None:
-    """The class of weights kept in their blocks (quant_torch.QuantWeight, which registers itself):
+    """The class of weights kept in their blocks (engine.torch.quant.QuantWeight, which registers itself):
     its exact instances' `_cplan`, the address of their kernel plan or 0, is what the glue reads."""
     global _weight_class
     _weight_class = cls
@@ -124,5 +124,5 @@ def module():
                 _module = _load()
             except (OSError, ImportError) as e:  # the source or the compiler cannot be read or run
                 build_error, _module = str(e), None
-                compile.fallback("the C++ glue", build_error)
+                build.fallback("the C++ glue", build_error)
     return _module

@@ -3,7 +3,7 @@
 Owns: the NumPy meaning of each card operation under the codegen layout (a card matrix
 `ℝ^{m×n}` is an array `[…, n, m]`, a vector `ℝ^{n}` is `[…, n]`, a scalar computed from arrays
 is `[…, 1]`; leading axes are batch, head or other mapped axes), plus `erf`, which NumPy lacks.
-Leaves out: anything torch (ops_torch.py mirrors these names), caching (context.py).
+Leaves out: anything torch (runtime/torch/ops.py mirrors these names), caching (context.py).
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import math
 
 import numpy as np
 
-from toycards.runtime import glue_numpy
+from toycards import engine
 from toycards.runtime.context import zero_pages
-from toycards.runtime.quant_numpy import QuantWeight, blas_product, float_linear
+
+kernels = engine.backend("numpy")
 
 fast = True  # models/kernel_table.py runs gq_attention and moe below in place of a prelude algorithm's steps
 inf = np.inf
@@ -97,16 +98,16 @@ def topk(v, k):
 def linear(x, W):
     """W · X for a weight stored as [d_out, d_in] (or a stack [..., d_out, d_in]): x [..., d_in] → [..., d_out].
     A weight kept in its GGUF blocks multiplies by its own kernel, few tokens of a float32 weight by
-    the C product (runtime/quant_numpy.py)."""
-    if W.__class__ is QuantWeight:
+    the C product (engine/numpy/quant.py)."""
+    if W.__class__ is kernels.QuantWeight:
         return W.linear(x)
-    if (y := float_linear(x, W)) is not None:  # few tokens of a float32 matrix: the C product
+    if (y := kernels.float_linear(x, W)) is not None:  # few tokens of a float32 matrix: the C product
         return y
-    return blas_product(x, W.T if W.ndim == 2 else np.swapaxes(W, -1, -2))
+    return kernels.blas_product(x, W.T if W.ndim == 2 else np.swapaxes(W, -1, -2))
 
 
 def scale(c, x):
-    """c · x for a number c (`m · Q`): x itself when c is 1 (as ops_torch.scale).
+    """c · x for a number c (`m · Q`): x itself when c is 1 (as runtime.torch.ops.scale).
 
     >>> x = np.array([1.5, -0.0], dtype=np.float32)
     >>> scale(1.0, x) is x, scale(2, x), scale(1.0, np.arange(2))  # an integer x times 1.0: floats
@@ -127,7 +128,7 @@ def minimum(a, b):
 
 
 def matmul(a, b):
-    return blas_product(a, b)
+    return kernels.blas_product(a, b)
 
 
 def mT(a):
@@ -189,7 +190,7 @@ def take(a, index, axis):
 
 def embed(W, ids):
     """Rows of W (stored [N, d]) picked by integer ids [...] → [..., d]."""
-    if W.__class__ is QuantWeight:
+    if W.__class__ is kernels.QuantWeight:
         return W.embed(ids)
     return W[np.asarray(ids)]
 
@@ -266,7 +267,7 @@ def zeros_batch(like, rank, *shape):
 
 def shift_cols(a, offset, n):
     """Columns offset + 1 … offset + n of a code-layout matrix (axis −2): `X[:, t + offset]` for
-    t = 1 … n. Past either end is an error, as the card's index would be. (ops_torch's too: a
+    t = 1 … n. Past either end is an error, as the card's index would be. (runtime/torch/ops.py's too: a
     tensor slices alike.)"""
     if offset < 0 or offset + n > a.shape[-2]:
         raise IndexError(f"columns {offset + 1} … {offset + n} of a matrix with {a.shape[-2]} columns")
@@ -311,18 +312,18 @@ def as_float(x):
 
 
 def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):
-    """The prelude's GQAttention as one C call where it applies (runtime/glue_numpy.py), else None:
+    """The prelude's GQAttention as one C call where it applies (engine/numpy/glue.py), else None:
     the card's steps run."""
-    return glue_numpy.gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx)
+    return kernels.gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx)
 
 
 def moe(X, W_r, W_gate, W_up, W_down, k, norm):
-    """The prelude's MoE in one kernel, tokens grouped per expert (ops_torch.moe says how).
+    """The prelude's MoE in one kernel, tokens grouped per expert (runtime.torch.ops.moe says how).
 
     X [..., ℓ, d_e]; W_r [E, d_e]; W_gate, W_up [E, d_ff, d_e]; W_down [E, d_e, d_ff] → [..., ℓ, d_e].
     """
     x = X.reshape(-1, X.shape[-1])  # (N, d_e)
-    z = blas_product(x, W_r.T)  # (N, E) router logits
+    z = kernels.blas_product(x, W_r.T)  # (N, E) router logits
     P = np.exp(z - z.max(axis=-1, keepdims=True))
     P = P / P.sum(axis=-1, keepdims=True)
     chosen = topk(P, k) - 1  # (N, k)
@@ -338,9 +339,11 @@ def moe(X, W_r, W_gate, W_up, W_down, k, norm):
     for e, n in enumerate(counts.tolist()):
         if n:
             xs = x[tokens[start : start + n]]  # (n, d_e)
-            g = blas_product(xs, W_gate[e].T)
-            h = g / (1 + np.exp(-g)) * blas_product(xs, W_up[e].T)  # (n, d_ff)
-            grouped[start : start + n] = blas_product(h, W_down[e].T) * weights[start : start + n, None]
+            g = kernels.blas_product(xs, W_gate[e].T)
+            h = g / (1 + np.exp(-g)) * kernels.blas_product(xs, W_up[e].T)  # (n, d_ff)
+            grouped[start : start + n] = (
+                kernels.blas_product(h, W_down[e].T) * weights[start : start + n, None]
+            )
             start += n
     chosen_out = np.empty_like(grouped)
     chosen_out[order] = grouped  # back to (token, choice) order

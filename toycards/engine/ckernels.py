@@ -1,18 +1,18 @@
 """The C kernels for GGUF weights kept in their blocks: built once with the system compiler, called by ctypes.
 
-Owns: compiling kernels/quant.c (`cc -O3 -march=native -fopenmp -shared`) into the toycards cache
-(a file named after the source, the compiler and the machine, so an edit or another CPU builds
-afresh), loading it, and the calls on a weight's `Plan` (its type, shape and where its bytes are):
-`linear_fn` (few tokens, or any number where `quantizes_x`), `gemm` (the int8 GEMM, optionally on
-the calling thread), `dequant_rows` (a tile of rows, for a float GEMM on many tokens, or the whole
-matrix), `gather_rows` (embedding lookups) and `pack` (a copy in the layout the few-token product
-reads fastest, where `pack_rows`; when weights pack is runtime/packing.py's). Which ggml types have a kernel
-is `SUPPORTED`.
-Leaves out: torch and NumPy weights (quant_torch.py, quant_numpy.py), the reference
+Owns: compiling the C files of kernels/ (kernels/tc.h says what each holds) into one library
+(`cc -O3 -march=native -fopenmp -shared`) in the toycards cache (a file named after the sources, the
+compiler and the machine, so an edit or another CPU builds afresh), loading it, and the calls on a
+weight's `Plan` (its type, shape and where its bytes are): `linear_fn` (few tokens, or any number
+where `quantizes_x`), `gemm` (the int8 GEMM, optionally on the calling thread), `dequant_rows` (a tile
+of rows, for a float GEMM on many tokens, or the whole matrix), `gather_rows` (embedding lookups) and
+`pack` (a copy in the layout the few-token product reads fastest, where `pack_rows`; when weights
+pack is engine/packing.py's). Which ggml types have a kernel is `SUPPORTED`.
+Leaves out: torch and NumPy weights (engine/torch/quant.py, engine/numpy/quant.py), the reference
 (gguf.quants.dequantize, which the tests hold these kernels to).
 
 The library is loaded only from a cached file that matches the record of its size and checksum
-(compile.py builds it again where not); one that matches but lacks a kernel is built once more. No
+(engine/build.py builds it again where not); one that matches but lacks a kernel is built once more. No
 compiler, or a build or load that fails (said once on stderr): `available()` is False and the
 weights are dequantized per use with gguf.quants instead (correct, slower);
 `TOYCARDS_QUANT_KERNELS=off` forces that path.
@@ -35,14 +35,17 @@ import threading
 import time
 from pathlib import Path
 
-from toycards.runtime import compile
+from toycards.engine import build
+from toycards.gguf.facts import TYPE_IDS
 
-SOURCE = Path(__file__).with_name("kernels") / "quant.c"
+SOURCES = tuple(sorted(Path(__file__).with_name("kernels").glob("*.c")))  # compiled together into one library
 # TOYCARDS_QUANT_MARCH: the -march to build for (default native; e.g. x86-64-v3 for the AVX2 kernels)
 FLAGS = ("-O3", f"-march={os.environ.get('TOYCARDS_QUANT_MARCH', 'native')}", "-fopenmp", "-fPIC", "-shared",
          "-std=c11")  # fmt: skip
-# ggml type ids with a kernel (gguf.GGMLQuantizationType): F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K
-SUPPORTED = frozenset({1, 30, 8, 2, 3, 6, 7, 12, 13, 14})
+# the ggml types with a kernel, kept in their blocks (ids from gguf.GGMLQuantizationType)
+KEPT_TYPES = ("F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")
+SUPPORTED = frozenset(TYPE_IDS[name] for name in KEPT_TYPES)
+F32 = TYPE_IDS["F32"]
 
 _lib: ctypes.CDLL | None = None
 _tried = False
@@ -60,14 +63,14 @@ def _cpu_flags() -> str:
 
 def compiler() -> str | None:
     """The C compiler the kernels are built with ($CC, else cc, gcc or clang), or None."""
-    return compile.compiler(os.environ.get("CC"), "cc", "gcc", "clang")
+    return build.compiler(os.environ.get("CC"), "cc", "gcc", "clang")
 
 
-TITLE = "the C kernels"  # how compile.py names them on stderr
+TITLE = "the C kernels"  # how engine/build.py names them on stderr
 
 
 def _build() -> ctypes.CDLL | None:
-    """The kernels built (or found in the cache, whole: compile.shared_library) and loaded; built once
+    """The kernels built (or found in the cache, whole: build.shared_library) and loaded; built once
     more where a library that matched its record does not load or lacks a kernel, and None (said on
     stderr, once) where that fails too."""
     global build_error
@@ -79,8 +82,8 @@ def _build() -> ctypes.CDLL | None:
     attempts = [[*FLAGS, "-lm"], [*no_openmp, "-lm"]]
     for rebuild in (False, True):
         try:
-            target = compile.shared_library("quant-kernels", cc, SOURCE, attempts, machine, TITLE, rebuild)
-        except compile.BuildError as e:  # compile.py has said so
+            target = build.shared_library("quant-kernels", cc, SOURCES, attempts, machine, TITLE, rebuild)
+        except build.BuildError as e:  # engine/build.py has said so
             build_error = str(e)
             return None
         try:
@@ -93,7 +96,7 @@ def _build() -> ctypes.CDLL | None:
         except AttributeError as e:  # not these kernels: "undefined symbol: tc_…"
             build_error = str(e)
             _unload(lib)  # else loading the rebuilt file by the same name would give this one again
-    compile.fallback(TITLE, build_error)
+    build.fallback(TITLE, build_error)
     return None
 
 
@@ -152,8 +155,8 @@ PREFETCH = "TOYCARDS_QUANT_PREFETCH"
 
 def prefetch_others() -> int | None:
     """What $TOYCARDS_QUANT_PREFETCH fixes for the few-token products of the types other than the
-    K-quants: 1 (`on`: they prefetch their weight stream too, see quant.c's `ahead`), 0 (`off`), or
-    None (unset or anything else: each model's `PrefetchChoice` times both on this host)."""
+    K-quants: 1 (`on`: they prefetch their weight stream too, see kernels/tc.h's `ahead`), 0 (`off`), or
+    None (unset or anything else: each model's `PrefetchChoice` times both where it runs)."""
     return {"on": 1, "off": 0}.get(os.environ.get(PREFETCH, "").strip().lower())
 
 
@@ -161,10 +164,10 @@ _clock = time.perf_counter  # what PrefetchChoice times steps by
 
 
 class PrefetchChoice:
-    """Whether one model's few-token products prefetch their weight stream (quant.c's `ahead_other`),
-    chosen on this host by timing the model's own decoding steps: the hardware prefetchers alone
-    kept too few lines in flight on some hosts (SmolLM2-135M F32 and Q8_0 decoded 1.3–1.5× faster
-    with it) and prefetching cost 10–30% on others. The products are the same floats either way.
+    """Whether one model's few-token products prefetch their weight stream (kernels/tc.h's `ahead_other`),
+    chosen where it runs by timing the model's own decoding steps: on some CPUs the hardware
+    prefetchers alone keep too few lines in flight and prefetching pays, on others it costs. The
+    products are the same floats either way.
 
     `run(step)` runs one forward pass of few tokens with the model's setting: after WARMUP steps
     (first-use costs), steps each way in the order on, off, off, on … (so that a cache growing by a
@@ -225,7 +228,7 @@ def library() -> ctypes.CDLL | None:
                 _lib = _build()
             except OSError as e:  # the source or the compiler cannot be read or run
                 _lib, build_error = None, str(e)
-                compile.fallback(TITLE, build_error)
+                build.fallback(TITLE, build_error)
     return _lib
 
 
@@ -293,8 +296,8 @@ class Plan(ctypes.Structure):
 
 
 class GQAArgs(ctypes.Structure):
-    """tc_gqa's arguments (gqa_args in kernels/structs.h; glue_torch.gq_attention and
-    glue_numpy.gq_attention fill them in)."""
+    """tc_gqa's arguments (gqa_args in kernels/structs.h; engine.torch.glue.gq_attention and
+    engine.numpy.glue.gq_attention fill them in)."""
 
     _fields_ = [
         ("Q", _P), ("K", _P), ("V", _P), ("B", _I), ("T", _I), ("H", _I), ("Hkv", _I), ("d", _I),
@@ -368,12 +371,8 @@ def pack_rows(ggml_type: int) -> int:
 
 
 def packs_at_first_decoding(ggml_type: int) -> bool:
-    """Whether a weight of this type packs at its first few-token product, a model's first decoding
-    step (`pack_rows` and a packed step that regroups its bytes: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, and
-    with the AVX2 kernels the K-quants), rather than only after some decoding (`LaterPacking`: the
-    types whose packed copy only puts rows side by side, the K-quants with the AVX-512 kernels).
-    A prompt's many-token products read the blocks as stored until then: the int8 GEMM builds its
-    tiles from them about as fast (see packing.py)."""
+    """Whether the kernels' packed copy of this type regroups its bytes (`tc_pack_regroups`), not only
+    puts rows side by side: the fact engine/packing.py's rule of when a weight packs reads."""
     lib = library()
     return lib is not None and bool(lib.tc_pack_regroups(ggml_type))
 
@@ -395,8 +394,8 @@ def tile_buffer(dtype, numel: int, make, size: int | None = None):
     """A flat buffer of at least `numel` elements of `dtype` for one product's dequantized tiles
     (both targets' many-token products): the thread's spare one, taken out while the product uses
     it, so tiles of two weights at once get two, and kept again afterwards when it has `size`
-    elements (default TILE_FLOATS); `make(n)` makes a new one. A new 2–4 MiB buffer each product
-    faulted its pages in anew, a tenth of a warm prefill."""
+    elements (default TILE_FLOATS); `make(n)` makes a new one. A new buffer for each product would
+    fault its pages in anew every time, a cost on every prompt."""
     size = TILE_FLOATS if size is None else size
     buffer = _spare_tiles.__dict__.pop(dtype, None)
     if buffer is None or len(buffer) < numel:
@@ -410,8 +409,8 @@ def tile_buffer(dtype, numel: int, make, size: int | None = None):
 
 def linear_fn():
     """`tc_linear(byref(plan), c_void_p(x_ptr), c_int64(t), c_void_p(y_ptr)) -> code` (0: done), or None
-    without kernels. It has no argtypes: arguments come as ctypes objects, which costs ~1.4 µs a call
-    against ~2.2 µs for argtypes converting Python ints."""
+    without kernels. It has no argtypes: the callers pass ctypes objects, a cheaper call than argtypes
+    converting Python ints, on the path of every decoding product."""
     lib = library()
     return None if lib is None else lib.tc_linear
 

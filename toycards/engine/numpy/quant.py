@@ -1,23 +1,21 @@
-"""A NumPy weight kept in its GGUF blocks: `QuantWeight`, which `ops_numpy.linear` and `embed` multiply by.
+"""A NumPy weight kept in its GGUF blocks: `QuantWeight`, which `runtime.numpy.ops.linear` and `embed` multiply by.
 
-Owns: the NumPy twin of quant_torch.QuantWeight (the file's bytes, uint8 [N, row_bytes],
-memory-mapped; products by the C kernels of quant_kernels.py, or gguf.quants without them; the
+Owns: the NumPy twin of engine.torch.quant.QuantWeight (the file's bytes, uint8 [N, row_bytes],
+memory-mapped; products by the C kernels of engine/ckernels.py, or gguf.quants without them; the
 dequantized array for any other use, through `__array__`), so that a quantized file costs about
 its own size in memory on the NumPy target too. Many tokens take the int8 GEMM where
-`quant_kernels.quantizes_x`, else (or with `TOYCARDS_PREFILL=float32`) dequantized tiles and
+`engine.ckernels.quantizes_x`, else (or with `TOYCARDS_PREFILL=float32`) dequantized tiles and
 NumPy's GEMM.
-Where the few-token kernel reads a packed copy faster (`quant_kernels.pack_rows`), the first
-few-token product makes that copy where `packing.pack_ahead` did not (or, for the types whose copy
-only puts rows side by side, some decoding later: `packing.LaterPacking`) and hands the file's
-pages back, as quant_torch does. Its kernels run on the
-calling thread where NumPy comes next (dequantizing, packing): OpenBLAS's threads, still spinning
-after a GEMM, and the kernels' OpenMP threads fought over the cores (packing SmolLM2 Q4_0 took ~1 s
-on two threads, 0.1 s on one). The int8 GEMM (and the attention kernel, glue_numpy) run on the
-kernels' threads until NumPy's BLAS has run a product in the process (`blas_product`,
-`prompt_one_thread`).
+Where the few-token kernel reads a packed copy faster, the weight makes that copy when
+engine/packing.py's rule says (its docstring states when a weight packs), and hands the file's
+pages back, as engine/torch/quant.py does. Its kernels run on the calling thread where NumPy
+comes next (dequantizing, packing): OpenBLAS's threads keep spinning after a GEMM, and the kernels'
+OpenMP threads would fight them over the cores. The int8 GEMM (and the attention kernel,
+engine/numpy/glue.py) run on the kernels' threads until NumPy's BLAS has run a product in the
+process (`blas_product`, `prompt_one_thread`).
 Few tokens of a plain float32 weight multiply by the C product too (`float_linear`), as on the
 torch target.
-Leaves out: torch (quant_torch.py), the kernels themselves.
+Leaves out: torch (engine/torch/quant.py), the kernels themselves.
 """
 
 from __future__ import annotations
@@ -28,12 +26,12 @@ import platform
 
 import numpy as np
 
-from toycards.runtime import packing
-from toycards.runtime import quant_kernels as kernels
+from toycards.engine import ckernels as kernels
+from toycards.engine import packing
 
 FEW_TOKENS = kernels.FEW_TOKENS  # x rows up to which the row-at-a-time kernel beats dequantize-then-GEMM
-# elements of one dequantized tile (1 MiB): NumPy's GEMM ran SmolLM2's prefill as fast on these as on
-# the torch target's 4 MiB tiles (2^17: ~25% slower), and the buffer kept stays resident
+# elements of one dequantized tile (1 MiB): enough rows for NumPy's GEMM to run as fast as on the torch
+# target's 4 MiB tiles (not so at half this), and a smaller buffer for each thread to keep
 TILE_FLOATS = 1 << 18
 
 
@@ -50,7 +48,7 @@ _blas_ran = False  # whether the NumPy target has had NumPy's BLAS run a product
 
 
 def blas_product(a, b):
-    """a @ b by NumPy's BLAS, for the NumPy target (ops_numpy, and the tiles here), noted: from then on
+    """a @ b by NumPy's BLAS, for the NumPy target (runtime/numpy/ops.py, and the tiles here), noted: from then on
     the prompt's C kernels keep to the calling thread (`prompt_one_thread`)."""
     global _blas_ran
     _blas_ran = True
@@ -58,14 +56,13 @@ def blas_product(a, b):
 
 
 def prompt_one_thread() -> bool:
-    """Whether the NumPy target's many-token C kernels (the int8 GEMM, glue_numpy's attention) run on
+    """Whether the NumPy target's many-token C kernels (the int8 GEMM, engine/numpy/glue.py's attention) run on
     the calling thread alone: once NumPy's BLAS has run a product in this process (`blas_product`),
     since its threads spin for a while after each one and the kernels' OpenMP threads would fight
-    them over the cores (on a two-core Zen 1, SmolLM2 Q8_0 with a quarter of its products made by
-    NumPy's BLAS between the int8 GEMMs: prefill 1.04–1.13 s with the GEMMs on one thread, 1.73–2.31 s
-    on two); until then on the kernels' threads (the same file, every product in C: 1.14–1.20 s on
-    one thread, 0.64–0.69 s on two). A process whose models have only quantized weights with the
-    int8 GEMM and the prelude's attention never has it run one."""
+    them over the cores; until then on the kernels' threads, which then have the cores to
+    themselves. A process whose models have only quantized weights with the int8 GEMM and the
+    prelude's attention never has it run one. `bench/vs_llama_cpp.py --numpy` measures the NumPy
+    target's prompts."""
     return _blas_ran
 
 
@@ -87,8 +84,8 @@ _DATA_AT, _ADDRESS = _data_at(), ctypes.c_void_p.from_address
 
 def data_ptr(a: np.ndarray) -> int:
     """The address of a NumPy array's first element, as `a.ctypes.data` gives it: read from the
-    array object (~0.4 µs here, against ~3 µs for `.ctypes.data`, which makes a ctypes object a
-    call: a decoding step on SmolLM2 asks ~700 times, ~2 ms of a NumPy Q4_0 token)."""
+    array object, since `.ctypes.data` makes a ctypes object at each call and a decoding step asks
+    for hundreds of addresses."""
     if not isinstance(a, np.ndarray):
         raise TypeError(f"data_ptr of a {type(a).__name__}, not of a NumPy array")
     return a.ctypes.data if _DATA_AT is None else _ADDRESS(id(a) + _DATA_AT).value or 0
@@ -121,8 +118,7 @@ class QuantWeight:
             kernels.plan(self.ggml_type, data_ptr(blocks), self.row_bytes, *shape) if self.fast else None
         )
         self._unpacked = self.fast and kernels.pack_rows(self.ggml_type) > 0  # a packed copy would be faster
-        # it packs at its first few-token product (resident: every type); else after some decoding
-        # (packing.LaterPacking); ahead of either where packing.pack_ahead takes it
+        # when it packs: engine/packing.py
         self._pack_first = self._unpacked and packing.packs_first(self.ggml_type)
         self._gemm = self.fast and kernels.int8_prefill(self.ggml_type)
         self._packed: np.ndarray | None = None
@@ -130,7 +126,7 @@ class QuantWeight:
         self._ready = self.fast and not self._pack_first
 
     def _pack(self) -> None:
-        """The packed copy of the blocks, once, read from then on (quant_torch.QuantWeight._pack)."""
+        """The packed copy of the blocks, once, read from then on (engine.torch.quant.QuantWeight._pack)."""
         packing.pack_weights((self,), one_thread=True)
 
     def _stored(self):
@@ -171,7 +167,7 @@ class QuantWeight:
         return self.dequantize()[index] if rows is None else self.rows(*rows)
 
     def rows(self, a: int, b: int) -> QuantWeight:
-        """Rows a … b−1 as a weight of their own over the same blocks, made once (see quant_torch)."""
+        """Rows a … b−1 as a weight of their own over the same blocks, made once (see engine/torch/quant.py)."""
         if (a, b) == (0, self.shape[0]):
             return self
 

@@ -1,19 +1,19 @@
-/* toycards' per-token glue for the torch target in C++ (built by runtime/glue_cpp.py against the
+/* toycards' per-token glue for the torch target in C++ (built by engine/torch/native.py against the
  * installed torch's headers; loaded as the Python module toycards_glue).
  *
  * A decoding step makes a handful of kernel calls per layer (RMSNorm, the Q/K/V products, attention,
  * the output product, SwiGLU). From Python each costs its checks (class, dtype, device, contiguity,
- * autograd), an output tensor and a ctypes call: ~5–12 µs, several times the kernel's own work on a
- * small model, and more inside a real step than in a loop of one call, since the kernels' weight
- * stream evicts the interpreter's state from the caches. Here the same checks read the tensors' C++
- * fields, the output is allocated without the dispatcher, and the kernel (quant.c, by the addresses
- * `bind` gets from the ctypes library) is called directly: under 1 µs a call.
+ * autograd), an output tensor and a ctypes call: several times the kernel's own work on a small
+ * model, and more inside a real step than in a loop of one call, since the kernels' weight stream
+ * evicts the interpreter's state from the caches. Here the same checks read the tensors' C++ fields,
+ * the output is allocated without the dispatcher, and the kernel (the C kernels' entry point, by the
+ * address `bind` gets from the ctypes library) is called directly, at a fraction of that cost.
  *
  * Every function returns None where its kernel does not apply (the caller then takes the Python path,
  * which decides the same cases the same way; tests/engine/test_glue_cpp.py holds the two to each other), so
- * this file adds no meaning of its own: the products are quant.c's `tc_linear`, `tc_linears` and
- * `tc_swiglu`, the norm `tc_rms_norm`, on the same arguments glue_torch.py and quant_torch.py pass;
- * `gqa` completes and makes glue_torch.gq_attention's call of `tc_gqa` once glue_torch has decided it. */
+ * this file adds no meaning of its own: the products are the C kernels' `tc_linear`, `tc_linears` and
+ * `tc_swiglu`, the norm `tc_rms_norm`, on the same arguments engine/torch/glue.py and engine/torch/quant.py pass;
+ * `gqa` completes and makes engine.torch.glue.gq_attention's call of `tc_gqa` once engine/torch/glue.py has decided it. */
 
 #include <Python.h>
 
@@ -36,7 +36,7 @@
 
 namespace {
 
-using Weight = tc_weight; /* quant_kernels.Plan */
+using Weight = tc_weight; /* engine.ckernels.Plan */
 
 using rms_norm_fn = int (*)(const float *, const float *, int64_t, int64_t, double, float *);
 using linear_fn = int (*)(const Weight *, const float *, int64_t, float *);
@@ -44,7 +44,7 @@ using linears_fn = int (*)(const Weight *, const Weight *, const Weight *, const
                            float *, float *);
 using swiglu_fn = int (*)(const Weight *, const Weight *, const Weight *, const float *, int64_t, float *);
 
-using GQAArgs = gqa_args; /* quant_kernels.GQAArgs */
+using GQAArgs = gqa_args; /* engine.ckernels.GQAArgs */
 using gqa_fn = int (*)(const GQAArgs *);
 using gather_fn = int (*)(const Weight *, const int64_t *, int64_t, float *);
 
@@ -57,9 +57,9 @@ gather_fn k_gather_rows;
 PyObject *tensor_class, *parameter_class, *quant_class; /* torch.Tensor, nn.Parameter, QuantWeight */
 PyObject *plan_name, *rows_plan_name;                   /* "_cplan", "_eplan" */
 int float_direct;   /* tc_float_direct(F32): float32 weights are multiplied in place */
-int64_t few_tokens; /* quant_kernels.FEW_TOKENS, as glue_cpp.py binds it */
+int64_t few_tokens; /* engine.ckernels.FEW_TOKENS, as engine/torch/native.py binds it */
 
-/* A contiguous float32 CPU tensor of the plain classes, with no autograd to record (glue_torch.plain) */
+/* A contiguous float32 CPU tensor of the plain classes, with no autograd to record (engine.torch.glue.plain) */
 const at::Tensor *plain(PyObject *o) {
     if (Py_TYPE(o) != (PyTypeObject *)tensor_class && Py_TYPE(o) != (PyTypeObject *)parameter_class) return nullptr;
     const at::Tensor &t = THPVariable_Unpack(o);
@@ -69,7 +69,7 @@ const at::Tensor *plain(PyObject *o) {
     return &t;
 }
 
-/* plain(*tensors): whether each is a tensor `plain` takes (glue_torch.plain's question, from C++) */
+/* plain(*tensors): whether each is a tensor `plain` takes (engine.torch.glue.plain's question, from C++) */
 PyObject *plain_all(PyObject *, PyObject *const *args, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < n; i++)
         if (!plain(args[i])) Py_RETURN_FALSE;
@@ -88,7 +88,7 @@ const Weight *plan_at(PyObject *o, PyObject *name) {
 
 /* The kernel plan of weight o for few tokens of k entries: a QuantWeight's own (its `_cplan`, 0 until
  * it may be read: not packed yet, or no kernel), or one made here for a plain 2-D float32 tensor read
- * in place (quant_torch._few_token_plan). False where neither applies. */
+ * in place (engine.torch.quant._few_token_plan). False where neither applies. */
 bool weight_of(PyObject *o, int64_t k, Weight *out) {
     if (Py_TYPE(o) == (PyTypeObject *)quant_class) {
         const Weight *w = plan_at(o, plan_name);
@@ -125,14 +125,14 @@ PyObject *failed(const char *what, int code) {
 
 float *out_of(at::Tensor &y) { return y.mutable_data_ptr<float>(); }
 
-/* ── The tape: a decoding step's kernel calls, recorded once and replayed (runtime/replay_torch.py) ──
+/* ── The tape: a decoding step's kernel calls, recorded once and replayed (engine/torch/replay.py) ──
  * While a step is recorded, each function below that runs its kernel also writes the call down: the
  * kernel, its weights (their plans, by value) and the addresses it read and wrote. The outputs stay
  * alive with the tape, so that a replayed kernel writes where the recorded one wrote and reads what the
  * call before it wrote, with no Python in between. A call is written down only where each activation
  * it reads is the output of a call written down before it (or the step's ids) and each other tensor
  * is a model weight (a Parameter, or a weight kept in its blocks); else the recording is spoiled, with
- * the reason, since a replay would read a tensor that nothing replayed remakes. replay_torch.py spoils
+ * the reason, since a replay would read a tensor that nothing replayed remakes. engine/torch/replay.py spoils
  * it too where anything but these calls (or a view) reads an output. What a replay takes anew at each
  * step (`replay`): the ids, RoPE's angles and the mask of each attention site, the cache's rows. */
 
@@ -173,7 +173,7 @@ struct Tape {
     std::vector<PyObject *> refs; /* weights, cache buffers, the result: held */
     std::vector<std::pair<PyObject *, Span>> params; /* each float weight read, and its bytes */
     std::vector<const GQAArgs *> site_args; /* per attention site: its prepared struct, */
-    std::vector<PyObject *> sites;          /* its object (ops_torch._GQASite, held until tape_info), */
+    std::vector<PyObject *> sites;          /* its object (runtime.torch.ops._GQASite, held until tape_info), */
     std::vector<int64_t> site_half;         /* and its angles' width */
     at::Tensor ids;
     Span ids_span{0, 0};
@@ -425,12 +425,12 @@ void take_gqa(const GQAArgs *a, const at::Tensor &Q, const at::Tensor &K, const 
     take(std::move(n));
 }
 
-/* gqa(args, Q, K, V, K_cache, V_cache, used[, decline[, site]]): glue_torch.gq_attention's call of tc_gqa, the
+/* gqa(args, Q, K, V, K_cache, V_cache, used[, decline[, site]]): engine.torch.glue.gq_attention's call of tc_gqa, the
  * struct at address `args` (its GQAArgs, with everything but these set) completed with the tensors'
- * addresses, the caches' strides, `used` and a new output, which is returned. Where glue_torch has
+ * addresses, the caches' strides, `used` and a new output, which is returned. Where engine/torch/glue.py has
  * decided that the kernel applies, whatever here does not fit that struct is an error; with `decline`
  * true (its fast path for a pass's later layers, which leaves these checks to this call) it is None,
- * and nothing is written. `site` (ops_torch._GQASite) is what a recorded step's replay asks for the
+ * and nothing is written. `site` (runtime.torch.ops._GQASite) is what a recorded step's replay asks for the
  * angles and the mask at its new positions. */
 PyObject *gqa(PyObject *, PyObject *const *args, Py_ssize_t n) {
     if (n < 7 || n > 9) return refused("gqa takes 7 to 9 arguments");
@@ -488,7 +488,7 @@ bool ids_below(const int64_t *ids, int64_t n, int64_t rows) {
 }
 
 /* embed(W, ids): the rows of W [N, d] at ids [...] → [..., d], or None (a weight with no kernel plan,
- * ids that are not an int64 tensor, or an id out of range: ops_torch.embed's own path then says so) */
+ * ids that are not an int64 tensor, or an id out of range: runtime.torch.ops.embed's own path then says so) */
 PyObject *embed(PyObject *, PyObject *const *args, Py_ssize_t n) {
     if (n != 2) Py_RETURN_NONE;
     const at::Tensor *ids = id_tensor(args[1]);
@@ -672,7 +672,7 @@ PyObject *tape_op(PyObject *, PyObject *const *args, Py_ssize_t n) {
     Py_RETURN_TRUE;
 }
 
-/* spoil(why): the recording cannot be replayed (replay_torch's own checks) */
+/* spoil(why): the recording cannot be replayed (engine/torch/replay.py's own checks) */
 PyObject *spoil_py(PyObject *, PyObject *why) {
     if (recording && recording->spoiled.empty()) {
         const char *text = PyUnicode_AsUTF8(why);
@@ -939,7 +939,7 @@ PyObject *bind(PyObject *, PyObject *const *args, Py_ssize_t n) {
     Py_RETURN_NONE;
 }
 
-/* weight_class(QuantWeight): the class whose `_cplan` weight_of reads (quant_torch registers it) */
+/* weight_class(QuantWeight): the class whose `_cplan` weight_of reads (engine/torch/quant.py registers it) */
 PyObject *weight_class(PyObject *, PyObject *cls) {
     if (!PyType_Check(cls)) {
         PyErr_SetString(PyExc_TypeError, "weight_class takes a class");
@@ -950,13 +950,13 @@ PyObject *weight_class(PyObject *, PyObject *cls) {
     Py_RETURN_NONE;
 }
 
-/* The sizes of Weight and GQAArgs, for glue_cpp.py to check against their ctypes mirrors */
+/* The sizes of Weight and GQAArgs, for engine/torch/native.py to check against their ctypes mirrors */
 PyObject *sizes(PyObject *, PyObject *) { return Py_BuildValue("nn", sizeof(Weight), sizeof(GQAArgs)); }
 
 PyMethodDef methods[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "bind the classes and kernels"},
     {"weight_class", weight_class, METH_O, "the class of weights kept in their blocks"},
-    {"sizes", sizes, METH_NOARGS, "the sizes of the structs shared with quant.c"},
+    {"sizes", sizes, METH_NOARGS, "the sizes of the structs shared with the C kernels"},
     {"plain", (PyCFunction)(void (*)(void))plain_all, METH_FASTCALL, "plain(*tensors): all plain float32 CPU tensors"},
     {"rms_norm", (PyCFunction)(void (*)(void))rms_norm, METH_FASTCALL, "rms_norm(e, gamma, epsilon) or None"},
     {"linear", (PyCFunction)(void (*)(void))linear, METH_FASTCALL, "linear(x, W) or None"},

@@ -6,7 +6,7 @@ Owns: `read_ahead` (the file into the OS's page cache as a model loads), `Backgr
 joined), `file_view` (whether an array is a read-only view of a file's mapping) and `FileWatch`
 (a model's file as it was when opened, and whether it has changed since), with `unchanged`, the
 check a packing step makes before it reads a mapping.
-Leaves out: what is packed and when (packing.py), reading the file's header (gguf/reader.py).
+Leaves out: what is packed and when (engine/packing.py), reading the file's header (gguf/reader.py).
 
 A file changed under a loaded model: the weights read the file's pages through a memory mapping,
 and a read past the end of a file truncated since then kills the process (SIGBUS), in a C kernel or
@@ -35,8 +35,8 @@ import weakref
 
 import numpy as np
 
+from toycards.engine.ckernels import library
 from toycards.errors import ToycardsError
-from toycards.runtime.quant_kernels import library
 
 READ_AHEAD_CHUNK = 128 << 10  # bytes a read-ahead request asks for (at most Linux's usual readahead)
 READ_AHEAD_WINDOW = 64 << 20  # bytes of requests a read-ahead thread makes between looks at its stop flag
@@ -53,13 +53,12 @@ def read_ahead(path) -> threading.Thread | None:
     memory the system has available (they would push out what the pass needs), nor without the C
     kernels.
 
-    On a two-core Zen 1 with the 1B-shaped Q4_K file (666 MiB), alternating processes. Out of the
-    cache: load 0.72–0.91 s against 0.35–0.45 (its own page faults queue behind the reads), load
-    and a first prefill of 128 tokens 3.82–6.61 s against 4.02–7.14 (medians of two series of five
-    pairs: 3.96 and 5.83 against 4.29 and 6.59; the host was noisy). Cached already: load 0.39–0.43
-    against 0.36–0.39 s. A first pass over the pages alone, right after a 0.35 s wait: 0.05 s
-    against 0.4–1.4. From a Python thread, one request a call, the interpreter's lock held the
-    requests up behind the loader (0.5–1.1 s; almost nothing read by the load's end)."""
+    The trade, for a file out of the page cache: the load itself takes longer (its own page faults
+    queue behind the reads), and the first pass finds its pages read, so the first token comes
+    sooner; a file cached already costs the requests alone. The requests are C calls because from
+    a Python thread the interpreter's lock would hold them up behind the loader, which holds it
+    while it runs Python, and little would be read by the load's end. `bench/vs_llama_cpp.py
+    --shape llama-1b` prints the load time and the first token's wait."""
     lib = library()
     if lib is None:
         return None

@@ -2,7 +2,7 @@
 kept for the other layers of a pass, and for a decoding run a block of positions at a time.
 
 Owns: `angles(t, θ, ρ, d_h)` and what it keeps (the divisors, the angles of a pass's positions, the
-blocks of a decoding run's). Leaves out: rotating by them (ops_torch.rope_pairs / rope_halves, and
+blocks of a decoding run's). Leaves out: rotating by them (runtime.torch.ops.rope_pairs / rope_halves, and
 the C kernels that take cos and sin).
 """
 
@@ -50,7 +50,7 @@ def _rope_divisors(rope: tuple, rho):
     if divisors is None:
         theta, _, d_h, _ = rope
         i = torch.arange(1, d_h // 2 + 1, dtype=torch.float32, device=rho.device)
-        divisors = (theta ** ((2 * (i - 1)) / d_h)) * rho  # (theta ** …: ~10 µs, more than the rest)
+        divisors = (theta ** ((2 * (i - 1)) / d_h)) * rho  # (theta ** …: the costly part of the angles)
         if len(_ROPE_DIVISORS) > 8:
             _ROPE_DIVISORS.clear()
         _ROPE_DIVISORS[rope] = divisors
@@ -63,7 +63,7 @@ ROPE_ROWS = 256  # positions a decoding run's block of angles covers
 def _rope_rows(rope: tuple, first: int, n: int, rho):
     """cos φ, sin φ [n, half] at positions first … first + n − 1: rows of a block of ROPE_ROWS
     positions made once (computed as for any positions), so that a decoding step slices its row
-    instead of computing it (four operators, ~100 µs a step with the caches the weights left cold)."""
+    instead of computing it (four operators, each slow on the caches the weights' stream left cold)."""
     block = _ROPE_BLOCKS.get(rope)
     if block is None or not (block[0] <= first and first + n <= block[0] + ROPE_ROWS):
         t = torch.arange(first, first + max(n, ROPE_ROWS), dtype=torch.float32, device=rho.device).reshape(

@@ -7,9 +7,10 @@ code; the cache's slots), the watch over everything else the recorded step does,
 adopts a tape only once its replay of the recorded step has given the forward pass's logits bit for bit.
 Leaves out: the kernels and the recording of each call (glue.cpp), the forward pass (generated).
 
-Why: a decoding step of SmolLM2-135M makes ~150 kernel calls, and the Python between them (the
-generated forward pass, the ops, the glue's checks) costs ~1 ms a step on this machine's caches, a
-quarter of a Q4_0 step (~4 ms). Replayed, the step is its kernels, RoPE's angles and the mask.
+Why: a decoding step makes several kernel calls a layer, and on a small model the Python between
+them (the generated forward pass, the ops, the glue's checks) is a large share of the step.
+Replayed, the step is its kernels, RoPE's angles and the mask.
+`TOYCARDS_REPLAY=off` in one of two otherwise equal runs of `bench/vs_llama_cpp.py` measures it.
 
 When a replay computes what the card's code computes: the tape holds every call that read an
 activation (an output of a recorded call, or the ids), each reading only recorded outputs and the
@@ -18,7 +19,7 @@ anything else read or wrote an activation: a torch operation other than those th
 or product of two tensors, a product or quotient by a number, in float32 as torch computes them;
 GELU, tanh, SiLU and LayerNorm, which the replay calls torch for) or a view; an in-place write; a
 conversion to a Python number; a pointer to it taken in Python (for a kernel that glue.cpp does not
-call; one that writes in place says so itself too: glue_torch.silu_mul). The positions reach the step only through `runtime.positions`, and each
+call; one that writes in place says so itself too: engine.torch.glue.silu_mul). The positions reach the step only through `runtime.positions`, and each
 read of them must be an attention site's (whose angles and mask the replay remakes at the new
 positions); the weights' plans must be those recorded (or refreshed after packing). Whatever fails
 these leaves the step to the forward pass, which then runs as always. A model whose recordings are
@@ -32,7 +33,8 @@ import os
 import torch
 from torch.overrides import TorchFunctionMode
 
-from toycards.runtime import context, glue_cpp, ops_torch, quant_torch
+from toycards.engine.torch import native, quant
+from toycards.runtime import context
 
 SWITCH = "TOYCARDS_REPLAY"  # "off": every decoding step runs the forward pass
 KEY = "torch replay"  # the tape's key in KVCache.prepared
@@ -51,14 +53,14 @@ _DIVS = frozenset(("div", "__truediv__"))
 class _Tape:
     """A cache's recorded step: glue.cpp's tape, its attention sites (what a site's angles and mask
     are made of: ρ, θ, the layout, the mask, and the angles' width), the shape of the ids it replays,
-    its `last`, its model, the weights' plans it holds (quant_torch's count), and how many steps it
+    its `last`, its model, the weights' plans it holds (engine/torch/quant.py's count), and how many steps it
     has replayed."""
 
     __slots__ = ("tape", "sites", "shape", "last", "model", "plans", "replays")
 
     def __init__(self, tape, sites, shape, last, model) -> None:
         self.tape, self.sites, self.shape, self.last, self.model = tape, sites, shape, last, model
-        self.plans = quant_torch.plans_adopted
+        self.plans = quant.plans_adopted
         self.replays = 0
 
 
@@ -66,15 +68,15 @@ def on() -> bool:
     return os.environ.get(SWITCH, "").strip().lower() != "off"
 
 
-def step(model, forward, x, cache, last):
+def step(model, forward, x, cache, last, ops):
     """Logits of one decoding step (`forward(x, cache, last)`, the model's forward pass): the cache's
     tape replayed where it fits, else the forward pass, recorded where the model may be replayed."""
-    cx = glue_cpp.module()
+    cx = native.module()
     if cx is None or cache is None or x.shape[-1] != 1 or torch.is_grad_enabled():
         return forward(x, cache, last)
     kept = cache.prepared.get(KEY)
     if kept is not None:
-        out = _replayed(cx, kept, model, x, cache, last)
+        out = _replayed(cx, kept, model, x, cache, last, ops)
         if out is not None:
             kept.replays += 1
             return out
@@ -84,7 +86,7 @@ def step(model, forward, x, cache, last):
             model.replay_why = "a recorded step did not fit the next one"
     if model._replay_tries <= 0 or not on():  # (a tape exists only where it was on)
         return forward(x, cache, last)
-    return _record(cx, model, forward, x, cache, last)
+    return _record(cx, model, forward, x, cache, last, ops)
 
 
 def _room(cache, T: int) -> bool:
@@ -92,19 +94,19 @@ def _room(cache, T: int) -> bool:
     return all(b is not None and entry[1] + T <= b.shape[-2] for entry in cache.slots for b in entry[0])
 
 
-def _replayed(cx, kept: _Tape, model, x, cache, last):
+def _replayed(cx, kept: _Tape, model, x, cache, last, ops):
     """The tape replayed for ids x, or None where it does not fit them (nothing written then)."""
     if kept.model is not model or kept.last != last or kept.shape != x.shape:
         return None
-    if kept.plans != quant_torch.plans_adopted:  # weights packed since: read them packed
+    if kept.plans != quant.plans_adopted:  # weights packed since: read them packed
         if not cx.tape_refresh(kept.tape):
             return None
-        kept.plans = quant_torch.plans_adopted
+        kept.plans = quant.plans_adopted
     T = x.shape[-1]
-    t = context.Context.positions_after(cache.length, T, ops_torch)
+    t = context.Context.positions_after(cache.length, T, ops)
     sites = []
     for rho, theta, layout, mask, half in kept.sites:
-        now = ops_torch._GQASite(rho, t, theta, layout, mask)
+        now = ops._GQASite(rho, t, theta, layout, mask)
         cos, sin = now.angles(2 * half)
         mask = now.allowed(cache.length + T)
         if mask is None:
@@ -113,7 +115,7 @@ def _replayed(cx, kept: _Tape, model, x, cache, last):
     return cx.replay(kept.tape, x.contiguous(), tuple(sites), cache.slots)
 
 
-def _record(cx, model, forward, x, cache, last):
+def _record(cx, model, forward, x, cache, last, ops):
     """The forward pass, recorded, then replayed at once for the same ids and positions (writing the
     same cache rows again): its tape kept in the cache where the two logits are equal bit for bit,
     else why not in `model.replay_why` (and one try fewer)."""
@@ -156,7 +158,7 @@ def _record(cx, model, forward, x, cache, last):
     kept = _Tape(tape, sites, x.shape, last, model)
     for entry, used in zip(cache.slots, started, strict=True):
         entry[1] = used  # the rows this step wrote, written again by the replay
-    again = _replayed(cx, kept, model, x, cache, last)
+    again = _replayed(cx, kept, model, x, cache, last, ops)
     if again is not None and torch.equal(out.view(torch.int32), again.view(torch.int32)):  # (NaN too)
         cache.prepared[KEY] = kept
         return out
@@ -171,7 +173,7 @@ def constant(value) -> None:
     (TorchModel.constant): where a step is being recorded, the tape keeps it as it keeps its calls'
     outputs, and a recorded call may read it (the same tensor at every later step, never written)."""
     if _recording and isinstance(value, torch.Tensor):
-        cx = glue_cpp.module()
+        cx = native.module()
         if cx is not None:
             cx.tape_constant(value)
 

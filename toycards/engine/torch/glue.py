@@ -1,17 +1,17 @@
 """C kernels for the per-token glue: RMSNorm, SiLU·up, RoPE, attention and the whole of grouped-query
 attention (RoPE, the KV cache, attention).
 
-Owns: deciding when the C versions in kernels/quant.c apply (contiguous float32 CPU tensors of the
+Owns: deciding when the C versions in kernels/blockops.c apply (contiguous float32 CPU tensors of the
 plain classes, no autograd; RoPE and attention alone, which the card's steps call where the whole
 GQAttention kernel declines, only on few rows) and calling them; each function returns None where
-they do not, and ops_torch then runs torch's own operator. On one token torch's composite operators
-cost 10–30 µs a call (rms_norm ~10, rope ~20, scaled_dot_product_attention ~30), a few hundred
-calls per token; these cost the ctypes call and one output tensor. On a prompt the C versions of
-RMSNorm, SiLU·up and GQAttention spread rows (and heads' runs of queries) over the threads, and attention
-scores a block of keys for several queries at once (a 128-token prompt of SmolLM2's 9 heads: ~0.5
-ms a layer, against ~1.5–2 ms for the steps with torch's RoPE and SDPA).
-Leaves out: the meaning of each operation (ops_torch.py, whose torch versions these equal; the
-tests in tests/engine/test_kernels.py hold both to the card's own steps), the build (quant_kernels.py).
+they do not, and runtime/torch/ops.py then runs torch's own operator. On one token torch's composite
+operators (rms_norm, RoPE's steps, scaled_dot_product_attention) cost more in dispatch than in
+arithmetic, a few hundred calls per token; these cost the ctypes call and one output tensor. On a
+prompt the C versions of RMSNorm, SiLU·up and GQAttention spread rows (and heads' runs of queries)
+over the threads, and attention scores a block of keys for several queries at once, where torch's
+RoPE and SDPA run as separate steps. `bench/decode.py` measures both against transformers.
+Leaves out: the meaning of each operation (runtime/torch/ops.py, whose torch versions these equal; the
+tests in tests/engine/test_kernels.py hold both to the card's own steps), the build (engine/ckernels.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import functools
 
 import torch
 
-from toycards.runtime import glue_cpp, quant_kernels
+from toycards.engine import ckernels
+from toycards.engine.torch import native
 
 FEW_ROWS = 8  # query tokens (rows per head) up to which the C versions of RoPE and attention are used
 
@@ -35,13 +36,13 @@ def _library():
     global _lib, _tried
     if not _tried:
         _tried = True
-        _lib = quant_kernels.library()
+        _lib = ckernels.library()
     return _lib
 
 
 def plain(*tensors) -> bool:
     """Every tensor a contiguous float32 CPU tensor of a plain class, and no autograd to record."""
-    if (cx := glue_cpp.module()) is not None:
+    if (cx := native.module()) is not None:
         return cx.plain(*tensors)  # the same question, from C++
     grad = torch.is_grad_enabled()
     for t in tensors:
@@ -57,7 +58,7 @@ def plain(*tensors) -> bool:
 
 
 def rms_norm(e, gamma, epsilon):
-    """e / √(mean(e²) + ε) · γ over the last axis, or None (ops_torch.rms_norm tries glue.cpp's
+    """e / √(mean(e²) + ε) · γ over the last axis, or None (runtime.torch.ops.rms_norm tries glue.cpp's
     version of this call first)."""
     lib = _library()
     if (
@@ -73,7 +74,7 @@ def rms_norm(e, gamma, epsilon):
     rows = e.numel() // d if d else 0
     if rows == 0:
         return None
-    y = torch.empty(*e.shape, dtype=torch.float32)  # sizes as arguments: half the cost of a tuple
+    y = torch.empty(*e.shape, dtype=torch.float32)  # sizes as arguments: a cheaper call than a tuple
     lib.tc_rms_norm(_P(e.data_ptr()), _P(gamma.data_ptr()), _I(rows), _I(d), _D(epsilon), _P(y.data_ptr()))
     return y
 
@@ -85,10 +86,10 @@ def available() -> bool:
 
 def silu_mul(g, u):
     """g ← SiLU(g) ⊙ u in place (SwiGLU's middle step; threads when long), g returned: g and u plain
-    tensors of one shape (ops_torch.swiglu's products), the kernels `available`."""
+    tensors of one shape (runtime.torch.ops.swiglu's products), the kernels `available`."""
     if g.shape != u.shape or not plain(g, u):
         raise ValueError(f"SiLU·up takes two plain float32 tensors of one shape, not {g.shape} and {u.shape}")
-    if (cx := glue_cpp.module()) is not None:
+    if (cx := native.module()) is not None:
         cx.spoil("SiLU·up wrote in place")  # (a step being recorded cannot replay this write)
     _library().tc_silu_mul(_P(g.data_ptr()), _P(u.data_ptr()), _I(g.numel()))
     return g
@@ -188,14 +189,14 @@ class _GQACall:
 def _prepare(Q, K, V, H, H_kv, layout, cap) -> _GQACall:
     """The _GQACall for these shapes and hyperparameters (its `args` None where tc_gqa does not apply)."""
     declined = _GQACall((Q.shape, K.shape, V.shape))
-    fits = quant_kernels.gqa_shapes(Q.shape, K.shape, V.shape, H, H_kv, layout, cap)
+    fits = ckernels.gqa_shapes(Q.shape, K.shape, V.shape, H, H_kv, layout, cap)
     if fits is None:
         return declined
     lead, T, d = fits
-    kv = _heads(quant_kernels.gqa_groups(H, H_kv), H_kv)
+    kv = _heads(ckernels.gqa_groups(H, H_kv), H_kv)
     B = Q.numel() // (T * H * d)
-    args = quant_kernels.GQAArgs(
-        B=B, T=T, H=H, Hkv=H_kv, d=d, layout=quant_kernels.GQA_LAYOUTS[layout], kv=kv.data_ptr(), scale=d**-0.5,
+    args = ckernels.GQAArgs(
+        B=B, T=T, H=H, Hkv=H_kv, d=d, layout=ckernels.GQA_LAYOUTS[layout], kv=kv.data_ptr(), scale=d**-0.5,
         cap=cap,
     )  # fmt: skip
     return _GQACall(declined.shapes, args, (*lead, H_kv, T, d), (*lead, T, H * d), kv)
@@ -235,7 +236,7 @@ def gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, ops):
     """The prelude's GQAttention in one C call for few new tokens, or None (its steps then run).
 
     Q [..., T, H·d], K, V [..., T, H_kv·d]; `site` is what the layers of a pass with the same RoPE,
-    mask and hyperparameters share (ops_torch's `_GQASite`): `site.angles(d)` gives cos, sin
+    mask and hyperparameters share (runtime/torch/ops.py's `_GQASite`): `site.angles(d)` gives cos, sin
     [T, half] at the new tokens' positions, `site.allowed(S)` the mask [T, S] over the S keys so far
     (bool; None for a mask with axes of its own, which the steps broadcast), and `site.call` keeps
     this function's _GQACall, so that the checks that depend on shapes alone run once a pass. With a
@@ -247,7 +248,7 @@ def gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, ops):
         # a pass's later layers: the slot's buffers as a layer before checked them, with room for
         # the new rows, and the angles and mask this pass set; glue.cpp checks the tensors (None
         # where they do not fit, before anything is written)
-        slot, cx = ctx.slot, glue_cpp.module()
+        slot, cx = ctx.slot, native.module()
         entry = cache.slots[slot] if slot < len(cache.slots) else None
         note = entry[2] if entry is not None else None
         if note is not None and cx is not None:
@@ -319,7 +320,7 @@ def gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, ops):
             raise ValueError(f"the attention mask is {tuple(mask.shape)}, not {(a.T, used + a.T)}")
         call.mask, call.S = mask, used + a.T
         a.allowed = mask.data_ptr()
-    cx = glue_cpp.module()
+    cx = native.module()
     if cx is not None:  # the rest in C++: the tensors' addresses, the output, the call
         out = cx.gqa(call.addr, Q, K, V, Kc, Vc, used, False, site)
     else:

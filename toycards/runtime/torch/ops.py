@@ -1,8 +1,8 @@
-"""The small set of tensor operations that generated torch modules call (mirrors ops_numpy.py).
+"""The small set of tensor operations that generated torch modules call (mirrors runtime/numpy/ops.py).
 
-Owns: the torch meaning of each card operation under the codegen layout (a card matrix
-`ℝ^{m×n}` is a tensor `[…, n, m]`, a vector `[…, n]`, an array scalar `[…, 1]`).
-Leaves out: NumPy (ops_numpy.py), caching (context.py). Imported only by torch modules.
+Owns: the torch meaning of each card operation under the codegen layout (a card matrix `ℝ^{m×n}` is
+a tensor `[…, n, m]`, a vector `[…, n]`, an array scalar `[…, 1]`), and where a kernel applies, the
+engine's (`kernels`). Leaves out: NumPy (runtime/numpy/ops.py), caching (context.py).
 """
 
 from __future__ import annotations
@@ -14,25 +14,17 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from toycards.runtime import glue_cpp, glue_torch, quant_torch, rope_torch
+from toycards import engine
 from toycards.runtime.context import gqa_site, zero_pages
-from toycards.runtime.ops_numpy import shift_cols  # noqa: F401 - slicing alike on both targets
-from toycards.runtime.quant_torch import QuantWeight, float_gemm, float_linear
+from toycards.runtime.numpy.ops import shift_cols  # noqa: F401 - slicing alike on both targets
+from toycards.runtime.torch import rope
+
+kernels = engine.backend("torch")
 
 inf = math.inf
 fast = True  # models/kernel_table.py runs the single kernels below in place of a prelude algorithm's steps
-exp, log, tanh, sin, cos, sqrt, abs_, erf = (
-    torch.exp,
-    torch.log,
-    torch.tanh,
-    torch.sin,
-    torch.cos,
-    torch.sqrt,
-    torch.abs,
-    torch.erf,
-)
-sigmoid = torch.sigmoid
-ceil = torch.ceil
+exp, log, tanh, sin, cos, sqrt = torch.exp, torch.log, torch.tanh, torch.sin, torch.cos, torch.sqrt
+abs_, erf, sigmoid, ceil = torch.abs, torch.erf, torch.sigmoid, torch.ceil
 softplus = F.softplus  # (x itself past x = 20, where log(1 + e^x) rounds to x in float32)
 
 
@@ -55,37 +47,37 @@ def topk(v, k):
 
 def linear(x, W):
     """W · X for a weight stored as [d_out, d_in] (or a stack [..., d_out, d_in]): x [..., d_in] → [..., d_out].
-    A weight kept in its GGUF blocks multiplies by its own kernel (runtime/quant_torch.py)."""
-    if (cx := glue_cpp.module()) is not None and (y := cx.linear(x, W)) is not None:
-        return y  # few tokens, and a weight with a kernel plan: the product below, from C++ (glue_cpp.py)
-    if W.__class__ is QuantWeight:
+    A weight kept in its GGUF blocks multiplies by its own kernel (engine/torch/quant.py)."""
+    if (cx := engine.native()) is not None and (y := cx.linear(x, W)) is not None:
+        return y  # few tokens, and a weight with a kernel plan: the product below, from C++ (engine/torch/native.py)
+    if W.__class__ is kernels.QuantWeight:
         return W.linear(x)
     if W.dim() != 2:
         return x @ W.transpose(-1, -2)
-    y = float_linear(x, W)  # few tokens of a float32 weight: the C kernel reading it in place
-    return float_gemm(x, W) if y is None else y
+    y = kernels.float_linear(x, W)  # few tokens of a float32 weight: the C kernel reading it in place
+    return kernels.float_gemm(x, W) if y is None else y
 
 
 def swiglu(x, W_gate, W_up, W_down):
     """The prelude's SwiGLU with its glue in C, or None (the card's steps then run): one C call for
-    few tokens (quant_torch.swiglu); else the three products as `linear` makes them for the steps,
-    SiLU(gate) ⊙ up in place by glue_torch.silu_mul."""
-    if (cx := glue_cpp.module()) is not None and (y := cx.swiglu(x, W_gate, W_up, W_down)) is not None:
-        return y  # quant_torch.swiglu's call, from C++ (glue_cpp.py)
-    y = quant_torch.swiglu(x, W_gate, W_up, W_down)
-    if y is not None or not glue_torch.available() or not glue_torch.plain(x):
+    few tokens (kernels.swiglu); else the three products as `linear` makes them for the steps,
+    SiLU(gate) ⊙ up in place by kernels.silu_mul."""
+    if (cx := engine.native()) is not None and (y := cx.swiglu(x, W_gate, W_up, W_down)) is not None:
+        return y  # kernels.swiglu's call, from C++ (engine/torch/native.py)
+    y = kernels.swiglu(x, W_gate, W_up, W_down)
+    if y is not None or not kernels.available() or not kernels.plain(x):
         return y
-    if not all(W.__class__ is QuantWeight or glue_torch.plain(W) for W in (W_gate, W_up, W_down)):
+    if not all(W.__class__ is kernels.QuantWeight or kernels.plain(W) for W in (W_gate, W_up, W_down)):
         return None  # a product of x by these might not be a plain float32 tensor
-    return linear(glue_torch.silu_mul(linear(x, W_gate), linear(x, W_up)), W_down)
+    return linear(kernels.silu_mul(linear(x, W_gate), linear(x, W_up)), W_down)
 
 
 def linears(x, *Ws):
     """W_1 · X, W_2 · X, … for consecutive card steps multiplying one X (codegen/steps.py merges
     them): one C call for few tokens where every weight has a kernel plan, else one product each."""
-    if (cx := glue_cpp.module()) is not None and (ys := cx.linears(x, *Ws)) is not None:
-        return ys  # quant_torch.linears' call, from C++ (glue_cpp.py)
-    ys = quant_torch.linears(x, Ws)
+    if (cx := engine.native()) is not None and (ys := cx.linears(x, *Ws)) is not None:
+        return ys  # kernels.linears' call, from C++ (engine/torch/native.py)
+    ys = kernels.linears(x, Ws)
     return ys if ys is not None else tuple(linear(x, W) for W in Ws)
 
 
@@ -198,9 +190,9 @@ def take(a, index, axis):
 
 
 def embed(W, ids):
-    if (cx := glue_cpp.module()) is not None and (y := cx.embed(W, ids)) is not None:
+    if (cx := engine.native()) is not None and (y := cx.embed(W, ids)) is not None:
         return y  # the rows of a weight with a kernel plan, or of a float32 table, from C++
-    if W.__class__ is QuantWeight:
+    if W.__class__ is kernels.QuantWeight:
         return W.embed(ids)
     return F.embedding(torch.as_tensor(ids, dtype=torch.long, device=W.device), W)
 
@@ -319,9 +311,9 @@ def layer_norm(e, gamma, beta, epsilon):
 
 def rms_norm(e, gamma, epsilon):
     """RMSNorm over the last axis; γ of more axes broadcasts, as in layer_norm."""
-    if (cx := glue_cpp.module()) is not None and (y := cx.rms_norm(e, gamma, epsilon)) is not None:
-        return y  # glue_torch.rms_norm's call, from C++ (glue_cpp.py)
-    y = glue_torch.rms_norm(e, gamma, epsilon)  # few tokens and one row of γ: the C version
+    if (cx := engine.native()) is not None and (y := cx.rms_norm(e, gamma, epsilon)) is not None:
+        return y  # kernels.rms_norm's call, from C++ (engine/torch/native.py)
+    y = kernels.rms_norm(e, gamma, epsilon)  # few tokens and one row of γ: the C version
     if y is not None:
         return y
     d = (e.shape[-1],)
@@ -353,7 +345,7 @@ def attention(Q, K, V, mask, cap, t_z, t_x, kv_index=None):
             K, V = take(K, kv_index, -3), take(V, kv_index, -3)
         S = cap * torch.tanh(torch.matmul(Q, K.mT) / (math.sqrt(Q.shape[-1]) * cap))
         return torch.matmul(torch.softmax(S.masked_fill(~allowed, -math.inf), dim=-1), V)
-    y = glue_torch.attention(Q, K, V, allowed, kv_index)  # few queries: the C version
+    y = kernels.attention(Q, K, V, allowed, kv_index)  # few queries: the C version
     if y is not None:
         return y
     if kv_index is None:
@@ -371,7 +363,7 @@ def _allowed(mask, t_z, t_x):
     t_z = torch.as_tensor(t_z, dtype=torch.float32).reshape(1, -1)
     t_x = torch.as_tensor(t_x, dtype=torch.float32).reshape(-1, 1)
     m = torch.as_tensor(mask(t_z, t_x)).bool()
-    # (not torch.broadcast_shapes: its first call imports ~500 modules, ~0.3 s)
+    # (not torch.broadcast_shapes: its first call imports hundreds of modules, a pause on a first pass)
     return m.expand(*m.shape[:-2], t_x.shape[0], t_z.shape[1])
 
 
@@ -391,12 +383,12 @@ def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):
         (theta, layout, H, H_kv, cap),
         lambda: _GQASite(rho, t, theta, layout, mask),
     )
-    return glue_torch.gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, sys.modules[__name__])
+    return kernels.gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, sys.modules[__name__])
 
 
 class _GQASite:
     """What GQAttention calls of one pass share (see gq_attention): RoPE's angles at the pass's
-    positions, the mask per key count, and glue_torch's prepared C call (`call`)."""
+    positions, the mask per key count, and engine/torch/glue.py's prepared C call (`call`)."""
 
     __slots__ = ("rho", "t", "theta", "layout", "mask", "cos", "sin", "masks", "call")
 
@@ -412,7 +404,7 @@ class _GQASite:
                 self.cos = self.sin = torch.empty(len(self.t), 0)
             else:
                 t = torch.as_tensor(self.t, dtype=torch.float32).reshape(-1, 1)  # as the steps' t ∈ [ℓ]
-                self.cos, self.sin = rope_torch.angles(t, self.theta, self.rho, 2 * self.rho.shape[-1])
+                self.cos, self.sin = rope.angles(t, self.theta, self.rho, 2 * self.rho.shape[-1])
         return self.cos, self.sin
 
     def allowed(self, S):
@@ -428,8 +420,8 @@ def rope_pairs(x, t, theta, rho):
     """RoPE rotating entries (2i−1, 2i) of the first d_r = 2·len(ρ) entries of each head vector;
     the rest pass unchanged (partial rotary)."""
     d_r = 2 * rho.shape[-1]
-    cos, sin = rope_torch.angles(t, theta, rho, d_r)
-    y = glue_torch.rope(x, cos, sin, pairs=True)  # few tokens: the C version
+    cos, sin = rope.angles(t, theta, rho, d_r)
+    y = kernels.rope(x, cos, sin, pairs=True)  # few tokens: the C version
     if y is not None:
         return y
     x1, x2 = x[..., 0:d_r:2], x[..., 1:d_r:2]
@@ -441,8 +433,8 @@ def rope_halves(x, t, theta, rho):
     """RoPE rotating entry i with entry i + d_r/2 of the first d_r = 2·len(ρ) entries of each head
     vector; the rest pass unchanged (partial rotary)."""
     half = rho.shape[-1]
-    cos, sin = rope_torch.angles(t, theta, rho, 2 * half)
-    y = glue_torch.rope(x, cos, sin, pairs=False)  # few tokens: the C version
+    cos, sin = rope.angles(t, theta, rho, 2 * half)
+    y = kernels.rope(x, cos, sin, pairs=False)  # few tokens: the C version
     if y is not None:
         return y
     x1, x2 = x[..., :half], x[..., half : 2 * half]
@@ -479,7 +471,7 @@ def moe(X, W_r, W_gate, W_up, W_down, k, norm):
             grouped[start : start + n] = F.linear(h, W_down[e]) * weights[start : start + n, None]
             start += n
     # back to (token, choice) order and summed over the choices: a permutation, not index_add_
-    # (torch's CPU index_add_/scatter_add_ took ~40 ms for one token's row)
+    # (torch's CPU index_add_/scatter_add_ are slow on one token's row)
     chosen_out = torch.empty_like(grouped)
     chosen_out[order] = grouped
     return chosen_out.reshape(*X.shape[:-1], k, X.shape[-1]).sum(dim=-2)

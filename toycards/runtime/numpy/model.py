@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from toycards.runtime import quant_kernels
+from toycards import engine
 from toycards.runtime.context import KVCache
 from toycards.runtime.model_base import ModelAPI
-from toycards.runtime.quant_numpy import QuantWeight
 
 
 class NumpyModel(ModelAPI):
@@ -21,7 +20,7 @@ class NumpyModel(ModelAPI):
     def __init__(self, hp: dict, weights: dict[str, np.ndarray]) -> None:
         self.hp = dict(hp)
         self.w = {
-            k: v if isinstance(v, QuantWeight) else np.asarray(v, dtype=np.float32)
+            k: v if isinstance(v, engine.backend("numpy").QuantWeight) else np.asarray(v, dtype=np.float32)
             for k, v in weights.items()
         }
         self._kernel_choices(self.w.values())
@@ -32,21 +31,21 @@ class NumpyModel(ModelAPI):
     def __call__(self, x, cache: KVCache | None = None, last: bool = False) -> np.ndarray:
         """Logits [..., ℓ, N_V] of token ids x [..., ℓ] (with a cache: the new tokens); `last`: of the
         last token alone, [..., 1, N_V]."""
-        from toycards.runtime import ops_numpy
+        from toycards.runtime.numpy import ops
 
         self._check_file()
         x = np.asarray(x, dtype=np.int64)
         if cache is not None and self.RECOMPUTE:
             n_new = 1 if last else x.shape[-1]
             out = self.forward(self._with_history(x, cache, np.concatenate), None, last)[..., -n_new:, :]
-        elif x.size <= quant_kernels.FEW_FLOAT_TOKENS:  # decoding
+        elif x.size <= engine.FEW_FLOAT_TOKENS:  # decoding
             out = self._decoding_step(self.forward, x, cache, last)
         else:
             out = self.forward(x, cache, last)
         if cache is not None:
             cache.advance(x.shape[-1])
         out = out[..., -1:, :] if last else out  # a card with no cut point computes every token
-        return out if isinstance(out, np.ndarray) else ops_numpy.as_float(out)
+        return out if isinstance(out, np.ndarray) else ops.as_float(out)
 
     def _forward_numpy(self, ids: np.ndarray, cache: KVCache | None, last: bool = False) -> np.ndarray:
         return np.asarray(self(ids, cache, last), dtype=np.float32)

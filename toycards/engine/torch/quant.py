@@ -5,31 +5,28 @@ memory-mapped), its products (`linear`: x [..., K] → [..., N]; `embed`: rows b
 and the fallback for every other use: any torch function or tensor method applied to a
 `QuantWeight` gets the dequantized float32 tensor (computed for that use, not kept), so a card
 that uses a weight in some other way still gets the right numbers, only slower.
-Leaves out: the kernels (quant_kernels.py) and the reference they are held to, gguf.quants
+Leaves out: the kernels (engine/ckernels.py) and the reference they are held to, gguf.quants
 (`reference_dequantize` here calls it; tests/engine/test_quant_kernels.py ties the two).
 
 The product picks its kernel by the number of tokens: up to `FEW_TOKENS` rows of x, the C kernel
 reads each weight row once and takes its dot products with every token (decoding). More (prefill):
 for the types whose x the kernels round to int8 blocks (as llama.cpp's quantized products do), the
-C int8 GEMM where the CPU has AVX2 or AVX-512 (`quant_kernels.quantizes_x`: the sums decoding takes,
+C int8 GEMM where the CPU has AVX2 or AVX-512 (`engine.ckernels.quantizes_x`: the sums decoding takes,
 for every token); otherwise (and for every type with `TOYCARDS_PREFILL=float32`) the weight is
 dequantized a tile of rows at a time (a million elements) into a buffer that a float32 GEMM
 multiplies by, so no full float copy of the matrix is ever made.
 F16 and BF16 rows are not dequantized for few tokens either: the kernel widens their elements in
-registers, and `float_linear` does the same for a float32 parameter (an F32 file's matrices), which
-torch's own GEMV reads at about half the speed. Quantized weights
-are not trainable: training dequantizes at load (`toycards.load(..., dequantize=True)`). Gradients
-still flow through them to whatever is (a norm's γ, the inputs): the backward dequantizes the weight
-again a tile at a time, so autograd keeps no float copy of it (`_ThroughBlocks`).
+registers, and `float_linear` does the same for a float32 parameter (an F32 file's matrices): a
+decoding step is bound by reading the weights, which the kernel reads faster than torch's own GEMV
+(`bench/bandwidth.py` puts a step against the memory floor). Quantized weights are not trainable:
+training dequantizes at load (`toycards.load(..., dequantize=True)`). Gradients still flow through
+them to whatever is (a norm's γ, the inputs): the backward dequantizes the weight again a tile at
+a time, so autograd keeps no float copy of it (`_ThroughBlocks`).
 
-Where the few-token kernel reads a packed weight faster (`quant_kernels.pack_rows`: the types whose x
-it rounds to int8, with the AVX-512 and the AVX2 kernels alike), the blocks are copied into that layout (groups of
-rows side by side, the same bytes in another order: quant_kernels.pack) and every later use reads
-the copy: ahead of the first product or at the first few-token one where the copy regroups the
-blocks too (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; with the AVX2 kernels the K-quants too: packing.packs_first,
-a prompt's products reading the blocks as stored until then), after some decoding elsewhere (the
-K-quants: packing.LaterPacking); the file's pages of the
-weight are handed back as the copy grows (madvise), so the weight still costs its size in memory
+Where the few-token kernel reads a packed weight faster (`engine.ckernels.pack_rows`), the blocks are
+copied into that layout (groups of rows side by side, the same bytes in another order:
+engine.ckernels.pack) when engine/packing.py's rule says, and every later use reads the copy; the
+file's pages of the weight are handed back as the copy grows (madvise), so the weight still costs its size in memory
 once. With `TOYCARDS_WEIGHTS=resident` (packing.resident), F16 and BF16 weights read in the file's
 pages are copied as stored too, as the model is made (and an F32 file's matrices:
 packing.resident_float32), and every copy lies on 2 MiB pages where the kernel has them.
@@ -45,10 +42,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from toycards.engine import ckernels as kernels
+from toycards.engine import mapped, packing
+from toycards.engine.torch import native
+from toycards.engine.torch.glue import plain
 from toycards.gguf.facts import QUANT_NAMES
-from toycards.runtime import glue_cpp, mapped, packing
-from toycards.runtime import quant_kernels as kernels
-from toycards.runtime.glue_torch import plain
 
 FEW_TOKENS = kernels.FEW_TOKENS  # x rows up to which the row-at-a-time kernel beats dequantize-then-GEMM
 plans_adopted = 0  # how many weights have taken a new kernel plan (packed) so far: a replayed step's check
@@ -70,7 +68,7 @@ def float_linear(x: torch.Tensor, W: torch.Tensor) -> torch.Tensor | None:
     """x [..., K] · Wᵀ for a float32 weight W [N, K] (a parameter, usually memory-mapped from the file) by
     the C kernel that reads W in place, when that applies: up to FEW_TOKENS rows of x, no autograd,
     plain contiguous CPU float32 tensors. None otherwise (the caller uses torch's own product).
-    ops_torch.linear tries glue.cpp's version of this call first."""
+    runtime.torch.ops.linear tries glue.cpp's version of this call first."""
     if W.dim() != 2 or not (t := _few_tokens(x)) or x.shape[-1] != W.shape[1]:
         return None
     n, k = W.shape
@@ -85,9 +83,8 @@ def float_gemm(x: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     """x [..., K] · Wᵀ for float32 CPU tensors x and W [N, K] with many rows of x (prefill; few go to
     `float_linear`): oneDNN's float32 linear where torch ships it, oneDNN is enabled and autograd has
     nothing to record (the op has no backward), else `F.linear`. Both are float32 sums; torch's own
-    runs MKL's sgemm, which on AMD CPUs takes its AVX2 code, at about half the speed of oneDNN's AVX-512
-    kernels on an EPYC with AVX-512 (SmolLM2's prefill shapes, two threads: ~200 against ~420
-    GFLOPS); on Intel CPUs the two are alike."""
+    runs MKL's sgemm, which on AMD CPUs takes its AVX2 code even where the CPU has AVX-512, which
+    oneDNN's kernels use; on Intel CPUs the two are alike. `bench/decode.py` measures the prefill."""
     global _onednn_linear
     if _onednn_linear is None:
         try:
@@ -116,7 +113,7 @@ def _c_product(plan, x: torch.Tensor, t: int, n: int) -> torch.Tensor:
     global _c_linear
     if _c_linear is None:  # bound once: this is what a decoding step calls most
         _c_linear = kernels.linear_fn()
-    y = torch.empty(*x.shape[:-1], n, dtype=torch.float32)  # sizes as arguments: half the cost of a tuple
+    y = torch.empty(*x.shape[:-1], n, dtype=torch.float32)  # sizes as arguments: a cheaper call than a tuple
     code = _c_linear(plan, _ptr(x.data_ptr()), _int(t), _ptr(y.data_ptr()))
     if code != 0:
         raise RuntimeError(f"quant kernel linear failed with code {code}")
@@ -153,7 +150,7 @@ def _few_tokens(x) -> int:
 def linears(x: torch.Tensor, Ws) -> tuple | None:
     """W · x for two or three weights W [N_i, K] of one x [..., K], as one C call for few tokens
     (each product as `QuantWeight.linear` or `float_linear` computes it); None where that does not
-    apply (the caller multiplies one weight at a time). ops_torch.linears tries glue.cpp's version
+    apply (the caller multiplies one weight at a time). runtime.torch.ops.linears tries glue.cpp's version
     of this call first."""
     lib = kernels.library()
     if lib is None or not 2 <= len(Ws) <= 3 or not (t := _few_tokens(x)):
@@ -178,7 +175,7 @@ def linears(x: torch.Tensor, Ws) -> tuple | None:
 def swiglu(x: torch.Tensor, W_gate, W_up, W_down) -> torch.Tensor | None:
     """The prelude's SwiGLU, W_down · (SiLU(W_gate · x) ⊙ (W_up · x)) for x [..., d_e], as one C call
     for few tokens (each product as `QuantWeight.linear` or `float_linear` computes it); None where
-    that does not apply (ops_torch.swiglu then takes it, having tried glue.cpp's version first)."""
+    that does not apply (runtime.torch.ops.swiglu then takes it, having tried glue.cpp's version first)."""
     lib = kernels.library()
     if lib is None or len(W_gate.shape) != 2 or not (t := _few_tokens(x)):
         return None
@@ -274,10 +271,9 @@ class QuantWeight:
         self._unpacked = self.fast and (
             copied or kernels.pack_rows(self.ggml_type) > 0
         )  # a copy would be faster
-        # it packs at its first few-token product (resident: every type); else after some decoding
-        # (packing.LaterPacking); ahead of either where packing.pack_ahead takes it
+        # when it packs: engine/packing.py
         self._pack_first = self._unpacked and (copied or packing.packs_first(self.ggml_type))
-        # the plan's address where the C++ glue may read it (glue_cpp.py), else 0 (not packed yet)
+        # the plan's address where the C++ glue may read it (engine/torch/native.py), else 0 (not packed yet)
         self._cplan = ctypes.addressof(self._plan) if self.fast and not self._pack_first else 0
         self._eplan = ctypes.addressof(self._plan) if self.fast else 0  # what the glue's `embed` reads
         self._gemm = self.fast and kernels.int8_prefill(self.ggml_type)  # the C product for any token count
@@ -328,8 +324,8 @@ class QuantWeight:
     # ── products ───────────────────────────────────────────────────────────────────────
     def linear(self, x: torch.Tensor) -> torch.Tensor:
         """W · X in the codegen layout: x [..., K] → [..., N]."""
-        if self._cplan and (cx := glue_cpp.module()) is not None and (y := cx.linear(x, self)) is not None:
-            return y  # few tokens: the call below, from C++ (glue_cpp.py)
+        if self._cplan and (cx := native.module()) is not None and (y := cx.linear(x, self)) is not None:
+            return y  # few tokens: the call below, from C++ (engine/torch/native.py)
         n, k = self.shape
         if self.fast and x.shape[-1] == k and (t := _few_tokens(x)):  # decoding: one C call, no reshapes
             if packing.copy_due(self):
@@ -448,7 +444,8 @@ class QuantWeight:
 
     def rows(self, a: int, b: int) -> QuantWeight:
         """Rows a … b−1 as a weight of their own over the same blocks, made once (a card step slices
-        the same rows at every pass; before, each slice dequantized the whole weight)."""
+        the same rows at every pass, and a slice of the dequantized weight would dequantize all of it
+        each time)."""
         if (a, b) == (0, self.shape[0]):
             return self
 
@@ -459,4 +456,4 @@ class QuantWeight:
 
 
 kernels.forward_operators(QuantWeight, _unwrap)
-glue_cpp.register_weight_class(QuantWeight)
+native.register_weight_class(QuantWeight)

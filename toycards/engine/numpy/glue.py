@@ -1,15 +1,16 @@
 """The NumPy target's one C call for the prelude's GQAttention (RoPE of every head, the KV cache,
-attention): quant.c's `tc_gqa`, as the torch target calls it (glue_torch.gq_attention).
+attention): kernels/blockops.c's `tc_gqa`, as the torch target calls it (engine.torch.glue.gq_attention).
 
 Owns: deciding when it applies (float32 C-contiguous arrays, a layout and shapes `tc_gqa` takes, a
 cache whose buffers it can write) and calling it with what the layers of a pass share (`_Site`: RoPE's
 angles at the pass's positions, the mask per key count, the argument struct). Where it does not
 apply it returns None and the card's steps run, as generated code says.
-On a decoding step the card's steps cost ~150 µs a layer in NumPy calls (RoPE's angles and
-rotations, each query head's copy of its key and value head, the scores, the mask, softmax), most
-of a SmolLM2 Q4_0 token; the C call costs ~10.
+Why: on a decoding step the card's steps are many small NumPy calls a layer (RoPE's angles and
+rotations, each query head's copy of its key and value head, the scores, the mask, softmax), each
+paying NumPy's overhead on a few numbers; on a small model they are most of a token. The C call
+pays that overhead once (`bench/vs_llama_cpp.py --numpy` measures the NumPy target's decoding).
 Leaves out: the meaning (the prelude's steps, which tests/engine/test_kernels_numpy.py holds this to),
-torch (glue_torch.py), the build (quant_kernels.py).
+torch (engine/torch/glue.py), the build (engine/ckernels.py).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import ctypes
 
 import numpy as np
 
-from toycards.runtime import quant_kernels
+from toycards.engine import ckernels
+from toycards.engine.numpy.quant import FEW_TOKENS, data_ptr, prompt_one_thread
 from toycards.runtime.context import gqa_site
-from toycards.runtime.quant_numpy import FEW_TOKENS, data_ptr, prompt_one_thread
 
 
 def _plain(*arrays) -> bool:
@@ -92,13 +93,13 @@ def _call(site: _Site, Q, K, V, H, H_kv, layout, cap):
     shapes = (Q.shape, K.shape, V.shape)
     if shapes in site.calls:
         return site.calls[shapes]
-    fits = quant_kernels.gqa_shapes(Q.shape, K.shape, V.shape, H, H_kv, layout, cap)
+    fits = ckernels.gqa_shapes(Q.shape, K.shape, V.shape, H, H_kv, layout, cap)
     made = None
     if fits is not None:
         lead, T, d = fits
-        kv = np.array(quant_kernels.gqa_groups(H, H_kv), dtype=np.int64)
-        args = quant_kernels.GQAArgs(
-            B=Q.size // (T * H * d), T=T, H=H, Hkv=H_kv, d=d, layout=quant_kernels.GQA_LAYOUTS[layout],
+        kv = np.array(ckernels.gqa_groups(H, H_kv), dtype=np.int64)
+        args = ckernels.GQAArgs(
+            B=Q.size // (T * H * d), T=T, H=H, Hkv=H_kv, d=d, layout=ckernels.GQA_LAYOUTS[layout],
             kv=kv.ctypes.data, scale=d**-0.5, cap=cap,
         )  # fmt: skip
         made = (args, kv, np.broadcast_to(np.float32(0), (*lead, H_kv, T, d)))
@@ -111,7 +112,7 @@ def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):
     t → [..., T, H·d]; with a cache in ctx, the rotated keys and the values go to its next slot (as
     `runtime.extend` would put them). None where it does not apply (then nothing is written to the
     cache, and the card's steps run)."""
-    lib = quant_kernels.library()
+    lib = ckernels.library()
     if lib is None or not _plain(Q, K, V):
         return None
     site = gqa_site(

@@ -1,0 +1,1 @@
+"""What generated NumPy modules run on: their ops (ops.py) and model base (model.py)."""
