@@ -2,7 +2,7 @@
 
 Owns: `check` (parse + shape-check, compiler-style diagnostics), `fmt` (canonical layout, rewritten
 atomically, or in place for a card with hard links; never a read-only card, never losing a
-comment) and `render` (card, Markdown, LaTeX, HTML or JSON). Each command is argument parsing,
+comment) and `render` (card, Markdown, LaTeX, HTML, JSON or an SVG diagram). Each command is argument parsing,
 one library call per file, and output; `toycards.cli` adds them to its group. A card argument is
 a path or a card name (`llama`: resolve.py's rule); fmt reads a named card but never rewrites it.
 Leaves out: the work itself (lang/, checker/, render/).
@@ -23,7 +23,7 @@ import click
 from toycards.errors import Diagnostic, Span, ToycardsError
 from toycards.fileio import rewrite_in_place, write_atomic
 
-FORMATS = ("card", "markdown", "latex", "html", "json")
+FORMATS = ("card", "markdown", "latex", "html", "json", "svg")
 
 
 # ── check ───────────────────────────────────────────────────────────────────────────────
@@ -192,8 +192,9 @@ def fmt_cmd(files: tuple[str, ...], check_only: bool, diff_only: bool, ascii_: b
 
 
 # ── render ──────────────────────────────────────────────────────────────────────────────
-def render(card, fmt: str, ascii_: bool = False) -> str:
-    """A card in one of FORMATS; LaTeX and HTML as complete documents."""
+def render(card, fmt: str, ascii_: bool = False, layout: str = "python") -> str:
+    """A card in one of FORMATS; LaTeX, HTML and SVG as complete documents (HTML with the
+    diagram, render/diagram.py, after the algorithms)."""
     if fmt == "card":
         from toycards.lang.printer import render_card
 
@@ -209,7 +210,11 @@ def render(card, fmt: str, ascii_: bool = False) -> str:
     if fmt == "html":
         from toycards.render.html import render_html
 
-        return render_html(card, standalone=True)
+        return render_html(card, standalone=True, diagram=True, layout=layout)
+    if fmt == "svg":
+        from toycards.render.diagram import render_svg
+
+        return render_svg(card, engine=layout)
     from toycards.render.json import render_json
 
     return render_json(card)
@@ -219,15 +224,23 @@ def render(card, fmt: str, ascii_: bool = False) -> str:
 @click.argument("file")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="card", show_default=True)
 @click.option("--ascii", "ascii_", is_flag=True, help="ASCII spelling (card format).")
+@click.option(
+    "--layout",
+    type=click.Choice(("python", "dot")),
+    default="python",
+    show_default=True,
+    help="Who places the diagram (svg, html): the built-in layered layout, or Graphviz dot where installed.",
+)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
-def render_cmd(file: str, fmt: str, ascii_: bool, output: str | None) -> None:
-    """Show a card as a card, Markdown, LaTeX (algorithm + algpseudocode), HTML or JSON."""
+def render_cmd(file: str, fmt: str, ascii_: bool, layout: str, output: str | None) -> None:
+    """Show a card as a card, Markdown, LaTeX (algorithm + algpseudocode), HTML, JSON or an SVG
+    block diagram of each algorithm (HTML embeds the diagram)."""
     from toycards.lang.parse import parse
     from toycards.render.terminal import print_card
 
     path = None if file == "-" else _arg_path(file)
     card = parse(sys.stdin.read(), file="<stdin>") if path is None else parse(path)
-    text = render(card, fmt, ascii_)
+    text = render(card, fmt, ascii_, layout)
     if output:
         same = path is not None and Path(output).exists() and Path(output).resolve() == path.resolve()
         if same and (fmt != "card" or path != Path(file)):  # a named card is never rewritten

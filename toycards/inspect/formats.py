@@ -1,16 +1,22 @@
-"""Output formats of `toycards describe`: plain text, JSON, Markdown, LaTeX and HTML.
+"""Output formats of `toycards describe`: plain text, JSON, Markdown, LaTeX, HTML and SVG.
 
 Owns: `render_described(card, fmt)` for fmt in `FORMATS`, and `to_json(card)` (the JSON
-object: header, problems, bound hyperparameters and parameters, card text and IR). The card
-part of Markdown, LaTeX and HTML comes from the card renderers in `toycards/render/` when they
-exist (`render_markdown`, `render_latex`, `render_html`), else from the card text in a code
-block. The header is rendered here. LaTeX and HTML are complete documents, in the page and
-preamble that `toycards render` writes (render/latex.py `document`, render/html.py `page`).
+object: header, problems, bound hyperparameters and parameters, card text and IR, and the file's
+metadata, tensors and quant map from inspect/listing.py `reports_json`). The card
+part of Markdown and LaTeX comes from the card renderers in `toycards/render/` when they
+exist (`render_markdown`, `render_latex`), else from the card text in a code block. The header
+is rendered here. LaTeX is a complete document in the preamble that `toycards render` writes
+(render/latex.py `document`); HTML is the report page of inspect/report.py (header, card,
+diagram, memory, FLOPs, quant map, tokenizer, chat templates, tensors and metadata), and SVG
+the card's diagram alone (render/diagram.py).
 The text format is read on a terminal: each of its header values, notices and problems is one
 terminal-safe line (render/escape.py), and the card text is terminal-safe too. It lists the
 first `SHOWN_PROBLEMS` problems and a count of the rest (`problem_lines`), and the start of the
 chat template with a count of what is left out (`template_excerpt`), unless asked for all.
-The documents (JSON, Markdown, LaTeX, HTML) list every problem.
+The documents (JSON, Markdown, LaTeX, HTML) list every problem. Given a `cost`
+(inspect/cost.py, `describe --flops`), the text format adds its rows to the header and the JSON
+its object under "cost"; given a `memory` report (inspect/memory.py, `describe --memory`),
+the JSON has it under "memory".
 Leaves out: the rich terminal view (cli/), the card text itself (lang/printer.py).
 
 The Markdown header of the repository's example file (examples/make_example.py):
@@ -40,7 +46,6 @@ The Markdown header of the repository's example file (examples/make_example.py):
 from __future__ import annotations
 
 import dataclasses
-import html
 import importlib
 import json
 from pathlib import Path
@@ -51,7 +56,7 @@ from toycards.lang import ir
 from toycards.lang.printer import render_card
 from toycards.render.escape import terminal_safe
 
-FORMATS = ("card", "text", "json", "markdown", "latex", "html")
+FORMATS = ("card", "text", "json", "markdown", "latex", "html", "svg")
 # A card bound to the wrong file has a problem per tensor (hundreds): a terminal gets the first
 # ones and a count (`describe --all` lists them all), and a few more than this never as a count.
 SHOWN_PROBLEMS = 10
@@ -61,7 +66,7 @@ TEMPLATE_LINES, TEMPLATE_CHARS = 12, 800
 CARD_RENDERERS = {
     "markdown": ("toycards.render.markdown", "render_markdown"),
     "latex": ("toycards.render.latex", "render_latex"),
-    "html": ("toycards.render.html", "render_html"),
+    "svg": ("toycards.render.diagram", "render_svg"),
 }
 
 
@@ -128,7 +133,7 @@ def _jsonable(value: object) -> object:
     return value
 
 
-def to_json(card: DescribedCard) -> dict:
+def to_json(card: DescribedCard, cost=None, memory=None) -> dict:
     """Everything describe knows, as a JSON-ready dict."""
     bound = card.bound
     hyper = {
@@ -159,7 +164,21 @@ def to_json(card: DescribedCard) -> dict:
         "parameters": params,
         "card": render_card(card),
         "ir": ir.to_json(card.as_card()),
+        **_file_reports(card),
+        **({"cost": cost.to_json()} if cost is not None else {}),
+        **({"memory": memory.to_json()} if memory is not None else {}),
     }
+
+
+def _file_reports(card: DescribedCard) -> dict:
+    """`metadata`, `tensors` and `quant_map` of the described file (none for a card without one)."""
+    if card.header is None:
+        return {}
+    from toycards.gguf.reader import open_gguf
+    from toycards.inspect.listing import reports_json
+
+    with open_gguf(card.header.path) as f:
+        return reports_json(f)
 
 
 # ── text formats ────────────────────────────────────────────────────────────────────────
@@ -170,9 +189,10 @@ def described_rows(card: DescribedCard) -> list[tuple[str, str]]:
     return table[:at] + [("card", card.card_label)] + table[at:]
 
 
-def _text(card: DescribedCard, every_problem: bool = False, whole_template: bool = False) -> str:
+def _text(card: DescribedCard, every_problem: bool = False, whole_template: bool = False, cost=None) -> str:
     line = lambda s: terminal_safe(s, newlines=False)  # noqa: E731
-    table = [(line(k), line(v)) for k, v in described_rows(card)]  # keys too: general.* from the file
+    rows = described_rows(card) + (cost.rows() if cost is not None else [])
+    table = [(line(k), line(v)) for k, v in rows]  # keys too: general.* from the file
     width = max((len(k) for k, _ in table), default=0)
     out = [f"{k:>{width}}  {v}" for k, v in table]
     if card.notice:
@@ -239,34 +259,38 @@ def _latex(card: DescribedCard) -> str:
 
 
 def _html(card: DescribedCard) -> str:
-    from toycards.render.html import page
+    """The report page of the file (inspect/report.py)."""
+    from toycards.inspect.report import report_html
 
-    e = html.escape
-    title = Path(card.header.path).name if card.header else card.file
-    out = [f'<section class="toycards-describe">\n<h1>{e(title)}</h1>', '<table class="header">']
-    out += [f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in described_rows(card)]
-    out.append("</table>")
-    if card.notice:
-        out.append(f'<p class="notice">{e(card.notice)}</p>')
-    if card.problems:
-        items = "".join(f'<li class="{e(d.severity)}">{e(problem_line(d))}</li>' for d in card.problems)
-        out.append(f'<ul class="problems">{items}</ul>')
-    renderer = _card_renderer("html")
-    out.append(renderer(card.as_card()).rstrip("\n") if renderer else f"<pre>{e(render_card(card))}</pre>")
-    return page(title, [*out, "</section>"])
+    return report_html(card)
+
+
+def _svg(card: DescribedCard) -> str:
+    """The bound card's diagrams (render/diagram.py): a loop's count shows the file's value."""
+    renderer = _card_renderer("svg")
+    if renderer is None:
+        raise ValueError("this build has no diagram renderer")
+    return renderer(card.as_card())
 
 
 def render_described(
-    card: DescribedCard, fmt: str = "card", every_problem: bool = False, whole_template: bool = False
+    card: DescribedCard,
+    fmt: str = "card",
+    every_problem: bool = False,
+    whole_template: bool = False,
+    cost=None,
+    memory=None,
 ) -> str:
     """`card` in one of `FORMATS`; "card" is the plain card text (it parses and checks). For the
     text format, `every_problem` lists every problem and `whole_template` shows the whole chat
-    template (else the first ones and a count: `problem_lines`, `template_excerpt`)."""
+    template (else the first ones and a count: `problem_lines`, `template_excerpt`). A `cost`
+    (inspect/cost.py) goes into the text and JSON formats, a `memory` report (inspect/memory.py,
+    `describe --memory`) into the JSON."""
     if fmt == "json":
-        return json.dumps(to_json(card), ensure_ascii=False, indent=1) + "\n"
+        return json.dumps(to_json(card, cost, memory), ensure_ascii=False, indent=1) + "\n"
     if fmt == "text":
-        return _text(card, every_problem, whole_template)
-    renderers = {"card": render_card, "markdown": _markdown, "latex": _latex, "html": _html}
+        return _text(card, every_problem, whole_template, cost)
+    renderers = {"card": render_card, "markdown": _markdown, "latex": _latex, "html": _html, "svg": _svg}
     if fmt not in renderers:
         raise ValueError(f"unknown format {fmt!r}")
     return renderers[fmt](card)

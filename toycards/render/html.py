@@ -4,7 +4,8 @@ Owns: the page (inline CSS, no scripts, no external resources; `page`, which des
 uses too, with the style of its header table, notice and problems), headings, declaration tables
 with bindings, the numbered steps with indentation, `∷` annotations and `▷` comments, and
 names typeset with sub- and superscripts (`γ_l^1` → γ<sub>l</sub><sup>1</sup>).
-Leaves out: the card notation (lang/printer.py supplies every expression and step row).
+Leaves out: the card notation (lang/printer.py supplies every expression and step row), the
+diagram that `render_html(…, diagram=True)` adds (render/diagram.py, which escapes its own SVG).
 
 Names are marked while lang/printer.py prints (private-use characters around each name), then the
 whole text is HTML-escaped and the marks become markup, so no card text reaches the page
@@ -94,31 +95,47 @@ table.header th { text-align: right; color: #555; font-weight: normal; }
 .notice { color: #8a5a00; }
 .problems .error { color: #b00020; }
 .problems .warning { color: #8a5a00; }
+section.diagram { overflow-x: auto; }
 """.strip()
 
 
-def render_html(card: ir.Card, standalone: bool = False, title: str | None = None) -> str:
-    """The card's sections; a complete page (with its style sheet) when `standalone`."""
+def render_html(
+    card: ir.Card,
+    standalone: bool = False,
+    title: str | None = None,
+    diagram: bool = False,
+    layout: str = "python",
+) -> str:
+    """The card's sections; a complete page (with its style sheet) when `standalone`; with
+    `diagram`, the inline SVG of render/diagram.py after them, placed by `layout` (its engine)."""
     body: list[str] = []
     if card.preamble:
         body.append(f'<p class="comment">{_p(" ".join(card.preamble))}</p>')
     for algo in card.algorithms:
         body += _algorithm(algo)
+    if diagram:
+        from toycards.render.diagram import diagram_html
+
+        body.append(diagram_html(card, layout).rstrip("\n"))
     if not standalone:
         return "\n".join([*body, ""])
     return page(title or (card.main.name if card.algorithms else "card"), body)
 
 
-def page(title: str, body: list[str]) -> str:
+def page(title: str, body: list[str], style: str = "") -> str:
     """A complete page of `body` (lines of markup) under `title` (plain text, escaped here), with
-    the style sheet: what `toycards render` and `toycards describe --format html` write."""
+    the style sheet: what `toycards render` and `toycards describe --format html` write; `style`,
+    more CSS of the page's own, in a second sheet after it (the describe report's layout)."""
     head = [
         "<!DOCTYPE html>",
         '<html lang="en">',
         '<head><meta charset="utf-8">',
         f"<title>{_p(title)}</title>",
     ]
-    head += [f"<style>\n{_CSS}\n</style>", "</head>", "<body>"]
+    head.append(f"<style>\n{_CSS}\n</style>")
+    if style:
+        head.append(f"<style>\n{style}\n</style>")
+    head += ["</head>", "<body>"]
     return "\n".join([*head, *body, "</body>", "</html>", ""])
 
 
