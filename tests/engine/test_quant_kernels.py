@@ -831,12 +831,19 @@ def test_rows_of_a_weight_are_a_weight_over_the_same_blocks(qtype, target):
     assert np.array_equal(np.asarray(W[::2]), dense[::2]) and np.array_equal(np.asarray(W[3]), dense[3])
 
 
-def test_the_token_limits_are_one_fact_in_c_and_python(monkeypatch):
+def test_the_limits_are_one_fact_in_c_and_python(monkeypatch):
     """The library's FEW_TOKENS and MAX_FLOAT_TOKENS are quant_kernels' constants, which the other
-    modules take; a library whose limits differ is not loaded."""
+    modules take, and the types with a kernel (tc_supported) are SUPPORTED, named by gguf's enum; a
+    library whose limits or types differ is not loaded."""
     lib = quant_kernels.library()
     assert (lib.tc_limit(0), lib.tc_limit(1)) == (quant_kernels.FEW_TOKENS, quant_kernels.FEW_FLOAT_TOKENS)
     assert quant_numpy.FEW_TOKENS == quant_torch.FEW_TOKENS == quant_kernels.FEW_TOKENS
     monkeypatch.setattr(quant_kernels, "FEW_TOKENS", quant_kernels.FEW_TOKENS - 1)
     with pytest.raises(AttributeError, match="token limits"):
+        quant_kernels._bound(lib)
+    monkeypatch.undo()
+    assert {t for t in range(64) if lib.tc_supported(t)} == quant_kernels.SUPPORTED
+    assert {Q(t).name for t in quant_kernels.SUPPORTED} == set(quant_kernels.KEPT_TYPES)
+    monkeypatch.setattr(quant_kernels, "SUPPORTED", quant_kernels.SUPPORTED - {Q.Q6_K})
+    with pytest.raises(AttributeError, match="types"):
         quant_kernels._bound(lib)

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 from toycards.engine import build
-from toycards.gguf.facts import TYPE_IDS
+from toycards.gguf.facts import QUANT_NAMES, TYPE_IDS
 
 SOURCES = tuple(sorted(Path(__file__).with_name("kernels").glob("*.c")))  # compiled together into one library
 # TOYCARDS_QUANT_MARCH: the -march to build for (default native; e.g. x86-64-v3 for the AVX2 kernels)
@@ -126,6 +126,9 @@ def _bound(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.tc_limit.argtypes = [ctypes.c_int]
     if (lib.tc_limit(0), lib.tc_limit(1)) != (FEW_TOKENS, FEW_FLOAT_TOKENS):  # one fact, two languages
         raise AttributeError(f"the kernels' token limits are not FEW_TOKENS, FEW_FLOAT_TOKENS in {__name__}")
+    lib.tc_supported.argtypes = [ctypes.c_int]
+    if {t for t in QUANT_NAMES if lib.tc_supported(t)} != SUPPORTED:  # the types with a kernel, likewise
+        raise AttributeError(f"the kernels' types are not SUPPORTED in {__name__}")
     for fn in (
         lib.tc_pack,
         lib.tc_pack_weights,
