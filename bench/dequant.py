@@ -20,7 +20,7 @@ from gguf import GGMLQuantizationType as Q
 from gguf import quants
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "helpers")]
 
 from gguf_factory import random_blocks  # noqa: E402
 

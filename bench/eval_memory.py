@@ -158,7 +158,7 @@ def main() -> None:
     if args.file:
         path = Path(args.file)
     else:
-        sys.path.insert(0, str(ROOT / "tests"))
+        sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "helpers")]
         from real_model import smollm2_q4_1
 
         path = smollm2_q4_1()

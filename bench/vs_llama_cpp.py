@@ -386,7 +386,7 @@ def main() -> None:
     args = p.parse_args()
     if args.child:
         return _child(args)
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "helpers")]
     if args.shape == "llama-1b":
         if args.file:
             sys.exit("--shape llama-1b writes its own file: give --file or --shape llama-1b, not both")

@@ -45,7 +45,7 @@ def test_cards_lists_every_library_card_with_its_architectures_and_file():
         for tensor, stem in variants:
             assert rows[stem]["architectures"] == [{"architecture": arch, "with_tensor": tensor}]
     assert rows["prelude"]["architectures"] == [] and rows["paper"]["architectures"] == []
-    assert sum(bool(r["architectures"]) for r in rows.values()) == 20  # every card but prelude and paper
+    assert sum(bool(r["architectures"]) for r in rows.values()) == len(rows) - 2  # all but prelude and paper
 
 
 def test_cards_table_has_one_line_per_card():

@@ -45,9 +45,13 @@ pytestmark = pytest.mark.skipif(
 # up rows of one fused weight (views of an F32 parameter), torch's SiLU outside SwiGLU
 REPLAYED = ("llama", "qwen2", "qwen3", "granite", "smollm3", "olmo2", "olmo3")
 REPLAYED += ("gemma", "gemma2", "gemma3", "starcoder2", "phi2", "phi3", "stablelm")
+REPLAYED += ("exaone4", "exaone4-swa", "seed_oss")  # post-norms, NoPE global blocks, windows; biases
+REPLAYED += ("command-r", "cohere2")  # bias-free LayerNorm, parallel block, logits × m_z; NoPE global layers
 REFUSED = {  # a card, and what its step does that the tape does not hold
     "gpt2": "an addition read a tensor no recorded call made",  # the learned positions' rows, in torch
     "olmoe": "torch's linear",  # the router's choice of experts
+    "granitemoe": "torch's linear",  # the same, with granite's multipliers
+    "arcee": "torch's clamp_min computed from an activation",  # ReLU (of ReLU²), which the tape has no op for
 }
 
 

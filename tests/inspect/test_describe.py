@@ -138,10 +138,29 @@ CONFIG_VALUES = {
     },
 }  # fmt: skip
 CONFIG_VALUES["stablelm2-12b"] = CONFIG_VALUES["stablelm"]  # stablelm_parallel.card: the same hyperparameters
+CONFIG_VALUES["arcee"] = CONFIG_VALUES["llama"]  # (d_h from key_length: the config's head_dim, d_e / H)
+CONFIG_VALUES["granitemoe"] = CONFIG_VALUES["mixtral"] | {  # and granite's four multipliers
+    "m_e": lambda c: c.embedding_multiplier, "m_r": lambda c: c.residual_multiplier,
+    "m_a": lambda c: c.attention_multiplier, "m_z": lambda c: c.logits_scaling,
+}  # fmt: skip
 LIBRARY_CASES = ["gpt2", "llama", "llama-tied", "gemma", "olmo2", "gemma2", "gemma3"]
 LIBRARY_CASES += ["olmoe", "qwen2moe", "mixtral"]  # mixtral: a llama file with experts (llama_moe.card)
 LIBRARY_CASES += ["phi3", "phi3-partial", "phi2", "stablelm", "stablelm-nobias"]
 LIBRARY_CASES += ["stablelm2-12b"]  # a stablelm file with per-head q/k norms: stablelm_parallel.card
+LIBRARY_CASES += ["granitemoe", "arcee"]
+CONFIG_VALUES["command-r"] = {  # command-r.card: Cohere's config, logit_scale as m_z
+    "L": lambda c: c.num_hidden_layers, "H": lambda c: c.num_attention_heads,
+    "H_kv": lambda c: c.num_key_value_heads, "d_e": lambda c: c.hidden_size,
+    "d_ff": lambda c: c.intermediate_size, "ℓ_max": lambda c: c.max_position_embeddings,
+    "ε": lambda c: c.layer_norm_eps, "d_h": lambda c: c.hidden_size // c.num_attention_heads,
+    "N_V": lambda c: c.vocab_size, "θ_base": lambda c: c.rope_parameters["rope_theta"],
+    "m_z": lambda c: c.logit_scale, "d_r": lambda c: c.hidden_size // c.num_attention_heads,
+}  # fmt: skip
+CONFIG_VALUES["command-r-plus"] = CONFIG_VALUES["command-r"]
+CONFIG_VALUES["cohere2"] = CONFIG_VALUES["command-r"] | {  # and the window, 3 sliding layers of 4
+    "w": lambda c: c.sliding_window, "n_p": lambda c: c.layer_types.index("full_attention") + 1,
+}  # fmt: skip
+LIBRARY_CASES += ["command-r", "cohere2"]
 # every oracle case (tests/oracle/cases.py) whose architecture has a library card
 ROUND_TRIP_CASES = [case for case, arch in [("gpt2", "gpt2"), ("llama", "llama"), ("qwen2", "qwen2"),
                                             ("qwen3", "qwen3"), ("starcoder2", "starcoder2"),
@@ -153,7 +172,12 @@ ROUND_TRIP_CASES = [case for case, arch in [("gpt2", "gpt2"), ("llama", "llama")
                                             ("phi3", "phi3"), ("phi3-longrope", "phi3"), ("phi2", "phi2"),
                                             ("stablelm", "stablelm"), ("stablelm-nobias", "stablelm"),
                                             ("phi2-fused", "phi2"), ("phi3-split", "phi3"), ("olmo3", "olmo2"),
-                                            ("stablelm2-12b", "stablelm")]
+                                            ("stablelm2-12b", "stablelm"), ("granitemoe", "granitemoe"),
+                                            ("granitemoeshared", "granitemoe"),
+                                            ("arcee", "arcee"), ("exaone4", "exaone4"),
+                                            ("exaone4-swa", "exaone4"), ("seed_oss", "seed_oss"),
+                                            ("command-r", "command-r"), ("command-r-plus", "command-r"),
+                                            ("cohere2", "cohere2"), ("bert", "bert")]
                     if arch in ARCH_CARDS]  # fmt: skip
 
 
@@ -230,6 +254,10 @@ def test_header_agrees_with_gguf_reader(case, oracle_files):
             "phi3": "neox",
             "phi2": "neox",
             "stablelm": "neox",
+            "granitemoe": "norm",
+            "arcee": "norm",
+            "command-r": "norm",
+            "cohere2": "norm",
         }[header.architecture]
     )
     assert header.chat_template is None
@@ -442,9 +470,10 @@ def expected_tensor_enums(arch: str) -> dict[str, str]:
 
 # general.architecture → the algorithm name by hand: words capitalised, separators dropped
 ALGORITHM_NAMES = {"qwen2": "Qwen2", "gptneox": "Gptneox", "gemma2": "Gemma2", "falcon": "Falcon", "mamba": "Mamba",
-                   "bert": "Bert", "starcoder2": "Starcoder2", "rwkv6": "Rwkv6", "t5encoder": "T5encoder"}  # fmt: skip
+                   "bert": "Bert", "starcoder2": "Starcoder2", "rwkv6": "Rwkv6", "t5encoder": "T5encoder",
+                   "nomic-bert": "NomicBert"}  # fmt: skip
 WITHOUT_CARDS = [a for a in ["qwen2", "gptneox", "gemma2", "falcon", "mamba", "bert", "starcoder2", "rwkv6",
-                             "t5encoder"] if a not in ARCH_CARDS][:6]  # fmt: skip
+                             "t5encoder", "nomic-bert"] if a not in ARCH_CARDS][:6]  # fmt: skip
 
 
 def test_enough_architectures_without_cards():

@@ -48,6 +48,15 @@ FAMILIES += ("stablelm",)  # LayerNorm, q/k/v biases, partial rotary (no biases:
 FAMILIES += ("olmo3",)  # olmo2.card on an OLMo 3 file: sliding window on 3 blocks of 4
 FAMILIES += ("phi2-fused", "phi3-split")  # the other q/k/v layout llama.cpp reads: parts of attn_qkv, or not
 FAMILIES += ("stablelm2-12b",)  # StableLM 2 12B: per-head q/k LayerNorms, parallel block (stablelm_parallel)
+FAMILIES += ("granitemoe", "arcee")  # granite's multipliers with experts; llama with an ungated ReLU² MLP
+FAMILIES += ("granitemoeshared",)  # granitemoe.card on a file with a shared expert (GraniteMoeShared)
+# EXAONE 4.0: post-norms, per-head q/k norms; without windows (1.2B) and with (64 blocks: sliding with
+# RoPE, global without); Seed-OSS: llama with q/k/v biases and head_dim ≠ d_e/H
+FAMILIES += ("exaone4", "exaone4-swa", "seed_oss")
+# Command R: parallel block, bias-free LayerNorm, tied logits × logit_scale; R+: per-head q/k LayerNorm
+# (64 blocks); Command R7B (cohere2): sliding layers with RoPE, global ones without
+FAMILIES += ("command-r", "command-r-plus", "cohere2")
+FAMILIES += ("bert",)  # an encoder: its output is each token's embedding, [ℓ, d_e] (test_bert.py)
 QUANTIZED = [(c, "F16") for c in ("gpt2", "llama", "llama-tied")] + [(c, "Q8_0") for c in FAMILIES]
 ATOL = 1e-4
 # (case, file type) of the quantized tests: F16 and Q8_0 for the first families, Q8_0 (blocks of 32
@@ -235,12 +244,14 @@ def test_llama_cpp_reads_the_oracle_file_as_the_model_it_came_from(oracle_files,
 # ── numpy and torch agree on every library card that binds tensors ───────────────────────
 # Concrete hyperparameters for `load(card)`; a new card whose hyperparameters are not here fails
 # below with the names to add.
-CARD_VALUES: dict[str, int | float] = {
+CARD_VALUES: dict[str, int | float | str] = {
     "L": 2, "H": 4, "H_kv": 2, "d_e": 32, "d_ff": 48, "d_mlp": 48, "ℓ_max": 64, "N_V": 50,
     "ε": 1e-5, "θ_base": 10000.0,
-    "m_z": 2.0,  # granite's logit_scale, a required key
+    "m_z": 2.0,  # granite's logit_scale, a required key (command-r's and cohere2's too)
+    "w": 4,  # cohere2's sliding window, a required key
     "E": 8, "k": 2, "d_x": 16, "d_s": 32,  # experts, experts per token, expert and shared-expert widths
     "d_i": 64, "r": 4,  # Mamba's inner width and time-step rank (its d_s: state size, k: convolution width)
+    "attention": "bidirectional", "N_T": 2,  # bert's attention.causal (false) and token types
 }  # fmt: skip
 
 
@@ -258,13 +269,18 @@ def with_values(card: ir.Card, values: dict[str, object]) -> ir.Card:
     """`card` with `= value` on each hyperparameter named in `values` (a bound card)."""
     main = card.main
     decls = tuple(
-        dataclasses.replace(d, value=ir.Num(repr(values[d.names[0]])))
+        dataclasses.replace(d, value=_value_expr(values[d.names[0]]))
         if len(d.names) == 1 and d.names[0] in values and d.value is None
         else d
         for d in main.hyper_decls
     )
     main = dataclasses.replace(main, hyper_decls=decls)
     return dataclasses.replace(card, algorithms=(*card.algorithms[:-1], main))
+
+
+def _value_expr(value: int | float | str) -> ir.Expr:
+    """`= value` of a hyperparameter: a number, or an enumeration's option by name."""
+    return ir.Name(value) if isinstance(value, str) else ir.Num(repr(value))
 
 
 def bound_library_card(name: str) -> str:

@@ -357,6 +357,7 @@ YARN_FAMILIES = {
     "qwen2moe": THETA,
     "qwen3moe": THETA,
     "mixtral": THETA,
+    "arcee": THETA,  # (ArceeModel writes a YaRN rope_scaling under these keys)
 }  # fmt: skip  (mixtral: a llama file with experts)
 
 

@@ -78,6 +78,25 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # Mamba: selective state-space blocks, no attention; d_inner 64, d_state 8, d_conv 4, dt_rank 4, tied
     "mamba": ("mamba", {}),
     "mamba-untied": ("mamba", {"tie_word_embeddings": False}),  # output.weight written
+    # Command R: attention and SwiGLU MLP in parallel from one bias-free LayerNorm, RoPE on adjacent
+    # pairs (θ = 1000), tied, logits × 0.5; Command R+: the same with per-head q/k LayerNorms, 64 blocks
+    "command-r": ("command-r", {}),
+    "command-r-plus": ("command-r-plus", {}),
+    # Command R7B: Command R's block, 3 sliding layers (window 4) with RoPE to 1 global without
+    "cohere2": ("cohere2", {}),
+    # granite's multipliers with 8 experts of 32, top-2 renormalised (input_linear split), untied
+    "granitemoe": ("granitemoe", {}),
+    "granitemoeshared": ("granitemoeshared", {}),  # the same file with a shared expert of 64 (ffn_*_shexp)
+    "arcee": ("arcee", {}),  # llama with an ungated ReLU² MLP (ffn_up, ffn_down), untied
+    # EXAONE 4.0: norms after attention and MLP only, per-head q/k RMSNorm; the 1.2B's shape (no
+    # window, every block rotated, tied), and the 32B's: 64 blocks, 3 of every 4 sliding (window 4)
+    # with RoPE, the 4th global without, llama3 rope_freqs, untied
+    "exaone4": ("exaone4", {}),
+    "exaone4-swa": ("exaone4-swa", {}),
+    "seed_oss": ("seed_oss", {}),  # llama with q/k/v biases, head_dim 32 ≠ d_e/H = 16, NEOX rope, untied
+    # BERT: an encoder (each token's embedding is the output), every token sees every other, learned
+    # positions and token types, post-LayerNorm blocks with biases, GELU(tanh); WordPiece; mean pooling
+    "bert": ("bert", {}),
 }
 
 

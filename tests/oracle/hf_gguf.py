@@ -1,6 +1,6 @@
 """Oracle: tiny Hugging Face models, written to GGUF the way llama.cpp's converter does.
 
-Owns: building tiny `transformers` causal LMs with every weight randomised (`tiny_model`), turning
+Owns: building tiny `transformers` models (the architectures: archs.py) with every weight randomised (`tiny_model`), turning
 their weights into llama.cpp's tensor names and layouts (`gguf_tensors`), writing them to a GGUF
 file with the metadata and a minimal tokenizer (`write_gguf`), the float model that a quantized
 file stands for (`quantized_copy`), and logits from `transformers` (`hf_logits`,
@@ -78,11 +78,10 @@ and `integrations/ggml.py`, gguf-py 0.19):
 from __future__ import annotations
 
 import copy
-import math
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -94,646 +93,8 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers.pytorch_utils import Conv1D  # noqa: E402
 
-from .vocab import bpe_vocab_kv, spm_vocab_kv  # noqa: E402
-
-VT = gguf.GGUFValueType
-QT = gguf.GGMLQuantizationType
-
-FILE_TYPES = {  # ftype name → (general.file_type, the type of quantizable 2-D weights)
-    "F32": (gguf.LlamaFileType.ALL_F32, QT.F32),
-    "F16": (gguf.LlamaFileType.MOSTLY_F16, QT.F16),
-    "Q8_0": (gguf.LlamaFileType.MOSTLY_Q8_0, QT.Q8_0),
-}
-
-
-@dataclass(frozen=True)
-class ArchSpec:
-    """How one architecture is built tiny and written the llama.cpp way."""
-
-    gguf_arch: gguf.MODEL_ARCH
-    config_cls: type
-    defaults: dict[str, Any]  # tiny config; `tiny_model(**overrides)` replaces entries
-    permute_qk: bool  # rope type NORM: llama.cpp interleaves each Q/K head's halves
-    rms_norm: bool  # RMSNorm (ε under attention.layer_norm_rms_epsilon) vs LayerNorm
-    vocab: str  # "spm" (SentencePiece, tokenizer.ggml.model = llama) or "bpe" (byte-level, gpt2)
-    tokenizer_pre: str
-    rope: bool = True  # rotary positions and grouped-query heads (everything here but GPT-2)
-    arch_kv: Callable[[Any], dict[str, tuple[Any, VT]]] | None = None  # the arch's own keys, from the config
-    norm_shift: float = 0.0  # added to every `*norm.weight` by the converter (Gemma: RMSNorm scales by 1 + w)
-    absent_keys: tuple[str, ...] = ()  # gguf.Keys templates the converter does not write for this arch
-    hf_reads: bool = (
-        True  # False: transformers' GGUF loader builds another model from the file, or drops keys it needs
-    )
-    extra_tensors: Callable[[Any], dict[str, np.ndarray]] | None = None  # tensors made from the config
-    controls: tuple[str, ...] = ()  # control tokens at the end of an "spm" vocabulary
-    # "": q/k/v as the converter writes them; "fused": one attn_qkv (rows q; k; v) as older
-    # converters wrote phi2; "split": attn_q/k/v where the converter writes attn_qkv (llama.cpp
-    # reads either for phi2 and phi3: wqkv when present, else wq, wk, wv)
-    qkv: str = ""
-    # the model keys of a converter with its own set_gguf_parameters (Mamba): none of the common ones
-    model_kv: Callable[[Any], dict[str, tuple[Any, VT]]] | None = None
-    # parameter name suffix → σ of its N(0, σ²) draw, where _randomise's 0.1 would leave a block too
-    # small to move the logits (Mamba: its blocks are products of five projections)
-    init_std: tuple[tuple[str, float], ...] = ()
-
-
-_GQA_SHAPE = dict(
-    hidden_size=64,  # d_e
-    num_attention_heads=4,  # H
-    num_key_value_heads=2,  # H_kv: two query heads share each K/V head
-    num_hidden_layers=2,  # L
-    intermediate_size=96,  # d_mlp, a multiple of 32 so ffn_down can be Q8_0
-    max_position_embeddings=128,  # ℓ_max
-    rope_theta=10000.0,
-)
-_ROPE_GQA = dict(_GQA_SHAPE, rms_norm_eps=1e-5)
-# what every Gemma config here shares (SentencePiece ids 0/1/2 = pad/bos/eos, a tied 128-token
-# vocabulary), and how Gemma's converter writes every generation: unpermuted Q/K, norms + 1
-_GEMMA_SHAPE = dict(rms_norm_eps=1e-6, vocab_size=128, tie_word_embeddings=True)
-_GEMMA_TOKENS = dict(bos_token_id=1, eos_token_id=2, pad_token_id=0)
-_GEMMA_FILE = dict(permute_qk=False, rms_norm=True, vocab="spm", tokenizer_pre="default", norm_shift=1.0)
-# what the OLMo converters (Olmo2Model, OlmoeModel) leave out: no vocab_size, no rope.dimension_count,
-# no key/value_length
-_OLMO_ABSENT = (
-    gguf.Keys.LLM.VOCAB_SIZE,
-    gguf.Keys.Rope.DIMENSION_COUNT,
-    gguf.Keys.Attention.KEY_LENGTH,
-    gguf.Keys.Attention.VALUE_LENGTH,
-)
-_NO_HEAD_DIM = (
-    gguf.Keys.Attention.KEY_LENGTH,
-    gguf.Keys.Attention.VALUE_LENGTH,
-)  # no attention.key/value_length
-
-
-def _granite_kv(config: Any) -> dict[str, tuple[Any, VT]]:
-    """GraniteModel.set_gguf_parameters: each multiplier under its `_scale` name, only when non-zero.
-
-    >>> sorted(_granite_kv(transformers.GraniteConfig(logits_scaling=0.0)))  # a 0 is not written
-    ['{arch}.attention.scale', '{arch}.embedding_scale', '{arch}.residual_scale']
-    """
-    K, Att = gguf.Keys.LLM, gguf.Keys.Attention
-    values = {
-        K.EMBEDDING_SCALE: config.embedding_multiplier,
-        K.RESIDUAL_SCALE: config.residual_multiplier,
-        Att.SCALE: config.attention_multiplier,
-        K.LOGIT_SCALE: config.logits_scaling,
-    }
-    return {key: (float(v), VT.FLOAT32) for key, v in values.items() if v}
-
-
-def _gemma2_kv(config: Any) -> dict[str, tuple[Any, VT]]:
-    """Gemma2Model.set_gguf_parameters: both soft-caps and the sliding window, always written.
-
-    >>> sorted(_gemma2_kv(transformers.Gemma2Config(sliding_window=4)).items())[2]
-    ('{arch}.final_logit_softcapping', (30.0, <GGUFValueType.FLOAT32: 6>))
-    """
-    K, Att = gguf.Keys.LLM, gguf.Keys.Attention
-    return {
-        K.ATTN_LOGIT_SOFTCAPPING: (float(config.attn_logit_softcapping), VT.FLOAT32),
-        K.FINAL_LOGIT_SOFTCAPPING: (float(config.final_logit_softcapping), VT.FLOAT32),
-        Att.SLIDING_WINDOW: (int(config.sliding_window), VT.UINT32),
-    }
-
-
-def _gemma3_kv(config: Any) -> dict[str, tuple[Any, VT]]:
-    """Gemma3Model / TextModel.set_gguf_parameters: the global layers' RoPE (base, linear scaling)
-    from `rope_parameters["full_attention"]`, the local base as `rope.freq_base_swa`, the window
-    (unless every layer is global), the final soft-cap only when the config has one.
-
-    >>> kv = _gemma3_kv(transformers.Gemma3TextConfig(sliding_window=4))
-    >>> kv["{arch}.rope.freq_base"][0], kv["{arch}.rope.freq_base_swa"][0], "{arch}.rope.scaling.type" in kv
-    (1000000.0, 10000.0, False)
-    """
-    K, Att, Rope = gguf.Keys.LLM, gguf.Keys.Attention, gguf.Keys.Rope
-    full, local = config.rope_parameters["full_attention"], config.rope_parameters["sliding_attention"]
-    kv: dict[str, tuple[Any, VT]] = {
-        Rope.FREQ_BASE: (float(full["rope_theta"]), VT.FLOAT32),
-        Rope.FREQ_BASE_SWA: (float(local["rope_theta"]), VT.FLOAT32),
-        Att.SLIDING_WINDOW: (int(config.sliding_window), VT.UINT32),
-    }
-    if full.get("rope_type") == "linear":
-        kv[Rope.SCALING_TYPE] = ("linear", VT.STRING)
-        kv[Rope.SCALING_FACTOR] = (float(full["factor"]), VT.FLOAT32)
-    if config.final_logit_softcapping:
-        kv[K.FINAL_LOGIT_SOFTCAPPING] = (float(config.final_logit_softcapping), VT.FLOAT32)
-    return kv
-
-
-def _moe_kv(config: Any) -> dict[str, tuple[Any, VT]]:
-    """The expert keys of llama.cpp's converter (TextModel and Qwen2MoeModel.set_gguf_parameters):
-    expert_count, expert_used_count, and where the config has them the experts' own width
-    (`moe_intermediate_size`) and the shared expert's (`shared_expert_intermediate_size`).
-
-    >>> sorted(_moe_kv(transformers.OlmoeConfig(num_experts=8, num_experts_per_tok=2)).items())[:1]
-    [('{arch}.expert_count', (8, <GGUFValueType.UINT32: 4>))]
-    """
-    K = gguf.Keys.LLM
-    experts = getattr(config, "num_experts", None) or config.num_local_experts
-    kv = {K.EXPERT_COUNT: (experts, VT.UINT32), K.EXPERT_USED_COUNT: (config.num_experts_per_tok, VT.UINT32)}
-    if getattr(config, "moe_intermediate_size", None):
-        kv[K.EXPERT_FEED_FORWARD_LENGTH] = (config.moe_intermediate_size, VT.UINT32)
-    if getattr(config, "shared_expert_intermediate_size", None):
-        kv[K.EXPERT_SHARED_FEED_FORWARD_LENGTH] = (config.shared_expert_intermediate_size, VT.UINT32)
-    return kv
-
-
-_MOE_SHAPE = dict(  # 8 experts, 2 per token, each 32 wide (a multiple of 32: ffn_down_exps can be Q8_0)
-    _ROPE_GQA, num_experts_per_tok=2, vocab_size=288, tie_word_embeddings=False
-)
-# what the two Qwen MoE generations share: their config's ε, base and expert widths; the
-# converter's facts (Qwen2MoeModel for both: unpermuted Q/K, byte-level BPE, the expert keys)
-_QWEN_MOE_SHAPE = dict(_MOE_SHAPE, rms_norm_eps=1e-6, rope_theta=1e6, num_experts=8, moe_intermediate_size=32)
-_QWEN_MOE_FILE = dict(permute_qk=False, rms_norm=True, vocab="bpe", tokenizer_pre="qwen2", arch_kv=_moe_kv)
-
-
-# Olmo3Config keeps a RoPE dict per layer type, and a lone rope_theta reaches the global layers only
-# (the sliding ones take its default 5e5): both given, one base, as OLMo 3's own configs have
-_OLMO3_ROPE = {
-    t: {"rope_type": "default", "rope_theta": 5e5} for t in ("full_attention", "sliding_attention")
-}
-
-
-def _olmo3_kv(config: Any) -> dict[str, tuple[Any, VT]]:
-    """Olmo2Model on an OLMo 3 config: the sliding window, and rope.freq_base from the global
-    layers' RoPE (the only base the converter writes; llama.cpp's sliding layers take it too).
-
-    >>> sorted(_olmo3_kv(transformers.Olmo3Config(sliding_window=4, rope_parameters=_OLMO3_ROPE)).values())
-    [(4, <GGUFValueType.UINT32: 4>), (500000.0, <GGUFValueType.FLOAT32: 6>)]
-    """
-    return {
-        gguf.Keys.Attention.SLIDING_WINDOW: (int(config.sliding_window), VT.UINT32),
-        gguf.Keys.Rope.FREQ_BASE: (float(config.rope_parameters["full_attention"]["rope_theta"]), VT.FLOAT32),
-    }
-
-
-def _phi3_kv(config: Any) -> dict[str, tuple[Any, VT]]:
-    """Phi3MiniModel.set_gguf_parameters: the original context always, the sliding window (0 when
-    the config has none), and for LongRoPE the attention factor √(1 + ln(scale) / ln(original)).
-
-    >>> sorted(_phi3_kv(transformers.Phi3Config(sliding_window=None)))  # doctest: +NORMALIZE_WHITESPACE
-    ['tokenizer.ggml.padding_token_id', '{arch}.attention.sliding_window', '{arch}.rope.dimension_count',
-     '{arch}.rope.scaling.original_context_length']
-    """
-    Att, Rope = gguf.Keys.Attention, gguf.Keys.Rope
-    original = (
-        config.rope_parameters.get("original_max_position_embeddings")
-        or config.original_max_position_embeddings
-    )
-    rotary = config.rope_parameters.get("partial_rotary_factor", 1.0)  # Phi-4-mini: 0.75
-    kv = {
-        Rope.DIMENSION_COUNT: (int(rotary * config.hidden_size) // config.num_attention_heads, VT.UINT32),
-        Rope.SCALING_ORIG_CTX_LEN: (int(original), VT.UINT32),
-        Att.SLIDING_WINDOW: (int(config.sliding_window or 0), VT.UINT32),
-        # the special vocabulary's padding id: Phi-3's <|endoftext|>, last here (ARCHS["phi3"].controls)
-        gguf.Keys.Tokenizer.PAD_ID: (config.vocab_size - 1, VT.UINT32),
-    }
-    if config.rope_parameters.get("long_factor"):
-        scale = config.max_position_embeddings / original
-        factor = math.sqrt(1 + math.log(scale) / math.log(original)) if scale > 1 else 1.0
-        kv[Rope.SCALING_ATTN_FACTOR] = (factor, VT.FLOAT32)
-    return kv
-
-
-def _phi3_tensors(config: Any) -> dict[str, np.ndarray]:
-    """Phi3MiniModel.generate_extra_tensors: LongRoPE's factors as two global F32 tensors."""
-    long, short = (config.rope_parameters.get(k) for k in ("long_factor", "short_factor"))
-    if not long:
-        return {}
-    names = gguf.TENSOR_NAMES
-    return {
-        names[gguf.MODEL_TENSOR.ROPE_FACTORS_LONG] + ".weight": np.asarray(long, np.float32),
-        names[gguf.MODEL_TENSOR.ROPE_FACTORS_SHORT] + ".weight": np.asarray(short, np.float32),
-    }
-
-
-def _phi2_kv(config: Any) -> dict[str, tuple[Any, VT]]:
-    """Phi2Model.set_gguf_parameters: rope.dimension_count = int(partial_rotary_factor · d_e) // H.
-
-    >>> _phi2_kv(transformers.PhiConfig(hidden_size=64, num_attention_heads=4, partial_rotary_factor=0.5))
-    {'{arch}.rope.dimension_count': (8, <GGUFValueType.UINT32: 4>)}
-    """
-    rotary = config.rope_parameters.get("partial_rotary_factor", 1.0)
-    return {
-        gguf.Keys.Rope.DIMENSION_COUNT: (
-            int(rotary * config.hidden_size) // config.num_attention_heads,
-            VT.UINT32,
-        )
-    }
-
-
-def _stablelm_kv(config: Any) -> dict[str, tuple[Any, VT]]:
-    """StableLMModel.set_gguf_parameters: rope.dimension_count = int(partial_rotary_factor · d_h), and
-    use_parallel_residual (true when the config does not say), which llama.cpp does not read.
-
-    >>> sorted(_stablelm_kv(transformers.StableLmConfig(hidden_size=64, num_attention_heads=4)).items())
-    [('{arch}.rope.dimension_count', (4, <GGUFValueType.UINT32: 4>)), ('{arch}.use_parallel_residual', (False, <GGUFValueType.BOOL: 7>))]
-    """
-    rotary = config.rope_parameters.get("partial_rotary_factor", 1.0)
-    d_h = config.hidden_size // config.num_attention_heads
-    return {
-        gguf.Keys.Rope.DIMENSION_COUNT: (int(rotary * d_h), VT.UINT32),
-        gguf.Keys.LLM.USE_PARALLEL_RESIDUAL: (bool(config.use_parallel_residual), VT.BOOL),
-    }
-
-
-def _mamba_kv(config: Any) -> dict[str, tuple[Any, VT]]:
-    """MambaModel.set_gguf_parameters: the model keys it writes, and no others.
-
-    >>> kv = _mamba_kv(transformers.MambaConfig(hidden_size=32, state_size=8, time_step_rank="auto"))
-    >>> kv["{arch}.ssm.inner_size"][0], kv["{arch}.ssm.time_step_rank"][0], kv["{arch}.attention.head_count"][0]
-    (64, 2, 0)
-    """
-    K, Att, SSM = gguf.Keys.LLM, gguf.Keys.Attention, gguf.Keys.SSM
-    return {
-        K.CONTEXT_LENGTH: (2**20, VT.UINT32),  # the converter's stand-in: a recurrence has no trained length
-        K.EMBEDDING_LENGTH: (config.hidden_size, VT.UINT32),
-        K.FEED_FORWARD_LENGTH: (0, VT.UINT32),
-        Att.HEAD_COUNT: (0, VT.UINT32),
-        K.BLOCK_COUNT: (config.num_hidden_layers, VT.UINT32),
-        SSM.CONV_KERNEL: (config.conv_kernel, VT.UINT32),
-        SSM.INNER_SIZE: (config.intermediate_size, VT.UINT32),
-        SSM.STATE_SIZE: (config.state_size, VT.UINT32),
-        SSM.TIME_STEP_RANK: (int(config.time_step_rank), VT.UINT32),
-        Att.LAYERNORM_RMS_EPS: (config.layer_norm_epsilon, VT.FLOAT32),
-        SSM.DT_B_C_RMS: (False, VT.BOOL),  # Falcon-Mamba's RMS norms of dt, B and C: not in Mamba
-    }
-
-
-ARCHS: dict[str, ArchSpec] = {
-    "gpt2": ArchSpec(
-        gguf.MODEL_ARCH.GPT2,
-        transformers.GPT2Config,
-        dict(n_embd=64, n_head=4, n_layer=2, n_positions=1024, vocab_size=288, layer_norm_epsilon=1e-5),
-        permute_qk=False,
-        rms_norm=False,
-        vocab="bpe",
-        tokenizer_pre="gpt-2",
-        rope=False,
-    ),
-    "llama": ArchSpec(
-        gguf.MODEL_ARCH.LLAMA,
-        transformers.LlamaConfig,
-        dict(_ROPE_GQA, vocab_size=128, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2),
-        permute_qk=True,
-        rms_norm=True,
-        vocab="spm",
-        tokenizer_pre="default",
-    ),
-    "qwen2": ArchSpec(
-        gguf.MODEL_ARCH.QWEN2,
-        transformers.Qwen2Config,
-        dict(_ROPE_GQA, vocab_size=288, rms_norm_eps=1e-6, rope_theta=1e6, tie_word_embeddings=True),
-        permute_qk=False,
-        rms_norm=True,
-        vocab="bpe",
-        tokenizer_pre="qwen2",
-    ),
-    "qwen3": ArchSpec(
-        gguf.MODEL_ARCH.QWEN3,
-        transformers.Qwen3Config,
-        dict(
-            _ROPE_GQA,
-            head_dim=128,
-            vocab_size=288,
-            rms_norm_eps=1e-6,
-            rope_theta=1e6,
-            tie_word_embeddings=False,
-        ),
-        permute_qk=False,
-        rms_norm=True,
-        vocab="bpe",
-        tokenizer_pre="qwen2",
-    ),
-    "starcoder2": ArchSpec(
-        gguf.MODEL_ARCH.STARCODER2,
-        transformers.Starcoder2Config,
-        dict(_GQA_SHAPE, norm_epsilon=1e-5, vocab_size=288, tie_word_embeddings=True),
-        permute_qk=False,
-        rms_norm=False,
-        vocab="bpe",
-        tokenizer_pre="starcoder",
-    ),
-    "granite": ArchSpec(
-        gguf.MODEL_ARCH.GRANITE,
-        transformers.GraniteConfig,
-        dict(
-            _ROPE_GQA,
-            rms_norm_eps=1e-6,
-            vocab_size=288,
-            tie_word_embeddings=True,
-            embedding_multiplier=12.0,  # Granite 3.x values are 12, 0.22, 1/d_h and 8 or 16
-            residual_multiplier=0.22,
-            attention_multiplier=0.15,  # ≠ 1/√d_h = 0.25
-            logits_scaling=2.5,
-        ),
-        permute_qk=True,  # GraniteModel is a LlamaModel: Q/K rows permuted, rope type NORM
-        rms_norm=True,
-        vocab="bpe",
-        tokenizer_pre="refact",
-        absent_keys=_NO_HEAD_DIM,  # GraniteModel pops head_dim before LlamaModel writes the keys
-        arch_kv=_granite_kv,
-    ),
-    "smollm3": ArchSpec(
-        gguf.MODEL_ARCH.SMOLLM3,
-        transformers.SmolLM3Config,
-        dict(
-            _ROPE_GQA,
-            num_hidden_layers=4,
-            rope_theta=1e5,
-            vocab_size=288,
-            pad_token_id=None,
-            tie_word_embeddings=True,
-        ),
-        permute_qk=True,  # SmolLM3Model is a LlamaModel: Q/K rows permuted, rope type NORM
-        rms_norm=True,
-        vocab="bpe",
-        tokenizer_pre="llama-bpe",
-        absent_keys=_NO_HEAD_DIM,  # SmolLM3's config has no head_dim
-    ),
-    # conversion/gemma.py GemmaModel: its own set_gguf_parameters (no rope.freq_base, no
-    # rope.dimension_count, no vocab_size; key_length = head_dim), `*norm.weight` + 1, lm_head skipped.
-    "gemma": ArchSpec(
-        gguf.MODEL_ARCH.GEMMA,
-        transformers.GemmaConfig,
-        dict(
-            _ROPE_GQA,
-            num_key_value_heads=1,  # multi-query attention, as Gemma 2B
-            head_dim=32,  # ≠ d_e/H = 16, as Gemma 7B's 256 ≠ 3072/16
-            **_GEMMA_SHAPE,
-            hidden_act="gelu_pytorch_tanh",
-            **_GEMMA_TOKENS,
-        ),
-        **_GEMMA_FILE,
-        absent_keys=(gguf.Keys.LLM.VOCAB_SIZE, gguf.Keys.Rope.DIMENSION_COUNT, gguf.Keys.Rope.FREQ_BASE),
-    ),
-    # conversion/olmo.py Olmo2Model: TextModel's keys (rope.freq_base from rope_theta; no
-    # key_length, the config has no head_dim; no rope.dimension_count, no vocab_size), no permutation.
-    "olmo2": ArchSpec(
-        gguf.MODEL_ARCH.OLMO2,
-        transformers.Olmo2Config,
-        dict(_ROPE_GQA, vocab_size=288, rms_norm_eps=1e-6, rope_theta=5e5, tie_word_embeddings=False),
-        permute_qk=False,
-        rms_norm=True,
-        vocab="bpe",
-        tokenizer_pre="dbrx",
-        absent_keys=_OLMO_ABSENT,
-    ),
-    # conversion/gemma.py Gemma2Model: Gemma's keys plus both soft-caps and the sliding window;
-    # `*norm.weight` + 1; lm_head skipped. Window 4 (< the tests' sequences) and soft-caps that bite.
-    "gemma2": ArchSpec(
-        gguf.MODEL_ARCH.GEMMA2,
-        transformers.Gemma2Config,
-        dict(
-            _ROPE_GQA,
-            head_dim=32,  # ≠ d_e/H = 16, as Gemma 2's 256
-            query_pre_attn_scalar=32,  # = head_dim: llama.cpp scales by 1/√n_embd_head_k, not by this
-            **_GEMMA_SHAPE,
-            hidden_activation="gelu_pytorch_tanh",
-            sliding_window=4,  # layer 1 (and 3, …) sees the last 4 tokens only
-            attn_logit_softcapping=1.0,  # scores are O(1): 50 would leave them unchanged
-            final_logit_softcapping=2.0,  # logits are O(2)
-            **_GEMMA_TOKENS,
-        ),
-        **_GEMMA_FILE,
-        absent_keys=(gguf.Keys.LLM.VOCAB_SIZE, gguf.Keys.Rope.DIMENSION_COUNT, gguf.Keys.Rope.FREQ_BASE),
-        arch_kv=_gemma2_kv,
-        hf_reads=False,  # its loader reads neither soft-cap nor query_pre_attn_scalar (256)
-    ),
-    # conversion/gemma.py Gemma3Model over TextModel: key/value length = head_dim, RoPE keys from
-    # rope_parameters, `*norm.weight` + 1 (q/k norms too); a tied checkpoint writes no output.weight.
-    # Six layers: the sixth is the first global one (llama.cpp's pattern 6).
-    "gemma3": ArchSpec(
-        gguf.MODEL_ARCH.GEMMA3,
-        transformers.Gemma3TextConfig,
-        dict(
-            _GQA_SHAPE,
-            num_hidden_layers=6,
-            head_dim=32,
-            query_pre_attn_scalar=32,
-            **_GEMMA_SHAPE,
-            hidden_activation="gelu_pytorch_tanh",
-            sliding_window=4,
-            rope_parameters={
-                "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6},
-                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-            },
-            **_GEMMA_TOKENS,
-        ),
-        **_GEMMA_FILE,
-        absent_keys=(gguf.Keys.LLM.VOCAB_SIZE, gguf.Keys.Rope.DIMENSION_COUNT),
-        arch_kv=_gemma3_kv,
-        hf_reads=False,  # its loader reads no RoPE scaling, and 256 for query_pre_attn_scalar
-    ),
-    # conversion: OlmoeModel (TextModel's keys, experts stacked; feed_forward_length is the experts'
-    # width, which llama.cpp's olmoe reads as n_ff). llama.cpp requires attn_k_norm of n_embd: H_kv = H.
-    "olmoe": ArchSpec(
-        gguf.MODEL_ARCH.OLMOE,
-        transformers.OlmoeConfig,
-        dict(_MOE_SHAPE, num_key_value_heads=4, intermediate_size=32, num_experts=8, norm_topk_prob=False),
-        permute_qk=False,
-        rms_norm=True,
-        vocab="bpe",
-        tokenizer_pre="olmo",
-        arch_kv=_moe_kv,
-        absent_keys=_OLMO_ABSENT,
-    ),
-    # conversion: Qwen3MoeModel (a Qwen2MoeModel: expert_feed_forward_length from moe_intermediate_size);
-    # head_dim 128 as the tiny Qwen3 (transformers' loader takes the class default); llama.cpp
-    # renormalises the chosen weights, so the model does too (norm_topk_prob).
-    "qwen3moe": ArchSpec(
-        gguf.MODEL_ARCH.QWEN3MOE,
-        transformers.Qwen3MoeConfig,
-        dict(
-            _QWEN_MOE_SHAPE,
-            head_dim=128,
-            norm_topk_prob=True,
-        ),
-        **_QWEN_MOE_FILE,
-    ),
-    # conversion: Qwen2MoeModel (expert and shared-expert widths; shared_expert_gate written as
-    # stored, [1, d_e]); q/k/v biases; llama.cpp does not renormalise the chosen weights and requires
-    # output.weight (untied).
-    "qwen2moe": ArchSpec(
-        gguf.MODEL_ARCH.QWEN2MOE,
-        transformers.Qwen2MoeConfig,
-        dict(
-            _QWEN_MOE_SHAPE,
-            shared_expert_intermediate_size=64,
-            norm_topk_prob=False,
-        ),
-        **_QWEN_MOE_FILE,
-    ),
-    # Mixtral as llama.cpp converts it (LlamaModel: arch llama, Q/K permuted, experts stacked; the
-    # chosen weights renormalised); feed_forward_length is the experts' width.
-    "mixtral": ArchSpec(
-        gguf.MODEL_ARCH.LLAMA,
-        transformers.MixtralConfig,
-        dict(
-            _MOE_SHAPE,
-            intermediate_size=32,
-            num_local_experts=8,
-            bos_token_id=1,
-            eos_token_id=2,
-            vocab_size=128,
-        ),
-        permute_qk=True,
-        rms_norm=True,
-        vocab="spm",
-        tokenizer_pre="default",
-        arch_kv=_moe_kv,
-        hf_reads=False,  # transformers reads a llama file as a dense LlamaForCausalLM: no experts
-    ),
-    # conversion: Phi3MiniModel writes its own keys (no vocab_size, no key/value_length; the original
-    # context always, the sliding window, LongRoPE's attention factor) and LongRoPE's factor tensors;
-    # qkv_proj and gate_up_proj stay fused (attn_qkv, ffn_up), Q/K unpermuted (rope type NEOX).
-    "phi3": ArchSpec(
-        gguf.MODEL_ARCH.PHI3,
-        transformers.Phi3Config,
-        dict(
-            _ROPE_GQA,
-            vocab_size=128,
-            sliding_window=None,
-            pad_token_id=None,
-            tie_word_embeddings=False,
-            bos_token_id=1,
-            eos_token_id=2,
-        ),  # fmt: skip
-        permute_qk=False,
-        rms_norm=True,
-        vocab="spm",
-        tokenizer_pre="default",
-        absent_keys=(
-            gguf.Keys.LLM.VOCAB_SIZE,
-            gguf.Keys.Attention.KEY_LENGTH,
-            gguf.Keys.Attention.VALUE_LENGTH,
-        ),
-        arch_kv=_phi3_kv,
-        extra_tensors=_phi3_tensors,
-        controls=("<|endoftext|>",),  # llama.cpp marks it by name in a model named phi3 (llama-vocab.cpp)
-    ),
-    # conversion: Phi2Model writes its own keys (feed_forward_length 4·d_e, head_count_kv = H, the
-    # LayerNorm ε, rope.dimension_count of the rotated entries; no freq_base, vocab_size or
-    # key/value_length); q/k/v stay separate, with biases, unpermuted (rope type NEOX).
-    "phi2": ArchSpec(
-        gguf.MODEL_ARCH.PHI2,
-        transformers.PhiConfig,
-        dict(
-            _GQA_SHAPE,
-            num_key_value_heads=4,
-            intermediate_size=256,
-            partial_rotary_factor=0.5,
-            layer_norm_eps=1e-5,
-            vocab_size=288,
-            tie_word_embeddings=False,
-        ),  # fmt: skip
-        permute_qk=False,
-        rms_norm=False,
-        vocab="bpe",
-        tokenizer_pre="phi-2",
-        absent_keys=(
-            gguf.Keys.LLM.VOCAB_SIZE,
-            gguf.Keys.Attention.KEY_LENGTH,
-            gguf.Keys.Attention.VALUE_LENGTH,
-            gguf.Keys.Rope.FREQ_BASE,
-        ),  # fmt: skip
-        arch_kv=_phi2_kv,
-    ),
-    # conversion: StableLMModel writes its own keys (rope.dimension_count of the rotated entries,
-    # use_parallel_residual, the LayerNorm ε; no freq_base, vocab_size or key/value_length).
-    "stablelm": ArchSpec(
-        gguf.MODEL_ARCH.STABLELM,
-        transformers.StableLmConfig,
-        dict(
-            _GQA_SHAPE,
-            partial_rotary_factor=0.25,
-            layer_norm_eps=1e-5,
-            use_qkv_bias=True,
-            use_parallel_residual=False,
-            vocab_size=288,
-            tie_word_embeddings=False,
-        ),  # fmt: skip
-        permute_qk=False,
-        rms_norm=False,
-        vocab="bpe",
-        tokenizer_pre="stablelm2",
-        absent_keys=(
-            gguf.Keys.LLM.VOCAB_SIZE,
-            gguf.Keys.Attention.KEY_LENGTH,
-            gguf.Keys.Attention.VALUE_LENGTH,
-            gguf.Keys.Rope.FREQ_BASE,
-        ),  # fmt: skip
-        arch_kv=_stablelm_kv,
-    ),
-}
-# StableLM 2 12B as StableLMModel converts it: the stablelm keys (use_parallel_residual true), per-head
-# q/k LayerNorms stacked into attn_q_norm [H, d_h] and attn_k_norm [H_kv, d_h] (_stack_qk_norm), no
-# ffn_norm (the parallel block has no post_attention_layernorm), no q/k/v biases. transformers'
-# loader sets use_parallel_residual from the tensors but never qk_layernorm: it cannot read it back.
-# OLMo 3 as llama.cpp converts it (Olmo2Model, arch olmo2): OLMo 2's tensors plus the sliding
-# window, which llama.cpp gives to 3 blocks of every 4 (set_swa_pattern(4), as Olmo3Config's
-# layer_types); 4 blocks, so that one is global, and a window of 4 that the tests' sequences pass.
-# transformers' GGUF loader reads an olmo2 file as OLMo 2: no window.
-ARCHS["olmo3"] = replace(
-    ARCHS["olmo2"],
-    config_cls=transformers.Olmo3Config,
-    defaults=dict(
-        ARCHS["olmo2"].defaults, num_hidden_layers=4, sliding_window=4, rope_parameters=_OLMO3_ROPE
-    ),
-    arch_kv=_olmo3_kv,
-    hf_reads=False,
-)
-ARCHS["stablelm2-12b"] = replace(
-    ARCHS["stablelm"],
-    defaults=dict(
-        ARCHS["stablelm"].defaults, use_qkv_bias=False, qk_layernorm=True, use_parallel_residual=True
-    ),
-    hf_reads=False,
-)
-ARCHS["phi2-fused"] = replace(ARCHS["phi2"], qkv="fused", hf_reads=False)
-ARCHS["phi3-split"] = replace(ARCHS["phi3"], qkv="split", hf_reads=False)
-# Mamba as MambaModel converts it: its own keys, tensors under gguf's mamba names (A stored as
-# −exp(A_log), the convolution squeezed: _CONVERSIONS), tied output. d_inner = 2·d_e, which the
-# converter requires; a vocabulary of 288 (a multiple of 8: the converter pads to one).
-ARCHS["mamba"] = ArchSpec(
-    gguf.MODEL_ARCH.MAMBA,
-    transformers.MambaConfig,
-    dict(
-        hidden_size=32,  # d_e
-        num_hidden_layers=2,  # L
-        state_size=8,  # d_state
-        conv_kernel=4,  # d_conv
-        expand=2,  # d_inner = 64
-        time_step_rank=4,  # dt_rank (the config's "auto" gives ⌈d_e / 16⌉ = 2)
-        layer_norm_epsilon=1e-5,
-        vocab_size=288,
-        use_bias=False,  # llama.cpp's mamba reads no ssm_in / ssm_out bias
-        use_conv_bias=True,
-        tie_word_embeddings=True,
-        use_cache=False,
-    ),
-    permute_qk=False,
-    rms_norm=True,
-    vocab="bpe",
-    tokenizer_pre="gpt-2",  # a byte-level BPE (Mamba's own is GPT-NeoX-20B's)
-    rope=False,
-    model_kv=_mamba_kv,
-    # each stage O(1) (in_proj's rows ~1, the convolution's output ~1, x_proj's dt, B and C ~0.7, the
-    # step sizes softplus(N(0, 0.7²)): selective), decay rates exp(N(0, 1)) from slow to fast, D ~ 1,
-    # so that a block moves the residual as much as the embedding and the state spans many tokens
-    init_std=(
-        ("in_proj.weight", 0.2),
-        ("conv1d.weight", 0.5),
-        ("x_proj.weight", 0.15),
-        ("dt_proj.weight", 0.5),
-        ("A_log", 1.0),
-        (".D", 1.0),
-    ),
-)
-
-
-# ---------------------------------------------------------------------------------------------
-# tiny models
+from .archs import ARCHS, FILE_TYPES, QT, VT, ArchSpec, head_dim  # noqa: E402, F401 - ArchSpec: the oracle's API
+from .vocab import bpe_vocab_kv, spm_vocab_kv, wpm_vocab_kv  # noqa: E402
 
 
 def tiny_model(arch: str, seed: int = 0, **overrides: Any) -> tuple[torch.nn.Module, Any]:
@@ -749,13 +110,17 @@ def tiny_model(arch: str, seed: int = 0, **overrides: Any) -> tuple[torch.nn.Mod
         kwargs.setdefault("bos_token_id", kwargs["vocab_size"] - 1)
         kwargs.setdefault("eos_token_id", kwargs["vocab_size"] - 1)
     config = spec.config_cls(**kwargs)
-    model = transformers.AutoModelForCausalLM.from_config(
+    auto = transformers.AutoModel if spec.encoder else transformers.AutoModelForCausalLM
+    model = auto.from_config(
         config,
         dtype=torch.float32,
         attn_implementation="eager",  # the naive reference
     )
     _randomise(model, seed, spec.norm_shift, dict(spec.init_std))
     return model.eval(), config
+
+
+_HEAD_NORMS = (".q_norm.weight", ".k_norm.weight")  # 2-D in Cohere: one row of scales per head
 
 
 def _randomise(
@@ -765,8 +130,9 @@ def _randomise(
 
     As the model applies them: embeddings ~ N(0, 0.5²) (logits of a few units; Gemma multiplies
     its embeddings by √d_e, so its table is drawn √d_e times smaller), norm weights ~ 1 + N(0, 0.1²)
-    (Gemma applies 1 + w: w ~ N(0, 0.1²)); other matrices and biases ~ N(0, 0.1²), or N(0, σ²)
-    where `init_std` has σ for the end of the parameter's name. Tied tensors are drawn once.
+    (Cohere's per-head q/k norms [H, d_h] too; Gemma applies 1 + w: w ~ N(0, 0.1²)); other matrices
+    and biases ~ N(0, 0.1²), or N(0, σ²) where `init_std` has σ for the end of the parameter's name.
+    Tied tensors are drawn once.
     """
     init_std = init_std or {}
     gen = torch.Generator().manual_seed(seed)
@@ -780,7 +146,7 @@ def _randomise(
             noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
             if id(p) in embeddings:
                 p.copy_(0.5 / embeddings[id(p)] * noise)
-            elif p.ndim == 1 and name.endswith("weight"):
+            elif name.endswith("weight") and (p.ndim == 1 or name.endswith(_HEAD_NORMS)):
                 p.copy_(1.0 - norm_shift + 0.1 * noise)
             else:
                 std = next((v for end, v in init_std.items() if name.endswith(end)), 0.1)
@@ -818,7 +184,7 @@ class _Tensor:
     transpose: bool  # GPT-2 Conv1D
     qk_heads: int | None  # heads to permute over (llama Q: H, K: H_kv), else None
     shift: float = 0.0  # the converter's norm offset (Gemma: + 1), else 0
-    part: tuple[int, int] | None = None  # rows [a, b) of each expert (gate_up_proj's gate, up), else all
+    part: tuple[int, int] | None = None  # rows [a, b) (of each expert): gate_up_proj's gate, up; else all
     stack: tuple[str, ...] = ()  # parameters stacked as rows, in order (StableLM's per-head norms), else none
     convert: str = ""  # a key of _CONVERSIONS: the converter stores another form of the parameter
 
@@ -849,6 +215,8 @@ def _tensor_plan(model: torch.nn.Module, config: Any, arch: str, permute: bool =
     for hf_name in state:
         if hf_name == "lm_head.weight" and config.tie_word_embeddings:
             continue  # a tied checkpoint has no lm_head, so llama.cpp writes no output.weight
+        if hf_name.startswith(spec.dropped or ("\0",)):
+            continue  # BertModel.filter_tensors: "we are only using BERT for embeddings"
         experts = _expert_tensors(hf_name, state[hf_name].shape)
         if experts is not None:
             plan.extend(experts)
@@ -858,7 +226,7 @@ def _tensor_plan(model: torch.nn.Module, config: Any, arch: str, permute: bool =
             if head.group(2) == "0":
                 plan.append(_stacked_heads(head.group(1), state, name_map))
             continue
-        name = name_map.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        name = name_map.get_name(_checkpoint_name(hf_name), try_suffixes=(".weight", ".bias"))
         if name is None:
             raise ValueError(f"no GGUF name for {arch} parameter {hf_name!r}")
         leaf = name.split(".")[-2]  # blk.0.attn_q.weight → attn_q
@@ -895,34 +263,65 @@ def _stacked_heads(module: str, state: dict, name_map: Any) -> _Tensor:
     return _Tensor(heads[0][1], name, False, None, stack=tuple(n for _, n in heads))
 
 
-_EXPERTS = re.compile(r"model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)")
+_EXPERTS = re.compile(r"model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.experts\.(gate_up_proj|down_proj)")
+
+
+# Parameters transformers 5 renames on load (conversion_mapping.py), back to the checkpoint's name that
+# the converter and gguf's name map read: GraniteMoE's `block_sparse_moe.router.layer` (its experts'
+# input_linear and output_linear are the 3-D experts above).
+_RENAMED_ON_LOAD = ((re.compile(r"(\.block_sparse_moe\.router)(\.weight)$"), r"\1.layer\2"),)
+
+
+def _checkpoint_name(hf_name: str) -> str:
+    """The checkpoint's name of a transformers parameter.
+
+    >>> _checkpoint_name("model.layers.3.block_sparse_moe.router.weight")
+    'model.layers.3.block_sparse_moe.router.layer.weight'
+    """
+    for pattern, checkpoint in _RENAMED_ON_LOAD:
+        hf_name = pattern.sub(checkpoint, hf_name)
+    return hf_name
 
 
 def _expert_tensors(hf_name: str, shape: tuple[int, ...]) -> list[_Tensor] | None:
     """transformers 5 keeps a layer's experts as 3-D tensors, gate and up fused:
     `experts.gate_up_proj` [E, 2·d_ff, d_e] (rows: gate; up) and `experts.down_proj` [E, d_e, d_ff].
     llama.cpp's converter writes them as `ffn_gate_exps`, `ffn_up_exps` [E, d_ff, d_e] and
-    `ffn_down_exps` [E, d_e, d_ff] (NumPy order); None for any other parameter.
+    `ffn_down_exps` [E, d_e, d_ff] (NumPy order). GraniteMoeShared's shared expert fuses its gate and
+    up the same way in one Linear, `shared_mlp.input_linear` [2·d_s, d_e], which GraniteMoeModel
+    splits into `ffn_gate_shexp` and `ffn_up_shexp`. None for any other parameter.
 
     >>> [(t.name, t.part) for t in _expert_tensors("model.layers.1.mlp.experts.gate_up_proj", (8, 64, 32))]
     [('blk.1.ffn_gate_exps.weight', (0, 32)), ('blk.1.ffn_up_exps.weight', (32, 64))]
+    >>> [t.name for t in _expert_tensors("model.layers.0.shared_mlp.input_linear.weight", (128, 64))]
+    ['blk.0.ffn_gate_shexp.weight', 'blk.0.ffn_up_shexp.weight']
     """
+    shared = _SHARED_GATE_UP.fullmatch(hf_name)
+    if shared is not None:
+        return _gate_up(hf_name, f"blk.{shared.group(1)}.", "shexp", shape[0] // 2)
     m = _EXPERTS.fullmatch(hf_name)
     if m is None:
         return None
     blk = f"blk.{m.group(1)}."
     if m.group(2) == "down_proj":
         return [_Tensor(hf_name, blk + "ffn_down_exps.weight", False, None)]
-    d_ff = shape[1] // 2
+    return _gate_up(hf_name, blk, "exps", shape[1] // 2)
+
+
+_SHARED_GATE_UP = re.compile(r"model\.layers\.(\d+)\.shared_mlp\.input_linear\.weight")
+
+
+def _gate_up(hf_name: str, blk: str, kind: str, d: int) -> list[_Tensor]:
+    """A fused gate; up weight (its rows before the last axis) as ffn_gate_{kind} and ffn_up_{kind}."""
     return [
-        _Tensor(hf_name, blk + "ffn_gate_exps.weight", False, None, part=(0, d_ff)),
-        _Tensor(hf_name, blk + "ffn_up_exps.weight", False, None, part=(d_ff, 2 * d_ff)),
+        _Tensor(hf_name, f"{blk}ffn_gate_{kind}.weight", False, None, part=(0, d)),
+        _Tensor(hf_name, f"{blk}ffn_up_{kind}.weight", False, None, part=(d, 2 * d)),
     ]
 
 
 def _to_gguf(t: _Tensor, w: np.ndarray) -> np.ndarray:
     w = _CONVERSIONS[t.convert][0](w) if t.convert else w
-    w = w[:, t.part[0] : t.part[1]] if t.part else w
+    w = w[..., t.part[0] : t.part[1], :] if t.part else w
     w = w.T if t.transpose else w
     w = w + np.float32(t.shift) if t.shift else w
     return permute_qk(w, t.qk_heads) if t.qk_heads else w
@@ -966,8 +365,9 @@ def tensor_type(name: str, shape: tuple[int, ...], ftype: str) -> QT:
     ('F32', 'Q8_0')
     """
     qtype = FILE_TYPES[ftype][1]
-    pos_embd = gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.POS_EMBD] + ".weight"
-    if len(shape) <= 1 or name.endswith("_norm.weight") or not name.endswith(".weight") or name == pos_embd:
+    kept = (gguf.MODEL_TENSOR.POS_EMBD, gguf.MODEL_TENSOR.TOKEN_TYPES)  # the converter's "always in float32"
+    always_f32 = {gguf.TENSOR_NAMES[t] + ".weight" for t in kept}
+    if len(shape) <= 1 or name.endswith("_norm.weight") or not name.endswith(".weight") or name in always_f32:
         return QT.F32
     if name.endswith(".ssm_conv1d.weight"):  # the converter keeps every SSM_CONV1D in F32
         return QT.F32
@@ -995,8 +395,8 @@ def quantized_copy(model: torch.nn.Module, config: Any, arch: str, ftype: str) -
             restored = torch.from_numpy(
                 np.ascontiguousarray(_from_gguf(t, gguf.quants.dequantize(data, qtype).reshape(w.shape)))
             )
-            if t.part:  # one block of rows of each expert
-                params[t.hf_name][:, t.part[0] : t.part[1]].copy_(restored)
+            if t.part:  # one block of rows (of each expert)
+                params[t.hf_name][..., t.part[0] : t.part[1], :].copy_(restored)
             elif t.stack:  # row h back to head h's parameter
                 for row, n in zip(restored, t.stack, strict=True):
                     params[n].copy_(row)
@@ -1051,11 +451,6 @@ def _hparams_kv(config: Any, arch: str, ftype: str) -> dict[str, tuple[Any, VT]]
     if spec.arch_kv is not None:
         kv |= spec.arch_kv(config)
     return {k.format(arch=a): v for k, v in kv.items()}
-
-
-def head_dim(config: Any) -> int:
-    """d_h: the config's `head_dim` where it has one (Qwen2's has none), else d_e / H."""
-    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
 
 def rope_theta(config: Any) -> float:
@@ -1132,6 +527,8 @@ def write_gguf(
     writer = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[spec.gguf_arch])
     if spec.vocab == "spm":
         vocab_kv = spm_vocab_kv(config, spec.tokenizer_pre, spec.controls)
+    elif spec.vocab == "wpm":
+        vocab_kv = wpm_vocab_kv(config, spec.tokenizer_pre)
     else:
         vocab_kv = bpe_vocab_kv(config, spec.tokenizer_pre)
     kv = _hparams_kv(config, arch, ftype) | vocab_kv
@@ -1165,10 +562,11 @@ def transformers_reads(arch: str) -> bool:
 
 
 def hf_logits(model: torch.nn.Module, ids: list[int]) -> np.ndarray:
-    """Logits of a causal LM for one sequence: float32 `[len(ids), N_V]`."""
+    """Logits of a causal LM for one sequence: float32 `[len(ids), N_V]`; of an encoder (BERT), each
+    token's last hidden state, `[len(ids), d_e]`, what its card returns."""
     with torch.no_grad():
         out = model(torch.tensor([list(ids)], dtype=torch.long), use_cache=False)
-    return out.logits[0].float().numpy()
+    return (out.logits if hasattr(out, "logits") else out.last_hidden_state)[0].float().numpy()
 
 
 def hf_from_gguf(path: str | os.PathLike) -> torch.nn.Module:

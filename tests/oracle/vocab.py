@@ -1,10 +1,10 @@
 """Minimal, self-consistent tokenizer metadata for the oracle's tiny GGUF files.
 
-Owns: the `tokenizer.ggml.*` keys of a SentencePiece-style ("llama") and a byte-level BPE ("gpt2")
-vocabulary of exactly `config.vocab_size` tokens, laid out as llama.cpp's converter lays them out
-(tokens, scores for SentencePiece, token types, merges for BPE, special ids, padding with
-`[PAD{i}]` tokens of type UNUSED). Leaves out: real vocabularies (see `../shared/vocab/`) and
-tokenization itself.
+Owns: the `tokenizer.ggml.*` keys of a SentencePiece-style ("llama"), a byte-level BPE ("gpt2") and
+a WordPiece ("bert": `WPM_VOCAB`) vocabulary of exactly `config.vocab_size` tokens, laid out as
+llama.cpp's converter lays them out (tokens, scores for SentencePiece, token types, merges for BPE,
+special ids, padding with `[PAD{i}]` tokens of type UNUSED). Leaves out: real vocabularies (see
+`../shared/vocab/`) and tokenization itself.
 """
 
 from __future__ import annotations
@@ -117,4 +117,64 @@ def spm_vocab_kv(config: Any, pre: str, controls: tuple[str, ...] = ()) -> dict[
         TK.UNK_ID: (0, VT.UINT32),
         TK.ADD_BOS: (True, VT.BOOL),
         TK.ADD_EOS: (False, VT.BOOL),
+    }
+
+
+# A BERT (WordPiece) vocabulary as a vocab.txt lists it: the five specials, then punctuation, digits,
+# letters and their `##` continuations, and a few whole words and suffixes (uncased, accents stripped,
+# as BertTokenizer normalises: "café" reads as "cafe"); two CJK characters, which are words of their own.
+WPM_VOCAB = (
+    "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+    *".,!?'-()$+:;", *"0123456789", *"abcdefghijklmnopqrstuvwxyz",
+    *(f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz0123456789"),
+    "the", "is", "hello", "world", "to", "and", "of", "un", "play", "cat", "dog", "cafe", "new",
+    "york", "##able", "##ing", "##ed", "##er", "##ly", "中", "文",
+)  # fmt: skip
+WPM_SPECIALS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
+
+
+def wpm_phantom(token: str, special: bool) -> str:
+    """BertModel.set_vocab's "phantom space" spelling: a word's first piece gains "▁", a `##`
+    continuation loses its `##`, special tokens stay as they are.
+
+    >>> wpm_phantom("hello", False), wpm_phantom("##ing", False), wpm_phantom("[CLS]", True)
+    ('▁hello', 'ing', '[CLS]')
+    """
+    if special:
+        return token
+    return token[2:] if token.startswith("##") else "\u2581" + token
+
+
+def wpm_vocab_kv(config: Any, pre: str) -> dict[str, tuple[Any, VT]]:
+    """WPM_VOCAB as llama.cpp's BertModel writes a vocabulary (tokenizer.ggml.model "bert"): the
+    phantom-space tokens, the specials as CONTROL (they are the tokenizer's added special tokens),
+    the token-type count, and what gguf's SpecialVocab reads from a BERT tokenizer.json
+    (TemplateProcessing `[CLS] $A [SEP]`): bos = [CLS], eos = [SEP] (the tokenizer has no bos/eos of
+    its own), add_bos and add_eos true, and the unk, sep, pad and mask ids (gguf 0.19 writes no cls id).
+
+    >>> kv = wpm_vocab_kv(type("C", (), {"vocab_size": len(WPM_VOCAB), "type_vocab_size": 2}), "bert-bge")
+    >>> tokens = kv["tokenizer.ggml.tokens"][0]
+    >>> tokens[:3], tokens[5], tokens[WPM_VOCAB.index("##ing")], kv["tokenizer.ggml.bos_token_id"][0]
+    (['[PAD]', '[UNK]', '[CLS]'], '▁.', 'ing', 2)
+    """
+    if config.vocab_size != len(WPM_VOCAB):
+        raise ValueError(f"the WordPiece vocabulary has {len(WPM_VOCAB)} tokens, not {config.vocab_size}")
+    specials = set(WPM_SPECIALS.values())
+    tokens = [wpm_phantom(t, t in specials) for t in WPM_VOCAB]
+    types = [TT.CONTROL if t in specials else TT.NORMAL for t in WPM_VOCAB]
+    ids = {role: WPM_VOCAB.index(text) for role, text in WPM_SPECIALS.items()}
+    return {
+        TK.MODEL: ("bert", VT.STRING),
+        TK.PRE: (pre, VT.STRING),
+        TK.LIST: (tokens, VT.ARRAY),
+        TK.TOKEN_TYPE: ([int(t) for t in types], VT.ARRAY),
+        TK.TOKEN_TYPE_COUNT: (config.type_vocab_size, VT.UINT32),
+        TK.BOS_ID: (ids["cls"], VT.UINT32),
+        TK.EOS_ID: (ids["sep"], VT.UINT32),
+        TK.UNK_ID: (ids["unk"], VT.UINT32),
+        TK.SEP_ID: (ids["sep"], VT.UINT32),
+        TK.PAD_ID: (ids["pad"], VT.UINT32),
+        TK.MASK_ID: (ids["mask"], VT.UINT32),
+        TK.ADD_BOS: (True, VT.BOOL),
+        TK.ADD_EOS: (True, VT.BOOL),
     }

@@ -31,6 +31,9 @@ CASES += ("phi3-partial", "phi2")
 CASES += ("stablelm",)  # q/k/v biases, a quarter of each head rotated
 CASES += ("stablelm2-12b",)  # per-head q/k LayerNorms on the cached keys, parallel attention and MLP
 CASES += ("olmo3",)  # a window of 4 on 3 blocks of 4, over the cache
+CASES += ("seed_oss",)  # q/k/v biases, head_dim ≠ d_e/H
+CASES += ("granitemoeshared", "arcee")  # granite's multipliers, experts and a shared one; ungated ReLU² MLP
+CASES += ("command-r", "cohere2")  # scaled tied logits; a window of 4 with RoPE on 3 layers of 4, NoPE on 1
 
 
 def tol(want: np.ndarray) -> float:
@@ -190,7 +193,7 @@ def test_every_library_card_computes_the_last_token_alone_when_asked():
     from toycards.codegen import generate_source
     from toycards.library import ARCH_CARDS, library_card
 
-    for name in sorted(set(ARCH_CARDS.values())):
+    for name in sorted(set(ARCH_CARDS.values()) - {"bert"}):  # an encoder's tokens read later ones
         for target in TARGETS:
             src = generate_source(library_card(name), target)
             assert "if last:" in src and "ctx.keep_last()" in src, (name, target)

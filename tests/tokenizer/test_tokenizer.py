@@ -284,7 +284,7 @@ def test_spm_without_space_prefix_breaks_ties_leftmost(tmp_path):
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"tokenizer.ggml.model": "bert"}, "'bert'"),
+        ({"tokenizer.ggml.model": "t5"}, "'t5'"),  # unigram: not read (bert, WordPiece, is: test_bert.py)
         ({"tokenizer.ggml.model": None}, "tokenizer.ggml.model"),
         ({"tokenizer.ggml.pre": "not-a-tokenizer"}, "'not-a-tokenizer'"),
         ({"tokenizer.ggml.merges": None}, "merges"),

@@ -3,9 +3,9 @@
 Owns: the click group and its error policy (a message is printed terminal-safe: a file's string
 in it cannot drive the terminal). The commands live one module per family: cards.py
 (`check`, `fmt`, `render`), files.py (`describe`, `diff`, `list`), models.py (`gen`, `run`,
-`eval`), chat.py (`chat`), serve.py (`serve`), train.py (`train`), library.py (`cards`); each
-command is argument parsing, one library call, and output. What a model or card argument names
-(a path, or a name) is resolve.py's one rule.
+`eval`), chat.py (`chat`), serve.py (`serve`), train.py (`train`), library.py (`cards`), embed.py
+(`embed`); each command is argument parsing, one library call, and output. What a model or card
+argument names (a path, or a name) is resolve.py's one rule.
 Leaves out: the work itself (every other sub-package).
 
 Exit status: 0 ok; 1 the input is wrong (diagnostics or one line on stderr); 2 usage error
@@ -67,6 +67,7 @@ def main() -> None:
 def _add_commands() -> None:
     from toycards.cli.cards import check_cmd, fmt_cmd, render_cmd
     from toycards.cli.chat import chat_cmd
+    from toycards.cli.embed import embed_cmd
     from toycards.cli.files import describe_cmd, diff_cmd, list_cmd
     from toycards.cli.library import cards_cmd
     from toycards.cli.models import eval_cmd, gen_cmd, run_cmd
@@ -74,7 +75,7 @@ def _add_commands() -> None:
     from toycards.cli.train import train_cmd
 
     commands = (check_cmd, fmt_cmd, render_cmd, describe_cmd, diff_cmd, list_cmd, gen_cmd, run_cmd, eval_cmd)
-    for cmd in (*commands, cards_cmd, chat_cmd, serve_cmd, train_cmd):
+    for cmd in (*commands, cards_cmd, chat_cmd, serve_cmd, train_cmd, embed_cmd):
         main.add_command(cmd)
 
 

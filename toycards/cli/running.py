@@ -1,11 +1,12 @@
 """What the commands that run a model share: loading it, its context length, Ctrl-C, stdin.
 
-Owns: `load_model` (a GGUF file by path or by name, with its own card or `--card`), `ctx_option`
-and `context_limit` (the context `--ctx` asks for, checked against the model's), `sampling_options`
-(run's and chat's), `native_code_ready`
-(the native code built before any text is printed), `interruptible_command` (Ctrl-C as one line and
-exit 130), `text_or_stdin` (`-p -`) and `say_greedy` (the warning for sampling options at
-temperature 0). Used by run and eval (models.py), chat (chat.py) and serve (serve.py).
+Owns: `load_model` (a GGUF file by path or by name, with its own card or `--card`; an embedding
+model refused where a command needs logits), `ctx_option` and `context_limit` (the context
+`--ctx` asks for, checked against the model's), `sampling_options` (run's and chat's),
+`native_code_ready` (the native code built before any text is printed), `interruptible_command`
+(Ctrl-C as one line and exit 130), `text_or_stdin` (`-p -`) and `say_greedy` (the warning for
+sampling options at temperature 0). Used by run and eval (models.py), chat (chat.py), serve
+(serve.py) and embed (embed.py).
 Leaves out: the commands themselves.
 """
 
@@ -116,9 +117,13 @@ def context_limit(m, ctx: int | None) -> int | None:
     return limit
 
 
-def load_model(model: str, target: str, card: str | None, device: str | None = None):
+def load_model(
+    model: str, target: str, card: str | None, device: str | None = None, embeddings: bool = False
+):
     """The model of a GGUF file, with its own card or with `--card FILE` bound to its weights
-    (`--device`: the torch target's, checked before the file is read)."""
+    (`--device`: the torch target's, checked before the file is read). A model whose card outputs
+    embeddings (BERT) is refused in one line naming the command, unless `embeddings` (`embed`): run,
+    eval, chat and serve need a distribution over the vocabulary."""
     from toycards.cli.resolve import resolve_model
     from toycards.library import read_card_file
     from toycards.models.load import load, torch_device
@@ -132,5 +137,10 @@ def load_model(model: str, target: str, card: str | None, device: str | None = N
         device = torch_device(device, "--device")
     given = given_card(card)
     if given is not None:
-        return load(read_card_file(given), weights=model, target=target, device=device)
-    return load(model, target=target, device=device)
+        m = load(read_card_file(given), weights=model, target=target, device=device)
+    else:
+        m = load(model, target=target, device=device)
+    if not embeddings:
+        command = click.get_current_context(silent=True)
+        m.require_vocabulary_output(f"toycards {command.info_name}" if command else "this command")
+    return m

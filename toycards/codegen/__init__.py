@@ -17,6 +17,7 @@ from toycards.codegen.module import comment_safe
 from toycards.codegen.verify import verify_source
 from toycards.errors import ToycardsError
 from toycards.lang import ir
+from toycards.lang.outputs import returns_distribution
 from toycards.lang.scale import collector_paused
 
 TARGETS = {
@@ -110,6 +111,7 @@ def generate_source(card: ir.Card, target: str = "torch") -> str:
     ]
     spec = ModuleSpec(target, "Model", text, hashlib.sha256(text.encode()).hexdigest(), main_fn, funcs, hyper)
     spec.recompute = plan.note(card)
+    spec.logits_from_softmax = returns_distribution(main)  # else the module returns the card's output
     imports, base = TARGETS[target]
     lines = [line for f in (main_fn, *funcs) for line in f.body]
     needs_math = any(re.search(r"(?<![\w.])math\.", line) for line in lines)

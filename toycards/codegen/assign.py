@@ -16,6 +16,7 @@ from toycards.codegen.scope import AFTER, Family, family_key, free_names
 from toycards.codegen.values import MapVar, Val
 from toycards.errors import ToycardsError
 from toycards.lang import ir
+from toycards.lang.outputs import returns_distribution
 
 
 class AssignEmitter:
@@ -223,7 +224,7 @@ class AssignEmitter:
 
     def ret(self, s: ir.Return, out: list[str]) -> None:
         value = s.value
-        if self.scope.is_main:
+        if self.scope.is_main and returns_distribution(self.scope.algo):
             if not (isinstance(value, ir.Call) and value.func == "softmax" and len(value.args) == 1):
                 raise ToycardsError("a model card returns `P = softmax(Z)`; the module returns the logits Z")
             value = value.args[0]

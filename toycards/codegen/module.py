@@ -38,7 +38,7 @@ class ModuleSpec:
     main: Function
     functions: list[Function]
     hyper: list[tuple[str, str]]  # (identifier, card name)
-    logits_from_softmax: bool = True
+    logits_from_softmax: bool = True  # P = softmax(Z): the module returns the logits Z (else: the output)
     recompute: str = ""  # why a KV cache cannot follow the card (decoding then recomputes); "" if it can
 
 

@@ -73,6 +73,13 @@ ARCH_CARDS: dict[str, str] = {
     "phi2": "phi2",
     "stablelm": "stablelm",
     "mamba": "mamba",
+    "command-r": "command-r",
+    "cohere2": "cohere2",
+    "granitemoe": "granitemoe",
+    "arcee": "arcee",
+    "exaone4": "exaone4",
+    "seed_oss": "seed_oss",
+    "bert": "bert",  # an encoder: its card outputs each token's embedding (ModelAPI.embed pools them)
 }
 
 
@@ -93,6 +100,13 @@ CARDS_REFUSED_BY_TENSORS: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {
             ("blk.0.attn_q_norm.weight", "blk.0.ffn_norm.weight"),
             "per-head q/k norms (attn_q_norm) in a sequential block (ffn_norm): stablelm_parallel.card "
             "models q/k norms only with the parallel block (no ffn_norm), stablelm.card neither",
+        ),
+    ),
+    "seed_oss": (
+        (
+            ("blk.0.attn_output.bias",),
+            "an output-projection bias (attention_out_bias): llama.cpp's seed_oss loads no "
+            "attn_output.bias and refuses the file",
         ),
     ),
 }

@@ -112,6 +112,15 @@ def expand_template(template: str, arch: str | None, var: str = "", value: int |
 # ── hyperparameters ─────────────────────────────────────────────────────────────────────
 def _convert(value: object, typ: ir.Type, name: str) -> object:
     if isinstance(typ, ir.EnumType):
+        if hasattr(value, "item"):  # a NumPy scalar
+            value = value.item()
+        if isinstance(value, int):  # a number names the option at that place, from 0 (false 0, true 1)
+            if not 0 <= value < len(typ.options):
+                raise EvalError(
+                    f"{name} = {value} is past its options {{{', '.join(typ.options)}}} "
+                    f"(a whole number picks the option at that place, from 0)"
+                )
+            return typ.options[value]
         s = str(value)
         if s not in typ.options:
             raise EvalError(f"{name} = {s!r} is not one of {{{', '.join(typ.options)}}}")

@@ -110,6 +110,8 @@ def evaluate(
     alternatives); else the summary alone. `progress(done, total)`, in tokens scored: at the start
     and after each window. An `n_ctx` past the trained context is refused for a learned-position
     model, allowed for others (runtime/context.py)."""
+    if hasattr(model, "require_vocabulary_output"):
+        model.require_vocabulary_output("eval")
     tok = model.tokenizer
     if ids is None:
         if text is None:

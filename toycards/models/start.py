@@ -78,7 +78,7 @@ def _card_source(source: str) -> tuple[ir.Card, str]:
         return card, ARCH_CARDS.get(path.stem, "") or default_arch(card)
     if path.is_dir():
         raise ToycardsError(f"{source}: is a directory, not a card file")
-    user = user_card_path(source, user_card_dirs()) if source.isidentifier() else None
+    user = user_card_path(source, user_card_dirs())  # None for a name that is no file stem (a path)
     if user is not None:
         return read_card_file(user), source
     if source in card_names():

@@ -1,6 +1,8 @@
 """What every generated model offers besides `forward`: logits for a list of ids, generation.
 
-Owns: `ModelAPI` (`logits(ids)`, `new_cache()`, `generate(prompt, …)`, `context_length`, and
+Owns: `ModelAPI` (`logits(ids)`, `new_cache()`, `generate(prompt, …)`, `context_length`,
+`embed(texts)` and `outputs_embeddings` for a card whose output is an embedding per token (an
+encoder; it refuses `generate`, which needs a distribution over the vocabulary), and
 `Model.from_gguf(path)`, which binds a file's weights to a generated module's own card through
 models/load.py), shared by the NumPy and torch base classes; `Generation` (what `generate`
 returns: the text pieces, then why they ended); and `require_finite` (non-finite logits as one
@@ -115,7 +117,8 @@ class ModelAPI:
         return known
 
     def logits(self, ids) -> np.ndarray:
-        """float32 logits [len(ids), N_V] for one sequence of token ids (NaN if the weights hold NaN).
+        """float32 logits [len(ids), N_V] for one sequence of token ids (NaN if the weights hold NaN);
+        a card that outputs embeddings (`outputs_embeddings`) gives those, [len(ids), d_e].
         Raises ToycardsError for more ids than a learned-position model has positions."""
         ids = np.asarray(ids, dtype=np.int64).reshape(1, -1)
         if ids.size == 0:
@@ -123,6 +126,41 @@ class ModelAPI:
         self._check_ids(ids)
         self.context_length.check_fits(ids.shape[-1], self.path)
         return self._forward_numpy(ids, None)[0]
+
+    @property
+    def outputs_embeddings(self) -> bool:
+        """Whether the card outputs an embedding per token (`E ∈ ℝ^{d_e×ℓ}`: BERT) rather than a
+        distribution over the vocabulary; `logits` then gives those embeddings, [len(ids), d_e]."""
+        algorithm = getattr(self.bound, "algorithm", None)
+        if algorithm is None:
+            return False
+        from toycards.lang.outputs import returns_distribution  # the card language only where asked
+
+        return not returns_distribution(algorithm)
+
+    def require_vocabulary_output(self, what: str) -> None:
+        """A one-line ToycardsError where `what` (generate, run, eval, chat) needs next-token logits
+        and the card outputs embeddings."""
+        if self.outputs_embeddings:
+            raise ToycardsError(
+                f"{what}: this model's card outputs embeddings, not a distribution over the vocabulary;"
+                " use embed (`toycards embed MODEL --text …`)"
+            )
+
+    def embed(self, inputs, pooling: str | None = None, normalize: int = 2):
+        """float32 embeddings of a text or token ids (one sequence) or of a list of them, for a card
+        that outputs an embedding per token: pooled by the card's `pooling` (the file's
+        pooling_type; `pooling=` "none", "mean", "cls" or "last" overrides it) and normalised as
+        llama.cpp's embedding example does by default (`normalize` 2: Euclidean, unit length; -1:
+        as the model gives it). One sequence gives [d_e] ([ℓ, d_e] with pooling none), several [n,
+        d_e]. Texts are tokenized with the model's specials ([CLS] … [SEP]); runtime/embedding.py."""
+        from toycards.runtime import embedding
+
+        if not self.outputs_embeddings:
+            raise ToycardsError(
+                "embed: this model's card outputs a distribution over the vocabulary, not embeddings"
+            )
+        return embedding.embed(self, inputs, pooling, normalize)
 
     def new_cache(self, kv_type: str = "f32") -> KVCache:
         """An empty KV cache; `kv_type` "f16" keeps keys and values in float16 (context.KVCache)."""
@@ -142,6 +180,7 @@ class ModelAPI:
         text. `kv_type`: the cache's, as `new_cache` takes it.
         Raises ToycardsError at once when the prompt leaves no room in the context, and while
         iterating when the logits are not finite (weights holding NaN or Inf)."""
+        self.require_vocabulary_output("generate")
         tok = self.tokenizer
         if tok is None:
             raise ToycardsError("this model has no tokenizer (the GGUF file carries no vocabulary)")

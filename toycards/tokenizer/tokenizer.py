@@ -6,9 +6,9 @@ add-BOS/EOS and space-prefix flags, with llama.cpp's defaults per model type; at
 `check_vocabulary_size`), splitting
 special tokens out of the text, encoding with the model's algorithm, decoding (all at once or
 streamed token by token), the end-of-generation set, and `load_tokenizer(path)`.
-Leaves out: the BPE and SentencePiece algorithms themselves (bpe.py,
-spm.py), chat templates (chat.py), and the WordPiece, unigram (T5) and
-RWKV models, which raise ToycardsError naming the model.
+Leaves out: the BPE, SentencePiece and WordPiece algorithms themselves (bpe.py, spm.py,
+wpm.py), chat templates (chat.py), and the unigram (T5) and RWKV models, which raise
+ToycardsError naming the model.
 
 llama.cpp conventions kept here, so that ids equal `llama_tokenize(..., parse_special)`:
 - Special tokens are cut out of the text first, longest first (`tokenizer_st_partition`).
@@ -18,6 +18,9 @@ llama.cpp conventions kept here, so that ids equal `llama_tokenize(..., parse_sp
   leading space (`add_space_prefix`), then spaces become `▁`. Decoding removes one leading
   space from the first token's text, so `decode(encode(s)) == s`; after a BOS the space stays
   (`decode(encode("Hi", add_bos=True)) == " Hi"`, as `llama_detokenize` gives).
+- WordPiece (BERT): `add_bos` stands for llama.cpp's `add_special`, which puts the BOS ([CLS])
+  before the text and the SEP after it whatever add_bos/add_eos_token say; spaces are `▁`
+  in the vocabulary (`▁hello`), so decoding keeps the space before each word.
 - Control and unknown tokens decode to "" unless `special=True`; user-defined tokens decode
   to their text; byte tokens `<0xNN>` to their byte.
 
@@ -38,6 +41,7 @@ from toycards.gguf.facts import DEPRECATED_SPECIAL_TOKEN_KEYS, SPECIAL_TOKEN_KEY
 from toycards.tokenizer.bpe import PRE_TOKENIZERS, ByteBPE, PreTokenizer, parse_merges, token_bytes
 from toycards.tokenizer.special import SpecialSplitter, assign_roles_by_text, end_of_generation
 from toycards.tokenizer.spm import SPACE, SentencePiece, parse_byte_token
+from toycards.tokenizer.wpm import WordPiece
 
 K = Keys.Tokenizer
 T = TokenType
@@ -52,16 +56,24 @@ class _ModelDefaults:
     eos: int | None
     unk: int | None
     add_space_prefix: bool
+    sep: int | None = None
 
 
 # tokenizer.ggml.model names a tokenizer kind, not a model family: "llama" is SentencePiece, "gpt2"
-# byte-level BPE (llama.cpp's LLAMA_VOCAB_TYPE_SPM and _BPE)
-SPM, BYTE_BPE = "llama", "gpt2"
+# byte-level BPE, "bert" WordPiece (llama.cpp's LLAMA_VOCAB_TYPE_SPM, _BPE and _WPM)
+SPM, BYTE_BPE, WPM = "llama", "gpt2", "bert"
 MODELS = {
     SPM: _ModelDefaults(bos=1, eos=2, unk=0, add_space_prefix=True),
     BYTE_BPE: _ModelDefaults(bos=11, eos=11, unk=None, add_space_prefix=False),
+    WPM: _ModelDefaults(bos=101, eos=None, unk=100, add_space_prefix=False, sep=102),
 }
-_SPM_PRE = PreTokenizer("default", clean_spaces=False, add_bos=True)  # SPM has no pre-tokenizer
+# SPM and WPM have no pre-tokenizer (llama.cpp reads no tokenizer.ggml.pre for them): their settings
+_OWN_PRE = {
+    SPM: PreTokenizer("default", clean_spaces=False, add_bos=True),
+    WPM: PreTokenizer("default", clean_spaces=True, add_bos=True),
+}
+# BertNormalizer's options (llama.cpp: lowercase true when absent, strip_accents as lowercase when absent)
+NORMALIZER_KEYS = ("tokenizer.ggml.normalizer.lowercase", "tokenizer.ggml.normalizer.strip_accents")
 
 # special-token roles and their keys; later keys win (the deprecated prefix/suffix/middle ids)
 _SPECIAL_KEYS = SPECIAL_TOKEN_KEYS + DEPRECATED_SPECIAL_TOKEN_KEYS
@@ -145,6 +157,7 @@ class Tokenizer:
         add_space_prefix: bool | None = None,
         model_name: str = "",
         chat_template: str | None = None,
+        normalizer: tuple[bool, bool] = (True, True),  # WordPiece: lowercase, strip accents
     ):
         if model not in MODELS:
             raise ToycardsError(
@@ -167,6 +180,8 @@ class Tokenizer:
             r: t if t is not None and t < len(tokens) else None
             for r, t in (("bos", defaults.bos), ("eos", defaults.eos), ("unk", defaults.unk))
         }
+        if defaults.sep is not None:  # WordPiece: the [SEP] after a text, unless the file names another
+            self.special["sep"] = defaults.sep if defaults.sep < len(tokens) else None
         if not pre_tokenizer.has_bos:
             self.special["bos"] = None
         self.special.update(special)
@@ -182,14 +197,16 @@ class Tokenizer:
             self._spm = SentencePiece(
                 self.token_to_id, scores or [0.0] * len(tokens), self.special.get("unk")
             )
+        elif model == WPM:
+            self._wpm = WordPiece(self.token_to_id, self.special.get("unk"), *normalizer)
         else:
             if not merges:
                 raise ToycardsError("byte-level BPE vocabulary without tokenizer.ggml.merges")
             self._bpe = ByteBPE(self.token_to_id, parse_merges(merges), pre_tokenizer)
 
     def _pre_tokenizer(self, pre: str) -> PreTokenizer:
-        if self.model == SPM:
-            return _SPM_PRE
+        if self.model in _OWN_PRE:
+            return _OWN_PRE[self.model]
         if pre not in PRE_TOKENIZERS:
             raise ToycardsError(f"unsupported tokenizer.ggml.pre {pre!r} for a byte-level BPE vocabulary")
         return PRE_TOKENIZERS[pre]
@@ -213,6 +230,8 @@ class Tokenizer:
                 r: int(v) for r, key in _SPECIAL_KEYS if (v := get(key)) is not None and 0 <= int(v) < n
             }
             flags = {name: None if (v := get(key)) is None else bool(v) for name, key in _FLAG_KEYS}
+            lowercase = bool(get(NORMALIZER_KEYS[0], True))
+            strip_accents = bool(get(NORMALIZER_KEYS[1], lowercase))
         except (TypeError, ValueError, AttributeError) as e:
             raise ToycardsError(f"malformed tokenizer metadata: {e}") from None
         template = get(K.CHAT_TEMPLATE)
@@ -221,6 +240,7 @@ class Tokenizer:
             special=special, add_bos=flags["add_bos"], add_eos=bool(flags["add_eos"]),
             add_space_prefix=flags["add_space_prefix"], model_name=str(get("general.name") or ""),
             chat_template=template if isinstance(template, str) else None,
+            normalizer=(lowercase, strip_accents),
         )  # fmt: skip
 
     # --- vocabulary facts -------------------------------------------------------------------
@@ -269,6 +289,8 @@ class Tokenizer:
         """
         if not isinstance(text, str):
             raise ToycardsError(f"encode() takes a str, not {type(text).__name__}")
+        if self.model == WPM:  # llama.cpp's add_special: [CLS] … [SEP], whatever the file's flags say
+            add_bos = add_eos = add_bos is None or add_bos
         ids = [self._required("bos")] if (self.add_bos if add_bos is None else add_bos) else []
         try:
             ids += self._encode_fragments(self.split_special(text, parse_special) if text else [])
@@ -277,7 +299,7 @@ class Tokenizer:
                 f"text is not valid Unicode: lone surrogate {e.object[e.start : e.end]!r}"
             ) from None
         if self.add_eos if add_eos is None else add_eos:
-            ids.append(self._required("eos"))
+            ids.append(self._required("sep" if self.model == WPM else "eos"))
         return ids
 
     def _encode_fragments(self, fragments: list[str | int]) -> list[int]:
@@ -291,6 +313,8 @@ class Tokenizer:
             if self.model == SPM:
                 prefix = " " if self.add_space_prefix and starts_fragment else ""
                 ids += self._spm.encode((prefix + fragment).replace(" ", SPACE))
+            elif self.model == WPM:
+                ids += self._wpm.encode(fragment)
             else:
                 ids += self._bpe.encode(fragment)
             starts_fragment = False
@@ -329,7 +353,7 @@ class Tokenizer:
         if kind == T.USER_DEFINED:
             return text.encode()
         if kind == T.NORMAL:
-            return text.replace(SPACE, " ").encode() if self.model == SPM else token_bytes(text)
+            return text.replace(SPACE, " ").encode() if self.model in (SPM, WPM) else token_bytes(text)
         if kind == T.BYTE and (byte := parse_byte_token(text)) is not None:
             return bytes([byte])
         return b""  # unused and undefined types are suppressed, as in llama.cpp

@@ -35,6 +35,7 @@ from toycards.lang.interpret.values import (
     write,
 )  # fmt: skip
 from toycards.lang.options import defaults
+from toycards.lang.outputs import returns_distribution
 
 ALL_PARAMS = "θ"
 
@@ -48,7 +49,9 @@ class Interpreter(Evaluator):
     """Runs the algorithms of one card; calls reach the card's algorithms, then the library's.
 
     `logits=True`: the entry algorithm's final `return P = softmax(Z)` returns Z (the logits), as
-    the generated modules do. `rank_of(node)`: the checker's rank of an expression node, or None.
+    the generated modules do; an entry algorithm whose output is no distribution (an encoder's
+    `E ∈ ℝ^{d_e×ℓ}`) returns its output as ever. `rank_of(node)`: the checker's rank of an
+    expression node, or None.
     """
 
     def __init__(
@@ -284,7 +287,7 @@ class Interpreter(Evaluator):
 
     def ret(self, s: ir.Return, f: Frame) -> Returned:
         value = s.value
-        if self.logits and f is self._top:
+        if self.logits and f is self._top and returns_distribution(f.algo):
             if not (isinstance(value, ir.Call) and value.func == "softmax" and len(value.args) == 1):
                 raise Fault("a model card returns `P = softmax(Z)`; its logits are Z")
             value = value.args[0]

@@ -1,0 +1,960 @@
+"""The architectures the oracle builds: one `ArchSpec` per case in `ARCHS` (the transformers class and
+its tiny config, how llama.cpp's converter writes the file: Q/K permutation, norm offsets, its own
+metadata keys and tensors), with the helpers that write each family's keys.
+Leaves out: writing the file (hf_gguf.py, whose docstring lists the converter's facts relied on).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach the hub, even by accident
+
+import gguf  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+
+from .vocab import WPM_VOCAB  # noqa: E402
+
+VT = gguf.GGUFValueType
+QT = gguf.GGMLQuantizationType
+
+FILE_TYPES = {  # ftype name → (general.file_type, the type of quantizable 2-D weights)
+    "F32": (gguf.LlamaFileType.ALL_F32, QT.F32),
+    "F16": (gguf.LlamaFileType.MOSTLY_F16, QT.F16),
+    "Q8_0": (gguf.LlamaFileType.MOSTLY_Q8_0, QT.Q8_0),
+}
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    """How one architecture is built tiny and written the llama.cpp way."""
+
+    gguf_arch: gguf.MODEL_ARCH
+    config_cls: type
+    defaults: dict[str, Any]  # tiny config; `tiny_model(**overrides)` replaces entries
+    permute_qk: bool  # rope type NORM: llama.cpp interleaves each Q/K head's halves
+    rms_norm: bool  # RMSNorm (ε under attention.layer_norm_rms_epsilon) vs LayerNorm
+    vocab: str  # "spm" (SentencePiece: tokenizer.ggml.model llama), "bpe" (byte-level: gpt2), "wpm" (bert)
+    tokenizer_pre: str
+    rope: bool = True  # rotary positions and grouped-query heads (everything here but GPT-2)
+    arch_kv: Callable[[Any], dict[str, tuple[Any, VT]]] | None = None  # the arch's own keys, from the config
+    norm_shift: float = 0.0  # added to every `*norm.weight` by the converter (Gemma: RMSNorm scales by 1 + w)
+    absent_keys: tuple[str, ...] = ()  # gguf.Keys templates the converter does not write for this arch
+    hf_reads: bool = (
+        True  # False: transformers' GGUF loader builds another model from the file, or drops keys it needs
+    )
+    extra_tensors: Callable[[Any], dict[str, np.ndarray]] | None = None  # tensors made from the config
+    controls: tuple[str, ...] = ()  # control tokens at the end of an "spm" vocabulary
+    # "": q/k/v as the converter writes them; "fused": one attn_qkv (rows q; k; v) as older
+    # converters wrote phi2; "split": attn_q/k/v where the converter writes attn_qkv (llama.cpp
+    # reads either for phi2 and phi3: wqkv when present, else wq, wk, wv)
+    qkv: str = ""
+    # the model keys of a converter with its own set_gguf_parameters (Mamba): none of the common ones
+    model_kv: Callable[[Any], dict[str, tuple[Any, VT]]] | None = None
+    # parameter name suffix → σ of its N(0, σ²) draw, where _randomise's 0.1 would leave a block too
+    # small to move the logits (Mamba: its blocks are products of five projections)
+    init_std: tuple[tuple[str, float], ...] = ()
+    # an encoder (BERT): built with AutoModel, its output each token's last hidden state, not logits
+    encoder: bool = False
+    dropped: tuple[str, ...] = ()  # prefixes of parameters the converter drops (BERT's pooler)
+
+
+_GQA_SHAPE = dict(
+    hidden_size=64,  # d_e
+    num_attention_heads=4,  # H
+    num_key_value_heads=2,  # H_kv: two query heads share each K/V head
+    num_hidden_layers=2,  # L
+    intermediate_size=96,  # d_mlp, a multiple of 32 so ffn_down can be Q8_0
+    max_position_embeddings=128,  # ℓ_max
+    rope_theta=10000.0,
+)
+_ROPE_GQA = dict(_GQA_SHAPE, rms_norm_eps=1e-5)
+# what every Gemma config here shares (SentencePiece ids 0/1/2 = pad/bos/eos, a tied 128-token
+# vocabulary), and how Gemma's converter writes every generation: unpermuted Q/K, norms + 1
+_GEMMA_SHAPE = dict(rms_norm_eps=1e-6, vocab_size=128, tie_word_embeddings=True)
+_GEMMA_TOKENS = dict(bos_token_id=1, eos_token_id=2, pad_token_id=0)
+_GEMMA_FILE = dict(permute_qk=False, rms_norm=True, vocab="spm", tokenizer_pre="default", norm_shift=1.0)
+# what the OLMo converters (Olmo2Model, OlmoeModel) leave out: no vocab_size, no rope.dimension_count,
+# no key/value_length
+_OLMO_ABSENT = (
+    gguf.Keys.LLM.VOCAB_SIZE,
+    gguf.Keys.Rope.DIMENSION_COUNT,
+    gguf.Keys.Attention.KEY_LENGTH,
+    gguf.Keys.Attention.VALUE_LENGTH,
+)
+_NO_HEAD_DIM = (
+    gguf.Keys.Attention.KEY_LENGTH,
+    gguf.Keys.Attention.VALUE_LENGTH,
+)  # no attention.key/value_length
+
+
+def _granite_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """GraniteModel.set_gguf_parameters: each multiplier under its `_scale` name, only when non-zero.
+
+    >>> sorted(_granite_kv(transformers.GraniteConfig(logits_scaling=0.0)))  # a 0 is not written
+    ['{arch}.attention.scale', '{arch}.embedding_scale', '{arch}.residual_scale']
+    """
+    K, Att = gguf.Keys.LLM, gguf.Keys.Attention
+    values = {
+        K.EMBEDDING_SCALE: config.embedding_multiplier,
+        K.RESIDUAL_SCALE: config.residual_multiplier,
+        Att.SCALE: config.attention_multiplier,
+        K.LOGIT_SCALE: config.logits_scaling,
+    }
+    return {key: (float(v), VT.FLOAT32) for key, v in values.items() if v}
+
+
+def _gemma2_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """Gemma2Model.set_gguf_parameters: both soft-caps and the sliding window, always written.
+
+    >>> sorted(_gemma2_kv(transformers.Gemma2Config(sliding_window=4)).items())[2]
+    ('{arch}.final_logit_softcapping', (30.0, <GGUFValueType.FLOAT32: 6>))
+    """
+    K, Att = gguf.Keys.LLM, gguf.Keys.Attention
+    return {
+        K.ATTN_LOGIT_SOFTCAPPING: (float(config.attn_logit_softcapping), VT.FLOAT32),
+        K.FINAL_LOGIT_SOFTCAPPING: (float(config.final_logit_softcapping), VT.FLOAT32),
+        Att.SLIDING_WINDOW: (int(config.sliding_window), VT.UINT32),
+    }
+
+
+def _gemma3_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """Gemma3Model / TextModel.set_gguf_parameters: the global layers' RoPE (base, linear scaling)
+    from `rope_parameters["full_attention"]`, the local base as `rope.freq_base_swa`, the window
+    (unless every layer is global), the final soft-cap only when the config has one.
+
+    >>> kv = _gemma3_kv(transformers.Gemma3TextConfig(sliding_window=4))
+    >>> kv["{arch}.rope.freq_base"][0], kv["{arch}.rope.freq_base_swa"][0], "{arch}.rope.scaling.type" in kv
+    (1000000.0, 10000.0, False)
+    """
+    K, Att, Rope = gguf.Keys.LLM, gguf.Keys.Attention, gguf.Keys.Rope
+    full, local = config.rope_parameters["full_attention"], config.rope_parameters["sliding_attention"]
+    kv: dict[str, tuple[Any, VT]] = {
+        Rope.FREQ_BASE: (float(full["rope_theta"]), VT.FLOAT32),
+        Rope.FREQ_BASE_SWA: (float(local["rope_theta"]), VT.FLOAT32),
+        Att.SLIDING_WINDOW: (int(config.sliding_window), VT.UINT32),
+    }
+    if full.get("rope_type") == "linear":
+        kv[Rope.SCALING_TYPE] = ("linear", VT.STRING)
+        kv[Rope.SCALING_FACTOR] = (float(full["factor"]), VT.FLOAT32)
+    if config.final_logit_softcapping:
+        kv[K.FINAL_LOGIT_SOFTCAPPING] = (float(config.final_logit_softcapping), VT.FLOAT32)
+    return kv
+
+
+def _moe_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """The expert keys of llama.cpp's converter (TextModel and Qwen2MoeModel.set_gguf_parameters):
+    expert_count, expert_used_count, and where the config has them the experts' own width
+    (`moe_intermediate_size`) and the shared expert's (`shared_expert_intermediate_size`).
+
+    >>> sorted(_moe_kv(transformers.OlmoeConfig(num_experts=8, num_experts_per_tok=2)).items())[:1]
+    [('{arch}.expert_count', (8, <GGUFValueType.UINT32: 4>))]
+    """
+    K = gguf.Keys.LLM
+    experts = getattr(config, "num_experts", None) or config.num_local_experts
+    kv = {K.EXPERT_COUNT: (experts, VT.UINT32), K.EXPERT_USED_COUNT: (config.num_experts_per_tok, VT.UINT32)}
+    if getattr(config, "moe_intermediate_size", None):
+        kv[K.EXPERT_FEED_FORWARD_LENGTH] = (config.moe_intermediate_size, VT.UINT32)
+    if getattr(config, "shared_expert_intermediate_size", None):
+        kv[K.EXPERT_SHARED_FEED_FORWARD_LENGTH] = (config.shared_expert_intermediate_size, VT.UINT32)
+    return kv
+
+
+_MOE_SHAPE = dict(  # 8 experts, 2 per token, each 32 wide (a multiple of 32: ffn_down_exps can be Q8_0)
+    _ROPE_GQA, num_experts_per_tok=2, vocab_size=288, tie_word_embeddings=False
+)
+# what the two Qwen MoE generations share: their config's ε, base and expert widths; the
+# converter's facts (Qwen2MoeModel for both: unpermuted Q/K, byte-level BPE, the expert keys)
+_QWEN_MOE_SHAPE = dict(_MOE_SHAPE, rms_norm_eps=1e-6, rope_theta=1e6, num_experts=8, moe_intermediate_size=32)
+_QWEN_MOE_FILE = dict(permute_qk=False, rms_norm=True, vocab="bpe", tokenizer_pre="qwen2", arch_kv=_moe_kv)
+
+
+# Olmo3Config keeps a RoPE dict per layer type, and a lone rope_theta reaches the global layers only
+# (the sliding ones take its default 5e5): both given, one base, as OLMo 3's own configs have
+_OLMO3_ROPE = {
+    t: {"rope_type": "default", "rope_theta": 5e5} for t in ("full_attention", "sliding_attention")
+}
+
+
+def _olmo3_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """Olmo2Model on an OLMo 3 config: the sliding window, and rope.freq_base from the global
+    layers' RoPE (the only base the converter writes; llama.cpp's sliding layers take it too).
+
+    >>> sorted(_olmo3_kv(transformers.Olmo3Config(sliding_window=4, rope_parameters=_OLMO3_ROPE)).values())
+    [(4, <GGUFValueType.UINT32: 4>), (500000.0, <GGUFValueType.FLOAT32: 6>)]
+    """
+    return {
+        gguf.Keys.Attention.SLIDING_WINDOW: (int(config.sliding_window), VT.UINT32),
+        gguf.Keys.Rope.FREQ_BASE: (float(config.rope_parameters["full_attention"]["rope_theta"]), VT.FLOAT32),
+    }
+
+
+def _phi3_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """Phi3MiniModel.set_gguf_parameters: the original context always, the sliding window (0 when
+    the config has none), and for LongRoPE the attention factor √(1 + ln(scale) / ln(original)).
+
+    >>> sorted(_phi3_kv(transformers.Phi3Config(sliding_window=None)))  # doctest: +NORMALIZE_WHITESPACE
+    ['tokenizer.ggml.padding_token_id', '{arch}.attention.sliding_window', '{arch}.rope.dimension_count',
+     '{arch}.rope.scaling.original_context_length']
+    """
+    Att, Rope = gguf.Keys.Attention, gguf.Keys.Rope
+    original = (
+        config.rope_parameters.get("original_max_position_embeddings")
+        or config.original_max_position_embeddings
+    )
+    rotary = config.rope_parameters.get("partial_rotary_factor", 1.0)  # Phi-4-mini: 0.75
+    kv = {
+        Rope.DIMENSION_COUNT: (int(rotary * config.hidden_size) // config.num_attention_heads, VT.UINT32),
+        Rope.SCALING_ORIG_CTX_LEN: (int(original), VT.UINT32),
+        Att.SLIDING_WINDOW: (int(config.sliding_window or 0), VT.UINT32),
+        # the special vocabulary's padding id: Phi-3's <|endoftext|>, last here (ARCHS["phi3"].controls)
+        gguf.Keys.Tokenizer.PAD_ID: (config.vocab_size - 1, VT.UINT32),
+    }
+    if config.rope_parameters.get("long_factor"):
+        scale = config.max_position_embeddings / original
+        factor = math.sqrt(1 + math.log(scale) / math.log(original)) if scale > 1 else 1.0
+        kv[Rope.SCALING_ATTN_FACTOR] = (factor, VT.FLOAT32)
+    return kv
+
+
+def _phi3_tensors(config: Any) -> dict[str, np.ndarray]:
+    """Phi3MiniModel.generate_extra_tensors: LongRoPE's factors as two global F32 tensors."""
+    long, short = (config.rope_parameters.get(k) for k in ("long_factor", "short_factor"))
+    if not long:
+        return {}
+    names = gguf.TENSOR_NAMES
+    return {
+        names[gguf.MODEL_TENSOR.ROPE_FACTORS_LONG] + ".weight": np.asarray(long, np.float32),
+        names[gguf.MODEL_TENSOR.ROPE_FACTORS_SHORT] + ".weight": np.asarray(short, np.float32),
+    }
+
+
+def _phi2_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """Phi2Model.set_gguf_parameters: rope.dimension_count = int(partial_rotary_factor · d_e) // H.
+
+    >>> _phi2_kv(transformers.PhiConfig(hidden_size=64, num_attention_heads=4, partial_rotary_factor=0.5))
+    {'{arch}.rope.dimension_count': (8, <GGUFValueType.UINT32: 4>)}
+    """
+    rotary = config.rope_parameters.get("partial_rotary_factor", 1.0)
+    return {
+        gguf.Keys.Rope.DIMENSION_COUNT: (
+            int(rotary * config.hidden_size) // config.num_attention_heads,
+            VT.UINT32,
+        )
+    }
+
+
+def _stablelm_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """StableLMModel.set_gguf_parameters: rope.dimension_count = int(partial_rotary_factor · d_h), and
+    use_parallel_residual (true when the config does not say), which llama.cpp does not read.
+
+    >>> sorted(_stablelm_kv(transformers.StableLmConfig(hidden_size=64, num_attention_heads=4)).items())
+    [('{arch}.rope.dimension_count', (4, <GGUFValueType.UINT32: 4>)), ('{arch}.use_parallel_residual', (False, <GGUFValueType.BOOL: 7>))]
+    """
+    rotary = config.rope_parameters.get("partial_rotary_factor", 1.0)
+    d_h = config.hidden_size // config.num_attention_heads
+    return {
+        gguf.Keys.Rope.DIMENSION_COUNT: (int(rotary * d_h), VT.UINT32),
+        gguf.Keys.LLM.USE_PARALLEL_RESIDUAL: (bool(config.use_parallel_residual), VT.BOOL),
+    }
+
+
+def _mamba_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """MambaModel.set_gguf_parameters: the model keys it writes, and no others.
+
+    >>> kv = _mamba_kv(transformers.MambaConfig(hidden_size=32, state_size=8, time_step_rank="auto"))
+    >>> kv["{arch}.ssm.inner_size"][0], kv["{arch}.ssm.time_step_rank"][0], kv["{arch}.attention.head_count"][0]
+    (64, 2, 0)
+    """
+    K, Att, SSM = gguf.Keys.LLM, gguf.Keys.Attention, gguf.Keys.SSM
+    return {
+        K.CONTEXT_LENGTH: (2**20, VT.UINT32),  # the converter's stand-in: a recurrence has no trained length
+        K.EMBEDDING_LENGTH: (config.hidden_size, VT.UINT32),
+        K.FEED_FORWARD_LENGTH: (0, VT.UINT32),
+        Att.HEAD_COUNT: (0, VT.UINT32),
+        K.BLOCK_COUNT: (config.num_hidden_layers, VT.UINT32),
+        SSM.CONV_KERNEL: (config.conv_kernel, VT.UINT32),
+        SSM.INNER_SIZE: (config.intermediate_size, VT.UINT32),
+        SSM.STATE_SIZE: (config.state_size, VT.UINT32),
+        SSM.TIME_STEP_RANK: (int(config.time_step_rank), VT.UINT32),
+        Att.LAYERNORM_RMS_EPS: (config.layer_norm_epsilon, VT.FLOAT32),
+        SSM.DT_B_C_RMS: (False, VT.BOOL),  # Falcon-Mamba's RMS norms of dt, B and C: not in Mamba
+    }
+
+
+ARCHS: dict[str, ArchSpec] = {
+    "gpt2": ArchSpec(
+        gguf.MODEL_ARCH.GPT2,
+        transformers.GPT2Config,
+        dict(n_embd=64, n_head=4, n_layer=2, n_positions=1024, vocab_size=288, layer_norm_epsilon=1e-5),
+        permute_qk=False,
+        rms_norm=False,
+        vocab="bpe",
+        tokenizer_pre="gpt-2",
+        rope=False,
+    ),
+    "llama": ArchSpec(
+        gguf.MODEL_ARCH.LLAMA,
+        transformers.LlamaConfig,
+        dict(_ROPE_GQA, vocab_size=128, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2),
+        permute_qk=True,
+        rms_norm=True,
+        vocab="spm",
+        tokenizer_pre="default",
+    ),
+    "qwen2": ArchSpec(
+        gguf.MODEL_ARCH.QWEN2,
+        transformers.Qwen2Config,
+        dict(_ROPE_GQA, vocab_size=288, rms_norm_eps=1e-6, rope_theta=1e6, tie_word_embeddings=True),
+        permute_qk=False,
+        rms_norm=True,
+        vocab="bpe",
+        tokenizer_pre="qwen2",
+    ),
+    "qwen3": ArchSpec(
+        gguf.MODEL_ARCH.QWEN3,
+        transformers.Qwen3Config,
+        dict(
+            _ROPE_GQA,
+            head_dim=128,
+            vocab_size=288,
+            rms_norm_eps=1e-6,
+            rope_theta=1e6,
+            tie_word_embeddings=False,
+        ),
+        permute_qk=False,
+        rms_norm=True,
+        vocab="bpe",
+        tokenizer_pre="qwen2",
+    ),
+    "starcoder2": ArchSpec(
+        gguf.MODEL_ARCH.STARCODER2,
+        transformers.Starcoder2Config,
+        dict(_GQA_SHAPE, norm_epsilon=1e-5, vocab_size=288, tie_word_embeddings=True),
+        permute_qk=False,
+        rms_norm=False,
+        vocab="bpe",
+        tokenizer_pre="starcoder",
+    ),
+    "granite": ArchSpec(
+        gguf.MODEL_ARCH.GRANITE,
+        transformers.GraniteConfig,
+        dict(
+            _ROPE_GQA,
+            rms_norm_eps=1e-6,
+            vocab_size=288,
+            tie_word_embeddings=True,
+            embedding_multiplier=12.0,  # Granite 3.x values are 12, 0.22, 1/d_h and 8 or 16
+            residual_multiplier=0.22,
+            attention_multiplier=0.15,  # ≠ 1/√d_h = 0.25
+            logits_scaling=2.5,
+        ),
+        permute_qk=True,  # GraniteModel is a LlamaModel: Q/K rows permuted, rope type NORM
+        rms_norm=True,
+        vocab="bpe",
+        tokenizer_pre="refact",
+        absent_keys=_NO_HEAD_DIM,  # GraniteModel pops head_dim before LlamaModel writes the keys
+        arch_kv=_granite_kv,
+    ),
+    "smollm3": ArchSpec(
+        gguf.MODEL_ARCH.SMOLLM3,
+        transformers.SmolLM3Config,
+        dict(
+            _ROPE_GQA,
+            num_hidden_layers=4,
+            rope_theta=1e5,
+            vocab_size=288,
+            pad_token_id=None,
+            tie_word_embeddings=True,
+        ),
+        permute_qk=True,  # SmolLM3Model is a LlamaModel: Q/K rows permuted, rope type NORM
+        rms_norm=True,
+        vocab="bpe",
+        tokenizer_pre="llama-bpe",
+        absent_keys=_NO_HEAD_DIM,  # SmolLM3's config has no head_dim
+    ),
+    # conversion/gemma.py GemmaModel: its own set_gguf_parameters (no rope.freq_base, no
+    # rope.dimension_count, no vocab_size; key_length = head_dim), `*norm.weight` + 1, lm_head skipped.
+    "gemma": ArchSpec(
+        gguf.MODEL_ARCH.GEMMA,
+        transformers.GemmaConfig,
+        dict(
+            _ROPE_GQA,
+            num_key_value_heads=1,  # multi-query attention, as Gemma 2B
+            head_dim=32,  # ≠ d_e/H = 16, as Gemma 7B's 256 ≠ 3072/16
+            **_GEMMA_SHAPE,
+            hidden_act="gelu_pytorch_tanh",
+            **_GEMMA_TOKENS,
+        ),
+        **_GEMMA_FILE,
+        absent_keys=(gguf.Keys.LLM.VOCAB_SIZE, gguf.Keys.Rope.DIMENSION_COUNT, gguf.Keys.Rope.FREQ_BASE),
+    ),
+    # conversion/olmo.py Olmo2Model: TextModel's keys (rope.freq_base from rope_theta; no
+    # key_length, the config has no head_dim; no rope.dimension_count, no vocab_size), no permutation.
+    "olmo2": ArchSpec(
+        gguf.MODEL_ARCH.OLMO2,
+        transformers.Olmo2Config,
+        dict(_ROPE_GQA, vocab_size=288, rms_norm_eps=1e-6, rope_theta=5e5, tie_word_embeddings=False),
+        permute_qk=False,
+        rms_norm=True,
+        vocab="bpe",
+        tokenizer_pre="dbrx",
+        absent_keys=_OLMO_ABSENT,
+    ),
+    # conversion/gemma.py Gemma2Model: Gemma's keys plus both soft-caps and the sliding window;
+    # `*norm.weight` + 1; lm_head skipped. Window 4 (< the tests' sequences) and soft-caps that bite.
+    "gemma2": ArchSpec(
+        gguf.MODEL_ARCH.GEMMA2,
+        transformers.Gemma2Config,
+        dict(
+            _ROPE_GQA,
+            head_dim=32,  # ≠ d_e/H = 16, as Gemma 2's 256
+            query_pre_attn_scalar=32,  # = head_dim: llama.cpp scales by 1/√n_embd_head_k, not by this
+            **_GEMMA_SHAPE,
+            hidden_activation="gelu_pytorch_tanh",
+            sliding_window=4,  # layer 1 (and 3, …) sees the last 4 tokens only
+            attn_logit_softcapping=1.0,  # scores are O(1): 50 would leave them unchanged
+            final_logit_softcapping=2.0,  # logits are O(2)
+            **_GEMMA_TOKENS,
+        ),
+        **_GEMMA_FILE,
+        absent_keys=(gguf.Keys.LLM.VOCAB_SIZE, gguf.Keys.Rope.DIMENSION_COUNT, gguf.Keys.Rope.FREQ_BASE),
+        arch_kv=_gemma2_kv,
+        hf_reads=False,  # its loader reads neither soft-cap nor query_pre_attn_scalar (256)
+    ),
+    # conversion/gemma.py Gemma3Model over TextModel: key/value length = head_dim, RoPE keys from
+    # rope_parameters, `*norm.weight` + 1 (q/k norms too); a tied checkpoint writes no output.weight.
+    # Six layers: the sixth is the first global one (llama.cpp's pattern 6).
+    "gemma3": ArchSpec(
+        gguf.MODEL_ARCH.GEMMA3,
+        transformers.Gemma3TextConfig,
+        dict(
+            _GQA_SHAPE,
+            num_hidden_layers=6,
+            head_dim=32,
+            query_pre_attn_scalar=32,
+            **_GEMMA_SHAPE,
+            hidden_activation="gelu_pytorch_tanh",
+            sliding_window=4,
+            rope_parameters={
+                "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            },
+            **_GEMMA_TOKENS,
+        ),
+        **_GEMMA_FILE,
+        absent_keys=(gguf.Keys.LLM.VOCAB_SIZE, gguf.Keys.Rope.DIMENSION_COUNT),
+        arch_kv=_gemma3_kv,
+        hf_reads=False,  # its loader reads no RoPE scaling, and 256 for query_pre_attn_scalar
+    ),
+    # conversion: OlmoeModel (TextModel's keys, experts stacked; feed_forward_length is the experts'
+    # width, which llama.cpp's olmoe reads as n_ff). llama.cpp requires attn_k_norm of n_embd: H_kv = H.
+    "olmoe": ArchSpec(
+        gguf.MODEL_ARCH.OLMOE,
+        transformers.OlmoeConfig,
+        dict(_MOE_SHAPE, num_key_value_heads=4, intermediate_size=32, num_experts=8, norm_topk_prob=False),
+        permute_qk=False,
+        rms_norm=True,
+        vocab="bpe",
+        tokenizer_pre="olmo",
+        arch_kv=_moe_kv,
+        absent_keys=_OLMO_ABSENT,
+    ),
+    # conversion: Qwen3MoeModel (a Qwen2MoeModel: expert_feed_forward_length from moe_intermediate_size);
+    # head_dim 128 as the tiny Qwen3 (transformers' loader takes the class default); llama.cpp
+    # renormalises the chosen weights, so the model does too (norm_topk_prob).
+    "qwen3moe": ArchSpec(
+        gguf.MODEL_ARCH.QWEN3MOE,
+        transformers.Qwen3MoeConfig,
+        dict(
+            _QWEN_MOE_SHAPE,
+            head_dim=128,
+            norm_topk_prob=True,
+        ),
+        **_QWEN_MOE_FILE,
+    ),
+    # conversion: Qwen2MoeModel (expert and shared-expert widths; shared_expert_gate written as
+    # stored, [1, d_e]); q/k/v biases; llama.cpp does not renormalise the chosen weights and requires
+    # output.weight (untied).
+    "qwen2moe": ArchSpec(
+        gguf.MODEL_ARCH.QWEN2MOE,
+        transformers.Qwen2MoeConfig,
+        dict(
+            _QWEN_MOE_SHAPE,
+            shared_expert_intermediate_size=64,
+            norm_topk_prob=False,
+        ),
+        **_QWEN_MOE_FILE,
+    ),
+    # Mixtral as llama.cpp converts it (LlamaModel: arch llama, Q/K permuted, experts stacked; the
+    # chosen weights renormalised); feed_forward_length is the experts' width.
+    "mixtral": ArchSpec(
+        gguf.MODEL_ARCH.LLAMA,
+        transformers.MixtralConfig,
+        dict(
+            _MOE_SHAPE,
+            intermediate_size=32,
+            num_local_experts=8,
+            bos_token_id=1,
+            eos_token_id=2,
+            vocab_size=128,
+        ),
+        permute_qk=True,
+        rms_norm=True,
+        vocab="spm",
+        tokenizer_pre="default",
+        arch_kv=_moe_kv,
+        hf_reads=False,  # transformers reads a llama file as a dense LlamaForCausalLM: no experts
+    ),
+    # conversion: Phi3MiniModel writes its own keys (no vocab_size, no key/value_length; the original
+    # context always, the sliding window, LongRoPE's attention factor) and LongRoPE's factor tensors;
+    # qkv_proj and gate_up_proj stay fused (attn_qkv, ffn_up), Q/K unpermuted (rope type NEOX).
+    "phi3": ArchSpec(
+        gguf.MODEL_ARCH.PHI3,
+        transformers.Phi3Config,
+        dict(
+            _ROPE_GQA,
+            vocab_size=128,
+            sliding_window=None,
+            pad_token_id=None,
+            tie_word_embeddings=False,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),  # fmt: skip
+        permute_qk=False,
+        rms_norm=True,
+        vocab="spm",
+        tokenizer_pre="default",
+        absent_keys=(
+            gguf.Keys.LLM.VOCAB_SIZE,
+            gguf.Keys.Attention.KEY_LENGTH,
+            gguf.Keys.Attention.VALUE_LENGTH,
+        ),
+        arch_kv=_phi3_kv,
+        extra_tensors=_phi3_tensors,
+        controls=("<|endoftext|>",),  # llama.cpp marks it by name in a model named phi3 (llama-vocab.cpp)
+    ),
+    # conversion: Phi2Model writes its own keys (feed_forward_length 4·d_e, head_count_kv = H, the
+    # LayerNorm ε, rope.dimension_count of the rotated entries; no freq_base, vocab_size or
+    # key/value_length); q/k/v stay separate, with biases, unpermuted (rope type NEOX).
+    "phi2": ArchSpec(
+        gguf.MODEL_ARCH.PHI2,
+        transformers.PhiConfig,
+        dict(
+            _GQA_SHAPE,
+            num_key_value_heads=4,
+            intermediate_size=256,
+            partial_rotary_factor=0.5,
+            layer_norm_eps=1e-5,
+            vocab_size=288,
+            tie_word_embeddings=False,
+        ),  # fmt: skip
+        permute_qk=False,
+        rms_norm=False,
+        vocab="bpe",
+        tokenizer_pre="phi-2",
+        absent_keys=(
+            gguf.Keys.LLM.VOCAB_SIZE,
+            gguf.Keys.Attention.KEY_LENGTH,
+            gguf.Keys.Attention.VALUE_LENGTH,
+            gguf.Keys.Rope.FREQ_BASE,
+        ),  # fmt: skip
+        arch_kv=_phi2_kv,
+    ),
+    # conversion: StableLMModel writes its own keys (rope.dimension_count of the rotated entries,
+    # use_parallel_residual, the LayerNorm ε; no freq_base, vocab_size or key/value_length).
+    "stablelm": ArchSpec(
+        gguf.MODEL_ARCH.STABLELM,
+        transformers.StableLmConfig,
+        dict(
+            _GQA_SHAPE,
+            partial_rotary_factor=0.25,
+            layer_norm_eps=1e-5,
+            use_qkv_bias=True,
+            use_parallel_residual=False,
+            vocab_size=288,
+            tie_word_embeddings=False,
+        ),  # fmt: skip
+        permute_qk=False,
+        rms_norm=False,
+        vocab="bpe",
+        tokenizer_pre="stablelm2",
+        absent_keys=(
+            gguf.Keys.LLM.VOCAB_SIZE,
+            gguf.Keys.Attention.KEY_LENGTH,
+            gguf.Keys.Attention.VALUE_LENGTH,
+            gguf.Keys.Rope.FREQ_BASE,
+        ),  # fmt: skip
+        arch_kv=_stablelm_kv,
+    ),
+}
+# StableLM 2 12B as StableLMModel converts it: the stablelm keys (use_parallel_residual true), per-head
+# q/k LayerNorms stacked into attn_q_norm [H, d_h] and attn_k_norm [H_kv, d_h] (_stack_qk_norm), no
+# ffn_norm (the parallel block has no post_attention_layernorm), no q/k/v biases. transformers'
+# loader sets use_parallel_residual from the tensors but never qk_layernorm: it cannot read it back.
+# OLMo 3 as llama.cpp converts it (Olmo2Model, arch olmo2): OLMo 2's tensors plus the sliding
+# window, which llama.cpp gives to 3 blocks of every 4 (set_swa_pattern(4), as Olmo3Config's
+# layer_types); 4 blocks, so that one is global, and a window of 4 that the tests' sequences pass.
+# transformers' GGUF loader reads an olmo2 file as OLMo 2: no window.
+ARCHS["olmo3"] = replace(
+    ARCHS["olmo2"],
+    config_cls=transformers.Olmo3Config,
+    defaults=dict(
+        ARCHS["olmo2"].defaults, num_hidden_layers=4, sliding_window=4, rope_parameters=_OLMO3_ROPE
+    ),
+    arch_kv=_olmo3_kv,
+    hf_reads=False,
+)
+ARCHS["stablelm2-12b"] = replace(
+    ARCHS["stablelm"],
+    defaults=dict(
+        ARCHS["stablelm"].defaults, use_qkv_bias=False, qk_layernorm=True, use_parallel_residual=True
+    ),
+    hf_reads=False,
+)
+ARCHS["phi2-fused"] = replace(ARCHS["phi2"], qkv="fused", hf_reads=False)
+ARCHS["phi3-split"] = replace(ARCHS["phi3"], qkv="split", hf_reads=False)
+# Mamba as MambaModel converts it: its own keys, tensors under gguf's mamba names (A stored as
+# −exp(A_log), the convolution squeezed: _CONVERSIONS), tied output. d_inner = 2·d_e, which the
+# converter requires; a vocabulary of 288 (a multiple of 8: the converter pads to one).
+ARCHS["mamba"] = ArchSpec(
+    gguf.MODEL_ARCH.MAMBA,
+    transformers.MambaConfig,
+    dict(
+        hidden_size=32,  # d_e
+        num_hidden_layers=2,  # L
+        state_size=8,  # d_state
+        conv_kernel=4,  # d_conv
+        expand=2,  # d_inner = 64
+        time_step_rank=4,  # dt_rank (the config's "auto" gives ⌈d_e / 16⌉ = 2)
+        layer_norm_epsilon=1e-5,
+        vocab_size=288,
+        use_bias=False,  # llama.cpp's mamba reads no ssm_in / ssm_out bias
+        use_conv_bias=True,
+        tie_word_embeddings=True,
+        use_cache=False,
+    ),
+    permute_qk=False,
+    rms_norm=True,
+    vocab="bpe",
+    tokenizer_pre="gpt-2",  # a byte-level BPE (Mamba's own is GPT-NeoX-20B's)
+    rope=False,
+    model_kv=_mamba_kv,
+    # each stage O(1) (in_proj's rows ~1, the convolution's output ~1, x_proj's dt, B and C ~0.7, the
+    # step sizes softplus(N(0, 0.7²)): selective), decay rates exp(N(0, 1)) from slow to fast, D ~ 1,
+    # so that a block moves the residual as much as the embedding and the state spans many tokens
+    init_std=(
+        ("in_proj.weight", 0.2),
+        ("conv1d.weight", 0.5),
+        ("x_proj.weight", 0.15),
+        ("dt_proj.weight", 0.5),
+        ("A_log", 1.0),
+        (".D", 1.0),
+    ),
+)
+
+
+def _cohere_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """CommandR2Model and Cohere2Model.set_gguf_parameters: logit_scale and rope.scaling.type none,
+    always; Cohere2Model also the sliding window (and no pattern: llama.cpp's default 4 is the config's).
+
+    >>> [v for v, _ in _cohere_kv(transformers.CohereConfig(logit_scale=0.5)).values()]
+    [0.5, 'none']
+    >>> _cohere_kv(transformers.Cohere2Config(sliding_window=4))["{arch}.attention.sliding_window"][0]
+    4
+    """
+    kv = {
+        gguf.Keys.LLM.LOGIT_SCALE: (float(config.logit_scale), VT.FLOAT32),
+        gguf.Keys.Rope.SCALING_TYPE: ("none", VT.STRING),
+    }
+    if getattr(config, "sliding_window", None) is not None:  # Cohere2Config
+        kv[gguf.Keys.Attention.SLIDING_WINDOW] = (int(config.sliding_window), VT.UINT32)
+    return kv
+
+
+# Command R as CommandR2Model converts it (a TextModel): no vocab_size, key/value_length (Cohere's
+# config has no head_dim) or rope.dimension_count; logit_scale; Q/K unpermuted (Cohere rotates
+# interleaved pairs, which is rope type NORM); tied (llama.cpp's command-r reads no output.weight);
+# LayerNorm weights without biases, no q/k/v biases (llama.cpp loads none). A logit scale ≠ 1 and a
+# RoPE base ≠ llama.cpp's default, so that a card that skipped either would be seen.
+ARCHS["command-r"] = ArchSpec(
+    gguf.MODEL_ARCH.COMMAND_R,
+    transformers.CohereConfig,
+    dict(
+        _GQA_SHAPE,
+        rope_theta=1000.0,
+        layer_norm_eps=1e-5,
+        logit_scale=0.5,
+        vocab_size=288,
+        tie_word_embeddings=True,
+        use_qk_norm=False,
+    ),
+    permute_qk=False,
+    rms_norm=False,
+    vocab="bpe",
+    tokenizer_pre="command-r",
+    absent_keys=(*_NO_HEAD_DIM, gguf.Keys.LLM.VOCAB_SIZE, gguf.Keys.Rope.DIMENSION_COUNT),
+    arch_kv=_cohere_kv,
+)
+# Command R+ tiny: per-head q/k LayerNorms (use_qk_norm: q_norm [H, d_h], k_norm [H_kv, d_h], written
+# as stored: attn_q_norm, attn_k_norm), which llama.cpp reads from 64 blocks on only; so 64 narrow
+# blocks (d_e 32, H 2/1, d_ff 32).
+ARCHS["command-r-plus"] = replace(
+    ARCHS["command-r"],
+    defaults=dict(
+        ARCHS["command-r"].defaults,
+        hidden_size=32,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=32,
+        num_hidden_layers=64,
+        use_qk_norm=True,
+    ),
+)
+# Command R7B as Cohere2Model converts it: TextModel's keys with key/value_length (Cohere2Config has
+# head_dim), vocab_size, rope.dimension_count (rotary_pct · d_h: all of it), logit_scale, the sliding
+# window; no pattern key. Four blocks: three slide (window 4, which the tests' sequences pass) with
+# RoPE, the fourth is global without RoPE.
+ARCHS["cohere2"] = ArchSpec(
+    gguf.MODEL_ARCH.COHERE2,
+    transformers.Cohere2Config,
+    dict(
+        {k: v for k, v in ARCHS["command-r"].defaults.items() if k != "use_qk_norm"},  # not Cohere2's
+        num_hidden_layers=4,
+        sliding_window=4,
+    ),
+    permute_qk=False,
+    rms_norm=False,
+    vocab="bpe",
+    tokenizer_pre="command-r",
+    arch_kv=_cohere_kv,
+)
+# Granite MoE as GraniteMoeModel converts it (a GraniteModel: Q/K permuted, no head_dim keys, the
+# multipliers under their `_scale` names; TextModel's expert keys; feed_forward_length is each
+# expert's width, which llama.cpp's granite loader reads as n_ff; input_linear split into gate; up).
+ARCHS["granitemoe"] = replace(
+    ARCHS["granite"],
+    gguf_arch=gguf.MODEL_ARCH.GRANITE_MOE,
+    config_cls=transformers.GraniteMoeConfig,
+    defaults=dict(
+        ARCHS["granite"].defaults,
+        intermediate_size=32,  # each expert's width (a multiple of 32: ffn_down_exps can be Q8_0)
+        num_local_experts=8,
+        num_experts_per_tok=2,
+        tie_word_embeddings=False,  # output.weight written (the granite case is tied)
+    ),
+    arch_kv=lambda config: _granite_kv(config) | _moe_kv(config),
+)
+# GraniteMoeShared, which the same GraniteMoeModel converts to arch granitemoe: a shared SwiGLU expert
+# (shared_mlp.input_linear split into ffn_gate_shexp; ffn_up_shexp) and its width as
+# expert_shared_feed_forward_length
+ARCHS["granitemoeshared"] = replace(
+    ARCHS["granitemoe"],
+    config_cls=transformers.GraniteMoeSharedConfig,
+    defaults=dict(ARCHS["granitemoe"].defaults, shared_intermediate_size=64),
+    arch_kv=lambda config: (
+        _granite_kv(config)
+        | _moe_kv(config)
+        | {gguf.Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH: (config.shared_intermediate_size, VT.UINT32)}
+    ),
+)
+# Arcee (AFM) as ArceeModel converts it: a LlamaModel (Q/K permuted, head_dim as key/value_length)
+# with ffn_up and ffn_down only. Its tokenizer is a byte-level BPE whose hash the converter already
+# knew (llama.cpp PR 14207 dropped AFM's own entry): llama-bpe, as its Llama 3 bos/eos ids suggest.
+ARCHS["arcee"] = ArchSpec(
+    gguf.MODEL_ARCH.ARCEE,
+    transformers.ArceeConfig,
+    dict(_ROPE_GQA, vocab_size=288, tie_word_embeddings=False),
+    permute_qk=True,
+    rms_norm=True,
+    vocab="bpe",
+    tokenizer_pre="llama-bpe",
+)
+
+
+def _exaone4_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """Exaone4Model.set_gguf_parameters: vocab_size always; the window and one flag per block
+    (`layer_types[i] == "sliding_attention"`) only when the config has a window.
+
+    >>> c = transformers.Exaone4Config(num_hidden_layers=4, sliding_window=4)
+    >>> [v for v, _ in _exaone4_kv(c).values()][1:]
+    [4, [True, True, True, False]]
+    """
+    Att = gguf.Keys.Attention
+    kv = {gguf.Keys.LLM.VOCAB_SIZE: (config.vocab_size, VT.UINT32)}
+    if config.sliding_window is not None:
+        kv[Att.SLIDING_WINDOW] = (int(config.sliding_window), VT.UINT32)
+        kv[Att.SLIDING_WINDOW_PATTERN] = ([t == "sliding_attention" for t in config.layer_types], VT.ARRAY)
+    return kv
+
+
+def _llama3_rope_freqs(config: Any) -> dict[str, np.ndarray]:
+    """Exaone4Model.generate_extra_tensors: for llama3 RoPE scaling, each frequency's divisor as the
+    F32 tensor rope_freqs.weight — 1 above the high-frequency wavelength, the factor below the low
+    one, a smooth blend between (the scaling transformers applies to its inverse frequencies).
+
+    >>> p = {"rope_type": "llama3", "rope_theta": 1e4, "factor": 8.0, "low_freq_factor": 1.0,
+    ...      "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+    >>> c = transformers.Exaone4Config(hidden_size=64, num_attention_heads=4, rope_parameters=p)
+    >>> [round(float(v), 2) for v in _llama3_rope_freqs(c)["rope_freqs.weight"]]
+    [1.0, 1.29, 7.67, 8.0, 8.0, 8.0, 8.0, 8.0]
+    """
+    p = config.rope_parameters
+    if p.get("rope_type", "").lower() != "llama3":
+        return {}
+    d_h = head_dim(config)
+    freqs = 1.0 / (p["rope_theta"] ** (torch.arange(0, d_h, 2, dtype=torch.float32) / d_h))
+    factor, old = p["factor"], p["original_max_position_embeddings"]
+    lo, hi = p["low_freq_factor"], p["high_freq_factor"]
+    divisors = []
+    for freq in freqs.tolist():
+        wavelen = 2 * math.pi / freq
+        if wavelen < old / hi:
+            divisors.append(1.0)
+        elif wavelen > old / lo:
+            divisors.append(factor)
+        else:
+            smooth = (old / wavelen - lo) / (hi - lo)
+            divisors.append(1 / ((1 - smooth) / factor + smooth))
+    return {gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight": np.asarray(divisors, np.float32)}
+
+
+# EXAONE 4.0 as Exaone4Model converts it (conversion/exaone.py, over TextModel): vocab_size, no
+# key/value_length (the config has no head_dim), no rope.dimension_count, Q/K unpermuted (NEOX), the
+# window and per-block flags when the config has a window, rope_freqs for llama3 RoPE. The 1.2B's
+# shape: no window (its layer_types all global; transformers' config divides by zero without them),
+# tied output. transformers' GGUF loader does not read exaone4.
+ARCHS["exaone4"] = ArchSpec(
+    gguf.MODEL_ARCH.EXAONE4,
+    transformers.Exaone4Config,
+    dict(
+        _ROPE_GQA,
+        vocab_size=288,
+        sliding_window=None,
+        layer_types=["full_attention"] * _ROPE_GQA["num_hidden_layers"],
+        tie_word_embeddings=True,
+    ),
+    permute_qk=False,
+    rms_norm=True,
+    vocab="bpe",
+    tokenizer_pre="exaone4",
+    absent_keys=(*_NO_HEAD_DIM, gguf.Keys.Rope.DIMENSION_COUNT),
+    arch_kv=_exaone4_kv,
+    extra_tensors=_llama3_rope_freqs,
+)
+# The 32B's shape, tiny: 64 blocks (llama.cpp gives windows to that block count only), 3 sliding
+# blocks with RoPE to 1 global without (Exaone4Config's pattern 4, the same as llama.cpp's), a window
+# of 4 that the tests' sequences pass, llama3 RoPE scaling whose divisors (1, 1.29, 7.67, 8, …) tell
+# the 8 frequencies apart within 64 positions, untied output. Narrow (d_e 32, H 2/1, d_ff 32): 64 blocks.
+ARCHS["exaone4-swa"] = replace(
+    ARCHS["exaone4"],
+    defaults=dict(
+        ARCHS["exaone4"].defaults,
+        hidden_size=32,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=32,
+        num_hidden_layers=64,
+        sliding_window=4,
+        layer_types=None,  # the config's own: block i slides unless (i + 1) mod 4 = 0
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 1e4,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+        tie_word_embeddings=False,
+    ),
+)
+# Seed-OSS as SeedOssModel converts it (a plain TextModel): key/value_length = head_dim (which need
+# not be d_e / H: 32 here, 128 in the 36B), no rope.dimension_count, no vocab_size, Q/K unpermuted
+# (NEOX), q/k/v biases (attention_bias), none on the output (llama.cpp loads no attn_output.bias), the
+# pre-MLP norm under gguf's post_attention_norm. llama.cpp's Seed-OSS support (PR 15490) added no
+# pre-tokenizer row, so its tokenizer hashes as a known one: Seed-Coder's (the same 155,136 tokens),
+# seed-coder.
+ARCHS["seed_oss"] = ArchSpec(
+    gguf.MODEL_ARCH.SEED_OSS,
+    transformers.SeedOssConfig,
+    dict(
+        _ROPE_GQA,
+        head_dim=32,
+        vocab_size=288,
+        rms_norm_eps=1e-6,
+        attention_bias=True,
+        attention_out_bias=False,
+        pad_token_id=None,
+        tie_word_embeddings=False,
+    ),
+    permute_qk=False,
+    rms_norm=True,
+    vocab="bpe",
+    tokenizer_pre="seed-coder",
+    absent_keys=(gguf.Keys.LLM.VOCAB_SIZE, gguf.Keys.Rope.DIMENSION_COUNT),
+)
+
+
+def _bert_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """BertModel.set_gguf_parameters over TextModel's: attention.causal false, always, and the
+    pooling type `_try_set_pooling_type` reads from a sentence-transformers Pooling module: mean
+    here, as all-MiniLM's modules.json says (a checkpoint without modules.json gets no key).
+
+    >>> sorted(v for v, _ in _bert_kv(transformers.BertConfig()).values())
+    [False, 1]
+    """
+    return {
+        gguf.Keys.Attention.CAUSAL: (False, VT.BOOL),
+        gguf.Keys.LLM.POOLING_TYPE: (int(gguf.PoolingType.MEAN), VT.UINT32),
+    }
+
+
+# BERT as BertModel converts it (conversion for "BertModel"): TextModel's keys (context, embedding
+# and feed-forward lengths, block and head counts, layer_norm_epsilon; no head_count_kv, key_length,
+# rope or vocab_size: BertConfig has none of them), attention.causal false, the pooling type; the
+# vocabulary as WordPiece (tokenizer.ggml.model "bert", tokens in phantom-space form, the token-type
+# count); the pooler dropped, position_embd and token_types kept F32. Its pre-tokenizer is named by
+# the tokenizer's hash (bge-small's and MiniLM's BERT vocabulary: bert-bge); llama.cpp reads no
+# pre-tokenizer for a WordPiece vocabulary. hidden_act gelu_pytorch_tanh: llama.cpp's bert runs
+# ggml_gelu, the tanh form, whatever the checkpoint says (BERT's own "gelu" is erf: test_bert.py).
+# transformers' GGUF loader reads no bert: the in-memory model is the oracle.
+ARCHS["bert"] = ArchSpec(
+    gguf.MODEL_ARCH.BERT,
+    transformers.BertConfig,
+    dict(
+        hidden_size=64,  # d_e
+        num_attention_heads=4,  # H
+        num_hidden_layers=2,  # L
+        intermediate_size=96,  # d_mlp
+        max_position_embeddings=128,  # ℓ_max
+        type_vocab_size=2,  # N_T: sentence A and B
+        vocab_size=len(WPM_VOCAB),
+        layer_norm_eps=1e-12,  # BERT's
+        hidden_act="gelu_pytorch_tanh",
+        pad_token_id=0,
+    ),
+    permute_qk=False,
+    rms_norm=False,
+    vocab="wpm",
+    tokenizer_pre="bert-bge",
+    rope=False,
+    arch_kv=_bert_kv,
+    hf_reads=False,
+    encoder=True,
+    dropped=("pooler.",),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# tiny models
+
+
+def head_dim(config: Any) -> int:
+    """d_h: the config's `head_dim` where it has one (Qwen2's has none), else d_e / H."""
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
