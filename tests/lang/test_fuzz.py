@@ -137,3 +137,15 @@ def test_seeds_cover_the_library():
     assert len(SEEDS) >= 2 * len(LIBRARY)
     for _, seed in SEEDS:
         parse(seed)  # every seed is a valid card before mutation
+
+
+@pytest.mark.parametrize("letter", ["\u0f5c", "\u0f43", "\u0958"])  # Tibetan DZHA, GHA; Devanagari QA
+def test_a_name_whose_nfc_form_is_no_name_is_refused_where_it_is_written(letter):
+    """These letters are composition exclusions: NFC splits each into a letter and a combining mark
+    the grammar's names do not take, so the printed card would not read back. Refused at the name."""
+    text = LIBRARY[0].read_text(encoding="utf-8").replace("Algorithm: P ← ", f"Algorithm: P ← A{letter}", 1)
+    with pytest.raises(ToycardsError, match=r"canonical \(NFC\) form of this name holds") as e:
+        parse(text)
+    assert e.value.diagnostics[0].span.line == next(
+        i for i, line in enumerate(text.splitlines(), 1) if line.startswith("Algorithm: P ←")
+    )

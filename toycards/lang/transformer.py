@@ -87,7 +87,16 @@ class ToIR(Transformer):
                     "use a shorter name",
                 )
             )
-        return canonical_name(tok)
+        name = canonical_name(tok)
+        if bad := _not_in_names(str(tok), name):
+            self.diags.append(
+                Diagnostic(
+                    span_of(tok, self.file),
+                    f"the canonical (NFC) form of this name holds {bad}, which a name may not hold",
+                    "write the name with letters whose NFC form is a letter, or in ASCII",
+                )
+            )
+        return name
 
     # lines
     def start(self, meta, children):
@@ -454,3 +463,14 @@ def _mask_def(e: ir.Expr) -> ir.Expr:
     if ir.is_mask_equation(e):
         return ir.MaskDef(e.left.base.id, tuple(i.id for i in e.left.indices), e.right, span=e.span)
     return e
+
+
+def _not_in_names(written: str, canonical: str) -> str:
+    """A character that canonical (NFC) form brought into a name and that the grammar's NAME does not
+    take (a letter such as U+0F5C decomposes into a letter and a combining mark), as
+    `'ྷ' (U+0FB7)`; "" when there is none. The printer writes the canonical form, which must read
+    back as the same name."""
+    for ch in set(canonical) - set(written):
+        if not (ch.isalnum() or "\u0300" <= ch <= "\u036f"):
+            return f"{ch!r} (U+{ord(ch):04X})"
+    return ""
