@@ -10,7 +10,7 @@ toycards' byte-level BPE caches words, and the text repeats, as real text does.
 
 from __future__ import annotations
 
-import sys
+import argparse
 import time
 from functools import partial
 from pathlib import Path
@@ -62,4 +62,12 @@ def main(vocab_dir: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "shared" / "vocab")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument(
+        "vocab_dir", nargs="?", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "vocab",
+        help="llama.cpp's test vocabularies (ggml-vocab-*.gguf and their .inp files); default ../shared/vocab",
+    )  # fmt: skip
+    vocab_dir = parser.parse_args().vocab_dir
+    if not vocab_dir.is_dir():
+        parser.error(f"{vocab_dir}: no such folder")
+    main(vocab_dir)
