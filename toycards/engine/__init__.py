@@ -15,8 +15,9 @@ the runtime's context (KV cache, GQA sites) but nothing that imports the engine 
 - Packed copies: `pack_ahead`, `LaterPacking`, `copy_due`, `resident`, `resident_float32`.
 - The model's file: `read_ahead`, `FileWatch`, `stopped_on_failure`.
 
-Every name is imported on first use (`library()` and `native()` look theirs up at each call), so `import toycards.engine` costs nothing (a GGUF header can
-be read without NumPy; the NumPy target never imports torch).
+Every name is imported on first use (`library()` and `native()` look theirs up at each call), so
+`import toycards.engine` costs nothing: a GGUF header is read without NumPy, and the NumPy target
+never imports torch.
 """
 
 from __future__ import annotations
