@@ -46,6 +46,7 @@ pytestmark = pytest.mark.skipif(
 REPLAYED = ("llama", "qwen2", "qwen3", "granite", "smollm3", "olmo2", "olmo3")
 REPLAYED += ("gemma", "gemma2", "gemma3", "starcoder2", "phi2", "phi3", "stablelm")
 REPLAYED += ("exaone4", "exaone4-swa", "seed_oss")  # post-norms, NoPE global blocks, windows; biases
+REPLAYED += ("ernie4_5",)  # unpermuted Q/K, adjacent-pair rope, head_dim ≠ d_e/H
 REPLAYED += ("command-r", "cohere2")  # bias-free LayerNorm, parallel block, logits × m_z; NoPE global layers
 REFUSED = {  # a card, and what its step does that the tape does not hold
     "gpt2": "an addition read a tensor no recorded call made",  # the learned positions' rows, in torch

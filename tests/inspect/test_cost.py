@@ -42,6 +42,7 @@ CASES += ("command-r", "cohere2")  # parallel block; NoPE global layers (command
 CASES += ("bert",)  # an encoder: a pass with the cache runs every token so far again (RECOMPUTE)
 CASES += ("granitemoe", "granitemoeshared", "arcee")  # experts, and a shared expert (d_s > 0); ReLU²
 CASES += ("exaone4", "exaone4-swa", "seed_oss")  # post-norms; windows and unrotated global blocks; biases
+CASES += ("ernie4_5",)  # unpermuted Q/K, adjacent-pair rope, head_dim ≠ d_e/H
 MOE = ("olmoe", "qwen3moe", "qwen2moe", "mixtral", "granitemoeshared")
 PROMPT = 7  # tokens of the prefill; the decoding step then has context PROMPT + 1
 CPU_SDPA = {

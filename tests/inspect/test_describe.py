@@ -177,7 +177,8 @@ ROUND_TRIP_CASES = [case for case, arch in [("gpt2", "gpt2"), ("llama", "llama")
                                             ("arcee", "arcee"), ("exaone4", "exaone4"),
                                             ("exaone4-swa", "exaone4"), ("seed_oss", "seed_oss"),
                                             ("command-r", "command-r"), ("command-r-plus", "command-r"),
-                                            ("cohere2", "cohere2"), ("bert", "bert")]
+                                            ("cohere2", "cohere2"), ("bert", "bert"),
+                                            ("ernie4_5", "ernie4_5")]
                     if arch in ARCH_CARDS]  # fmt: skip
 
 

@@ -240,6 +240,7 @@ ORACLE_CASES = {
     "arcee": ["arcee"],
     "exaone4": ["exaone4", "exaone4-swa"],
     "seed_oss": ["seed_oss"],
+    "ernie4_5": ["ernie4_5"],
     "command-r": ["command-r", "command-r-plus"],
     "cohere2": ["cohere2"],
     "bert": ["bert"],

@@ -52,6 +52,7 @@ ORACLE_CASES += ("granitemoe", "arcee")  # granite with experts; an ungated ReLU
 ORACLE_CASES += ("granitemoeshared",)  # granitemoe.card with its shared expert (ffn_*_shexp)
 CARD_OF_CASE["granitemoeshared"] = "granitemoe"
 ORACLE_CASES += ("exaone4", "exaone4-swa", "seed_oss")  # post-norms; 64 blocks with windows; q/k/v biases
+ORACLE_CASES += ("ernie4_5",)  # unpermuted Q/K with adjacent-pair rope, head_dim ≠ d_e/H
 CARD_OF_CASE["exaone4-swa"] = "exaone4"
 ORACLE_CASES += ("command-r", "command-r-plus", "cohere2")  # parallel block; q/k norms at 64 blocks; NoPE
 CARD_OF_CASE["command-r-plus"] = "command-r"

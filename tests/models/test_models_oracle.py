@@ -53,6 +53,7 @@ FAMILIES += ("granitemoeshared",)  # granitemoe.card on a file with a shared exp
 # EXAONE 4.0: post-norms, per-head q/k norms; without windows (1.2B) and with (64 blocks: sliding with
 # RoPE, global without); Seed-OSS: llama with q/k/v biases and head_dim ≠ d_e/H
 FAMILIES += ("exaone4", "exaone4-swa", "seed_oss")
+FAMILIES += ("ernie4_5",)  # ERNIE 4.5: unpermuted Q/K (adjacent-pair rope), head_dim ≠ d_e/H, tied
 # Command R: parallel block, bias-free LayerNorm, tied logits × logit_scale; R+: per-head q/k LayerNorm
 # (64 blocks); Command R7B (cohere2): sliding layers with RoPE, global ones without
 FAMILIES += ("command-r", "command-r-plus", "cohere2")

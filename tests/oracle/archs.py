@@ -899,6 +899,21 @@ ARCHS["seed_oss"] = ArchSpec(
     tokenizer_pre="seed-coder",
     absent_keys=(gguf.Keys.LLM.VOCAB_SIZE, gguf.Keys.Rope.DIMENSION_COUNT),
 )
+# ERNIE 4.5 (dense) as Ernie4_5Model converts it (a plain TextModel): key/value_length = head_dim
+# (32 here ≠ d_e / H = 16; the 0.3B: 128 ≠ 64), no rope.dimension_count, no vocab_size; Q/K
+# unpermuted, as transformers' Ernie 4.5 already rotates adjacent pairs (llama.cpp's rope type NORM);
+# no biases (use_bias false, as in the released models: with it transformers would add MLP biases that
+# llama.cpp's ernie4_5 does not load); tied output; a SentencePiece vocabulary (pre "default").
+ARCHS["ernie4_5"] = ArchSpec(
+    gguf.MODEL_ARCH.ERNIE4_5,
+    transformers.Ernie4_5Config,
+    dict(_ROPE_GQA, head_dim=32, vocab_size=128, use_bias=False, tie_word_embeddings=True),
+    permute_qk=False,
+    rms_norm=True,
+    vocab="spm",
+    tokenizer_pre="default",
+    absent_keys=(gguf.Keys.LLM.VOCAB_SIZE, gguf.Keys.Rope.DIMENSION_COUNT),
+)
 
 
 def _bert_kv(config: Any) -> dict[str, tuple[Any, VT]]:

@@ -94,6 +94,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "exaone4": ("exaone4", {}),
     "exaone4-swa": ("exaone4-swa", {}),
     "seed_oss": ("seed_oss", {}),  # llama with q/k/v biases, head_dim 32 ≠ d_e/H = 16, NEOX rope, untied
+    "ernie4_5": ("ernie4_5", {}),  # llama with unpermuted Q/K (adjacent-pair rope), head_dim 32 ≠ d_e/H, tied
     # BERT: an encoder (each token's embedding is the output), every token sees every other, learned
     # positions and token types, post-LayerNorm blocks with biases, GELU(tanh); WordPiece; mean pooling
     "bert": ("bert", {}),

@@ -32,6 +32,7 @@ CASES += ("stablelm",)  # q/k/v biases, a quarter of each head rotated
 CASES += ("stablelm2-12b",)  # per-head q/k LayerNorms on the cached keys, parallel attention and MLP
 CASES += ("olmo3",)  # a window of 4 on 3 blocks of 4, over the cache
 CASES += ("seed_oss",)  # q/k/v biases, head_dim ≠ d_e/H
+CASES += ("ernie4_5",)  # unpermuted Q/K, adjacent-pair rope, head_dim ≠ d_e/H
 CASES += ("granitemoeshared", "arcee")  # granite's multipliers, experts and a shared one; ungated ReLU² MLP
 CASES += ("command-r", "cohere2")  # scaled tied logits; a window of 4 with RoPE on 3 layers of 4, NoPE on 1
 

@@ -79,6 +79,7 @@ ARCH_CARDS: dict[str, str] = {
     "arcee": "arcee",
     "exaone4": "exaone4",
     "seed_oss": "seed_oss",
+    "ernie4_5": "ernie4_5",
     "bert": "bert",  # an encoder: its card outputs each token's embedding (ModelAPI.embed pools them)
 }
 
