@@ -27,6 +27,11 @@ llama.cpp comes from llama-cpp-python in the interpreter --llama-python (a bench
 dependency, never a test or CI one; see CONTRIBUTING.md for its build flags); its
 logits are read with llama_get_logits_ith(ctx, -1).
 
+--contexts 128,1024,4096,8192 runs the comparison at each prompt length instead of --prefill's, then
+prints one table: each runner's peak memory above its imports (VmHWM less the VmRSS it had before it
+loaded the model: the model, its KV cache and its work memory; toycards feeds a prompt `ubatch`
+tokens a pass, 512 as llama.cpp's n_ubatch), decode and prefill ratios, and the greedy tokens.
+
 --shape llama-1b compares on a 1B-class file instead: a Llama-3.2-1B-shaped GGUF of random Q4_K
 blocks (tests/helpers/llama_1b.py: 16 layers, d_e 2048, 128,256 tokens, ~0.7 GB), written in a second or
 two into a temporary folder, or into --shape-dir and reused from there; its --types are the mixes
@@ -35,6 +40,8 @@ tensors), not copies.
 
     .venv/bin/python bench/vs_llama_cpp.py --llama-python /path/to/venv/bin/python \
         [--types Q4_1,Q8_0,F32] [--prefill 128] [--decode 48] [--threads 2] [--rounds 3]
+    .venv/bin/python bench/vs_llama_cpp.py --llama-python /path/to/venv/bin/python \
+        --contexts 128,1024,4096,8192 [--decode 16] [--rounds 3]
     .venv/bin/python bench/vs_llama_cpp.py --llama-python /path/to/venv/bin/python --shape llama-1b \
         [--types Q4_K,Q4_K_M,Q5_K_M] [--shape-dir DIR] [--decode 16] [--rounds 1]
 """
@@ -61,7 +68,9 @@ TEXT = (
 
 
 # ── one run, in its own process ─────────────────────────────────────────────────────────
-def _timed(step, restart, ids: list[int], decode: int, loaded: float, load_rss: float) -> dict:
+def _timed(
+    step, restart, ids: list[int], decode: int, loaded: float, load_rss: float, imports_rss: float
+) -> dict:
     """Prefill `ids`, then decode greedily: `step(ids) -> next token` runs one forward pass. Then
     `restart()` (an empty cache) and the same prefill again, timed as the warm prefill: the first
     pass also pays each process's one-time costs (the code pages of its libraries, the weights'
@@ -83,6 +92,7 @@ def _timed(step, restart, ids: list[int], decode: int, loaded: float, load_rss: 
         "decode_cpu_s": decoding_cpu,
         "load_s": loaded,
         "load_rss_mb": load_rss,
+        "imports_rss_mb": imports_rss,
         "prefill_s": prefill,
         "warm_prefill_s": warm,
         "decode_s": decoding,
@@ -97,17 +107,18 @@ def run_toycards(path: str, ids: list[int], decode: int, threads: int, kv: str) 
     import toycards
 
     torch.set_num_threads(threads)
+    imports_rss = rss_mb()
     start = time.perf_counter()
     model = toycards.load(path, target="torch")
     loaded = time.perf_counter() - start
     load_rss = peak_rss_mb()  # the peak so far: import torch, load, nothing run yet
     cache = model.new_cache(kv)
 
-    def step(tokens: list[int]) -> int:  # the argmax as generate() and the llama.cpp runner take it
-        return int(np.argmax(model(torch.tensor([tokens]), cache, last=True)[0, -1].numpy()))
+    def step(tokens: list[int]) -> int:  # as generate() feeds a prompt (micro-batches) and takes the argmax
+        return int(np.argmax(model.feed(np.array([tokens]), cache)[0]))
 
     with torch.inference_mode():
-        return _timed(step, cache.reset, ids, decode, loaded, load_rss)
+        return _timed(step, cache.reset, ids, decode, loaded, load_rss, imports_rss)
 
 
 def run_toycards_numpy(path: str, ids: list[int], decode: int, threads: int, kv: str) -> dict:
@@ -116,6 +127,7 @@ def run_toycards_numpy(path: str, ids: list[int], decode: int, threads: int, kv:
 
     import toycards
 
+    imports_rss = rss_mb()
     start = time.perf_counter()
     model = toycards.load(path, target="numpy")
     loaded = time.perf_counter() - start
@@ -123,15 +135,16 @@ def run_toycards_numpy(path: str, ids: list[int], decode: int, threads: int, kv:
     cache = model.new_cache(kv)
 
     def step(tokens: list[int]) -> int:
-        return int(np.argmax(model(np.array([tokens]), cache, last=True)[0, -1]))
+        return int(np.argmax(model.feed(np.array([tokens]), cache)[0]))
 
-    return _timed(step, cache.reset, ids, decode, loaded, load_rss)
+    return _timed(step, cache.reset, ids, decode, loaded, load_rss, imports_rss)
 
 
 def run_llama_cpp(path: str, ids: list[int], decode: int, threads: int, kv: str) -> dict:
     import llama_cpp
     import numpy as np
 
+    imports_rss = rss_mb()
     start = time.perf_counter()
     own_copies = os.environ.get("TOYCARDS_WEIGHTS") == "resident"  # --weights resident: no mmap either
     llm = llama_cpp.Llama(
@@ -148,7 +161,15 @@ def run_llama_cpp(path: str, ids: list[int], decode: int, threads: int, kv: str)
         ptr = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
         return int(np.argmax(np.ctypeslib.as_array(ptr, shape=(n_vocab,))))
 
-    return _timed(step, llm.reset, ids, decode, loaded, load_rss)  # reset: the next eval clears its cache
+    return _timed(
+        step, llm.reset, ids, decode, loaded, load_rss, imports_rss
+    )  # reset: the next eval clears its cache
+
+
+def rss_mb() -> float:
+    """This process's resident memory now (VmRSS): after its imports, before the model loads."""
+    with open("/proc/self/status", encoding="ascii") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:")) / 1024
 
 
 def peak_rss_mb() -> float:
@@ -261,6 +282,7 @@ def compare(path: Path, ids: list[int], args: argparse.Namespace) -> dict:
             "prefill": statistics.median(len(ids) / r["prefill_s"] for r in rs),
             "warm": statistics.median(len(ids) / r["warm_prefill_s"] for r in rs),
             "rss": statistics.median(r["peak_rss_mb"] for r in rs),
+            "above": statistics.median(r["peak_rss_mb"] - r["imports_rss_mb"] for r in rs),
             "decode_cpu": statistics.median((args.decode - 1) / r["decode_cpu_s"] for r in rs),
             "prefill_cpu": statistics.median(len(ids) / r["prefill_cpu_s"] for r in rs),
             "load_s": statistics.median(r["load_s"] for r in rs),
@@ -279,12 +301,13 @@ def compare(path: Path, ids: list[int], args: argparse.Namespace) -> dict:
     for name, m in med.items():
         print(
             f"  {name:<10} decode {m['decode']:7.1f} tok/s   prefill {m['prefill']:7.1f} tok/s (warm {m['warm']:7.1f})"
-            f"   peak RSS {m['rss']:6.0f} MB"
+            f"   peak RSS {m['rss']:6.0f} MB ({m['above']:.0f} above imports)"
             f"   (load {m['load_s']:.2f} s, peak RSS after load {m['load_rss']:.0f} MB)"
         )
     print(
         f"  toycards / llama.cpp: decode ×{a['decode'] / b['decode']:.2f}   prefill ×{a['prefill'] / b['prefill']:.2f}"
-        f" (warm ×{a['warm'] / b['warm']:.2f})   peak RSS ×{a['rss'] / b['rss']:.2f}   greedy tokens equal {same}/{args.decode}{where}"
+        f" (warm ×{a['warm'] / b['warm']:.2f})   peak RSS ×{a['rss'] / b['rss']:.2f}"
+        f" (above imports ×{a['above'] / b['above']:.2f})   greedy tokens equal {same}/{args.decode}{where}"
     )
     ratios = {
         "file": path.name,
@@ -292,6 +315,10 @@ def compare(path: Path, ids: list[int], args: argparse.Namespace) -> dict:
         "prefill": a["prefill"] / b["prefill"],
         "warm": a["warm"] / b["warm"],
         "rss": a["rss"] / b["rss"],
+        "above": a["above"] / b["above"],
+        "context": len(ids),
+        "mb": (a["above"], b["above"]),
+        "same": same,
     }
     if args.numpy:
         n = med["numpy"]
@@ -328,6 +355,7 @@ GOALS = (
     ("prefill", "prefill", 1.5, "≥"),
     ("warm", "warm prefill", 1.5, "≥"),
     ("rss", "peak RSS", 1.2, "≤"),
+    ("above", "memory above imports", 1.2, "≤"),
     ("numpy_rss", "NumPy RSS / file", 2.0, "≤"),
     ("numpy_speed", "NumPy / torch", 0.5, "≥"),
 )
@@ -381,6 +409,11 @@ def main() -> None:
         "--numpy", action="store_true",
         help="also run toycards' NumPy target: its peak RSS against the file's size, its speed against the torch target's",
     )  # fmt: skip
+    p.add_argument(
+        "--contexts", default="",
+        help="a sweep of prompt lengths, e.g. 128,1024,4096,8192: the comparison at each (instead of --prefill),"
+        " then a table of memory above imports, decode and prefill per length",
+    )  # fmt: skip
     p.add_argument("--child", choices=["toycards", "numpy", "llama"], help=argparse.SUPPRESS)
     p.add_argument("--ids", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -397,6 +430,8 @@ def main() -> None:
         from real_model import smollm2_q4_1
 
         path = smollm2_q4_1()
+    if args.contexts:
+        return sweep(path, [int(n) for n in args.contexts.split(",")], args)
     ids = prompt_ids(path, args)
     rows = [compare(path, ids, args)]
     with tempfile.TemporaryDirectory() as tmp:
@@ -405,12 +440,45 @@ def main() -> None:
     goals(rows)
 
 
+# the goals at every prompt length of a --contexts sweep: (key, label, bound, at least or at most)
+SWEEP_GOALS = (
+    ("above", "memory above imports", 1.2, "≤"),
+    ("decode", "decode", 1.0, "≥"),
+    ("prefill", "prefill", 1.0, "≥"),
+)
+
+
+def sweep(path: Path, contexts: list[int], args: argparse.Namespace) -> None:
+    """The comparison at each prompt length (toycards feeds a prompt 512 tokens a pass, llama.cpp's
+    n_ubatch), then one table: each runner's peak memory above its imports (the model, its KV cache,
+    its work memory), the ratios, and the greedy tokens."""
+    rows = []
+    for n in contexts:
+        args.prefill = n
+        rows.append(compare(path, prompt_ids(path, args), args))
+    print("prompt length sweep (toycards / llama.cpp; ! where a goal is missed)")
+    print(
+        "  tokens   MB above imports (toycards / llama.cpp)   "
+        + "   ".join(f"{label} {s} ×{b:g}" for _, label, b, s in SWEEP_GOALS)
+        + "   greedy equal"
+    )
+    for r in rows:
+        cells = []
+        for key, label, bound, sign in SWEEP_GOALS:
+            met = r[key] >= bound if sign == "≥" else r[key] <= bound
+            cells.append(f"{f'×{r[key]:.2f}' + ('' if met else ' !'):<{len(label) + 7}}")
+        mb = f"{r['mb'][0]:.0f} / {r['mb'][1]:.0f}"
+        print(f"  {r['context']:>6}   {mb:<41}   " + "   ".join(cells) + f"   {r['same']}/{args.decode}")
+
+
 def prompt_ids(path: Path, args: argparse.Namespace) -> list[int]:
     """The first --prefill ids of TEXT (repeated) in the file's own tokenizer; prints the settings."""
     import toycards
 
     tok = toycards.load_tokenizer(path)
     ids = (tok.encode(TEXT * (1 + args.prefill // 20)))[: args.prefill]
+    if len(ids) < args.prefill:
+        sys.exit(f"the text gives {len(ids)} tokens, fewer than --prefill {args.prefill}")
     print(
         f"prefill {len(ids)}, decode {args.decode}, {args.threads} threads, KV cache {args.kv_cache},"
         f" weights {args.weights}, {args.rounds} rounds, medians"

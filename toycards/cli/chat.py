@@ -22,7 +22,7 @@ import sys
 
 import click
 
-from toycards.cli.options import card_option, device_option, run_target_option, threads_option
+from toycards.cli.options import card_option, device_option, run_target_option, threads_option, ubatch_option
 from toycards.cli.running import (
     EXIT_INTERRUPTED,
     context_limit,
@@ -163,6 +163,7 @@ def _interactive(session, max_tokens: int) -> None:
 @ctx_option
 @run_target_option
 @threads_option
+@ubatch_option
 @device_option
 @card_option
 def chat_cmd(

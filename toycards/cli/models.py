@@ -23,7 +23,14 @@ from pathlib import Path
 
 import click
 
-from toycards.cli.options import card_option, device_option, given_card, run_target_option, threads_option
+from toycards.cli.options import (
+    card_option,
+    device_option,
+    given_card,
+    run_target_option,
+    threads_option,
+    ubatch_option,
+)
 from toycards.cli.running import (
     context_limit,
     ctx_option,
@@ -134,6 +141,7 @@ def gen_cmd(source: str, target: str, output: str | None, card: str | None) -> N
 @device_option
 @card_option
 @threads_option
+@ubatch_option
 @interruptible_command
 def run_cmd(
     model: str,
@@ -235,6 +243,7 @@ def run_cmd(
 @device_option
 @card_option
 @threads_option
+@ubatch_option
 @interruptible_command
 def eval_cmd(
     model: str,

@@ -117,6 +117,24 @@ def _set_threads(ctx: click.Context, param: click.Parameter, value: int | None) 
     return value
 
 
+def _keep_ubatch(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    if value is not None:
+        ctx.meta["toycards.ubatch"] = value  # cli/running.py load_model sets it on the model
+    return value
+
+
+ubatch_option = click.option(  # run, eval, chat, serve, embed
+    "--ubatch",
+    type=click.IntRange(1, 1 << 20),
+    default=None,
+    metavar="N",
+    callback=_keep_ubatch,
+    expose_value=False,
+    help="Run a long input through the model N tokens a pass (default 512, llama.cpp's): a pass's work"
+    " memory grows with N, the KV cache alone with the input.",
+)
+
+
 threads_option = click.option(  # run, eval, chat, serve, train
     "--threads",
     type=click.IntRange(1, MAX_THREADS),

@@ -140,7 +140,9 @@ def load_model(
         m = load(read_card_file(given), weights=model, target=target, device=device)
     else:
         m = load(model, target=target, device=device)
+    command = click.get_current_context(silent=True)
+    if command is not None and "toycards.ubatch" in command.meta:
+        m.ubatch = command.meta["toycards.ubatch"]
     if not embeddings:
-        command = click.get_current_context(silent=True)
         m.require_vocabulary_output(f"toycards {command.info_name}" if command else "this command")
     return m

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from toycards.cli.options import card_option, device_option, threads_option
+from toycards.cli.options import card_option, device_option, threads_option, ubatch_option
 from toycards.errors import ToycardsError
 
 DEFAULT_CTX = 4096  # tokens, for a card that names no context length
@@ -47,6 +47,7 @@ def _context(model, ctx: int | None) -> int:
 )
 @click.option("--target", type=click.Choice(["numpy", "torch"]), default="numpy", show_default=True)
 @threads_option
+@ubatch_option
 @device_option
 @card_option
 @click.option("--ctx", type=click.IntRange(1), default=None,

@@ -247,7 +247,7 @@ class ChatSession:
         """Run the model over `ids` after those the cache holds; the last one's logits (N_V,)."""
         x = np.asarray([ids], dtype=np.int64)  # (1, T)
         self.model._check_ids(x)
-        logits = self.model._forward_numpy(x, self._cache, last=True)[0]  # (1, N_V)
+        logits = self.model.feed(x, self._cache)  # (1, N_V)
         self._fed.extend(ids)
         require_finite(logits, len(self._fed), self.model.path)
         return logits[-1]

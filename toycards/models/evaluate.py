@@ -14,7 +14,8 @@ the tokens it holds that no earlier window scored, each from the tokens before i
 and the first window scores all but its first token. With S < n_ctx every token but the first is
 scored, each with at least n_ctx − S tokens before it (the whole text before it, near the start);
 with S = n_ctx the windows do not overlap and the first token of each is not scored. Only one
-window's logits are held at a time; of them only the scored tokens' log-probabilities are kept.
+window's logits are held at a time, a micro-batch of rows at a time for a longer window
+(`ModelAPI.window_logits`); of them only the scored tokens' log-probabilities are kept.
 """
 
 from __future__ import annotations
@@ -134,14 +135,17 @@ def evaluate(
     if progress is not None:
         progress(0, total)
     for begin, end, first in plan:
-        logits = model.logits(ids[begin:end])  # (end − begin, N_V): this window's alone
-        require_finite(logits, begin + 1, getattr(model, "path", None))
-        rows = slice(first - begin - 1, end - begin - 1)  # row r predicts the window's token r + 1
-        lp = _scored(logits[rows], ids[first:end])  # (end − first,)
-        logprobs.append(lp)
-        if scores is not None:
-            scores += _token_scores(tok, logits[rows], ids, first, lp, top_k)
-        del logits
+        # row r of a window's logits predicts its token r + 1: rows first − begin − 1 … end − begin − 2
+        # score tokens first … end − 1, taken a micro-batch of rows at a time
+        blocks = model.window_logits(ids[begin : end - 1], first - begin - 1)
+        for row, logits in blocks:  # (rows, N_V)
+            require_finite(logits, begin + row + 1, getattr(model, "path", None))
+            at = begin + row + 1  # the first token these rows score
+            lp = _scored(logits, ids[at : at + len(logits)])
+            logprobs.append(lp)
+            if scores is not None:
+                scores += _token_scores(tok, logits, ids, at, lp, top_k)
+            del logits
         done += end - first
         if progress is not None:
             progress(done, total)

@@ -109,6 +109,11 @@ class ReferenceModel(ModelAPI):
             cache.ids = batch
         return out.reshape(*x.shape, out.shape[-1])
 
+    def _passes(self, n: int) -> list[slice]:
+        """One pass over all n new tokens: the interpreter reruns the card on every token so far at
+        each pass, so a pass a micro-batch would rerun the prompt's start once per micro-batch."""
+        return [slice(0, n)]
+
     def new_cache(self, kv_type: str = "f32") -> TokenCache:
         """The ids so far; keys and values are recomputed, never kept, so "f32" alone: the reference
         runs the card itself, and a float16 cache is a target's choice of numerics."""

@@ -3,6 +3,8 @@
 Owns: `ModelAPI` (`logits(ids)`, `new_cache()`, `generate(prompt, …)`, `context_length`,
 `embed(texts)` and `outputs_embeddings` for a card whose output is an embedding per token (an
 encoder; it refuses `generate`, which needs a distribution over the vocabulary), and
+`feed(ids, cache)` (a prompt through a cache in micro-batches of `ubatch` tokens) and
+`window_logits(ids, first)` (a window's logits from a row on, a micro-batch at a time), and
 `Model.from_gguf(path)`, which binds a file's weights to a generated module's own card through
 models/load.py), shared by the NumPy and torch base classes; `Generation` (what `generate`
 returns: the text pieces, then why they ended); and `require_finite` (non-finite logits as one
@@ -19,6 +21,8 @@ import numpy as np
 from toycards.errors import ToycardsError
 from toycards.runtime.context import ContextLength, KVCache, context_length
 
+UBATCH = 512  # tokens a forward pass takes of a longer input: llama.cpp's default n_ubatch
+
 
 class CacheRecomputes(UserWarning):
     """A model decodes by recomputing the whole sequence: the KV cache cannot follow its card."""
@@ -33,6 +37,9 @@ class ModelAPI:
     bound = None  # toycards.binding.Bound: hyperparameters and where each tensor came from
     path = None  # the GGUF file the weights came from (set by the loader), named in errors
     _file_watch = None  # mapped.FileWatch of that file where the weights read its pages (set by the loader)
+    # a longer input goes through the KV cache this many tokens a pass: a pass's work memory (its
+    # activations, its attention's rows) grows with the tokens it takes, the cache alone with the input
+    ubatch = UBATCH
 
     @classmethod
     def from_gguf(cls, path, *, dequantize: bool = False, device: str | None = None):
@@ -86,6 +93,48 @@ class ModelAPI:
     def _forward_numpy(self, ids: np.ndarray, cache: KVCache | None, last: bool = False) -> np.ndarray:
         """float32 logits [..., ℓ, N_V] (`last`: [..., 1, N_V], the last token's alone)."""
         raise NotImplementedError
+
+    def _passes(self, n: int) -> list[slice]:
+        """The token ranges of the forward passes that run n new tokens through a cache: `ubatch`
+        tokens each, or all n at once for a model whose cache cannot follow its card (each pass would
+        recompute every token before it)."""
+        step = n if self.RECOMPUTE else max(1, int(self.ubatch))
+        return [slice(start, min(start + step, n)) for start in range(0, n, step)]
+
+    def feed(self, ids: np.ndarray, cache) -> np.ndarray:
+        """Run token ids [B, n] through `cache` (the new tokens after those it holds) in passes of at
+        most `ubatch` tokens; the last token's float32 logits [B, N_V]. The cache then holds the n
+        tokens too, as after one pass over them: a pass's keys and values are the same whatever the
+        tokens after it."""
+        ids = np.asarray(ids, dtype=np.int64)
+        out = None
+        for part in self._passes(ids.shape[-1]):
+            out = self._forward_numpy(ids[..., part], cache, last=True)
+        if out is None:
+            raise ToycardsError("feed() needs at least one token id")
+        return out[..., -1, :]
+
+    def window_logits(self, ids, first: int = 0) -> Iterator[tuple[int, np.ndarray]]:
+        """float32 logits of one sequence of ids at rows first … len(ids) − 1, as `logits(ids)[first:]`
+        computes them, in blocks: (row of the block's first row, its logits [rows, N_V]). The ids go
+        through an f32 cache in passes of `ubatch` tokens (a pass that ends before `first` gives its
+        last row alone), so that no more than one pass's logits are ever held."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(1, -1)
+        if ids.size == 0:
+            raise ToycardsError("window_logits() needs at least one token id")
+        self._check_ids(ids)
+        self.context_length.check_fits(ids.shape[-1], self.path)
+        passes = self._passes(ids.shape[-1])
+        if len(passes) == 1:
+            yield first, self._forward_numpy(ids, None)[0][first:]
+            return
+        cache = self.new_cache("f32")
+        for part in passes:
+            skipped = part.stop <= first
+            out = self._forward_numpy(ids[:, part], cache, last=skipped)[0]
+            if not skipped:
+                start = max(first, part.start)
+                yield start, out[start - part.start :]
 
     def _with_history(self, x, cache: KVCache, cat):
         """For a RECOMPUTE model: the ids so far (the cache's, then x), kept in the cache; says once
@@ -211,9 +260,9 @@ class ModelAPI:
         cache = self.new_cache(kv_type)
         decoder = tok.decoder(at_start=False)
         prompt_ids = np.asarray(ids, dtype=np.int64).reshape(1, -1)  # (1, ℓ)
-        logits = self._forward_numpy(prompt_ids, cache, last=True)[0]  # (1, N_V): the last token's
-        require_finite(logits, len(ids), self.path)
-        logits, position = logits[-1], len(ids)  # position: the tokens in the sequence so far
+        logits = self.feed(prompt_ids, cache)[0]  # (N_V,): the last token's
+        require_finite(logits[None], len(ids), self.path)
+        position = len(ids)  # the tokens in the sequence so far
         reason = "max_tokens"
         for i in range(max_tokens):
             if limit is not None and position >= limit:

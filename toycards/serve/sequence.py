@@ -105,7 +105,7 @@ class Sequence:
         return None
 
     def _forward(self, ids: np.ndarray) -> np.ndarray:
-        logits = self.model._forward_numpy(ids, self.cache, last=True)[0]  # (1, N_V): the last token's
+        logits = self.model.feed(ids, self.cache)  # (1, N_V): the last token's
         require_finite(logits, self.position, self.model.path)
         return logits[-1]
 
