@@ -45,7 +45,7 @@ def MHAttention_fused(X, W_qkv, b_qkv, W_o, b_o, H, Mask, ctx=None):
     # 3  V ← rows(W_qkv, 3, d_e) · X + rows(b_qkv, 3, d_e) · 1^⊺  ∷ ℝ^{d_e×ℓ}
     V = ops.linear(X, W_qkv[2 * d_e:3 * d_e]) + b_qkv[..., 2 * d_e:3 * d_e]
     # 4  for h ∈ [H]: Y^h ← attention(rows(Q, h, d_h), rows(K, h, d_h), rows(V, h, d_h) | Mask)  ∷ ℝ^{d_h×ℓ}
-    K_all, V_all = runtime.extend(ctx, ops.split_rows(K, d_h), ops.split_rows(V, d_h))
+    K_all, V_all = runtime.extend(ctx, ops.split_rows(K, d_h), ops.split_rows(V, d_h), mask=Mask)
     Y = attention(ops.split_rows(Q, d_h), K_all, V_all, Mask, ctx=ctx)
     # 5  Y ← [Y^1; …; Y^H]  ∷ ℝ^{d_e×ℓ}
     Y = ops.merge_rows(Y)

@@ -36,7 +36,7 @@ def GQAttention(Q, K, V, H, H_kv, layout, theta, rho, Mask, c=0, ctx=None):
     t = ops.as_float(ops.index_vector(runtime.positions(ctx, ell), 1))  # t ∈ [ell]
     K_hat = rope(ops.split_rows(K, d_h), t, layout, theta, rho, ctx=ctx)
     # 3  for h ∈ [H]: Y^h ← attention(Q̂^h, K̂^{⌈h·H_kv/H⌉}, rows(V, ⌈h · H_kv / H⌉, d_h) | Mask, c)  ∷ ℝ^{d_h×ℓ}
-    K_all, V_all = runtime.extend(ctx, K_hat, ops.split_rows(V, d_h))
+    K_all, V_all = runtime.extend(ctx, K_hat, ops.split_rows(V, d_h), mask=Mask)
     Y = attention(Q_hat, K_all, V_all, Mask, c, ctx=ctx, kv_index=[int(math.ceil((h_2 * H_kv) / H)) - 1 for h_2 in range(1, H + 1)])
     # 4  return Y = [Y^1; …; Y^H]
     return ops.merge_rows(Y)

@@ -20,8 +20,9 @@ import pytest
 from cli_run import cli, one_error
 
 from toycards.errors import ToycardsError
+from toycards.inspect.cache_rows import cache_rows
 from toycards.inspect.describe import describe
-from toycards.inspect.memory import cache_bytes, cache_rows, memory_report, parse_contexts
+from toycards.inspect.memory import cache_bytes, memory_report, parse_contexts
 from toycards.models.load import load
 from toycards.runtime.model_base import CacheRecomputes
 
@@ -64,13 +65,14 @@ def held_bytes(cache) -> int:
 
 
 def prefill(model, n: int, batch: int, kv_type: str):
-    """A new cache of `model` after one pass over n tokens of `batch` sequences."""
+    """A new cache of `model` after a prompt of n tokens of `batch` sequences, fed as generation
+    feeds one (passes of `ubatch` tokens)."""
     import torch
 
     cache = model.new_cache(kv_type)
     ids = np.random.default_rng(n).integers(0, model.hp["N_V"], size=(batch, n))
     with torch.no_grad():
-        model(ids, cache)
+        model.feed(ids, cache)
     assert cache.length == n
     return cache
 
@@ -87,6 +89,16 @@ def test_the_cache_estimate_is_what_new_cache_allocates(described, loaded, case,
         mine = column.toycards
         assert mine["kv_allocated"] + mine["state"] + mine["token_ids"] == got, (case, n, mine, got)
         assert cache_bytes(card, n, kv_type) == got
+
+
+@pytest.mark.parametrize("target", ("numpy", "torch"))
+@pytest.mark.parametrize("case", ("llama", "gemma3"))
+def test_a_long_prompt_in_micro_batches_holds_what_the_estimate_says(described, loaded, case, target):
+    """1,200 tokens go through in passes of 512, 512 and 176; gemma3's sliding layers (a window of
+    4) then hold the rows their window reaches, its global layer every token."""
+    card, model = described(case), loaded(case, target)
+    mine = memory_report(card, (1200,), "f16").columns[0].toycards
+    assert mine["kv_allocated"] == held_bytes(prefill(model, 1200, 1, "f16"))
 
 
 @pytest.mark.parametrize("case", ("llama", "gemma3", "mamba"))

@@ -12,10 +12,11 @@ from __future__ import annotations
 from toycards.codegen.code import expr_text, int_literal, paren, parse_expr, relayout, shifted, union_fams
 from toycards.codegen.module import comment_safe
 from toycards.codegen.scope import AFTER, Family, family_key, free_names, run_time_hypers
-from toycards.codegen.values import HEAD_PICKING, MapVar, Val
+from toycards.codegen.values import HEAD_PICKING, WINDOW_READING, MapVar, Val
 from toycards.errors import ToycardsError
 from toycards.lang import ir
 from toycards.lang.builtins import BUILTINS
+from toycards.lang.masks import mask_window
 from toycards.lang.options import call_params, option_argument
 
 
@@ -112,7 +113,7 @@ class CallEmitter:
             codes.append(self.code_layout(v))
             arg_vals.append(v)
         if cached:
-            kv_index = self._cached_keys_values(callee, cached, arg_vals, codes)
+            kv_index = self._cached_keys_values(callee, c, cached, arg_vals, codes)
         given = list(enumerate(arg_vals))  # (position in codes, value) of the run-time arguments
         numbers_only = not callee.inputs  # every value passed is a Python number or an option
         for name, p in zip(callee.params, c.params):  # those it leaves out: the function's defaults
@@ -171,14 +172,17 @@ class CallEmitter:
                 after = slots - 1 - mapped.index(mine[0]) + 1  # the slots to its right, then its own
                 codes[k] = relayout(codes[k], AFTER[maps[mine[0]].kind], after, 0) or codes[k]
 
-    def _cached_keys_values(self, callee: ir.Algorithm, cached, arg_vals: list[Val], codes: list[str]) -> str:
+    def _cached_keys_values(
+        self, callee: ir.Algorithm, c: ir.Call, cached, arg_vals: list[Val], codes: list[str]
+    ) -> str:
         """Route the context arguments (keys, values) through the KV cache (codes[i] rewritten in
         place); the cache keeps the (fewer) key/value heads, and query heads pick from it afterwards.
         Returns the `kv_index=` keyword when the library's `attention` itself picks the heads."""
         idents = [self.scope.ns.fresh(callee.inputs[i] + "_all") for i in cached]
         bases = [arg_vals[i].gather[0] if arg_vals[i].gather else codes[i] for i in cached]
         targets = ", ".join(idents) + ("," if len(idents) == 1 else "")
-        self.pre.append(f"{targets} = runtime.extend(ctx, {', '.join(bases)})")
+        window = self._window_argument(callee, c)
+        self.pre.append(f"{targets} = runtime.extend(ctx, {', '.join(bases)}{window})")
         gathers = [arg_vals[i].gather for i in cached]
         shared = (  # K and V pick the same heads by the same rule: let `attention` do it
             HEAD_PICKING.get(callee.name) == tuple(cached)
@@ -188,6 +192,23 @@ class CallEmitter:
         for i, ident, g in zip(cached, idents, gathers, strict=True):
             codes[i] = ident if shared or not g else f"ops.take({ident}, {g[1]}, {g[2]})"
         return f", kv_index={gathers[0][1]}" if shared else ""
+
+    def _window_argument(self, callee: ir.Algorithm, c: ir.Call) -> str:
+        """`, mask=M` or `, window=w` for `runtime.extend` where the library's `callee` reads its keys
+        only through its mask (WINDOW_READING): a mask that states a window lets the cache drop the
+        rows it leaves behind. Empty otherwise."""
+        option = WINDOW_READING.get(callee.name)
+        if option is None or self.em.library.get(callee.name) != callee or option not in callee.params:
+            return ""
+        at = callee.params.index(option)
+        if at >= len(c.params):
+            return ""
+        given = c.params[at]
+        if isinstance(given, ir.MaskDef):
+            w = mask_window(given)
+            return "" if w is None else f", window={self.expr(w).code}"
+        v = self.expr(given)
+        return f", mask={v.code}" if v.mask else ""
 
     def mask_function(self, m: ir.MaskDef) -> str:
         s = self.scope
@@ -199,7 +220,11 @@ class CallEmitter:
             body = self.expr(m.body.cond if isinstance(m.body, ir.Indicator) else m.body)
         finally:
             s.loops = saved
-        return f"lambda {', '.join(idents)}: {body.code}"
+        function = f"lambda {', '.join(idents)}: {body.code}"
+        window = mask_window(m)  # a sliding window its text states: a cache may drop older rows
+        if window is None:
+            return function
+        return f"runtime.windowed({function}, {self.expr(window).code})"
 
     # ── sums and concatenation ─────────────────────────────────────────────────────────
     def sum(self, e: ir.Sum) -> Val:

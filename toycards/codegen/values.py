@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 # the positions of their key and value inputs: the cache then keeps each key/value head once.
 # Which arguments the cache extends is the checker's call (checker/tokenflow.py), not this table's.
 HEAD_PICKING = {"attention": (1, 2)}
+# Prelude algorithms that read their context inputs (keys, values) only through scores their mask
+# (the option named here) sets to −∞ before the softmax, the values weighted by that softmax alone:
+# where the mask states a sliding window (lang/masks.py), the cache may drop the rows it leaves behind.
+WINDOW_READING = {"attention": "Mask"}
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from toycards.inspect.stepfacts import (
     names,
     options,
     per_token,
+    reads_through_its_mask,
     target_name,
 )
 from toycards.lang import ir
@@ -90,6 +91,7 @@ class Kept:
     call: int = 0  # "kv": which execution of a call the cache extends, in the order of a pass
     count_text: str = ""  # how the entry point's loops around the site write their count (`L`)
     runs: int = 1  # how often those loops run (L): a site in each of them runs that often
+    drops: bool = False  # "kv": the runtime's cache drops the rows that window leaves behind
 
     @property
     def floating(self) -> bool:
@@ -389,6 +391,7 @@ class _Walk:
         window = mask_window(sub.env.declared)
         term, field_ = self._term(dim, fr), shape.field if shape else "R"
         kept = Kept("kv", callee.name, callee.inputs[k], fr.algo.name, term, field_, window, self.layer, k)
+        kept = dataclasses.replace(kept, drops=window is not None and reads_through_its_mask(callee))
         kept = dataclasses.replace(kept, row=row or term.value)
         self._add(dataclasses.replace(kept, call=self.calls))
 

@@ -9,13 +9,16 @@ and how the runtime holds them), `kept_sites` (what each call site keeps), `pars
 (`--ctx 2048,8192,max`) and the report's text, explanation and JSON.
 Leaves out: reading the card (footprint.py walks it), llama.cpp's rules (llama_cpp_memory.py),
 the runtime's rules themselves (called where they live: KVCache's growth in runtime/context.py,
+through cache_rows.py,
 which weights get packed copies in engine/packing.py, how the loader keeps each tensor in
 models/load.py), the command line (cli/files.py).
 
-toycards (numpy target). The cache keeps, per call its plan extends, the arrays of every token
-(rows grown by doubling: `KVCache.reserve`; buffers of LAZY_BYTES or more are zero pages mapped
-as they are written, so "resident" counts the pages the rows written so far touch), the whole
-sequence (a sliding window's layers too), and per stateful call its state. llama.cpp's figures
+toycards (numpy target). A prompt goes through the model `ubatch` tokens a pass (runtime/model_base.py
+UBATCH). The cache keeps, per call its plan extends, the arrays of every token (rows grown by
+doubling: `KVCache.reserve`; buffers of LAZY_BYTES or more are zero pages mapped as they are
+written, so "resident" counts the pages the rows written so far touch), a sliding window's layers
+the rows their window still reaches (`KVCache.begin_pass`), and per stateful call its state. The
+activations are those of the prompt's last pass of at most `ubatch` tokens. llama.cpp's figures
 follow its own rules (llama_cpp_memory.py); its compute buffer (sized by ggml's graph allocator)
 and its output buffer are left out.
 
@@ -30,10 +33,10 @@ and its output buffer are left out.
 from __future__ import annotations
 
 import math
-import mmap
 from dataclasses import dataclass, field
 
 from toycards.errors import ToycardsError
+from toycards.inspect.cache_rows import prefill_passes, slot_after, touched_bytes
 from toycards.inspect.footprint import FIELD_BYTES, Footprint, Kept, footprint, footprints
 from toycards.inspect.header import human_size
 from toycards.inspect.llama_cpp_memory import LLAMA_CPP_UBATCH, llama_cpp_cache, llama_cpp_recurrent
@@ -200,41 +203,6 @@ def _on_cache_line(n: int) -> int:
 
 
 # ── the KV cache ────────────────────────────────────────────────────────────────────────
-class _Rows:
-    """A cache buffer's shape alone, for KVCache.reserve to grow (no memory behind it)."""
-
-    def __init__(self, shape: tuple[int, ...]) -> None:
-        self.shape = shape
-
-    def __getitem__(self, key) -> _Rows:
-        return self
-
-    def __setitem__(self, key, value) -> None:
-        pass
-
-
-class _ShapeOps:
-    @staticmethod
-    def zeros_rows(like, n: int, half: bool = False) -> _Rows:
-        return _Rows((*like.shape[:-2], n, like.shape[-1]))
-
-
-def cache_rows(*passes: int) -> int:
-    """The rows a cache buffer has after passes of these many tokens (a prompt, then one at a
-    time), by the runtime's own growth rule (`KVCache.reserve`).
-
-    >>> cache_rows(3), cache_rows(20), cache_rows(20, 1), cache_rows(20, *[1] * 21)
-    (16, 40, 40, 82)
-    """
-    from toycards.runtime.context import KVCache
-
-    cache, like, buf = KVCache(), _Rows((1, 1)), None
-    for n in passes:
-        (buf,), used = cache.reserve(0, _ShapeOps, (like,), n)
-        cache.slots[0][1] = used + n
-    return buf.shape[-2] if buf is not None else 0
-
-
 def _entry_bytes(k: Kept, kv_type: str) -> int:
     """Bytes of one entry of a kept array: float16 in an f16 cache where it is floating."""
     if k.kind == "kv" and kv_type == "f16" and k.floating:
@@ -252,36 +220,26 @@ def _kv_toycards(fp: Footprint, n: int, kv_type: str, batch: int) -> dict[str, i
     if kv and kv_type not in ("f16", "f32"):
         out = {"kv_allocated": None, "kv_resident": None}  # a cache type the runtime does not keep
     elif kv and not fp.recompute:
-        rows = cache_rows(n)
+        passes = prefill_passes(n)
         for k in kv:
+            window = k.window if k.drops else None
+            rows, held = slot_after(passes, window)
             s = _entry_bytes(k, kv_type)
             nbytes = batch * k.elements.value * rows * s
             out["kv_allocated"] += nbytes
             lazy = nbytes >= LAZY_BYTES
+            # (a window's slot moves its rows to the front: the pages of its first `rows` rows)
+            touched = rows if window is not None and held < n else held
             out["kv_resident"] += (
-                _touched(batch * k.elements.value // k.row, rows, n, k.row * s) if lazy else nbytes
+                touched_bytes(batch * k.elements.value // k.row, rows, min(touched, rows), k.row * s)
+                if lazy
+                else nbytes
             )
     out["state"] = (
         sum(batch * k.elements.value * _entry_bytes(k, kv_type) for k in states) if not fp.recompute else 0
     )
     out["token_ids"] = batch * n * FIELD_BYTES["V"] if fp.recompute else 0
     return out
-
-
-def _touched(chunks: int, rows: int, used: int, row_bytes: int) -> int:
-    """Bytes of the pages that `used` rows of each of `chunks` blocks of `rows` rows touch, in a
-    buffer laid out block after block (a head's rows together) that starts on a page."""
-    page = mmap.PAGESIZE
-    pages, last = 0, -1
-    for c in range(chunks):
-        a = c * rows * row_bytes
-        b = a + used * row_bytes  # one past the last byte written
-        first, end = a // page, (b - 1) // page
-        first = max(first, last + 1)
-        if end >= first:
-            pages += end - first + 1
-            last = end
-    return pages * page
 
 
 # ── the report ──────────────────────────────────────────────────────────────────────────
@@ -315,10 +273,16 @@ def memory_report(card, contexts, kv_type: str | None = None, batch: int = 1) ->
     layer_state = recurrent[0] if recurrent is not None else None
     columns, notes = [], []
     first = None
-    for n, fp in zip(contexts, footprints(card, card.bound.hyper, contexts), strict=True):
+    from toycards.runtime.model_base import UBATCH
+
+    # a prompt's passes take `ubatch` tokens at most (all of them where the cache cannot follow)
+    lengths = sorted({*contexts, *(min(n, UBATCH) for n in contexts)})
+    walked = dict(zip(lengths, footprints(card, card.bound.hyper, lengths), strict=True))
+    for n in contexts:
+        fp = walked[n]
         first = first or fp
         mine = _kv_toycards(fp, n, types["toycards"], batch) | {"weights": weights.resident}
-        mine["activations_estimate"] = fp.activations * batch
+        mine["activations_estimate"] = (fp if fp.recompute else walked[min(n, UBATCH)]).activations * batch
         resident = [mine[k] for k in ("weights", "kv_resident", "state", "token_ids", "activations_estimate")]
         mine["total"] = None if None in resident else sum(resident)
         theirs = llama_cpp_cache(fp, n, types["llama.cpp"], batch, layer_state)

@@ -2,8 +2,8 @@
 locals generated code holds at each step, the window a mask leaves a query, the elements per
 token of a shape, and the small queries on IR nodes the walk asks.
 
-Owns: `held_locals`, `mask_window`, `kept_per_token`, `per_token`, `is_view`, `names`,
-`target_name`, `children`, `options`, `card_text`.
+Owns: `held_locals`, `mask_window`, `reads_through_its_mask`, `kept_per_token`, `per_token`,
+`is_view`, `names`, `target_name`, `children`, `options`, `card_text`.
 Leaves out: the walk itself and what it adds up (footprint.py).
 """
 
@@ -133,6 +133,15 @@ def mask_window(declared: dict) -> int | None:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if sees(mid) else (mid, hi)
     return at - hi + 1
+
+
+def reads_through_its_mask(callee) -> bool:
+    """Whether generated code lets the cache drop what `callee`'s mask window leaves behind: the
+    library's algorithms that read their keys through their mask alone (codegen's WINDOW_READING)."""
+    from toycards.codegen.values import WINDOW_READING
+    from toycards.library import library_algorithms
+
+    return callee.name in WINDOW_READING and library_algorithms().get(callee.name) == callee
 
 
 def card_text(e) -> str:

@@ -1,10 +1,11 @@
 """Run-time context of one forward pass: token positions and the KV cache.
 
 Owns: `KVCache` (per call that reads a context, such as attention, the keys and values of
-every token seen so far, grown in place by doubling; per stateful call (a `State:` block), the
+every token seen so far, grown in place by doubling, or for an attention whose mask is a sliding
+window (`windowed`), of the tokens the window can still reach; per stateful call (a `State:` block), the
 state it left; or, for a card the cache cannot follow, the token ids so far), `Context` (the
 absolute 1-based positions of the tokens in this pass and a cursor over the cache's slots), the
-helpers generated code calls: `positions(ctx, n)`, `extend(ctx, K, V, …)` and
+helpers generated code calls: `positions(ctx, n)`, `extend(ctx, K, V, …)`, `windowed(mask, w)` and
 `state_slot`/`recall`/`keep` (decoder state), and the context-length policy: `ContextLength`
 (the context a model was trained for, read from its bound card, and whether its positions stop
 there) with the limit `run`, `eval`, `generate` and `logits` hold a sequence to.
@@ -59,6 +60,11 @@ class KVCache:
         self.states: list[tuple] = []
         self.staged: dict[int, tuple] = {}
         self.prepared: dict = {}  # what a target's kernels prepared for this cache's passes (their keys)
+        # sliding windows: slot → the window w of the mask that reads it, where a kernel keeps only
+        # the rows its queries can still reach (`window_slot`), and slot → the rows dropped ahead of
+        # its buffers' first row: the slot's row i holds the token at position first + i + 1
+        self.windows: dict[int, int] = {}
+        self.firsts: dict[int, int] = {}
 
     def reset(self) -> None:
         """Forget every token. The buffers stay, and the next tokens are written over the old rows
@@ -68,6 +74,7 @@ class KVCache:
         self.length = 0
         for entry in self.slots:
             entry[1] = 0
+        self.firsts = {}
         self.ids = None
         self.states, self.staged = [], {}
 
@@ -83,8 +90,9 @@ class KVCache:
         if n == 0:
             self.states = []
         self.length = n
-        for entry in self.slots:
-            entry[1] = n  # every slot holds one row per token so far
+        for slot, entry in enumerate(self.slots):
+            entry[1] = n - self.firsts.get(slot, 0)  # every slot holds one row per token so far
+            # (less those a window dropped, which can_keep checked no later query reads)
         if self.ids is not None:
             self.ids = self.ids[..., :n] if n else None
 
@@ -100,19 +108,56 @@ class KVCache:
 
     def can_keep(self, n: int) -> bool:
         """Whether `truncate(n)` can keep the first n tokens: a state (`State:`) sums up every token
-        so far, so a cache holding one can only keep all of them or none."""
-        return not self.states or n in (0, self.length)
+        so far, so a cache holding one can only keep all of them or none; a sliding window's slot
+        keeps no row its window has left behind, so n must leave it every row the next token reads."""
+        if n in (0, self.length):
+            return True
+        if self.states:
+            return False
+        return all(first <= max(0, n + 1 - self.windows[slot]) for slot, first in self.firsts.items())
+
+    def window_slot(self, slot: int, window: int) -> int:
+        """Slot `slot` (this pass's next, or one that exists) is read by an attention whose mask lets
+        a query at position p see no key at position p − window or before (`windowed`): from the next
+        pass on the cache keeps only the rows later queries can reach. Its rows dropped so far."""
+        if self.windows.setdefault(slot, window) != window:
+            raise ValueError(
+                f"slot {slot} is read through windows of {self.windows[slot]} and {window} tokens"
+            )
+        return self.firsts.get(slot, 0)
+
+    def begin_pass(self) -> None:
+        """Before a pass over more tokens: each sliding window's slot drops the rows no query from
+        position length + 1 on can read (the token at position p is read by queries before
+        p + window alone) and moves the rest to the front of its buffers."""
+        for slot, window in self.windows.items():
+            if slot >= len(self.slots):
+                continue
+            first = self.firsts.get(slot, 0)
+            drop = max(0, self.length + 1 - window) - first
+            if drop <= 0:
+                continue
+            entry = self.slots[slot]
+            used = entry[1]
+            for buf in entry[0]:
+                if buf is not None and used > drop:
+                    buf[..., : used - drop, :] = _copy(buf[..., drop:used, :])
+            entry[1] = max(0, used - drop)
+            self.firsts[slot] = first + drop
 
     def append(self, slot: int, ops, *arrays):
-        """Store the new columns (rows in code) of each array; all columns so far, per array."""
+        """Store the new columns (rows in code) of each array; all columns so far, per array (those a
+        sliding window dropped as zeros: its mask gives them no weight)."""
         n_new = arrays[0].shape[-2]
         buffers, used = self.reserve(slot, ops, arrays, n_new)
         for buf, a in zip(buffers, arrays, strict=True):
             buf[..., used : used + n_new, :] = a  # (rounded to float16 in a half cache)
         self.slots[slot][1] = used + n_new
-        return tuple(
-            ops.cast_like(buf[..., : used + n_new, :], a) for buf, a in zip(buffers, arrays, strict=True)
-        )
+        held = [ops.cast_like(buf[..., : used + n_new, :], a) for buf, a in zip(buffers, arrays, strict=True)]
+        first = self.firsts.get(slot, 0)
+        if first:
+            held = [ops.cat_cols([ops.zeros_rows(h, first), h]) for h in held]
+        return tuple(held)
 
     def reserve(self, slot: int, ops, likes, n_new: int):
         """Room for n_new more rows in each of slot's buffers (shaped like `likes` but for the row
@@ -132,8 +177,16 @@ class KVCache:
                 buf = buffers[k] = None  # after a reset: a buffer of the new shape below
                 self.slots[slot][2] = None  # and no kernel's note on the old one
             if buf is None or buf.shape[-2] < used + n_new:
-                buffers[k] = _grow(ops, buf, a, used, max(2 * (used + n_new), 16), self.half)
+                rows = max(2 * (used + n_new), 16)
+                if slot in self.windows:  # the most a window's slot holds during a pass of n_new
+                    rows = max(used + n_new, min(rows, self.windows[slot] - 1 + n_new))
+                buffers[k] = _grow(ops, buf, a, used, rows, self.half)
         return buffers, used
+
+
+def _copy(rows):
+    """A copy of `rows` (NumPy or torch), to be written over memory it overlaps."""
+    return rows.clone() if hasattr(rows, "clone") else rows.copy()
 
 
 def _grow(ops, old, like, used: int, capacity: int, half: bool):
@@ -210,6 +263,23 @@ def gqa_site(ctx: Context | None, kind: str, mask, rho, t, values: tuple, make):
     return site
 
 
+def windowed(mask, window):
+    """The mask function `mask` (generated code's `lambda t_z, t_x: …`), noted as one that lets a query
+    at position p see no key at p − window or before, where `window` is a whole number ≥ 1: a conjunct
+    of its card text says so (codegen reads `t_x − t_z < w` and its other spellings,
+    toycards/lang/masks.py). A kernel may then keep only the rows later queries can reach."""
+    w = _whole_window(window)
+    if w is not None:
+        mask.window = w
+    return mask
+
+
+def _whole_window(window) -> int | None:
+    """`window` as an int where it is a whole number ≥ 1 (a hyperparameter's value), else None."""
+    whole = isinstance(window, int | float) and not isinstance(window, bool) and window == int(window)
+    return int(window) if whole and window >= 1 else None
+
+
 def positions(ctx: Context | None, n: int):
     """Absolute positions 1…n of a windowed sequence (1…n itself without a context)."""
     if ctx is None:
@@ -219,12 +289,18 @@ def positions(ctx: Context | None, n: int):
     return ctx.pos
 
 
-def extend(ctx: Context | None, *arrays):
-    """Each array with the columns of every token so far: the cached ones, then its new ones."""
+def extend(ctx: Context | None, *arrays, mask=None, window=None):
+    """Each array with the columns of every token so far: the cached ones, then its new ones. `mask`
+    (its `window`, noted by `windowed`) or `window`: the one mask through which the call reads these
+    arrays states a sliding window (codegen's WINDOW_READING), so the cache keeps the rows it still
+    reaches, and those before come back as zeros, which the mask gives no weight."""
     if ctx is None or ctx.cache is None:
         return arrays
     slot = ctx.slot
     ctx.slot += 1
+    w = getattr(mask, "window", None) if mask is not None else _whole_window(window)
+    if w is not None:
+        ctx.cache.window_slot(slot, w)
     return ctx.cache.append(slot, ctx.ops, *arrays)
 
 

@@ -70,11 +70,12 @@ class _Site:
                 self.sin = np.ascontiguousarray(np.sin(phi), dtype=np.float32)
         return self.cos, self.sin
 
-    def allowed(self, S: int) -> np.ndarray | None:
-        """The card's mask over S keys at the pass's query positions, bool [T, S], or None where it
-        is not one mask for every head and batch row (it has axes of its own)."""
-        if S not in self.masks:
-            t_z = np.arange(1, S + 1).astype(np.float32)
+    def allowed(self, S: int, first: int = 0) -> np.ndarray | None:
+        """The card's mask over S keys, those at positions first + 1 … first + S (a sliding window's
+        cache slot holds no earlier ones), at the pass's query positions: bool [T, S], or None where
+        it is not one mask for every head and batch row (it has axes of its own)."""
+        if (S, first) not in self.masks:
+            t_z = np.arange(first + 1, first + S + 1).astype(np.float32)
             t_x = np.asarray(self.t).astype(np.float32).reshape(-1, 1)
             m = np.asarray(self.mask(t_z, t_x))
             shape = (len(t_x), S)
@@ -82,8 +83,10 @@ class _Site:
                 fits = m.ndim <= 2 and np.broadcast_shapes(m.shape, shape) == shape
             except ValueError:  # the steps say what is wrong with it
                 fits = False
-            self.masks[S] = np.ascontiguousarray(np.broadcast_to(m, shape), dtype=bool) if fits else None
-        return self.masks[S]
+            self.masks[S, first] = (
+                np.ascontiguousarray(np.broadcast_to(m, shape), dtype=bool) if fits else None
+            )
+        return self.masks[S, first]
 
 
 def _call(site: _Site, Q, K, V, H, H_kv, layout, cap):
@@ -130,7 +133,9 @@ def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):
     half = cache is not None and cache.half
     if entry is not None and not _cache_plain(entry[0], half):
         return None  # the steps filled this slot with another dtype
-    allowed = site.allowed((entry[1] if entry is not None else 0) + a.T)
+    window = getattr(mask, "window", None)  # a sliding window: the cache keeps the rows it reaches
+    first = cache.window_slot(ctx.slot, window) if cache is not None and window is not None else 0
+    allowed = site.allowed((entry[1] if entry is not None else 0) + a.T, first)
     if allowed is None:
         return None
     if cache is not None:

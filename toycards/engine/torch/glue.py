@@ -183,6 +183,7 @@ class _GQACall:
         self.cos = self.mask = self.Kc = self.Vc = None
         self.T = args.T if args is not None else 0  # (a ctypes field costs a conversion at each read)
         self.S = 0  # the key count of the mask at `allowed` (0: none set yet)
+        self.first = 0  # the rows a sliding window's slot dropped ahead of those keys
         self.ctx = None  # the pass whose site holds this call (_prepared)
 
 
@@ -214,7 +215,7 @@ def _prepared(ctx, Q, K, V, H, H_kv, layout, cap) -> _GQACall:
     if call is None:
         call = _prepare(Q, K, V, H, H_kv, layout, cap)
         kept.append(call)
-    call.ctx, call.cos, call.mask, call.S = ctx, None, None, 0
+    call.ctx, call.cos, call.mask, call.S, call.first = ctx, None, None, 0, 0
     return call
 
 
@@ -256,6 +257,7 @@ def gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, ops):
             S = used + call.T
             if (
                 S == call.S
+                and cache.firsts.get(slot, 0) == call.first
                 and S <= note[2]
                 and note[0] is entry[0][0]
                 and note[1] is entry[0][1]
@@ -282,11 +284,16 @@ def gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, ops):
         call.cos, call.sin = cos, sin
         a.cos, a.sin, a.half = cos.data_ptr(), sin.data_ptr(), half
     cache = ctx.cache if ctx is not None else None
-    entry = None
+    entry, first = None, 0
     if cache is not None:
         slot = ctx.slot
         entry = cache.slots[slot] if slot < len(cache.slots) else None
-    mask = site.allowed((entry[1] if entry is not None else 0) + a.T)  # before the cache: it may decline
+        window = getattr(site.mask, "window", None)  # a sliding window: the cache keeps the rows it reaches
+        if window is not None:
+            first = cache.window_slot(slot, window)
+    mask = site.allowed(
+        (entry[1] if entry is not None else 0) + a.T, first
+    )  # before the cache: it may decline
     if mask is None:
         return None
     if cache is not None:
@@ -318,7 +325,7 @@ def gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, ops):
     if mask is not call.mask:
         if tuple(mask.shape) != (a.T, used + a.T):  # positions for another number of tokens
             raise ValueError(f"the attention mask is {tuple(mask.shape)}, not {(a.T, used + a.T)}")
-        call.mask, call.S = mask, used + a.T
+        call.mask, call.S, call.first = mask, used + a.T, first
         a.allowed = mask.data_ptr()
     cx = native.module()
     if cx is not None:  # the rest in C++: the tensors' addresses, the output, the call

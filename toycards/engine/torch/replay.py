@@ -108,7 +108,10 @@ def _replayed(cx, kept: _Tape, model, x, cache, last, ops):
     for rho, theta, layout, mask, half in kept.sites:
         now = ops._GQASite(rho, t, theta, layout, mask)
         cos, sin = now.angles(2 * half)
-        mask = now.allowed(cache.length + T)
+        # a sliding window's slots hold the tokens after `first` alone (KVCache.begin_pass)
+        window = getattr(mask, "window", None)
+        first = max(0, cache.length + 1 - window) if window is not None else 0
+        mask = now.allowed(cache.length + T - first, first)
         if mask is None:
             return None
         sites.append((cos, sin, mask))

@@ -35,6 +35,8 @@ class NumpyModel(ModelAPI):
 
         self._check_file()
         x = np.asarray(x, dtype=np.int64)
+        if cache is not None and not self.RECOMPUTE:
+            cache.begin_pass()  # sliding windows drop the rows no new token reads
         if cache is not None and self.RECOMPUTE:
             n_new = 1 if last else x.shape[-1]
             out = self.forward(self._with_history(x, cache, np.concatenate), None, last)[..., -n_new:, :]

@@ -210,6 +210,8 @@ class TorchModel(nn.Module, ModelAPI):
     def _call(self, x, cache: KVCache | None, last: bool):
         self._check_file()
         x = torch.as_tensor(x, dtype=torch.long)
+        if cache is not None and not self.RECOMPUTE:
+            cache.begin_pass()  # sliding windows drop the rows no new token reads
         if cache is not None and self.RECOMPUTE:
             n_new = 1 if last else x.shape[-1]
             out = super().__call__(self._with_history(x, cache, torch.cat), None, last)[..., -n_new:, :]

@@ -407,13 +407,14 @@ class _GQASite:
                 self.cos, self.sin = rope.angles(t, self.theta, self.rho, 2 * self.rho.shape[-1])
         return self.cos, self.sin
 
-    def allowed(self, S):
-        """The card's mask over S keys at the pass's query positions, bool [T, S], or None where it
-        is not one mask for every head and batch row (it has axes of its own)."""
-        if S not in self.masks:
-            m = _allowed(self.mask, arange(1, S + 1), self.t)
-            self.masks[S] = m.contiguous() if m.dim() == 2 else None
-        return self.masks[S]
+    def allowed(self, S, first=0):
+        """The card's mask over S keys, those at positions first + 1 … first + S (a sliding window's
+        cache slot holds no earlier ones), at the pass's query positions: bool [T, S], or None where
+        it is not one mask for every head and batch row (it has axes of its own)."""
+        if (S, first) not in self.masks:
+            m = _allowed(self.mask, arange(first + 1, first + S + 1), self.t)
+            self.masks[S, first] = m.contiguous() if m.dim() == 2 else None
+        return self.masks[S, first]
 
 
 def rope_pairs(x, t, theta, rho):
