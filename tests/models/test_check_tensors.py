@@ -206,6 +206,9 @@ class _Logits:
         z[2:, 4] = np.nan
         return z
 
+    def window_logits(self, ids, first=0):  # as ModelAPI's: one block of rows from `first` on
+        yield first, self.logits(ids)[first:]
+
 
 def test_eval_names_the_first_position_whose_logits_are_not_finite():
     with pytest.raises(ToycardsError, match=r"^fake.gguf: the logits at position 3 are not finite \(NaN\)"):
