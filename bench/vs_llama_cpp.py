@@ -115,6 +115,7 @@ def run_toycards(path: str, ids: list[int], decode: int, threads: int, kv: str) 
     cache = model.new_cache(kv)
 
     def step(tokens: list[int]) -> int:  # as generate() feeds a prompt (micro-batches) and takes the argmax
+        cache.expect(len(ids) + decode)  # as generate() says of its prompt and max_tokens
         return int(np.argmax(model.feed(np.array([tokens]), cache)[0]))
 
     with torch.inference_mode():
@@ -135,6 +136,7 @@ def run_toycards_numpy(path: str, ids: list[int], decode: int, threads: int, kv:
     cache = model.new_cache(kv)
 
     def step(tokens: list[int]) -> int:
+        cache.expect(len(ids) + decode)  # as generate() says of its prompt and max_tokens
         return int(np.argmax(model.feed(np.array([tokens]), cache)[0]))
 
     return _timed(step, cache.reset, ids, decode, loaded, load_rss, imports_rss)

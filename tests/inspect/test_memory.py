@@ -20,7 +20,7 @@ import pytest
 from cli_run import cli, one_error
 
 from toycards.errors import ToycardsError
-from toycards.inspect.cache_rows import cache_rows
+from toycards.inspect.cache_rows import cache_rows, touched_bytes
 from toycards.inspect.describe import describe
 from toycards.inspect.memory import cache_bytes, memory_report, parse_contexts
 from toycards.models.load import load
@@ -123,12 +123,13 @@ def test_growth_follows_the_runtime_kv_cache(described):
 
 
 def test_resident_rows_are_the_pages_the_written_rows_touch(described):
-    """A buffer of 64 KiB or more is zero pages mapped as they are written: after a prompt of 512
-    tokens of tiny llama (f32, H_kv·d_h = 2·16) its 1024-row buffers hold one 32 KiB page run per
-    head of their 64 KiB, so resident is half of allocated."""
+    """A buffer of 64 KiB or more is zero pages mapped as they are written. A prompt of 512 tokens of
+    tiny llama (f32, H_kv·d_h = 2·16) tells the cache to expect 512 tokens: buffers of 512 rows, all
+    written. A 1024-row buffer of 2 heads with 512 rows written per head touches half its pages."""
     column = memory_report(described("llama"), (512,), "f32").columns[0].toycards
-    assert column["kv_allocated"] == 2 * 2 * 1024 * 32 * 4
-    assert column["kv_resident"] == column["kv_allocated"] // 2
+    assert column["kv_allocated"] == 2 * 2 * 512 * 32 * 4
+    assert column["kv_resident"] == column["kv_allocated"]
+    assert touched_bytes(2, 1024, 512, 16 * 4) == 2 * 1024 * 16 * 4 // 2
 
 
 # ── weights ─────────────────────────────────────────────────────────────────────────────

@@ -14,7 +14,7 @@ import tracemalloc
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from test_kv_cache import CASES, TARGETS, tol, token_ids
+from test_kv_cache import CASES, TARGETS, token_ids, tol
 
 from toycards.cli import main
 from toycards.models.evaluate import evaluate
@@ -147,3 +147,20 @@ def test_the_ubatch_option_is_checked_in_one_line(oracle_files):
     whole, parts = (json.loads(r.output) for r in runs)
     assert parts["n_tokens"] == whole["n_tokens"] > 4
     assert parts["perplexity"] == pytest.approx(whole["perplexity"], rel=1e-5)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_cache_told_what_to_expect_makes_room_once(model, target):
+    """generate tells the cache the prompt and max_tokens: its buffers are made that long at the first
+    pass and never copied into bigger ones (a doubling holds the old buffer and its copy at once)."""
+    m = model("llama", target)
+    m.ubatch = 16
+    ids = token_ids(m.hp["N_V"], 1, 116)
+    cache = m.new_cache("f16")
+    cache.expect(116)
+    m.feed(ids[:, :100], cache)
+    first = [b for entry in cache.slots for b in entry[0]]
+    assert {b.shape[-2] for b in first} == {116}
+    for i in range(100, 116):
+        m.feed(ids[:, i : i + 1], cache)
+    assert all(a is b for a, b in zip(first, (b for entry in cache.slots for b in entry[0]), strict=True))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_kv_cache import TARGETS, tol, token_ids
+from test_kv_cache import TARGETS, token_ids, tol
 
 from toycards.codegen.code import parse_expr
 from toycards.lang import ir
@@ -86,7 +86,9 @@ def test_a_window_over_4096_tokens_holds_its_window_alone(model, target):
     m.feed(ids, cache)
     held, room = rows_held(cache)
     sliding = [s for s in range(len(cache.slots)) if s in cache.windows]
-    assert {held[s] for s in sliding} == {WINDOW - 1 + 512} and {room[s] for s in sliding} == {WINDOW - 1 + 512}
+    assert {held[s] for s in sliding} == {WINDOW - 1 + 512} and {room[s] for s in sliding} == {
+        WINDOW - 1 + 512
+    }
     assert all(held[s] == 4096 for s in range(len(held)) if s not in cache.windows)
     one = cache.slots[sliding[0]][0][0]
     assert one.dtype.itemsize == 2 and one.shape[-2] * one.shape[-1] * 2 < 4096 * one.shape[-1] * 2 / 7

@@ -46,11 +46,17 @@ def cache_rows(*passes: int, window: int | None = None) -> int:
     return slot_after(passes, window)[0]
 
 
-def slot_after(passes, window: int | None) -> tuple[int, int]:
-    """(rows of room, rows held) of a cache slot after passes of these many tokens."""
+def slot_after(passes, window: int | None, expected: int = 0) -> tuple[int, int]:
+    """(rows of room, rows held) of a cache slot after passes of these many tokens, the cache told to
+    expect `expected` tokens (`KVCache.expect`: what `ModelAPI.feed` says of a prompt).
+
+    >>> slot_after([512, 512, 176], None), slot_after([512, 512, 176], None, expected=1200)
+    ((2400, 1200), (1200, 1200))
+    """
     from toycards.runtime.context import KVCache
 
     cache, like, buf = KVCache(), _Rows((1, 1)), None
+    cache.expect(expected)
     if window is not None:
         cache.windows[0] = window
     for n in passes:

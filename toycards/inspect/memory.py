@@ -223,7 +223,7 @@ def _kv_toycards(fp: Footprint, n: int, kv_type: str, batch: int) -> dict[str, i
         passes = prefill_passes(n)
         for k in kv:
             window = k.window if k.drops else None
-            rows, held = slot_after(passes, window)
+            rows, held = slot_after(passes, window, expected=n)
             s = _entry_bytes(k, kv_type)
             nbytes = batch * k.elements.value * rows * s
             out["kv_allocated"] += nbytes

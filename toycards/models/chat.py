@@ -182,6 +182,8 @@ class ChatSession:
     def _reply(self, messages: list[dict], ids: list[int], max_tokens: int) -> Iterator[str]:
         said: list[str] = []
         self.stop_reason = None
+        # room for the conversation and the whole reply (held to the context)
+        self._cache.expect(min(len(ids) + max_tokens, self.n_ctx) if self.n_ctx else len(ids) + max_tokens)
         logits = self._prefill(ids)  # (N_V,): the next token's
         self._messages = messages
         try:

@@ -40,6 +40,9 @@ class TokenCache:
     def reset(self) -> None:
         self.ids = None
 
+    def expect(self, n: int) -> None:
+        """(KVCache.expect: the ids need no room made ahead.)"""
+
     def can_keep(self, n: int) -> bool:
         """Any prefix can be kept: the cache is the token ids (KVCache.can_keep)."""
         return 0 <= n <= self.length
@@ -80,6 +83,8 @@ class ReferenceModel(ModelAPI):
         """Hyperparameters and parameters by card name, each parameter in its card shape, float64;
         a per-layer parameter (`γ_l^1`) as {layer: value}."""
         out: dict[str, object] = dict(self.hp)
+        for decl, group in self.card.main.all_params():  # a conditional group's family may hold no layer
+            out.update({n: {} for n in decl.names if group is not None})
         for p in self.bound.params:
             stored = np.asarray(self.w[p.key], dtype=np.float64)
             value = stored.T if p.transpose else stored

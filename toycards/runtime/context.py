@@ -60,6 +60,7 @@ class KVCache:
         self.states: list[tuple] = []
         self.staged: dict[int, tuple] = {}
         self.prepared: dict = {}  # what a target's kernels prepared for this cache's passes (their keys)
+        self.expected = 0  # the tokens the sequence is expected to reach (`expect`): rows to make room for
         # sliding windows: slot → the window w of the mask that reads it, where a kernel keeps only
         # the rows its queries can still reach (`window_slot`), and slot → the rows dropped ahead of
         # its buffers' first row: the slot's row i holds the token at position first + i + 1
@@ -75,6 +76,7 @@ class KVCache:
         for entry in self.slots:
             entry[1] = 0
         self.firsts = {}
+        self.expected = 0
         self.ids = None
         self.states, self.staged = [], {}
 
@@ -115,6 +117,12 @@ class KVCache:
         if self.states:
             return False
         return all(first <= max(0, n + 1 - self.windows[slot]) for slot, first in self.firsts.items())
+
+    def expect(self, n: int) -> None:
+        """The sequence will hold n tokens (a prompt and the tokens to generate after it): a buffer that
+        grows makes room for that many rows at once, instead of doubling (each doubling holds the old
+        buffer and its copy at once; a buffer's rows not yet written take no memory, `zero_pages`)."""
+        self.expected = max(self.expected, int(n))
 
     def window_slot(self, slot: int, window: int) -> int:
         """Slot `slot` (this pass's next, or one that exists) is read by an attention whose mask lets
@@ -177,7 +185,7 @@ class KVCache:
                 buf = buffers[k] = None  # after a reset: a buffer of the new shape below
                 self.slots[slot][2] = None  # and no kernel's note on the old one
             if buf is None or buf.shape[-2] < used + n_new:
-                rows = max(2 * (used + n_new), 16)
+                rows = max(2 * (used + n_new), 16) if self.expected < used + n_new else self.expected
                 if slot in self.windows:  # the most a window's slot holds during a pass of n_new
                     rows = max(used + n_new, min(rows, self.windows[slot] - 1 + n_new))
                 buffers[k] = _grow(ops, buf, a, used, rows, self.half)

@@ -107,6 +107,7 @@ class ModelAPI:
         tokens too, as after one pass over them: a pass's keys and values are the same whatever the
         tokens after it."""
         ids = np.asarray(ids, dtype=np.int64)
+        cache.expect(cache.length + ids.shape[-1])
         out = None
         for part in self._passes(ids.shape[-1]):
             out = self._forward_numpy(ids[..., part], cache, last=True)
@@ -258,6 +259,8 @@ class ModelAPI:
 
         tok = self.tokenizer
         cache = self.new_cache(kv_type)
+        # room for the prompt and every token it may generate
+        cache.expect(len(ids) + max_tokens if limit is None else min(len(ids) + max_tokens, limit))
         decoder = tok.decoder(at_start=False)
         prompt_ids = np.asarray(ids, dtype=np.int64).reshape(1, -1)  # (1, ℓ)
         logits = self.feed(prompt_ids, cache)[0]  # (N_V,): the last token's
