@@ -24,8 +24,8 @@ and its output buffer are left out.
 
 >>> from toycards.inspect.describe import describe
 >>> report = memory_report(describe("examples/tiny-llama.gguf"), (64,), "f16")
->>> report.columns[0].toycards["kv_allocated"]  # K, V · L = 2 · 128 rows · H_kv·d_h = 32 · 2 bytes
-32768
+>>> report.columns[0].toycards["kv_allocated"]  # K, V · L = 2 · 2 · 64 rows (as told to expect) · 32 · 2 bytes
+16384
 >>> report.columns[0].llama_cpp["kv"]  # K, V · L = 2 · 256 cells (64 padded) · 32 · 2 bytes
 65536
 """

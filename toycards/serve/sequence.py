@@ -84,7 +84,9 @@ class Sequence:
         """The prefill, or one token; the reply's `Finished` once it is complete."""
         if self.logits is None:
             self.cache = self.model.new_cache()
-            self.cache.expect(len(self.job.prompt_ids) + self.job.max_tokens)  # the prompt and the whole reply
+            self.cache.expect(
+                len(self.job.prompt_ids) + self.job.max_tokens
+            )  # the prompt and the whole reply
             ids = np.asarray(self.job.prompt_ids, dtype=np.int64).reshape(1, -1)  # (1, ℓ)
             self.logits = self._forward(ids)
             return None
