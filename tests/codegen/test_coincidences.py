@@ -18,6 +18,9 @@ The cases, by kind:
 - slices whose bounds read a map or head variable (`X[(h − 1)·d_h + 1 : h·d_h, t]`, what
   `rows(X, h, d_h)` means);
 - a map whose value leaves out its own variable (`for j ∈ [n]: O[:, j] ← β`);
+- a number per call in a map whose variable reads a block of rows, its axis a head's (DeepSeek
+  V3's group scores `σ[g, t] ← top_sum(B[(g − 1)·m + 1 : g·m, t] | 2)`), written into entries of a
+  matrix or a vector, with an entry `Z[g, t]` beside it; a column of a head's block;
 - what a builtin reads of a matrix (its number of columns, the largest entry of each column);
 - a number per column beside a matrix (`⟦x[t] = 2⟧ · W · X[:, t]`: a matrix per column), and rows
   `W[i, :]` stacked into a matrix.
@@ -88,6 +91,15 @@ Input:
   A ∈ ℝ^{n×n}
 Output: y ∈ ℝ^{n}
 1  return y = tanh(A · v)
+"""
+
+TOTAL = """
+Algorithm: y ← total(v | n)
+/* a number per call: the sum of the first n entries of a vector */
+Input: v ∈ ℝ^{m}
+Output: y ∈ ℝ
+Hyperparameters: n ∈ ℕ
+1  return y = Σ_{i=1}^{n} v[i]
 """
 
 CASES = {  # name → (the card's own algorithms, steps 4…)
@@ -284,6 +296,33 @@ CASES = {  # name → (the card's own algorithms, steps 4…)
 6  V ← W_v · X
 7  for h ∈ [H]: Y^h ← attention(Q[(h − 1)·d_h + 1 : h·d_h, :], K, V | {MASK})
 8  X ← X + W_o · [Y^1; …; Y^H]""",
+    ),
+    # ── a number per call in a map whose variable reads a block of rows (a head's axis) ──
+    "a call's number per head and column": (  # DeepSeek V3's group scores: once […, H, ℓ, 1]
+        TOTAL,
+        """4  for g ∈ [H], t ∈ [ℓ]: σ[g, t] ← total(X[(g − 1)·d_h + 1 : g·d_h, t] | 2)
+5  X ← X + W_o[:, 1:H] · σ""",
+    ),
+    "a call's number per head and column, plus an entry": (
+        TOTAL,
+        """4  Z ← W_o[1:H, :] · X
+5  for g ∈ [H], t ∈ [ℓ]: σ[g, t] ← Z[g, t] + total(X[(g − 1)·d_h + 1 : g·d_h, t] | 2)
+6  X ← X + W_o[:, 1:H] · σ""",
+    ),
+    "a call's number per head, entries of a vector": (
+        TOTAL,
+        """4  for h ∈ [H]: z[h] ← total(X[(h − 1)·d_h + 1 : h·d_h, 1] | 2)
+5  X ← X + W_o[:, 1:H] · z · 1^⊺""",
+    ),
+    "a column of a head's block, per head": (  # once […, H, d_h]: the heads' axis among the tokens'
+        "",
+        """4  for h ∈ [H]: y^h ← tanh(rows(X, h, d_h)[:, 1])
+5  X ← X + [y^1; …; y^H] · 1^⊺""",
+    ),
+    "a call's number per head of a column of its block": (
+        TOTAL,
+        """4  for h ∈ [H], t ∈ [ℓ]: σ[h, t] ← total(rows(X, h, d_h)[:, 1] | 2)
+5  X ← X + W_o[:, 1:H] · σ""",
     ),
     # ── a map whose value leaves out its variable ──
     "every column β, computed per sequence": (

@@ -55,6 +55,7 @@ DOC = DOC_PATH.read_text(encoding="utf-8")
 VALUES: dict[str, int | float] = {
     "L": 2, "H": 3, "d_e": 6, "d_mlp": 4, "ℓ_max": 8, "E": 2, "N_V": 11,
     "ε": 1e-5, "θ_base": 10000.0,
+    "n_kv": (0, 1),  # per layer: a convolution block, then an attention block with H_kv = 1
 }  # fmt: skip
 H, D = VALUES["H"], VALUES["d_e"]
 LENGTHS, BATCHES = (1, H, D), (1, 2, H)

@@ -95,6 +95,7 @@ TABLE_CASES = {
     ),
     "SwiGLU": lambda: (rand(1, 2, 32), rand(48, 32), rand(48, 32), rand(32, 48)),
     "MoE": lambda: (*moe_inputs(), 2, "renormalise"),
+    "MoE_biased": lambda: (*moe_biased_inputs(), 2, "renormalise", "sigmoid", 2.5, 4, 2),
 }  # fmt: skip
 
 
@@ -108,7 +109,7 @@ def test_every_table_entry_equals_the_steps_it_replaces(funcs, monkeypatch, name
     with torch.no_grad():
         slow, fast = both(fn, *TABLE_CASES[name]())
     assert fast.shape == slow.shape
-    assert_close(slow, fast, tol=1e-5 if name == "MoE" else 3e-6)
+    assert_close(slow, fast, tol=1e-5 if name.startswith("MoE") else 3e-6)
     assert ran == [not entry.declines or quant_kernels.library() is not None]
 
 
@@ -589,6 +590,57 @@ def test_moe_kernel_breaks_ties_like_topk(moe):
     X, W_r, W_gate, W_up, W_down = moe_inputs(E=4)
     W_r[2] = W_r[1]
     assert_close(*both(moe, X, W_r, W_gate, W_up, W_down, 1, "keep"), tol=1e-5)
+
+
+def moe_biased_inputs():
+    """moe_inputs with a selection bias [E] large enough to change which experts the gates pick."""
+    X, W_r, W_gate, W_up, W_down = moe_inputs()
+    b = torch.randn(W_r.shape[0], generator=torch.Generator().manual_seed(4)) * 0.3
+    return X, W_r, b, W_gate, W_up, W_down
+
+
+@pytest.mark.parametrize("gating", ["softmax", "sigmoid"])
+@pytest.mark.parametrize("norm", ["renormalise", "keep"])
+def test_moe_biased_kernel_equals_the_card_steps(funcs, gating, norm):
+    """MoE_biased (glm4moe's router): the bias picks, the unbiased gates weigh, then × s.
+    (The NumPy target's: tests/engine/test_kernels_numpy.py.)"""
+    X, W_r, b, W_gate, W_up, W_down = moe_biased_inputs()
+    z = X @ W_r.T
+    P = z.sigmoid() if gating == "sigmoid" else z.softmax(-1)
+    assert (ops_torch.topk(P + b, 2) != ops_torch.topk(P, 2)).any(), "the bias should change a choice"
+    with torch.no_grad():
+        assert_close(*both(funcs["MoE_biased"], X, W_r, b, W_gate, W_up, W_down, 2, norm, gating, 2.5), tol=1e-5)
+
+
+@pytest.mark.parametrize(("n_g", "k_g"), [(2, 1), (4, 1)])
+@pytest.mark.parametrize("gating", ["softmax", "sigmoid"])
+def test_moe_biased_groups_route_as_llama_cpp(funcs, gating, n_g, k_g):
+    """MoE_biased with groups of experts: the card's steps and the kernel both choose within each
+    token's k_g best groups, as llama.cpp's build_moe_ffn (tests/engine/test_kernels_numpy.py's
+    routed_by_hand, in float64)."""
+    from test_kernels_numpy import routed_by_hand
+
+    inputs = moe_biased_inputs()
+    args = (*inputs, 2, "renormalise", gating, 2.5, n_g, k_g)
+    want = torch.from_numpy(routed_by_hand(*(t.numpy() for t in inputs), *args[6:])).float()
+    with torch.no_grad():
+        slow, fast = both(funcs["MoE_biased"], *args)
+    assert_close(want, slow, tol=1e-5)
+    assert_close(want, fast, tol=1e-5)
+
+
+def test_moe_biased_clamps_a_tiny_sum_of_weights(funcs):
+    """Renormalised weights whose sum is below F16's smallest normal are divided by that number
+    instead (llama.cpp's clamp in build_moe_ffn): sigmoid gates near 0, steps and kernel alike."""
+    X, W_r, b, W_gate, W_up, W_down = moe_biased_inputs()
+    X, W_r = X.abs(), -8 * W_r.abs()  # every logit below −20
+    assert (X @ W_r.T < -20).all()
+    args = (X, W_r, b, W_gate, W_up, W_down, 2)
+    with torch.no_grad():
+        slow, fast = both(funcs["MoE_biased"], *args, "renormalise", "sigmoid")
+        kept = both(funcs["MoE_biased"], *args, "keep", "sigmoid")[0]
+    torch.testing.assert_close(slow, kept / 6.103515625e-5, rtol=1e-4, atol=0)
+    torch.testing.assert_close(fast, slow, rtol=1e-4, atol=1e-12)
 
 
 # ── SwiGLU: the products and SiLU·up of a decoding step in one C call ──────────────────────────

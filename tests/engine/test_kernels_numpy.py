@@ -70,6 +70,7 @@ TABLE_CASES = {
         np.abs(rand(8)) + 0.5, lambda t_z, t_x: t_z <= t_x,
     ),
     "MoE": lambda: (*moe_inputs(), 2, "renormalise"),
+    "MoE_biased": lambda: (*moe_biased_inputs(), 2, "renormalise", "sigmoid", 2.5, 4, 2),
 }  # fmt: skip
 
 
@@ -424,6 +425,81 @@ def test_moe_kernel_breaks_ties_like_topk(moe):
     X, W_r, W_gate, W_up, W_down = moe_inputs(E=4)
     W_r[2] = W_r[1]
     assert_close(*both_ways(moe, X, W_r, W_gate, W_up, W_down, 1, "keep"), tol=1e-5)
+
+
+def moe_biased_inputs():
+    """moe_inputs with a selection bias [E] (between the router's inputs and the experts) large
+    enough to change which experts the sigmoid gates pick."""
+    X, W_r, W_gate, W_up, W_down = moe_inputs()
+    b = (np.random.default_rng(4).standard_normal(W_r.shape[0]) * 0.3).astype(np.float32)
+    return X, W_r, b, W_gate, W_up, W_down
+
+
+@pytest.mark.parametrize("gating", ["softmax", "sigmoid"])
+@pytest.mark.parametrize("norm", ["renormalise", "keep"])
+def test_moe_biased_kernel_equals_the_card_steps(funcs, gating, norm):
+    """MoE_biased (glm4moe's router): the bias picks, the unbiased gates weigh, then × s."""
+    X, W_r, b, W_gate, W_up, W_down = moe_biased_inputs()
+    z = X @ W_r.T
+    P = 1 / (1 + np.exp(-z)) if gating == "sigmoid" else np.exp(z) / np.exp(z).sum(-1, keepdims=True)
+    by_bias = np.argsort(-(P + b), axis=-1, kind="stable")[..., :2]
+    assert (by_bias != np.argsort(-P, axis=-1, kind="stable")[..., :2]).any(), "the bias should change a choice"
+    fn = funcs["MoE_biased"]
+    assert_close(*both_ways(fn, X, W_r, b, W_gate, W_up, W_down, 2, norm, gating, 2.5), tol=1e-5)
+
+
+def routed_by_hand(X, W_r, b, W_gate, W_up, W_down, k, norm, gating, s, n_g, k_g):
+    """llama.cpp's build_moe_ffn written out token by token in float64: softmax or sigmoid gates,
+    the selection bias, the groups outside the k_g whose two best biased gates sum highest at −∞,
+    the top k, their unbiased gates divided by their sum clamped to 6.103515625e-5 (renormalise),
+    times s (unless 0 or 1), each chosen SwiGLU expert weighted by its gate."""
+    E = W_r.shape[0]
+    m, out = E // n_g, np.zeros(X.shape, np.float64)
+    for at in np.ndindex(X.shape[:-1]):
+        x = X[at].astype(np.float64)
+        z = W_r.astype(np.float64) @ x
+        p = 1 / (1 + np.exp(-z)) if gating == "sigmoid" else np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+        chosen_by = p + b
+        if n_g > 1:
+            score = [sum(sorted(chosen_by[g * m : (g + 1) * m])[-2:]) for g in range(n_g)]
+            kept = sorted(range(n_g), key=lambda g: -score[g])[:k_g]
+            chosen_by = np.where([e // m in kept for e in range(E)], chosen_by, -np.inf)
+        chosen = sorted(range(E), key=lambda e: -chosen_by[e])[:k]
+        w = p[chosen]
+        if norm == "renormalise":
+            w = w / max(w.sum(), 6.103515625e-5)
+        w = w * (s if s not in (0, 1) else 1)
+        for e, w_e in zip(chosen, w, strict=True):
+            g, u = W_gate[e].astype(np.float64) @ x, W_up[e].astype(np.float64) @ x
+            out[at] += w_e * (W_down[e].astype(np.float64) @ (g / (1 + np.exp(-g)) * u))
+    return out
+
+
+@pytest.mark.parametrize(("n_g", "k_g"), [(2, 1), (4, 1)])
+@pytest.mark.parametrize("gating", ["softmax", "sigmoid"])
+def test_moe_biased_groups_route_as_llama_cpp(funcs, gating, n_g, k_g):
+    """MoE_biased with groups of experts (DeepSeek V3's n_group, topk_group): the card's steps and
+    the kernel both choose within each token's k_g best groups, as llama.cpp (routed_by_hand)."""
+    X, W_r, b, W_gate, W_up, W_down = moe_biased_inputs()
+    args = (X, W_r, b, W_gate, W_up, W_down, 2, "renormalise", gating, 2.5)
+    want = routed_by_hand(*args, n_g, k_g)
+    assert np.abs(want - routed_by_hand(*args, 1, 1)).max() > 1e-3, "the groups should change a choice"
+    slow, fast = both_ways(funcs["MoE_biased"], *args, n_g, k_g)
+    assert_close(want, slow, tol=1e-5)
+    assert_close(want, fast, tol=1e-5)
+
+
+def test_moe_biased_clamps_a_tiny_sum_of_weights(funcs):
+    """Renormalised weights whose sum is below F16's smallest normal are divided by that number
+    instead (llama.cpp's clamp in build_moe_ffn, for every architecture): sigmoid gates near 0."""
+    X, W_r, b, W_gate, W_up, W_down = moe_biased_inputs()
+    X, W_r = np.abs(X), -8 * np.abs(W_r)  # every logit below −20
+    assert (X @ W_r.T < -20).all()  # sigmoid < 2e-9: two of them sum below 6.1e-5
+    args = (X, W_r, b, W_gate, W_up, W_down, 2)
+    slow, fast = both_ways(funcs["MoE_biased"], *args, "renormalise", "sigmoid")
+    kept = both_ways(funcs["MoE_biased"], *args, "keep", "sigmoid")[0]
+    np.testing.assert_allclose(slow, kept / np.float32(6.103515625e-5), rtol=1e-4, atol=0)
+    np.testing.assert_allclose(fast, slow, rtol=1e-4, atol=1e-12)
 
 
 class _Sub(np.ndarray):

@@ -32,6 +32,7 @@ from toycards.checker.context import AlgoInfo, CheckResult, Ctx, Signature
 from toycards.checker.declarations import declare, name_span
 from toycards.checker.dims import Dim, DimError, evaluate
 from toycards.checker.exprs import ExprChecker
+from toycards.checker.layer_conditions import check_layer_conditions
 from toycards.checker.names import Scope, Symbol
 from toycards.checker.shapes import Shape, compatible
 from toycards.checker.steps import StepChecker
@@ -129,6 +130,7 @@ def _check_body(c: Ctx) -> None:
         _hyper_exprs(c, ex, decl)
     steps = StepChecker(c, ex)
     steps.body(c.algo.body)
+    check_layer_conditions(c, ex)
     if steps.returns == 0 and c.algo.body:
         c.error(
             name_span(c, c.algo.span, c.algo.name),

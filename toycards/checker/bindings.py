@@ -17,6 +17,7 @@ from toycards.checker.dims import Dim, DimError, evaluate, from_ir
 from toycards.checker.fragments import parse_dim_text
 from toycards.checker.shapes import Shape
 from toycards.lang import ir
+from toycards.lang.per_layer import is_per_layer
 
 TEMPLATE = re.compile(r"\{([^{}]*)\}")
 
@@ -29,6 +30,13 @@ def hyper_binding(ctx: Ctx, decl: ir.Decl) -> None:
     if b is None or b.kind != "from":
         return
     source_count(ctx, decl, b)
+    t = decl.type
+    if isinstance(t, ir.TensorType) and (len(t.dims) > 1 or (t.dims and t.field not in ("N", "Z", "R", "B"))):
+        ctx.error(
+            t.span,
+            f"{', '.join(decl.names)} ∈ {ctx.text(t)}: a metadata key holds one number or one array",
+            "bind a per-layer vector (`n_kv ∈ ℕ^{L} from …`), one entry per layer",
+        )
     for src in (s for alts in b.sources for s in alts):
         if src.rows is not None:
             ctx.error(
@@ -92,13 +100,35 @@ def default_names(ctx: Ctx, decl: ir.Decl, default: ir.Expr) -> None:
 def hyper_value(ctx: Ctx, decl: ir.Decl, shape: Shape, values: dict[str, int]) -> None:
     """`L ∈ ℕ = 30` in a bound card: a whole number for ℕ, an option for an enumeration."""
     v = decl.value
-    if shape.field == "N" and not shape.dims:
+    if len(shape.dims) == 1 and is_per_layer(decl):
+        per_layer_value(ctx, decl, shape, values)
+    elif shape.field == "N" and not shape.dims:
         if isinstance(v, ir.Num) and v.text.isdigit():
             values.update({n: int(v.text) for n in decl.names})
         else:
             ctx.error(v.span, f"{decl.names[0]} ∈ ℕ needs a whole number, got {ctx.text(v)}")
     elif shape.field == "E" and not (isinstance(v, ir.Name) and v.id in shape.options):
         ctx.error(v.span, f"{ctx.text(v)} is not one of {shape}")
+
+
+def per_layer_value(ctx: Ctx, decl: ir.Decl, shape: Shape, values: dict[str, int]) -> None:
+    """`n_kv ∈ ℕ^{L} = [0, 0, 8]` in a bound card: one number per layer, as many as the length says
+    when the length has a value; a single number stands for every layer."""
+    v = decl.value
+    items = v.items if isinstance(v, ir.Concat) and v.axis == "cols" and not v.ellipsis else (v,)
+    numbers = [i.operand if isinstance(i, ir.UnOp) and i.op == "-" else i for i in items]
+    if not all(isinstance(i, ir.Num) for i in numbers):
+        ctx.error(v.span, f"{decl.names[0]} ∈ {shape} needs numbers, one per layer: `= [0, 0, 8]`")
+        return
+    try:
+        n = evaluate(from_ir(decl.type.dims[0]), values)
+    except DimError:
+        return  # the length has no value here: the binder checks the count
+    if isinstance(v, ir.Concat) and len(items) != n:
+        ctx.error(
+            v.span,
+            f"{decl.names[0]} ∈ {shape} has {len(items)} entries, but {ctx.text(decl.type.dims[0])} = {n}",
+        )
 
 
 def source_count(ctx: Ctx, decl: ir.Decl, b: ir.Binding) -> None:

@@ -227,6 +227,8 @@ class _Declarer:
             except DimError as exc:
                 self.ctx.error(b.expr.span, f"dimension {exc}")
                 continue
+            if dim is None and self.per_layer_reduction(b.expr):
+                continue  # a number of the file (`H_kv ≔ max(n_kv)`): a dimension of its own
             if dim is None:
                 self.ctx.error(
                     b.expr.span,
@@ -243,6 +245,21 @@ class _Declarer:
                 defs = {k: v for k, v in defs.items() if k != n}
         self.sig.derived = {n: d for n, d in defs.items() if not (d.names() & defs.keys())}
         self.ctx.eq = DimEq(self.sig.derived)
+
+    def per_layer_reduction(self, e: ir.Expr) -> bool:
+        """`max(n_kv)`, `min(n_kv)` of a per-layer hyperparameter (`n_kv ∈ ℕ^{L}`): a whole number
+        that no dimension expression can state, known once the file is read."""
+        if not (isinstance(e, ir.Call) and e.func in ("max", "min") and len(e.args) == 1 and not e.params):
+            return False
+        arg = e.args[0]
+        entry = self.ctx.scope.declared.get(arg.id) if isinstance(arg, ir.Name) else None
+        return (
+            entry is not None
+            and entry.kind == "hyper"
+            and entry.shape is not None
+            and entry.shape.field == "N"
+            and len(entry.shape.dims) == 1
+        )
 
     # ── header, inference, concrete values ──
     def header(self) -> None:

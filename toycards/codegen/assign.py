@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from toycards.codegen.code import affine, expr_text, paren
+from toycards.codegen.code import affine, as_grid, expr_text, paren, relayout
 from toycards.codegen.module import comment_safe
 from toycards.codegen.scope import AFTER, Family, family_key, free_names
 from toycards.codegen.values import MapVar, Val
@@ -159,10 +159,11 @@ class AssignEmitter:
         s, name = self.scope, t.base.id
         ident = s.ns.name(name)
         entries = [self._entry_slice(i) for i in t.indices]
-        value = v.code
         if len(entries) == 2:  # a code-layout matrix is […, columns, rows]
             entries.reverse()
             value = self._grid_value(v, entries)
+        else:
+            value = self._vector_value(v, entries[0][1])
         where = ", ".join(sl for sl, _, _ in entries)
         if name not in s.vals:
             sizes = self._new_sizes(name, entries)
@@ -205,11 +206,27 @@ class AssignEmitter:
         return (f"{int(k) - 1}:{k}" if k.isdigit() else f"{k} - 1:{k}"), None, False
 
     def _grid_value(self, v: Val, entries: list[tuple[str, str | None, bool]]) -> str:
-        """The value of matrix entries laid out […, columns, rows] like the entries it fills."""
-        (_, col, _), _ = entries
-        if v.py or (col is not None and col in v.fams):
+        """The value of matrix entries laid out […, columns, rows] like the entries it fills. Its
+        map variables' axes sit where their kinds put them (scope.AFTER): a number per (g, t) of a
+        call on `B[(g − 1)·m + 1 : g·m, t]` is […, n_g, ℓ, 1], g a block variable, not […, ℓ, n_g]."""
+        (_, col, _), (_, row, _) = entries
+        if v.py:
+            return v.code
+        maps = self.scope.maps
+        after = {x: AFTER[maps[x].kind] for x in (row, col) if x in v.fams and x in maps}
+        if after.get(row, 0) != 0 or after.get(col, 1) != 1:
+            return as_grid(v.code, after.get(row), after.get(col))
+        if col is not None and col in v.fams:
             return v.code
         return f"{paren(v.code)}[..., None, :]"  # […, rows] or an array scalar […, 1]: one column
+
+    def _vector_value(self, v: Val, var: str | None) -> str:
+        """The value of vector entries `z[g]`, g a map variable whose axis is laid out for a column
+        or a block (a number per g is […, n, 1] or […, n, 1, 1]): laid out […, n]."""
+        m = self.scope.maps.get(var) if var is not None and var in v.fams and not v.py else None
+        if m is None or AFTER[m.kind] == 0:
+            return v.code
+        return relayout(v.code, AFTER[m.kind], 0, 0) or v.code
 
     def _new_sizes(self, name: str, entries: list[tuple[str, str | None, bool]]) -> list[str]:
         """Code-order sizes of an array defined by its entries: its Output type, else the ranges."""

@@ -177,12 +177,20 @@ class CallEmitter:
     ) -> str:
         """Route the context arguments (keys, values) through the KV cache (codes[i] rewritten in
         place); the cache keeps the (fewer) key/value heads, and query heads pick from it afterwards.
-        Returns the `kv_index=` keyword when the library's `attention` itself picks the heads."""
-        idents = [self.scope.ns.fresh(callee.inputs[i] + "_all") for i in cached]
+        An array passed as both keys and values (DeepSeek's latent, `attention(q, C, C | …)`) is
+        kept once. Returns the `kv_index=` keyword when the library's `attention` itself picks the
+        heads."""
         bases = [arg_vals[i].gather[0] if arg_vals[i].gather else codes[i] for i in cached]
-        targets = ", ".join(idents) + ("," if len(idents) == 1 else "")
+        kept = list(dict.fromkeys(bases))  # each array once, in order
+        twice = {b for b in kept if bases.count(b) > 1 and b.isidentifier()}  # named after the array
+        named = {
+            b: self.scope.ns.fresh((b if b in twice else callee.inputs[cached[bases.index(b)]]) + "_all")
+            for b in kept
+        }
+        idents = [named[b] for b in bases]
+        targets = ", ".join(named.values()) + ("," if len(kept) == 1 else "")
         window = self._window_argument(callee, c)
-        self.pre.append(f"{targets} = runtime.extend(ctx, {', '.join(bases)}{window})")
+        self.pre.append(f"{targets} = runtime.extend(ctx, {', '.join(kept)}{window})")
         gathers = [arg_vals[i].gather for i in cached]
         shared = (  # K and V pick the same heads by the same rule: let `attention` do it
             HEAD_PICKING.get(callee.name) == tuple(cached)

@@ -28,6 +28,7 @@ from toycards.errors import ToycardsError
 from toycards.lang import ir
 from toycards.lang.builtins import BUILTINS
 from toycards.lang.options import defaults
+from toycards.lang.per_layer import is_per_layer
 from toycards.lang.printer import Renderer
 
 
@@ -329,10 +330,15 @@ class Emitter:
         body.append(f"{seq_ident} = x.shape[-1]")
         body.append(f"ctx = runtime.Context({seq_ident}, cache, ops)")
         for d in algo.hyper_decls:
-            if isinstance(d.type, ir.TensorType) and d.type.dims:
+            per_layer = is_per_layer(d)
+            if isinstance(d.type, ir.TensorType) and d.type.dims and not per_layer:
                 continue
             for n in d.names:
                 ident = ns.name(n)
+                if per_layer:  # a Python tuple, one entry per layer: `n_kv[l]` is `n_kv[l - 1]`
+                    scope.vals[n] = Val(ident, 1, py=True)
+                    body.append(f"{ident} = self.hp[{n!r}]")
+                    continue
                 scope.vals[n] = Val(ident, 0, py=True, enum=isinstance(d.type, ir.EnumType | ir.StrType))
                 scope.dims[n] = ident
                 body.append(f"{ident} = self.hp[{n!r}]")

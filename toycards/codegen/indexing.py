@@ -15,6 +15,7 @@ from toycards.codegen.code import (
     affine,
     dim_code,
     expr_text,
+    from_grid,
     int_literal,
     linear_in,
     paren,
@@ -40,15 +41,17 @@ class IndexEmitter:
             return Val(
                 f"{base.code}({', '.join(a.code for a in args)})", 0, fams=union_fams(*args), boolean=True
             )
+        if base.py and base.rank == 1:  # a per-layer hyperparameter, a Python tuple: `n_kv[l]`
+            return self._per_layer_entry(e, base)
         full = [isinstance(i, ir.Slice) and i.lo is None and i.hi is None for i in idx]
         if len(idx) == 3:
             return self._matrix_of_stack(e, base, idx, full)
         if len(idx) == 2 and full[0] and not isinstance(idx[1], ir.Slice):
             return self._per_block(self._column(base, base_name, idx[1], e), base, idx[1], e)
         if len(idx) == 2 and all(isinstance(i, ir.Name) and i.id in self.scope.maps for i in idx):
-            return base.with_(
-                code=self.code_layout(base), rank=0, layout="code", fams=base.fams | {i.id for i in idx}
-            )
+            row, col = (AFTER[self.scope.maps[i.id].kind] for i in idx)  # `X[g, t]`, g a block variable:
+            code = from_grid(self.code_layout(base), row, col)  # […, n_g, ℓ, 1] like the map's other values
+            return base.with_(code=code, rank=0, layout="code", fams=base.fams | {i.id for i in idx})
         if (
             len(idx) == 2
             and isinstance(idx[0], ir.Slice)
@@ -103,6 +106,12 @@ class IndexEmitter:
                 f"the indexing {expr_text(e)} cannot be generated",
                 "pick one matrix of a stored stack of matrices: W[e, :, :]",
             )
+        var = idx[0].id if isinstance(idx[0], ir.Name) else None
+        m = self.scope.maps.get(var)
+        if m is not None and m.kind == "block" and self._stack_axis_is_map(e, m):
+            # `W[h, :, :]` in a map over h ∈ [H] with W ∈ ℝ^{H×m×n}: the stack itself, its first axis
+            # the map's block axis (…, H, ·, ·), so `W[h, :, :] · X^h` is one batched product per head
+            return base.with_(rank=2, fams=base.fams | {var})
         if isinstance(idx[0], ir.Slice) or free_names(idx[0]) & set(self.scope.maps):
             self.refuse(
                 e,
@@ -113,6 +122,25 @@ class IndexEmitter:
         k = paren(self.int_code(idx[0]))
         pick = str(int(k) - 1) if k.isdigit() else f"{k} - 1"
         return base.with_(code=f"{base.code}[{pick}]", rank=2)
+
+    def _stack_axis_is_map(self, e: ir.Index, m) -> bool:
+        """Whether the stack `W` of `W[h, :, :]` holds exactly one matrix per value of the map's h."""
+        shape = self.em.checked.shape(self.scope.algo, e.base)
+        dims = getattr(shape, "dims", None)
+        name = dims[0].as_name() if dims and len(dims) == 3 and dims[0] is not None else None
+        return name is not None and self.scope.dims.get(name) == m.bound_code
+
+    def _per_layer_entry(self, e: ir.Index, base: Val) -> Val:
+        """`n_kv[l]` with l a loop index or a hyperparameter: entry l (from 1) of the tuple."""
+        one = len(e.indices) == 1 and not isinstance(e.indices[0], ir.Slice)
+        i = self.expr(e.indices[0]) if one else None
+        if i is None or not i.py:
+            self.refuse(
+                e,
+                "an entry of a per-layer hyperparameter is picked by a loop index or a hyperparameter",
+                "write `n[l]` inside `for l = 1, …, L do`",
+            )
+        return Val(f"{base.code}[{i.code} - 1]", 0, py=True)
 
     def refuse(self, node: ir.Expr, message: str, hint: str = "") -> None:
         """Stop generating at `node`'s own span: the card line, caret under the sub-expression."""
@@ -211,6 +239,8 @@ class IndexEmitter:
         if ids.py:  # a column number (1-based, as cards count), not a token id (0-based in code)
             k = ids.code
             pick = str(int(k) - 1) if k.isdigit() else f"{paren(k)} - 1"
+            if base.fams & set(s.maps):  # `rows(X, h, d_h)[:, 1]`: a vector per head, […, H, 1, d_h]
+                return Val(f"{paren(rows)}[..., {pick}:{paren(k)}, :]", 1, fams=base.fams)
             return Val(f"{paren(rows)}[..., {pick}, :]", 1)
         if not base.param or any(s.maps[v].kind == "element" for v in ids.fams if v in s.maps):
             self.refuse(

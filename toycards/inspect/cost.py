@@ -14,9 +14,9 @@ Owns: `card_cost(card, values, ctx)` and `described_cost(described, ctx)` → `C
   Elementwise operations, norms, softmax, RoPE and activations are not counted (`COUNTED`).
   The KV cache plan (checker/tokenflow.py) says which inputs the cache extends: their token axis
   is the context, so one polynomial gives a prefill of N tokens and a decoding step at context
-  N; a card the cache cannot follow reruns the sequence at each step. The prelude's MoE runs
-  each token on its k chosen experts (`SPARSE_LOOPS`): its steps run all E and weight the others
-  by 0, which every kernel skips.
+  N; a card the cache cannot follow reruns the sequence at each step. The prelude's MoE_biased
+  (which MoE calls) runs each token on its k chosen experts (`SPARSE_LOOPS`): its steps run all E
+  and weight the others by 0, which every kernel skips.
 
 Expressions are `checker.dims.Dim` polynomials over the card's hyperparameters and N, printed
 by factored.py. Leaves out: binding files (describe.py), printing a whole description and
@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from toycards.checker.dims import Dim, DimError, evaluate, expr_to_dim, from_ir
 from toycards.errors import ToycardsError
 from toycards.inspect.factored import is_product, joined, render_factored
+from toycards.inspect.layer_counts import LayerCounts
 from toycards.lang import ir
 from toycards.lang.scale import child_fields
 
@@ -44,7 +45,7 @@ __all__ = ["COUNTED", "DEFAULT_CTX", "Cost", "Part", "card_cost", "cost_text", "
 DEFAULT_CTX = 2048  # N where neither --ctx nor a trained context length gives one
 CONTEXT = "#context"  # the keys of an attention under the KV cache (no card name holds a `#`)
 # (prelude algorithm, loop variable) → the hyperparameter counting the turns each token takes part in
-SPARSE_LOOPS = {("MoE", "e"): "k"}
+SPARSE_LOOPS = {("MoE_biased", "e"): "k"}
 COUNTED = (
     "matrix products, 2·m·k·n each (attention's K^⊺·Q and V·softmax(S) over every key, masked or not);"
     " not counted: elementwise operations, norms, softmax, RoPE, activations"
@@ -56,7 +57,7 @@ ZERO = Dim.num(0)
 class _Flops:
     """The matmul FLOPs of one pass: per algorithm, a polynomial in its own names and CONTEXT."""
 
-    def __init__(self, card: ir.Card) -> None:
+    def __init__(self, card: ir.Card, counts: LayerCounts) -> None:
         from toycards.checker import check_card, check_prelude
         from toycards.checker.tokenflow import cache_plan
 
@@ -68,6 +69,7 @@ class _Flops:
         self.own = {id(a) for a in card.algorithms}
         self.done: dict[int, Dim | None] = {}
         self.notes: dict[str, None] = {}  # in order, once each
+        self.counts = counts  # layers a per-layer condition picks (`if n_kv[l] = 0`)
 
     def info(self, algo: ir.Algorithm):
         source = self.result if id(algo) in self.own else self.prelude
@@ -98,8 +100,8 @@ class _Steps:
             return self.expr(s.value) + self.expr(s.target)
         if isinstance(s, ir.Return):
             return self.expr(s.value)
-        if isinstance(s, ir.ForSeq):
-            return self.turns(s) * self.block(s.body)
+        if isinstance(s, ir.ForSeq):  # a branch on the loop variable runs in the turns it picks
+            return self.flops.counts.loop(s, s.body, self.stmt, self.block, self.turns(s))
         if isinstance(s, ir.ForAll):
             return math.prod((from_ir(r.bound) for r in s.ranges), start=Dim.num(1)) * self.block(s.body)
         if isinstance(s, ir.If):
@@ -192,7 +194,7 @@ def _looked_up(algo: ir.Algorithm) -> set[str]:
     return {n.id for n in uses} - {n.id for n in uses if id(n) not in bases}
 
 
-def _parts(algo: ir.Algorithm, bound, from_file: bool) -> tuple[list[Part], list[str]]:
+def _parts(algo: ir.Algorithm, bound, from_file: bool, counts: LayerCounts) -> tuple[list[Part], list[str]]:
     """The parameters by kind. With `bound` (models.binding.Bound), each tensor once and constants not
     at all (a declaration counts in the expression as its first layer's tensor does); else every name."""
     params = bound.params if bound is not None else []
@@ -228,7 +230,7 @@ def _parts(algo: ir.Algorithm, bound, from_file: bool) -> tuple[list[Part], list
                     f"{name} counts as {mine[0].key}; a file may bind another of its tensors or a constant"
                 )
     parts = [
-        Part("blocks", each, from_ir(group.bound), value if params else None)
+        Part("blocks", each, counts.group(group), value if params else None)
         if group is not None
         else Part(kind, each, value=value if params else None)
         for kind, (each, value, group) in kinds.items()
@@ -468,16 +470,18 @@ def described_cost(described, ctx: int | None = None) -> Cost:
 def _cost(card: ir.Card, bound, hyper: dict, ctx: int | None, file_params: int | None) -> Cost:
     main = card.main
     order = tuple(n for d in main.hyper_decls for n in d.names)
-    parts, notes = _parts(main, bound, file_params is not None)
+    counts = LayerCounts()
+    parts, notes = _parts(main, bound, file_params is not None, counts)
     values = {k: v for k, v in hyper.items() if isinstance(v, int) and not isinstance(v, bool)}
     flops, recompute, tokens = None, "", ""
     if main.body:
-        counter = _Flops(card)
+        counter = _Flops(card, counts)
         flops, recompute = counter.algorithm(main), counter.plan.note(card)
         notes += list(counter.notes)
         x = main.input_decls[0].type if main.input_decls else None
         if isinstance(x, ir.TensorType) and x.field == "V" and x.dims and isinstance(x.dims[0], ir.DimName):
             tokens = x.dims[0].name  # `x ∈ V^ℓ`: the token sequence
+    values |= counts.values(hyper)
     symbol = next(s for s in ("N", "N_ctx", "N_tokens") if s not in order)
     n = ctx or _trained_context(main, hyper) or DEFAULT_CTX
     return Cost(

@@ -98,6 +98,9 @@ def _value_expr(value: object, typ: ir.Type, float32: bool) -> ir.Expr | None:
     if isinstance(typ, ir.StrType):
         text = str(value)
         return ir.Str(text) if '"' not in text and text.isprintable() and len(text) <= 200 else None
+    if isinstance(value, tuple) and isinstance(typ, ir.TensorType):  # per layer: `= [0, 0, 8, …]`
+        items = [_value_expr(v, ir.TensorType(typ.field), float32) for v in value]
+        return ir.Concat(tuple(items), "cols") if items and None not in items else None
     if hasattr(value, "item"):  # a NumPy scalar
         value = value.item()
     if isinstance(value, bool | int | float):

@@ -332,8 +332,10 @@ class _Walk:
         """Walk one call of `callee`: what it keeps, and its peak (its result alone for a kernel)."""
         sub = self._callee_frame(e, callee, fr)
         self.calls += 1
-        for k in self.plan.extend.get(id(e), ()):
-            self._keep_kv(e, k, callee, fr, sub)
+        extended = self.plan.extend.get(id(e), ())
+        for i, k in enumerate(extended):  # an array passed as keys and values is kept once (codegen's too)
+            if e.args[k] not in [e.args[j] for j in extended[:i]]:
+                self._keep_kv(e, k, callee, fr, sub)
         for d in callee.state_decls:
             self._keep_state(d, callee, sub, fr.algo.name)
         peak = self._body(callee.body, sub)

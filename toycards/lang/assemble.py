@@ -284,6 +284,7 @@ class _Parts:
                 tuple(members),
                 g.data["comment"],
                 span=g.span,
+                cond=g.data["cond"],
             )
         )
         self.group = None

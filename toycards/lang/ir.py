@@ -374,6 +374,7 @@ class ParamGroup:
     decls: tuple[Decl, ...]
     comment: str = ""
     span: Span = _span()
+    cond: Expr | None = None  # `, if n_kv[l] ≠ 0`: the layers that hold the tensors (None: all)
 
 
 @dataclass(frozen=True)

@@ -289,8 +289,10 @@ def _block_lines(r: Renderer, title: str, decls: tuple) -> list[str]:
     heads: dict[int, str] = {}
     for d in decls:
         if isinstance(d, ir.ParamGroup):
-            heads[len(rows)] = f'  for {r.name(d.var)} {r.tok("∈")} [{r.dim(d.bound)}], in "{d.prefix}":' + (
-                f"  {_comment(r, d.comment)}" if d.comment else ""
+            cond = f", if {r.expr(d.cond)}" if d.cond is not None else ""
+            heads[len(rows)] = (
+                f'  for {r.name(d.var)} {r.tok("∈")} [{r.dim(d.bound)}], in "{d.prefix}"{cond}:'
+                + (f"  {_comment(r, d.comment)}" if d.comment else "")
             )
             rows += [("    ", *decl_parts(r, m)) for m in d.decls]
         else:

@@ -152,11 +152,11 @@ class ToIR(Transformer):
 
     def group_line(self, meta, c):
         c, comment = _split_comment(list(c))
-        return Line(
-            "group",
-            self.sp(meta),
-            {"var": c[0].var, "bound": c[0].bound, "prefix": str(c[1])[1:-1], "comment": comment},
-        )
+        data = {"var": c[0].var, "bound": c[0].bound, "prefix": str(c[1])[1:-1], "comment": comment}
+        return Line("group", self.sp(meta), data | {"cond": c[2] if len(c) > 2 else None})
+
+    def group_cond(self, meta, c):
+        return c[0]
 
     def step_line(self, meta, c):
         c, comment = _split_comment(list(c))
@@ -225,7 +225,7 @@ class ToIR(Transformer):
         return ir.TensorType("R", c[0] if c else (), span=self.sp(meta))
 
     def nat_type(self, meta, c):
-        return ir.TensorType("N", (), span=self.sp(meta))
+        return ir.TensorType("N", c[0] if c else (), span=self.sp(meta))
 
     def int_type(self, meta, c):
         return ir.TensorType("Z", c[0] if c else (), span=self.sp(meta))

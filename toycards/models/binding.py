@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from toycards.errors import Diagnostic
 from toycards.lang import ir
+from toycards.lang.per_layer import is_per_layer, layer_entries
 from toycards.models.scalars import EvalError, UnboundDim, eval_dim, eval_scalar
 
 __all__ = [
@@ -143,6 +144,23 @@ def _convert(value: object, typ: ir.Type, name: str) -> object:
     return value
 
 
+def _convert_any(value: object, typ: ir.Type, name: str, values: dict) -> object:
+    """`_convert` for one value; for a per-layer hyperparameter (`n_kv ∈ ℕ^{L}`), a tuple of L
+    entries (lang/per_layer.py: an array of L, or one number for every layer)."""
+    if not (isinstance(typ, ir.TensorType) and len(typ.dims) == 1):
+        return _convert(value, typ, name)
+    length = typ.dims[0].name if isinstance(typ.dims[0], ir.DimName) else "its length"
+    try:
+        entries = layer_entries(value, eval_dim(typ.dims[0], values), name, length)
+    except ValueError as exc:
+        raise EvalError(str(exc)) from None
+    entry = ir.TensorType("N" if typ.field == "B" else typ.field)  # {0,1}: whole numbers 0 and 1
+    out = tuple(_convert(v, entry, f"{name}[{i}]") for i, v in enumerate(entries, 1))
+    if typ.field == "B" and any(v > 1 for v in out):
+        raise EvalError(f"{name} = {list(out)} is not all 0 and 1")
+    return out
+
+
 def _enum_names(algo: ir.Algorithm) -> frozenset[str]:
     return frozenset(o for d in algo.hyper_decls if isinstance(d.type, ir.EnumType) for o in d.type.options)
 
@@ -167,16 +185,16 @@ def bind_hyperparameters(
     enums = _enum_names(algo)
     for d in algo.hyper_decls:
         if not isinstance(d.type, ir.TensorType | ir.EnumType | ir.StrType) or (
-            isinstance(d.type, ir.TensorType) and d.type.dims
+            not is_per_layer(d) and isinstance(d.type, ir.TensorType) and d.type.dims
         ):
             continue  # masks and other tensor-valued hyperparameters are passed by callers, not bound
         for name in d.names:
             try:
                 if name in given:
-                    values[name], source[name] = _convert(given[name], d.type, name), "given"
+                    values[name], source[name] = _convert_any(given[name], d.type, name, values), "given"
                 elif d.value is not None:
                     values[name], source[name] = (
-                        _convert(eval_scalar(d.value, values, enums), d.type, name),
+                        _convert_any(eval_scalar(d.value, values, enums), d.type, name, values),
                         "value",
                     )
                 elif d.binding is not None and d.binding.kind == "from":
@@ -194,20 +212,23 @@ def _bind_from_metadata(name, d, metadata, arch, enums, values, source, problems
     for key in keys:
         if key in metadata:
             raw = metadata[key]
-            if hasattr(raw, "__len__") and not isinstance(raw, str):
+            if hasattr(raw, "__len__") and not isinstance(raw, str) and not is_per_layer(d):
                 problems.append(
                     Diagnostic(
                         d.span,
                         f"metadata key '{key}' holds an array; {name} needs one value",
-                        "per-layer values are not supported by this card",
+                        f"declare {name} per layer (`{name} ∈ ℕ^{{L}}`) and read {name}[l] in the layer loop",
                     )
                 )
                 return
-            values[name], source[name] = _convert(raw, d.type, name), f'key "{key}"'
+            try:
+                values[name], source[name] = _convert_any(raw, d.type, name, values), f'key "{key}"'
+            except EvalError as exc:
+                raise EvalError(f"metadata key '{key}': {exc}") from None
             return
     if d.binding.default is not None:
         values[name], source[name] = (
-            _convert(eval_scalar(d.binding.default, values, enums), d.type, name),
+            _convert_any(eval_scalar(d.binding.default, values, enums), d.type, name, values),
             "default",
         )
         return
@@ -296,6 +317,7 @@ def bind_parameters(
         if group is not None:
             try:
                 layers = list(range(1, _layer_count(group, values, tensor_shapes) + 1))
+                layers = [n for n in layers if _holds(group, n, values, _enum_names(algo))]
             except EvalError as exc:
                 problems.append(Diagnostic(group.span, str(exc)))
                 continue
@@ -308,6 +330,17 @@ def bind_parameters(
     if tensor_shapes is not None and not problems:  # a part that failed has said what is wrong
         problems += _uncovered_rows(out, tensor_shapes)
     return out, problems
+
+
+def _holds(group: ir.ParamGroup, layer: int, values: dict, enums: frozenset[str]) -> bool:
+    """Whether layer `layer` (from 1) holds the group's tensors: `, if n_kv[l] ≠ 0` (always, with
+    no condition)."""
+    if group.cond is None:
+        return True
+    try:
+        return bool(eval_scalar(group.cond, {**values, group.var: layer}, enums))
+    except EvalError as exc:
+        raise EvalError(f"the group's condition in layer {layer}: {exc}") from None
 
 
 def _layer_count(group: ir.ParamGroup, values: dict, tensor_shapes: dict | None) -> int:
@@ -329,6 +362,9 @@ def _layer_count(group: ir.ParamGroup, values: dict, tensor_shapes: dict | None)
 def _waits_on(decl: ir.Decl, group: ir.ParamGroup | None, values: dict, unbound: set[str]) -> bool:
     """Whether the parameter's shape (or its group's count) needs a hyperparameter left unbound."""
     dims = ((group.bound,) if group is not None else ()) + tuple(getattr(decl.type, "dims", ()))
+    if group is not None and group.cond is not None:  # which layers hold it: `, if n_kv[l] ≠ 0`
+        if any(isinstance(n, ir.Name) and n.id in unbound for n in ir.walk(group.cond)):
+            return True
     try:
         for d in dims:
             eval_dim(d, values)
@@ -379,7 +415,10 @@ def _bind_one(decl, name, alts, group, layer, values, tensor_shapes, arch, probl
                 )
             return p
     names = " or ".join(repr(_tensor_name(s, group, arch, layer)) for s in tensors)
-    problems.append(Diagnostic(decl.span, f"tensor {names} is missing from the file (card parameter {name})"))
+    where = f", which layer {layer} holds by its group's condition" if group and group.cond else ""
+    problems.append(
+        Diagnostic(decl.span, f"tensor {names} is missing from the file (card parameter {name}{where})")
+    )
     return None
 
 

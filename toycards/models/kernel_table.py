@@ -167,14 +167,17 @@ KERNELS: dict[str, dict[str, Kernel]] = {
         "softmax": _entry("softmax"), "layer_norm": _entry("layer_norm"), "rms_norm": _entry("rms_norm"),
         "SiLU": _entry("silu"), "GELU": _entry("gelu"), "GELU_tanh": _entry("gelu_tanh"),
         "attention": Kernel("attention", _attention), "rope_pairs": _entry("rope_pairs"),
-        "rope_halves": _entry("rope_halves"), "MoE": _entry("moe"),
+        "rope_halves": _entry("rope_halves"), "MoE": _entry("moe"), "MoE_biased": _entry("moe_biased"),
         "GQAttention": Kernel("gq_attention", _gq_attention, declines=True),
         "SwiGLU": _entry("swiglu", declines=True),
     },
     # MoE: the card's steps run every expert on every token, the kernel only the chosen ones;
     # GQAttention: one C call where the kernels are built (its steps cost most of a decoding step
     # in NumPy calls)
-    "numpy": {"MoE": _entry("moe"), "GQAttention": Kernel("gq_attention", _gq_attention, declines=True)},
+    "numpy": {
+        "MoE": _entry("moe"), "MoE_biased": _entry("moe_biased"),
+        "GQAttention": Kernel("gq_attention", _gq_attention, declines=True),
+    },
 }  # fmt: skip
 
 # a generated function's docstring starts with the card header it implements: `y ← softmax(x)`

@@ -22,6 +22,7 @@ import contextlib
 import functools
 import hashlib
 import linecache
+import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -247,6 +248,25 @@ def _random_weights(bound: Bound, seed: int) -> dict[str, np.ndarray]:
 SMALL_F32 = 1 << 20  # bytes: an F32 tensor up to this size is read into the process's memory, not mapped
 
 
+def filled(shape: tuple[int, ...], const: str | float) -> np.ndarray:
+    """A tensor the file leaves out, as the card fills it (`from "ffn_gate_exps.weight" or 0`): past
+    SMALL_F32 bytes, one float32 number broadcast to its shape, read-only, with no memory of its own
+    whatever the shape (every stride 0; the torch target makes it an expanded tensor,
+    runtime/torch/model.py); a smaller one (a bias, a norm's scale) in memory, where the C kernels
+    and the replayed decoding steps, which read contiguous tensors only, take it.
+
+    >>> z = filled((256, 2048, 7168), "0")
+    >>> z.shape, z.strides, z.base.nbytes
+    ((256, 2048, 7168), (0, 0, 0), 4)
+    >>> filled((4096,), 1).flags.c_contiguous
+    True
+    """
+    value = np.float32(float(const))
+    if value.nbytes * math.prod(shape) <= SMALL_F32:
+        return np.full(shape, value, dtype=np.float32)
+    return np.broadcast_to(value, shape)
+
+
 def _kept(f, p: BoundParam, target: str, read):
     """Parameter p's tensor as the target keeps it, or None when it is dequantized to float32
     instead (other types and ranks, and every larger tensor of the reference target):
@@ -286,7 +306,7 @@ def _file_weights(
         if p.key in weights or p.key in shared:
             continue
         if p.tensor is None:
-            weights[p.key] = np.full(p.stored_shape, float(p.const or 0), dtype=np.float32)
+            weights[p.key] = filled(p.stored_shape, p.const or 0)
         elif (p.tensor, p.rows) in by_tensor:
             shared[p.key] = by_tensor[p.tensor, p.rows]
             weights[p.key] = weights[by_tensor[p.tensor, p.rows]]

@@ -85,9 +85,20 @@ def eval_scalar(e: ir.Expr, values: dict[str, object], enum_names: frozenset[str
         if e.op == "^" and isinstance(a, int) and isinstance(b, int) and abs(a) > 1 and b > MAX_EXPONENT:
             raise EvalError(f"{a} ^ {b} is too large")
         return _arith(e.op, _BINOPS[e.op], a, b)
+    if isinstance(e, ir.Index) and len(e.indices) == 1 and not isinstance(e.indices[0], ir.Slice):
+        return _entry(eval_scalar(e.base, values, enum_names), eval_scalar(e.indices[0], values, enum_names))
+    if isinstance(e, ir.Concat) and e.axis == "cols" and not e.ellipsis:
+        return tuple(eval_scalar(item, values, enum_names) for item in e.items)  # `[0, 0, 8]`
     if isinstance(e, ir.Call) and not e.params and (b := BUILTINS.get(e.func)) and b.scalar is not None:
         return _arith(e.func, b.scalar, *(eval_scalar(a, values, enum_names) for a in e.args))
     raise EvalError("not a scalar expression of hyperparameters")
+
+
+def _entry(vector: object, i: object) -> object:
+    """Entry i (from 1) of a per-layer hyperparameter's values: `n_kv[l]`."""
+    if not isinstance(vector, tuple) or not isinstance(i, int) or not 1 <= i <= len(vector):
+        raise EvalError(f"entry {i!r} of {vector!r}: not an entry of a per-layer value")
+    return vector[i - 1]
 
 
 def _arith(op: str, fn, *args: object) -> object:

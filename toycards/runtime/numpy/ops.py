@@ -318,18 +318,37 @@ def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):
 
 
 def moe(X, W_r, W_gate, W_up, W_down, k, norm):
-    """The prelude's MoE in one kernel, tokens grouped per expert (runtime.torch.ops.moe says how).
+    """The prelude's MoE: `moe_biased` with softmax gating, no selection bias and no scale."""
+    return moe_biased(X, W_r, None, W_gate, W_up, W_down, k, norm, "softmax")
 
-    X [..., ℓ, d_e]; W_r [E, d_e]; W_gate, W_up [E, d_ff, d_e]; W_down [E, d_e, d_ff] → [..., ℓ, d_e].
+
+# llama.cpp's build_moe_ffn divides renormalised weights by their sum clamped to F16's smallest normal
+MOE_WEIGHTS_SUM_MIN = 6.103515625e-5
+
+
+def moe_biased(X, W_r, b, W_gate, W_up, W_down, k, norm, gating, s=1, n_g=1, k_g=1):
+    """The prelude's MoE_biased in one kernel, tokens grouped per expert (runtime.torch.moe.moe_biased
+    says how).
+
+    X [..., ℓ, d_e]; W_r [E, d_e]; b [E] or None; W_gate, W_up [E, d_ff, d_e]; W_down [E, d_e, d_ff]
+    → [..., ℓ, d_e].
     """
     x = X.reshape(-1, X.shape[-1])  # (N, d_e)
     z = kernels.blas_product(x, W_r.T)  # (N, E) router logits
-    P = np.exp(z - z.max(axis=-1, keepdims=True))
-    P = P / P.sum(axis=-1, keepdims=True)
-    chosen = topk(P, k) - 1  # (N, k)
-    G = np.take_along_axis(P, chosen, axis=-1)  # (N, k)
+    if gating == "sigmoid":
+        P = sigmoid(z)
+    else:
+        P = np.exp(z - z.max(axis=-1, keepdims=True))
+        P = P / P.sum(axis=-1, keepdims=True)
+    B = P if b is None else P + b  # (N, E) selection scores
+    if n_g > 1:
+        B = _within_groups(B, n_g, k_g)
+    chosen = topk(B, k) - 1  # (N, k) by the biased probabilities
+    G = np.take_along_axis(P, chosen, axis=-1)  # (N, k) their unbiased probabilities
     if norm == "renormalise":
-        G = G / G.sum(axis=-1, keepdims=True)
+        G = G / np.maximum(G.sum(axis=-1, keepdims=True), np.float32(MOE_WEIGHTS_SUM_MIN))
+    if s not in (0, 1):  # llama.cpp scales by neither
+        G = G * np.float32(s)
     flat = chosen.reshape(-1)
     order = np.argsort(flat, kind="stable")  # grouped by expert
     tokens, weights = order // k, G.reshape(-1)[order]
@@ -348,6 +367,21 @@ def moe(X, W_r, W_gate, W_up, W_down, k, norm):
     chosen_out = np.empty_like(grouped)
     chosen_out[order] = grouped  # back to (token, choice) order
     return chosen_out.reshape(*X.shape[:-1], k, X.shape[-1]).sum(axis=-2)
+
+
+def _within_groups(B, n_g, k_g):
+    """Selection scores B (N, E) with the experts outside each token's k_g best groups of E / n_g
+    (a group's score: its two best) moved below every kept one, as MoE_biased's steps move them.
+
+    >>> _within_groups(np.array([[0.1, 0.2, 0.9, 0.3]]), 2, 1).round(6).tolist()  # group 2 kept
+    [[-1.7, -1.6, 0.9, 0.3]]
+    """
+    N, E = B.shape
+    groups = np.sort(B.reshape(N, n_g, E // n_g), axis=-1)[..., -2:].sum(axis=-1)  # (N, n_g)
+    kept = np.zeros((N, n_g), dtype=B.dtype)
+    np.put_along_axis(kept, topk(groups, k_g) - 1, 1, axis=-1)
+    spread = B.max(axis=-1, keepdims=True) - B.min(axis=-1, keepdims=True) + 1  # (N, 1)
+    return B - spread * (1 - np.repeat(kept, E // n_g, axis=-1))
 
 
 def zeros_rows(like, n, half=False):

@@ -113,14 +113,32 @@ class Weights(dict):
         return ItemsView(self)
 
 
+def _is_filled(value) -> bool:
+    """Whether `value` is one number broadcast to its shape (every stride 0: load.filled, a tensor
+    the file leaves out and the card fills in), as an array or a tensor."""
+    if torch.is_tensor(value):
+        return value.numel() > 1 and not any(value.stride())
+    return isinstance(value, np.ndarray) and value.size > 1 and not any(value.strides)
+
+
 def _as_float_tensor(value) -> torch.Tensor:
     """A float32 tensor of `value`; a writable float32 array (a copy-on-write view of the file) is
-    shared, not copied."""
+    shared, not copied; a filled-in constant (load.filled) stays one number, expanded."""
     if torch.is_tensor(value):
         return value.float()
+    if _is_filled(value):
+        return torch.full((), float(value.flat[0]), dtype=torch.float32).expand(value.shape)
     if isinstance(value, np.ndarray) and value.dtype == np.float32 and value.flags.writeable:
         return torch.from_numpy(value)
     return torch.as_tensor(np.array(value, dtype=np.float32))
+
+
+def _own_memory_for_loaded_constants(module, state_dict, prefix, *_) -> None:
+    """Before `load_state_dict` copies into the parameters (a checkpoint resumed): each filled-in
+    constant it gives a value gets memory of its own, as copying into one expanded number cannot."""
+    for name, p in module.named_parameters():
+        if prefix + name in state_dict and _is_filled(p):
+            p.data = p.data.contiguous()
 
 
 class TorchModel(nn.Module, ModelAPI):
@@ -140,7 +158,8 @@ class TorchModel(nn.Module, ModelAPI):
             if isinstance(value, QuantWeight):
                 quantized[name] = value
                 continue
-            params[name] = nn.Parameter(_as_float_tensor(value))
+            tensor = _as_float_tensor(value)  # a filled-in constant is no weight: not trained
+            params[name] = nn.Parameter(tensor, requires_grad=not _is_filled(tensor))
             holders[name] = _register(self, name, params[name])
         for name, other in (shared or {}).items():
             if other in quantized:
@@ -149,6 +168,7 @@ class TorchModel(nn.Module, ModelAPI):
                 holders[name] = _register(self, name, params[other])
         self.w = Weights(holders, quantized)
         self._kernel_choices(quantized.values())
+        self.register_load_state_dict_pre_hook(_own_memory_for_loaded_constants)
 
     def forward(self, x, cache: KVCache | None = None):  # replaced by the generated class
         raise NotImplementedError

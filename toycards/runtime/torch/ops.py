@@ -18,6 +18,7 @@ from toycards import engine
 from toycards.runtime.context import gqa_site, zero_pages
 from toycards.runtime.numpy.ops import shift_cols  # noqa: F401 - slicing alike on both targets
 from toycards.runtime.torch import rope
+from toycards.runtime.torch.moe import moe, moe_biased  # noqa: F401 - the prelude's MoE kernels
 
 kernels = engine.backend("torch")
 
@@ -442,40 +443,6 @@ def rope_halves(x, t, theta, rho):
     rotated = (x1 * cos - x2 * sin, x1 * sin + x2 * cos)
     rest = () if 2 * half == x.shape[-1] else (x[..., 2 * half :],)
     return torch.cat((*rotated, *rest), dim=-1)
-
-
-def moe(X, W_r, W_gate, W_up, W_down, k, norm):
-    """The prelude's MoE in one kernel, tokens grouped per expert: the router's softmax and top k
-    (ties to the lower expert, as `topk`), the chosen probabilities (divided by their sum when
-    `norm` is "renormalise"), then each expert that any token chose runs once on its tokens.
-
-    X [..., ℓ, d_e]; W_r [E, d_e]; W_gate, W_up [E, d_ff, d_e]; W_down [E, d_e, d_ff] → [..., ℓ, d_e].
-    The card's own steps run every expert on every token with a weight of 0 unless chosen; this
-    computes only the chosen ones (tests/engine/test_kernels.py ties the two).
-    """
-    x = X.reshape(-1, X.shape[-1])  # (N, d_e): every token of the batch
-    P = torch.softmax(F.linear(x, W_r), dim=-1)  # (N, E) router probabilities
-    chosen = topk(P, k).long() - 1  # (N, k) experts, most probable first
-    G = P.gather(-1, chosen)  # (N, k) their probabilities
-    if norm == "renormalise":
-        G = G / G.sum(dim=-1, keepdim=True)
-    flat = chosen.reshape(-1)  # (N·k,) one entry per (token, choice)
-    order = torch.argsort(flat, stable=True)  # grouped by expert
-    tokens, weights = order // k, G.reshape(-1)[order]
-    counts = torch.bincount(flat, minlength=W_r.shape[0]).tolist()
-    grouped = x.new_empty(flat.shape[0], x.shape[-1])  # (N·k, d_e) the experts' outputs, by expert
-    start = 0
-    for e, n in enumerate(counts):
-        if n:
-            xs = x[tokens[start : start + n]]  # (n, d_e) the tokens that chose expert e
-            h = F.silu(F.linear(xs, W_gate[e])) * F.linear(xs, W_up[e])  # (n, d_ff)
-            grouped[start : start + n] = F.linear(h, W_down[e]) * weights[start : start + n, None]
-            start += n
-    # back to (token, choice) order and summed over the choices: a permutation, not index_add_
-    # (torch's CPU index_add_/scatter_add_ are slow on one token's row)
-    chosen_out = torch.empty_like(grouped)
-    chosen_out[order] = grouped
-    return chosen_out.reshape(*X.shape[:-1], k, X.shape[-1]).sum(dim=-2)
 
 
 def zeros_rows(like, n, half=False):
