@@ -52,7 +52,16 @@ REFUSED = {  # a card, and what its step does that the tape does not hold
     "gpt2": "an addition read a tensor no recorded call made",  # the learned positions' rows, in torch
     "olmoe": "torch's linear",  # the router's choice of experts
     "granitemoe": "torch's linear",  # the same, with granite's multipliers
+    "glm4moe": "torch's linear",  # the same: MoE_biased's router (sigmoid gates, selection bias)
     "arcee": "torch's clamp_min computed from an activation",  # ReLU (of ReLU²), which the tape has no op for
+    # RoPE in the card's own steps (q/k RMSNorm after it), outside an attention site: its C kernel
+    "hunyuan-dense": "torch's data_ptr read an activation",
+    # the convolution blocks' State (its window of the last k_c inputs), made as zeros like the activations
+    "lfm2": "torch's new_zeros computed from an activation",
+    "mamba2": "torch's new_zeros computed from an activation",  # a State's zeros, shaped like its input
+    # RoPE on the rope parts of the latent and the queries, in the card's steps (as hunyuan-dense)
+    "deepseek2": "torch's data_ptr read an activation",
+    "deepseek3": "torch's data_ptr read an activation",
 }
 
 

@@ -40,9 +40,15 @@ CASES = (
 )  # fmt: skip
 CASES += ("command-r", "cohere2")  # parallel block; NoPE global layers (command-r-plus: the same products)
 CASES += ("bert",)  # an encoder: a pass with the cache runs every token so far again (RECOMPUTE)
+CASES += ("nomic-bert",)  # an encoder with RoPE: the same, its keys rotated
 CASES += ("granitemoe", "granitemoeshared", "arcee")  # experts, and a shared expert (d_s > 0); ReLU²
 CASES += ("exaone4", "exaone4-swa", "seed_oss")  # post-norms; windows and unrotated global blocks; biases
 CASES += ("ernie4_5",)  # unpermuted Q/K, adjacent-pair rope, head_dim ≠ d_e/H
+CASES += ("glm4moe",)  # dense and MoE blocks (zeros bound for the other kind), a NextN block not run
+CASES += ("mamba2",)  # a state per block: heads, groups, a grouped gated RMSNorm
+CASES += ("hunyuan-dense",)  # RoPE in the card, then per-head q/k RMSNorm
+CASES += ("lfm2",)  # convolution and attention blocks, as many of each as the per-block head_count_kv says
+CASES += ("deepseek2", "deepseek3")  # latent attention, a dense block then experts; V3: expert groups
 MOE = ("olmoe", "qwen3moe", "qwen2moe", "mixtral", "granitemoeshared")
 PROMPT = 7  # tokens of the prefill; the decoding step then has context PROMPT + 1
 CPU_SDPA = {

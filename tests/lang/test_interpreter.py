@@ -48,15 +48,22 @@ CARD_OF_CASE["olmo3"] = "olmo2"
 ORACLE_CASES += ("stablelm2-12b",)  # per-head q/k LayerNorms, parallel attention and MLP
 CARD_OF_CASE["stablelm2-12b"] = "stablelm_parallel"  # a stablelm file with attn_q_norm
 ORACLE_CASES += ("mamba",)  # selective state-space blocks: a state carried from token to token
+ORACLE_CASES += ("mamba2",)  # Mamba-2: one decay per head, grouped B and C, a grouped gated RMSNorm
 ORACLE_CASES += ("granitemoe", "arcee")  # granite with experts; an ungated ReLU² MLP
 ORACLE_CASES += ("granitemoeshared",)  # granitemoe.card with its shared expert (ffn_*_shexp)
 CARD_OF_CASE["granitemoeshared"] = "granitemoe"
 ORACLE_CASES += ("exaone4", "exaone4-swa", "seed_oss")  # post-norms; 64 blocks with windows; q/k/v biases
 ORACLE_CASES += ("ernie4_5",)  # unpermuted Q/K with adjacent-pair rope, head_dim ≠ d_e/H
+ORACLE_CASES += ("deepseek2", "deepseek3")  # MLA; V3: sigmoid routing, selection bias, expert groups
+CARD_OF_CASE["deepseek3"] = "deepseek2"  # a V3 file: general.architecture is deepseek2
+ORACLE_CASES += ("glm4moe",)  # a dense block, then MoE_biased (sigmoid, selection bias, scale) + shared expert
+ORACLE_CASES += ("hunyuan-dense",)  # RoPE on halves, then per-head q/k RMSNorm
+ORACLE_CASES += ("lfm2",)  # per-block head_count_kv: convolution blocks (a State) and attention blocks
 CARD_OF_CASE["exaone4-swa"] = "exaone4"
 ORACLE_CASES += ("command-r", "command-r-plus", "cohere2")  # parallel block; q/k norms at 64 blocks; NoPE
 CARD_OF_CASE["command-r-plus"] = "command-r"
 ORACLE_CASES += ("bert",)  # an encoder: every token sees every other; the output is each token's embedding
+ORACLE_CASES += ("nomic-bert",)  # an encoder with RoPE, one attn_qkv and a SwiGLU MLP
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 TARGETS = ("numpy", pytest.param("torch", marks=pytest.mark.skipif(not HAS_TORCH, reason="no torch")))
 T = 9  # tokens per sequence in the generated-vs-interpreter tests
@@ -182,7 +189,7 @@ def test_generated_module_equals_interpreter(card_models, full_pass, name, targe
 
 # cards whose tokens read later ones (an encoder): a pass with the cache gives the full pass over the
 # tokens so far, not over the whole sequence (tests/models/test_bert.py holds bert to that)
-BIDIRECTIONAL = {"bert"}
+BIDIRECTIONAL = {"bert", "nomic-bert"}
 
 
 @pytest.mark.parametrize("target", TARGETS)

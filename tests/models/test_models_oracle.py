@@ -54,10 +54,17 @@ FAMILIES += ("granitemoeshared",)  # granitemoe.card on a file with a shared exp
 # RoPE, global without); Seed-OSS: llama with q/k/v biases and head_dim ≠ d_e/H
 FAMILIES += ("exaone4", "exaone4-swa", "seed_oss")
 FAMILIES += ("ernie4_5",)  # ERNIE 4.5: unpermuted Q/K (adjacent-pair rope), head_dim ≠ d_e/H, tied
+FAMILIES += ("deepseek2",)  # MLA (absorbed: one latent cached per token), dense block 1, experts after
+FAMILIES += ("deepseek3",)  # deepseek2.card on V3: sigmoid routing, selection bias, expert groups
+FAMILIES += ("glm4moe",)  # GLM-4.5: partial NEOX rope, dense then sigmoid-routed experts with a selection bias
+FAMILIES += ("mamba2",)  # Mamba-2: a state per block, no attention; 8 heads in 2 groups (test_mamba2.py)
+FAMILIES += ("hunyuan-dense",)  # Hunyuan: RoPE, then per-head q/k RMSNorm; NTK-alpha base; tied
+FAMILIES += ("lfm2",)  # LFM2: gated short convolutions and GQA, per the per-block head_count_kv (test_lfm2.py)
 # Command R: parallel block, bias-free LayerNorm, tied logits × logit_scale; R+: per-head q/k LayerNorm
 # (64 blocks); Command R7B (cohere2): sliding layers with RoPE, global ones without
 FAMILIES += ("command-r", "command-r-plus", "cohere2")
 FAMILIES += ("bert",)  # an encoder: its output is each token's embedding, [ℓ, d_e] (test_bert.py)
+FAMILIES += ("nomic-bert",)  # bert with RoPE, no positions, one attn_qkv, SwiGLU (test_nomic_bert.py)
 QUANTIZED = [(c, "F16") for c in ("gpt2", "llama", "llama-tied")] + [(c, "Q8_0") for c in FAMILIES]
 ATOL = 1e-4
 # (case, file type) of the quantized tests: F16 and Q8_0 for the first families, Q8_0 (blocks of 32
@@ -245,14 +252,18 @@ def test_llama_cpp_reads_the_oracle_file_as_the_model_it_came_from(oracle_files,
 # ── numpy and torch agree on every library card that binds tensors ───────────────────────
 # Concrete hyperparameters for `load(card)`; a new card whose hyperparameters are not here fails
 # below with the names to add.
-CARD_VALUES: dict[str, int | float | str] = {
+CARD_VALUES: dict[str, int | float | str | tuple[int, ...]] = {
     "L": 2, "H": 4, "H_kv": 2, "d_e": 32, "d_ff": 48, "d_mlp": 48, "ℓ_max": 64, "N_V": 50,
     "ε": 1e-5, "θ_base": 10000.0,
     "m_z": 2.0,  # granite's logit_scale, a required key (command-r's and cohere2's too)
     "w": 4,  # cohere2's sliding window, a required key
     "E": 8, "k": 2, "d_x": 16, "d_s": 32,  # experts, experts per token, expert and shared-expert widths
     "d_i": 64, "r": 4,  # Mamba's inner width and time-step rank (its d_s: state size, k: convolution width)
+    "G": 2,  # Mamba-2's groups of heads (its H: heads)
     "attention": "bidirectional", "N_T": 2,  # bert's attention.causal (false) and token types
+    "n_kv": (0, 2), "k_c": 3,  # lfm2's key/value heads per block (a convolution block, then attention), width
+    "L_all": 2, "L_d": 1, "N_s": 2, "s_w": 2.5,  # glm4moe: blocks (N_n = 0: L), dense ones, shared experts, scale
+    "r_q": 8, "d_c": 16, "d_r": 4, "d_k": 12, "d_v": 8, "n_s": 1,  # deepseek2: q rank, latent, rope part, heads
 }  # fmt: skip
 
 
@@ -279,8 +290,11 @@ def with_values(card: ir.Card, values: dict[str, object]) -> ir.Card:
     return dataclasses.replace(card, algorithms=(*card.algorithms[:-1], main))
 
 
-def _value_expr(value: int | float | str) -> ir.Expr:
-    """`= value` of a hyperparameter: a number, or an enumeration's option by name."""
+def _value_expr(value: int | float | str | tuple[int, ...]) -> ir.Expr:
+    """`= value` of a hyperparameter: a number, an enumeration's option by name, or one number per
+    layer (`= [0, 2]`)."""
+    if isinstance(value, tuple):
+        return ir.Concat(tuple(ir.Num(repr(v)) for v in value), "cols")
     return ir.Name(value) if isinstance(value, str) else ir.Num(repr(value))
 
 

@@ -17,6 +17,7 @@ import transformers
 from oracle import hf_gguf
 from oracle.cases import CASES, NOT_READ_BACK
 from oracle.hf_gguf import hf_logits, permute_qk, unpermute_qk
+from transformers.core_model_loading import revert_weight_conversion
 from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
 F32_ATOL = 1e-5
@@ -38,6 +39,9 @@ QUANT_REL_TOL = {"F16": N_Q * 2.0**-11, "Q8_0": N_Q * 2.5 / 254}
 # cases whose files transformers' GGUF loader can read back (gemma v1 and olmo2 it cannot: those are
 # checked below against the converter's facts, and against llama.cpp in test_models_oracle.py)
 READABLE = [c for c in CASES if hf_gguf.transformers_reads(CASES[c][0]) and c not in NOT_READ_BACK]
+# the config field that holds the RMS ε, where it is not `rms_norm_eps` (LFM2Model.set_gguf_parameters
+# writes hparams["norm_eps"]; transformers' loader reads it back into the same field)
+RMS_EPS_FIELD = {"lfm2": "norm_eps"}
 
 
 def ids_for(config, length: int) -> list[int]:
@@ -74,7 +78,7 @@ def test_reloaded_config_matches(oracle_files, case):
         names[3:4] = ["state_size", "conv_kernel", "time_step_rank", "intermediate_size"]
         names += ["layer_norm_epsilon"]
     elif hf_gguf.ARCHS[f.arch].rms_norm:
-        names += ["num_key_value_heads", "rms_norm_eps"]
+        names += ["num_key_value_heads", RMS_EPS_FIELD.get(f.config.model_type, "rms_norm_eps")]
         assert hf_gguf.head_dim(got) == hf_gguf.head_dim(f.config)
         assert hf_gguf.rope_theta(got) == pytest.approx(hf_gguf.rope_theta(f.config))
     for name in names:
@@ -201,28 +205,18 @@ UNREADABLE = [c for c in CASES if c not in READABLE and not hf_gguf.ARCHS[CASES[
 @pytest.mark.parametrize("case", UNREADABLE)
 def test_unreadable_file_is_what_the_converter_writes(oracle_files, case):
     """Names from gguf's own map and inside gguf.MODEL_TENSORS, values as stored (norms plus the
-    converter's shift, nothing permuted), and the metadata keys it leaves out absent."""
+    converter's shift, nothing permuted, the converter's own reshapes and splits), and the metadata
+    keys it leaves out absent."""
     f = oracle_files(case)
     spec = hf_gguf.ARCHS[f.arch]
     reader = gguf.GGUFReader(f.path)
     stored = {t.name: np.array(t.data) for t in reader.tensors}
     allowed = {gguf.TENSOR_NAMES[t] for t in gguf.MODEL_TENSORS[spec.gguf_arch]}
-    name_map = gguf.get_tensor_name_map(spec.gguf_arch, f.config.num_hidden_layers)
-    state = f.model.state_dict()
-    expected: dict[str, np.ndarray] = {}
-    for hf_name, w in state.items():
-        if hf_name == "lm_head.weight" and f.config.tie_word_embeddings:
-            assert "output.weight" not in stored
-            continue
-        if ".norms." in hf_name:  # StableLM's per-head q/k LayerNorms: stacked below
-            continue
-        if spec.dropped and hf_name.startswith(spec.dropped):  # BERT's pooler: not converted
-            continue
-        expected.update(_converted(hf_name, w.detach().numpy(), name_map, spec.norm_shift))
-    expected |= _stacked_head_norms(state, name_map)
-    expected = _qkv_as_written(expected, spec.qkv, f.config)
+    if f.config.tie_word_embeddings:  # a tied checkpoint has no lm_head: no output.weight
+        assert "output.weight" not in stored
+    expected = _qkv_as_written(_converted(f.model, f.config, spec), spec.qkv, f.config)
     for name, want in expected.items():
-        assert re.sub(r"^blk\.\d+\.", "blk.{bid}.", name.rsplit(".", 1)[0]) in allowed, name
+        assert _template(name, suffix=False) in allowed, name
         np.testing.assert_array_equal(stored.pop(name), want, err_msg=name)
     for name, want in (spec.extra_tensors(f.config) if spec.extra_tensors else {}).items():  # LongRoPE's
         assert name.rsplit(".", 1)[0] in allowed, name
@@ -233,20 +227,115 @@ def test_unreadable_file_is_what_the_converter_writes(oracle_files, case):
         assert key.format(arch=arch) not in reader.fields, key
 
 
-def _stacked_head_norms(state: dict, name_map) -> dict[str, np.ndarray]:
-    """StableLM 2 12B: `self_attn.{q,k}_layernorm.norms.{h}.weight` (one LayerNorm per head) become
-    one `attn_{q,k}_norm.weight` [heads, d_h], head 0 first (StableLMModel._stack_qk_norm)."""
-    heads: dict[str, dict[int, np.ndarray]] = {}
-    for hf_name, w in state.items():
-        m = re.fullmatch(r"(.*_layernorm)\.norms\.(\d+)\.weight", hf_name)
-        if m:
-            heads.setdefault(m.group(1), {})[int(m.group(2))] = w.detach().numpy()
-    return {
-        name_map.get_name(f"{module}.weight", try_suffixes=(".weight",)): np.stack(
-            [rows[h] for h in sorted(rows)]
-        )
-        for module, rows in heads.items()
-    }
+_A, _T = gguf.MODEL_ARCH, gguf.MODEL_TENSOR
+
+# Names the converter rewrites before gguf's map reads them: (arch, or None for every converter,
+# pattern, replacement).
+_RENAMED = (
+    # ModelBase.filter_tensors: DeepSeek V3's and GLM-4.5's router bias, which the map knows as a bias
+    (None, r"\.e_score_correction_bias$", ".e_score_correction.bias"),
+    (_A.MAMBA2, r"\.dt_bias$", ".dt_proj.bias"),  # Mamba2Model.modify_tensors: ssm_dt.bias
+)
+
+# Tensors the converter stacks, one per index, into one with the index first: (pattern, stacked name).
+# A layer's routed experts: Qwen2MoeModel, OlmoeModel, Glm4MoeModel and DeepseekV2Model stack them into
+# `mlp.experts.{w}.weight` [E, n_out, n_in]; StableLM 2 12B's per-head q/k LayerNorms:
+# StableLMModel._stack_qk_norm stacks them into `self_attn.{q,k}_layernorm.weight` [heads, d_h].
+_STACKED = (
+    (re.compile(r"(?P<at>.*\.mlp\.experts)\.(?P<i>\d+)\.(?P<w>\w+)\.weight"), "{at}.{w}.weight"),
+    (re.compile(r"(?P<at>.*_layernorm)\.norms\.(?P<i>\d+)\.weight"), "{at}.weight"),
+)
+
+
+def _mla_kv_b(name: str, w: np.ndarray, config) -> list[tuple[str, np.ndarray]]:
+    """DeepseekV2Model.modify_tensors: `kv_b_proj` [H_kv·(d_n + d_v), d_c] viewed per head
+    [H_kv, d_n + d_v, d_c] and split at d_n: `k_b_proj` with each head transposed [H_kv, d_c, d_n],
+    `v_b_proj` [H_kv, d_v, d_c]. (H_kv is the config's, read before set_gguf_parameters sets it to 1.)"""
+    d_n, d_v = config.qk_nope_head_dim, config.v_head_dim
+    kv_b = w.reshape(config.num_key_value_heads, d_n + d_v, w.shape[-1])  # (H_kv, d_n + d_v, d_c)
+    k_b = kv_b[:, :d_n, :].swapaxes(1, 2)  # (H_kv, d_c, d_n)
+    v_b = kv_b[:, d_n:, :]  # (H_kv, d_v, d_c)
+    return [(name.replace("kv_b_proj", "k_b_proj"), k_b), (name.replace("kv_b_proj", "v_b_proj"), v_b)]
+
+
+# A checkpoint tensor the converter writes as several: (arch, name suffix) → its parts.
+_SPLIT = {(_A.DEEPSEEK2, ".self_attn.kv_b_proj.weight"): _mla_kv_b}
+
+# What modify_tensors does to the values of a tensor once named, by (arch, GGUF name with "blk.{bid}"):
+# Mamba2Model squeezes the convolution [d_xBC, 1, d_conv] to [d_xBC, d_conv], gives A and D a trailing
+# axis ([H] → [H, 1]) and stores A as −exp(A_log), and reshapes the gated norm's scales to
+# [n_groups, d_inner / n_groups].
+_STORED_AS = {
+    (_A.MAMBA2, gguf.TENSOR_NAMES[_T.SSM_CONV1D] + ".weight"): lambda w, c: w.squeeze(),
+    (_A.MAMBA2, gguf.TENSOR_NAMES[_T.SSM_A]): lambda w, c: -torch.exp(torch.as_tensor(w)[:, None]).numpy(),
+    (_A.MAMBA2, gguf.TENSOR_NAMES[_T.SSM_D]): lambda w, c: w[:, None],
+    (_A.MAMBA2, gguf.TENSOR_NAMES[_T.SSM_NORM] + ".weight"): lambda w, c: w.reshape(c.n_groups, -1),
+}
+
+
+def _template(name: str, suffix: bool = True) -> str:
+    """A GGUF tensor name with its block number as gguf's tables write it, with or without its suffix.
+
+    >>> _template("blk.3.ssm_conv1d.weight"), _template("blk.3.ssm_a"), _template("output.weight", suffix=False)
+    ('blk.{bid}.ssm_conv1d.weight', 'blk.{bid}.ssm_a', 'output')
+    """
+    name = name if suffix else re.sub(r"\.(weight|bias)$", "", name)
+    return re.sub(r"^blk\.\d+\.", "blk.{bid}.", name)
+
+
+def _checkpoint(model: torch.nn.Module, arch: gguf.MODEL_ARCH) -> dict[str, np.ndarray]:
+    """The tensors convert_hf_to_gguf.py reads, under the names it hands to gguf's map: the state dict
+    as `save_pretrained` writes it (transformers 5 renames, fuses and splits some parameters on load,
+    NomicBert's Wqkv, fc11, fc12 and norm1/2, a layer's experts; revert_weight_conversion undoes that),
+    then the converter's own renames (_RENAMED)."""
+    state = revert_weight_conversion(model, dict(model.state_dict()))
+    out = {}
+    for name, w in state.items():
+        for only, pattern, replacement in _RENAMED:
+            name = re.sub(pattern, replacement, name) if only in (None, arch) else name
+        out[name] = w.detach().numpy()
+    return out
+
+
+def _stacked(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`tensors` with each group of _STACKED replaced by its stack, index 0 first."""
+    out, groups = {}, {}
+    for name, w in tensors.items():
+        for pattern, stacked in _STACKED:
+            if (m := pattern.fullmatch(name)) is not None:
+                groups.setdefault(stacked.format(**m.groupdict()), {})[int(m["i"])] = w
+                break
+        else:
+            out[name] = w
+    return out | {name: np.stack([parts[i] for i in sorted(parts)]) for name, parts in groups.items()}
+
+
+def _converted(model: torch.nn.Module, config, spec) -> dict[str, np.ndarray]:
+    """What the converter writes for `model`'s checkpoint, by GGUF name: each tensor renamed, stacked
+    or split as its converter class does, named through gguf's map with `.weight` / `.bias` kept, its
+    values as modify_tensors stores them (_STORED_AS, and the norm shift: Gemma's + 1)."""
+    name_map = gguf.get_tensor_name_map(spec.gguf_arch, config.num_hidden_layers)
+    shift = np.float32(spec.norm_shift)
+    out = {}
+    for hf_name, w in _stacked(_checkpoint(model, spec.gguf_arch)).items():
+        if hf_name == "lm_head.weight" and config.tie_word_embeddings:
+            continue  # a tied checkpoint has no lm_head
+        if spec.dropped and hf_name.startswith(spec.dropped):  # BERT's pooler: not converted
+            continue
+        for part, v in _split(spec.gguf_arch, hf_name, w, config):
+            name = name_map.get_name(part, try_suffixes=(".weight", ".bias"))
+            assert name is not None, f"gguf's {spec.gguf_arch.name} map has no name for {part!r}"
+            v = _STORED_AS.get((spec.gguf_arch, _template(name)), lambda w, c: w)(v, config)
+            out[name] = v + shift if shift and part.endswith("norm.weight") else v
+    return out
+
+
+def _split(arch: gguf.MODEL_ARCH, hf_name: str, w: np.ndarray, config) -> list[tuple[str, np.ndarray]]:
+    """The parts the converter makes of one checkpoint tensor (_SPLIT), or the tensor itself."""
+    for (only, end), parts in _SPLIT.items():
+        if only == arch and hf_name.endswith(end):
+            return parts(hf_name, w, config)
+    return [(hf_name, w)]
 
 
 def _qkv_as_written(tensors: dict[str, np.ndarray], layout: str, config) -> dict[str, np.ndarray]:
@@ -270,19 +359,3 @@ def _qkv_as_written(tensors: dict[str, np.ndarray], layout: str, config) -> dict
         elif m.group(2) == "qkv" or layout != "fused":
             out[name] = w
     return out
-
-
-def _converted(hf_name: str, w: np.ndarray, name_map, norm_shift: float) -> list[tuple[str, np.ndarray]]:
-    """What the converter writes for one parameter: (GGUF name, values). transformers 5 fuses a
-    layer's experts into `experts.gate_up_proj` [E, 2·d_ff, d_e] (gate rows first); the converter
-    (Qwen2MoeModel.modify_tensors) splits it into `experts.gate_proj` and `experts.up_proj`, names
-    them and `experts.down_proj` with `.weight` through gguf's map, and keeps the stacked layout."""
-    if hf_name.endswith("mlp.experts.gate_up_proj"):
-        base, d_ff = hf_name.removesuffix(".gate_up_proj"), w.shape[1] // 2
-        parts = [(f"{base}.gate_proj.weight", w[:, :d_ff]), (f"{base}.up_proj.weight", w[:, d_ff:])]
-    elif hf_name.endswith("mlp.experts.down_proj"):
-        parts = [(f"{hf_name}.weight", w)]
-    else:
-        shift = np.float32(norm_shift) if hf_name.endswith("norm.weight") else np.float32(0)
-        parts = [(hf_name, w + shift if shift else w)]
-    return [(name_map.get_name(n, try_suffixes=(".weight", ".bias")), v) for n, v in parts]

@@ -63,6 +63,9 @@ class ArchSpec:
     # an encoder (BERT): built with AutoModel, its output each token's last hidden state, not logits
     encoder: bool = False
     dropped: tuple[str, ...] = ()  # prefixes of parameters the converter drops (BERT's pooler)
+    # GGUF name (without "blk.N.") → the shape the converter reshapes the parameter to, from the config
+    # (Mamba-2: A and D to [H, 1], the gated norm's scales to [n_groups, d_inner / n_groups])
+    reshaped: Callable[[Any], dict[str, tuple[int, ...]]] | None = None
 
 
 _GQA_SHAPE = dict(
@@ -660,6 +663,85 @@ ARCHS["mamba"] = ArchSpec(
 )
 
 
+def _mamba2_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """Mamba2Model.set_gguf_parameters: Mamba's keys, time_step_rank = d_inner / head_dim (the head
+    count), and the group count; no ssm.dt_b_c_rms.
+
+    >>> kv = _mamba2_kv(transformers.Mamba2Config(hidden_size=32, head_dim=8, num_heads=8, n_groups=2))
+    >>> kv["{arch}.ssm.inner_size"][0], kv["{arch}.ssm.time_step_rank"][0], kv["{arch}.ssm.group_count"][0]
+    (64, 8, 2)
+    """
+    K, Att, SSM = gguf.Keys.LLM, gguf.Keys.Attention, gguf.Keys.SSM
+    d_inner = int(config.expand * config.hidden_size)
+    return {
+        K.CONTEXT_LENGTH: (2**20, VT.UINT32),  # the converter's stand-in, as for Mamba
+        K.EMBEDDING_LENGTH: (config.hidden_size, VT.UINT32),
+        K.FEED_FORWARD_LENGTH: (0, VT.UINT32),
+        Att.HEAD_COUNT: (0, VT.UINT32),
+        K.BLOCK_COUNT: (config.num_hidden_layers, VT.UINT32),
+        SSM.CONV_KERNEL: (config.conv_kernel, VT.UINT32),
+        SSM.INNER_SIZE: (d_inner, VT.UINT32),
+        SSM.STATE_SIZE: (config.state_size, VT.UINT32),
+        SSM.TIME_STEP_RANK: (d_inner // config.head_dim, VT.UINT32),
+        SSM.GROUP_COUNT: (config.n_groups, VT.UINT32),
+        Att.LAYERNORM_RMS_EPS: (config.layer_norm_epsilon, VT.FLOAT32),
+    }
+
+
+def _mamba2_reshaped(config: Any) -> dict[str, tuple[int, ...]]:
+    """Mamba2Model.modify_tensors: A and D to [H, 1], the gated norm's scales to [n_groups, d_inner / n_groups]."""
+    d_inner = int(config.expand * config.hidden_size)
+    H = d_inner // config.head_dim
+    return {
+        "ssm_a": (H, 1),
+        "ssm_d": (H, 1),
+        "ssm_norm.weight": (config.n_groups, d_inner // config.n_groups),
+    }
+
+
+# Mamba-2 as Mamba2Model converts it (_mamba2_kv, _mamba2_reshaped, dt_bias renamed ssm_dt.bias);
+# d_inner = 2·d_e, which the converter requires; 8 heads of 8 channels in 2 groups (heads 1–4 read
+# group 1's B and C, heads 5–8 group 2's); d_state 16 ≠ head_dim, so that the state's two axes cannot
+# be swapped unseen; tied output, as in the state-spaces/mamba2-* checkpoints.
+ARCHS["mamba2"] = ArchSpec(
+    gguf.MODEL_ARCH.MAMBA2,
+    transformers.Mamba2Config,
+    dict(
+        hidden_size=32,  # d_e
+        num_hidden_layers=2,  # L
+        state_size=16,  # d_state
+        conv_kernel=4,  # d_conv
+        expand=2,  # d_inner = 64
+        head_dim=8,  # p
+        num_heads=8,  # H = d_inner / head_dim
+        n_groups=2,  # G
+        chunk_size=8,  # transformers' SSD chunks: sequences longer than one chunk cross chunk borders
+        layer_norm_epsilon=1e-5,
+        vocab_size=288,  # a multiple of 16: the converter pads to one
+        use_bias=False,  # llama.cpp's mamba2 reads no ssm_in / ssm_out bias
+        use_conv_bias=True,
+        tie_word_embeddings=True,
+        use_cache=False,
+    ),
+    permute_qk=False,
+    rms_norm=True,
+    vocab="bpe",
+    tokenizer_pre="gpt-2",  # a byte-level BPE (Mamba-2's own is GPT-NeoX-20B's)
+    rope=False,
+    hf_reads=False,
+    model_kv=_mamba2_kv,
+    reshaped=_mamba2_reshaped,
+    # as for Mamba: each stage O(1), step sizes softplus(N(0, 1)) (selective), decay rates exp(N(0, 1))
+    init_std=(
+        ("in_proj.weight", 0.2),
+        ("conv1d.weight", 0.5),
+        ("dt_bias", 1.0),
+        ("A_log", 1.0),
+        (".D", 1.0),
+    ),
+)
+
+
 def _cohere_kv(config: Any) -> dict[str, tuple[Any, VT]]:
     """CommandR2Model and Cohere2Model.set_gguf_parameters: logit_scale and rope.scaling.type none,
     always; Cohere2Model also the sliding window (and no pattern: llama.cpp's default 4 is the config's).
@@ -916,6 +998,124 @@ ARCHS["ernie4_5"] = ArchSpec(
 )
 
 
+def _glm4moe_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """Glm4MoeModel.set_gguf_parameters: block_count counts the NextN blocks (num_hidden_layers +
+    num_nextn_predict_layers), rope.dimension_count is head_dim · partial_rotary_factor, the expert
+    keys, expert_gating_func sigmoid (2) always, the scale and norm_topk_prob as written.
+
+    >>> kv = _glm4moe_kv(transformers.Glm4MoeConfig(num_hidden_layers=3, head_dim=32))
+    >>> kv["{arch}.block_count"][0], kv["{arch}.rope.dimension_count"][0], kv["{arch}.expert_gating_func"][0]
+    (4, 16, 2)
+    """
+    K, Rope = gguf.Keys.LLM, gguf.Keys.Rope
+    nextn = config.num_nextn_predict_layers
+    return {
+        K.BLOCK_COUNT: (config.num_hidden_layers + nextn, VT.UINT32),
+        Rope.DIMENSION_COUNT: (int(head_dim(config) * config.rope_parameters["partial_rotary_factor"]), VT.UINT32),
+        K.EXPERT_COUNT: (config.n_routed_experts, VT.UINT32),
+        K.EXPERT_USED_COUNT: (config.num_experts_per_tok, VT.UINT32),
+        K.EXPERT_FEED_FORWARD_LENGTH: (config.moe_intermediate_size, VT.UINT32),
+        K.EXPERT_SHARED_COUNT: (config.n_shared_experts, VT.UINT32),
+        K.LEADING_DENSE_BLOCK_COUNT: (config.first_k_dense_replace, VT.UINT32),
+        K.EXPERT_GATING_FUNC: (2, VT.UINT32),
+        K.EXPERT_WEIGHTS_SCALE: (float(config.routed_scaling_factor), VT.FLOAT32),
+        K.EXPERT_WEIGHTS_NORM: (bool(config.norm_topk_prob), VT.BOOL),
+        K.NEXTN_PREDICT_LAYERS: (nextn, VT.UINT32),
+    }
+
+
+# GLM-4.5-Air's layout, tiny, as Glm4MoeModel converts it (a TextModel: no vocab_size; key_length =
+# head_dim 32 ≠ d_e / H = 16, as GLM-4.5's 128 ≠ 4096 / 96): q/k/v biases, half of each head rotated
+# on halves (Q/K unpermuted: rope type NEOX), block 1 dense, blocks 2–3 with 8 experts of 32, top-2 by
+# sigmoid plus e_score_correction_bias (exp_probs_b), renormalised, × 2.5, one shared expert; one
+# NextN block counted in block_count whose tensors this file does not hold (transformers builds no
+# MTP block): llama.cpp runs block_count − 1 blocks. No q/k norms (use_qk_norm false, as in the Air).
+# transformers' GGUF loader reads no glm4moe.
+ARCHS["glm4moe"] = ArchSpec(
+    gguf.MODEL_ARCH.GLM4_MOE,
+    transformers.Glm4MoeConfig,
+    dict(
+        _ROPE_GQA,
+        num_hidden_layers=3,
+        head_dim=32,
+        vocab_size=288,
+        attention_bias=True,
+        use_qk_norm=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        first_k_dense_replace=1,
+        n_routed_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        n_shared_experts=1,
+        routed_scaling_factor=2.5,
+        norm_topk_prob=True,
+        n_group=1,
+        topk_group=1,
+        num_nextn_predict_layers=1,
+        tie_word_embeddings=False,
+    ),
+    permute_qk=False,
+    rms_norm=True,
+    vocab="bpe",
+    tokenizer_pre="glm4",
+    arch_kv=_glm4moe_kv,
+    absent_keys=(gguf.Keys.LLM.VOCAB_SIZE,),
+    hf_reads=False,
+)
+
+
+def _hunyuan_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """HunYuanModel.set_gguf_parameters for a "dynamic" (NTK-alpha) RoPE: the base rewritten as
+    rope_theta · α^(d_h/(d_h−2)), scaling type none with factor 1, and a 256k context (trained and
+    original), in place of the config's max_position_embeddings.
+
+    >>> kv = _hunyuan_kv(transformers.HunYuanDenseV1Config(head_dim=32, rope_parameters={
+    ...     "rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 4.0, "factor": 1.0}))
+    >>> round(kv["{arch}.rope.freq_base"][0]), kv["{arch}.context_length"][0]
+    (43873, 262144)
+    """
+    K, Rope = gguf.Keys.LLM, gguf.Keys.Rope
+    params = config.rope_parameters
+    if params.get("rope_type") != "dynamic":
+        return {}
+    d_h = config.head_dim
+    base = params["rope_theta"] * params.get("alpha", 50) ** (d_h / (d_h - 2))
+    return {
+        Rope.FREQ_BASE: (float(base), VT.FLOAT32),
+        Rope.SCALING_TYPE: ("none", VT.STRING),
+        Rope.SCALING_FACTOR: (1.0, VT.FLOAT32),
+        Rope.SCALING_ORIG_CTX_LEN: (256 * 1024, VT.UINT32),
+        K.CONTEXT_LENGTH: (256 * 1024, VT.UINT32),
+    }
+
+
+# Hunyuan dense as HunYuanModel converts it (a TextModel): key/value_length = head_dim (32 here ≠
+# d_e / H = 16; the 4B: 128 = 3072 / 24), no rope.dimension_count, no vocab_size; Q/K unpermuted
+# (NEOX); the NTK-alpha RoPE of the checkpoints (rope_scaling {"type": "dynamic", "alpha": 1000}) folded
+# into the base (_hunyuan_kv; α = 4 here, so that the base, 43,873, still turns the middle pairs within a
+# few tokens); its asserts (rope_theta 10000, max_position_embeddings 32k or 256k) hold; tied output, as
+# in the released models. Its pre-tokenizer: hunyuan-dense. transformers' GGUF loader reads no hunyuan.
+ARCHS["hunyuan-dense"] = ArchSpec(
+    gguf.MODEL_ARCH.HUNYUAN_DENSE,
+    transformers.HunYuanDenseV1Config,
+    dict(
+        _ROPE_GQA,
+        head_dim=32,
+        vocab_size=288,
+        max_position_embeddings=32 * 1024,
+        rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 4.0, "factor": 1.0},
+        tie_word_embeddings=True,
+    ),
+    permute_qk=False,
+    rms_norm=True,
+    vocab="bpe",
+    tokenizer_pre="hunyuan-dense",
+    absent_keys=(gguf.Keys.LLM.VOCAB_SIZE, gguf.Keys.Rope.DIMENSION_COUNT),
+    arch_kv=_hunyuan_kv,
+    hf_reads=False,
+)
+
+
 def _bert_kv(config: Any) -> dict[str, tuple[Any, VT]]:
     """BertModel.set_gguf_parameters over TextModel's: attention.causal false, always, and the
     pooling type `_try_set_pooling_type` reads from a sentence-transformers Pooling module: mean
@@ -965,6 +1165,188 @@ ARCHS["bert"] = ArchSpec(
     dropped=("pooler.",),
 )
 
+
+def _nomic_bert_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """NomicBertModel.set_gguf_parameters (BertModel's over TextModel's): BERT's keys (attention.causal
+    false, the pooling type), and the RoPE base from rotary_emb_base; no head_count_kv, key_length or
+    rope.dimension_count (nomic's config.json has none of them).
+
+    >>> sorted(_nomic_bert_kv(transformers.NomicBertConfig()).items())[-1]
+    ('{arch}.rope.freq_base', (1000.0, <GGUFValueType.FLOAT32: 6>))
+    """
+    return _bert_kv(config) | {gguf.Keys.Rope.FREQ_BASE: (float(config.rope_parameters["rope_theta"]), VT.FLOAT32)}
+
+
+# Nomic BERT (nomic-embed-text v1.5) as NomicBertModel converts its checkpoint: transformers 5 renames
+# the checkpoint's tensors on load and splits its attn.Wqkv (hf_gguf's _RENAMED_ON_LOAD, _SPLIT_ON_LOAD
+# take them back), so the file has one attn_qkv (rows q; k; v), ffn_up = fc11, ffn_gate = fc12 (the one
+# SiLU acts on), no biases (the converter asserts none), token_types, token_embd_norm; context_length
+# 2048 as the converter writes for v1.5 (from n_positions 8192), which the tiny config keeps; θ = 1000.
+# The WordPiece vocabulary is bert-base-uncased's, which hashes as bge-small's (bert-bge); llama.cpp reads
+# no pre-tokenizer for WordPiece. transformers' GGUF loader reads no nomic-bert.
+ARCHS["nomic-bert"] = ArchSpec(
+    gguf.MODEL_ARCH.NOMIC_BERT,
+    transformers.NomicBertConfig,
+    dict(
+        hidden_size=64,  # d_e
+        num_attention_heads=4,  # H
+        num_hidden_layers=2,  # L
+        intermediate_size=96,  # d_ff
+        max_position_embeddings=2048,  # ℓ_max: nomic-embed-text v1.5's, as the converter writes it
+        type_vocab_size=2,  # N_T
+        vocab_size=len(WPM_VOCAB),
+        layer_norm_eps=1e-12,
+        hidden_act="silu",  # the checkpoint's swiglu
+        pad_token_id=0,
+    ),
+    permute_qk=False,
+    rms_norm=False,
+    vocab="wpm",
+    tokenizer_pre="bert-bge",
+    rope=False,  # no grouped-query keys; the RoPE base comes from _nomic_bert_kv
+    arch_kv=_nomic_bert_kv,
+    hf_reads=False,
+    encoder=True,
+)
+
+
+
+def _lfm2_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """LFM2Model.set_gguf_parameters: the key/value heads per block (the config's count in an
+    attention block, 0 in a "conv" one), vocab_size, the convolution's width, norm_eps as the RMS ε.
+
+    >>> c = transformers.Lfm2Config(num_hidden_layers=3, layer_types=["conv", "full_attention", "conv"])
+    >>> _lfm2_kv(c)["{arch}.attention.head_count_kv"][0]
+    [0, 8, 0]
+    """
+    Att = gguf.Keys.Attention
+    n_kv = [config.num_key_value_heads if t != "conv" else 0 for t in config.layer_types]
+    return {
+        Att.HEAD_COUNT_KV: (n_kv, VT.ARRAY),
+        gguf.Keys.LLM.VOCAB_SIZE: (config.vocab_size, VT.UINT32),
+        gguf.Keys.ShortConv.L_CACHE: (config.conv_L_cache, VT.UINT32),
+        Att.LAYERNORM_RMS_EPS: (config.norm_eps, VT.FLOAT32),
+    }
+
+
+# LFM2 as LFM2Model converts it (conversion/lfm2.py, over TextModel): head_count_kv as one entry per
+# block, the convolution squeezed to [d_e, l_cache] (_CONVERSIONS), the final norm as
+# token_embd_norm, Q/K unpermuted (NEOX), no key/value_length (the config has no head_dim), tied.
+# block_auto_adjust_ff_dim off: feed_forward_length is the config's intermediate_size. Four blocks,
+# conv, attention, conv, attention, so that both kinds follow both kinds.
+ARCHS["lfm2"] = ArchSpec(
+    gguf.MODEL_ARCH.LFM2,
+    transformers.Lfm2Config,
+    dict(
+        hidden_size=32,  # d_e
+        num_attention_heads=4,  # H
+        num_key_value_heads=2,  # H_kv in the attention blocks
+        num_hidden_layers=4,  # L
+        intermediate_size=64,  # d_ff
+        max_position_embeddings=128,
+        norm_eps=1e-5,
+        rms_norm_eps=1e-5,  # what the common keys read (an Lfm2Config keeps it as given)
+        conv_L_cache=3,  # k_c
+        block_auto_adjust_ff_dim=False,
+        layer_types=["conv", "full_attention", "conv", "full_attention"],
+        vocab_size=288,
+        tie_word_embeddings=True,
+    ),
+    permute_qk=False,
+    rms_norm=True,
+    vocab="bpe",
+    tokenizer_pre="lfm2",
+    absent_keys=(*_NO_HEAD_DIM, gguf.Keys.Rope.DIMENSION_COUNT),
+    arch_kv=_lfm2_kv,
+    # in_proj's B, C and x ~1.1 and the convolution's taps ~0.5: a convolution block moves the
+    # residual as much as an attention block
+    init_std=(("conv.in_proj.weight", 0.2), ("conv.conv.weight", 0.5)),
+)
+
+def _deepseek2_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """DeepseekV2Model.set_gguf_parameters (V2 and V3): MLA as MQA over the latent (head_count_kv 1,
+    key_length d_c + d_r, value_length d_c) with the decompressed head sizes as key/value_length_mla,
+    rope.dimension_count d_r, q_lora_rank only when set, the expert keys; expert_weights_norm only when
+    norm_topk_prob, the group counts when the config has them, expert_gating_func from scoring_func.
+
+    >>> kv = _deepseek2_kv(transformers.DeepseekV2Config(kv_lora_rank=32, qk_rope_head_dim=8))
+    >>> kv["{arch}.attention.key_length"][0], kv["{arch}.attention.head_count_kv"][0]
+    (40, 1)
+    """
+    K, Att, Rope = gguf.Keys.LLM, gguf.Keys.Attention, gguf.Keys.Rope
+    d_c, d_r = config.kv_lora_rank, config.qk_rope_head_dim
+    kv: dict[str, tuple[Any, VT]] = {
+        Att.HEAD_COUNT_KV: (1, VT.UINT32),
+        Att.KEY_LENGTH: (d_c + d_r, VT.UINT32),
+        Att.VALUE_LENGTH: (d_c, VT.UINT32),
+        Att.KEY_LENGTH_MLA: (config.qk_nope_head_dim + d_r, VT.UINT32),
+        Att.VALUE_LENGTH_MLA: (config.v_head_dim, VT.UINT32),
+        Att.KV_LORA_RANK: (d_c, VT.UINT32),
+        Rope.DIMENSION_COUNT: (d_r, VT.UINT32),
+        K.LEADING_DENSE_BLOCK_COUNT: (config.first_k_dense_replace, VT.UINT32),
+        K.EXPERT_FEED_FORWARD_LENGTH: (config.moe_intermediate_size, VT.UINT32),
+        K.EXPERT_COUNT: (config.n_routed_experts, VT.UINT32),
+        K.EXPERT_USED_COUNT: (config.num_experts_per_tok, VT.UINT32),
+        K.EXPERT_SHARED_COUNT: (config.n_shared_experts, VT.UINT32),
+        K.EXPERT_WEIGHTS_SCALE: (float(config.routed_scaling_factor), VT.FLOAT32),
+    }
+    if config.q_lora_rank:
+        kv[Att.Q_LORA_RANK] = (config.q_lora_rank, VT.UINT32)
+    if config.norm_topk_prob:
+        kv[K.EXPERT_WEIGHTS_NORM] = (True, VT.BOOL)
+    if config.n_group is not None:
+        kv[K.EXPERT_GROUP_COUNT] = (config.n_group, VT.UINT32)
+    if config.topk_group is not None:
+        kv[K.EXPERT_GROUP_USED_COUNT] = (config.topk_group, VT.UINT32)
+    gating = {"softmax": 1, "sigmoid": 2}.get(getattr(config, "scoring_func", None) or "")
+    if gating:
+        kv[K.EXPERT_GATING_FUNC] = (gating, VT.UINT32)
+    return kv
+
+
+_DEEPSEEK_SHAPE = dict(  # MLA: 4 heads, q through rank 32, a latent of 32 + a rope part of 8 per token
+    _ROPE_GQA,
+    num_key_value_heads=4,
+    rms_norm_eps=1e-6,
+    q_lora_rank=32,
+    kv_lora_rank=32,
+    qk_nope_head_dim=16,  # d_n
+    qk_rope_head_dim=8,  # d_r
+    v_head_dim=16,  # d_v
+    first_k_dense_replace=1,  # block 1 dense, block 2 experts
+    n_routed_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=32,
+    n_shared_experts=1,
+    routed_scaling_factor=2.0,  # llama.cpp applies it (expert_weights_scale) as transformers does
+    vocab_size=288,
+    tie_word_embeddings=False,
+)
+# DeepSeek V2 as DeepseekV2Model converts it: no Q/K permutation (rope type NORM on DeepSeek's own
+# interleaved layout), kv_b_proj split per head into attn_k_b (transposed) and attn_v_b, experts
+# stacked; softmax routing with no expert_gating_func key (llama.cpp reads it as softmax), top-2 not
+# renormalised, one group (n_group 1: no group limit). transformers' GGUF loader reads no deepseek2.
+ARCHS["deepseek2"] = ArchSpec(
+    gguf.MODEL_ARCH.DEEPSEEK2,
+    transformers.DeepseekV2Config,
+    dict(_DEEPSEEK_SHAPE, topk_method="greedy", n_group=1, topk_group=1, norm_topk_prob=False),
+    permute_qk=False,
+    rms_norm=True,
+    vocab="bpe",
+    tokenizer_pre="deepseek-llm",
+    arch_kv=_deepseek2_kv,
+    hf_reads=False,
+)
+# DeepSeek V3 (DeepseekV3ForCausalLM, written as deepseek2): sigmoid routing (scoring_func, which
+# V3's config.json carries and DeepseekV3Config does not keep), e_score_correction_bias as
+# exp_probs_b, 2 groups of 4 experts of which a token's experts come from 1, top-2 renormalised.
+ARCHS["deepseek3"] = replace(
+    ARCHS["deepseek2"],
+    config_cls=transformers.DeepseekV3Config,
+    defaults=dict(_DEEPSEEK_SHAPE, n_group=2, topk_group=1, norm_topk_prob=True),
+    tokenizer_pre="deepseek-v3",
+    arch_kv=lambda config: _deepseek2_kv(config) | {gguf.Keys.LLM.EXPERT_GATING_FUNC: (2, VT.UINT32)},
+)
 
 # ---------------------------------------------------------------------------------------------
 # tiny models

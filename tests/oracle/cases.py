@@ -78,6 +78,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # Mamba: selective state-space blocks, no attention; d_inner 64, d_state 8, d_conv 4, dt_rank 4, tied
     "mamba": ("mamba", {}),
     "mamba-untied": ("mamba", {"tie_word_embeddings": False}),  # output.weight written
+    # Mamba-2: 8 heads of 8 channels in 2 groups, d_state 16, d_conv 4, d_inner 64, tied
+    "mamba2": ("mamba2", {}),
     # Command R: attention and SwiGLU MLP in parallel from one bias-free LayerNorm, RoPE on adjacent
     # pairs (θ = 1000), tied, logits × 0.5; Command R+: the same with per-head q/k LayerNorms, 64 blocks
     "command-r": ("command-r", {}),
@@ -95,9 +97,25 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "exaone4-swa": ("exaone4-swa", {}),
     "seed_oss": ("seed_oss", {}),  # llama with q/k/v biases, head_dim 32 ≠ d_e/H = 16, NEOX rope, untied
     "ernie4_5": ("ernie4_5", {}),  # llama with unpermuted Q/K (adjacent-pair rope), head_dim 32 ≠ d_e/H, tied
+    # GLM-4.5(-Air): q/k/v biases, RoPE on halves of 16 of 32 entries, block 1 dense, then 8 experts of 32,
+    # top-2 by sigmoid + selection bias, renormalised, × 2.5, a shared expert; a NextN block not run
+    "glm4moe": ("glm4moe", {}),
+    # RoPE on halves, then per-head q/k RMSNorm; NTK-alpha RoPE folded into the base (α = 4); tied
+    "hunyuan-dense": ("hunyuan-dense", {}),
     # BERT: an encoder (each token's embedding is the output), every token sees every other, learned
     # positions and token types, post-LayerNorm blocks with biases, GELU(tanh); WordPiece; mean pooling
     "bert": ("bert", {}),
+    # Nomic BERT: bert with RoPE on halves (θ = 1000) in place of positions, one attn_qkv, a SwiGLU MLP,
+    # no biases
+    "nomic-bert": ("nomic-bert", {}),
+    # LFM2: blocks of a gated short convolution (width 3) or GQA with per-head q/k RMSNorm, as the
+    # per-block head_count_kv says (0, 2, 0, 2); RoPE on halves, SwiGLU, tied
+    "lfm2": ("lfm2", {}),
+    # DeepSeek V2: multi-head latent attention (q through rank 32; a latent of 32 + a rope part of 8
+    # cached per token), block 1 dense, block 2 softmax-routed top-2 of 8 experts × 2 + a shared one;
+    # V3: the same with sigmoid routing, a selection bias, 2 groups of which 1 is used, renormalised
+    "deepseek2": ("deepseek2", {}),
+    "deepseek3": ("deepseek3", {}),
 }
 
 

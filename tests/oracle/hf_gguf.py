@@ -73,6 +73,11 @@ and `integrations/ggml.py`, gguf-py 0.19):
   convolution [d_inner, 1, d_conv] squeezed to `ssm_conv1d.weight` [d_inner, d_conv] and kept F32
   like every SSM_CONV1D; `ssm_a` and `ssm_d` have no `.weight` suffix; output.weight is omitted when
   it equals token_embd. transformers' loader reads it back (`MambaTensorProcessor`: log(−A)).
+- Mamba-2 (`Mamba2Model`): its own keys (Mamba's, with time_step_rank = d_inner / head_dim, the
+  head count, and `ssm.group_count`; no `ssm.dt_b_c_rms`); `dt_bias` renamed `dt_proj.bias`
+  (`ssm_dt.bias`), A stored as −exp(A_log) and D, both reshaped to [H, 1], the gated norm's scales to
+  [n_groups, d_inner / n_groups], the convolution squeezed; a tied checkpoint has no output.weight.
+  transformers' GGUF loader reads no mamba2.
 """
 
 from __future__ import annotations
@@ -151,6 +156,9 @@ def _randomise(
             else:
                 std = next((v for end, v in init_std.items() if name.endswith(end)), 0.1)
                 p.copy_(std * noise)
+        for name, b in model.named_buffers():  # a buffer the file holds: DeepSeek V3's selection bias
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(0.1 * torch.randn(b.shape, generator=gen, dtype=torch.float32))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,14 +195,20 @@ class _Tensor:
     part: tuple[int, int] | None = None  # rows [a, b) (of each expert): gate_up_proj's gate, up; else all
     stack: tuple[str, ...] = ()  # parameters stacked as rows, in order (StableLM's per-head norms), else none
     convert: str = ""  # a key of _CONVERSIONS: the converter stores another form of the parameter
+    # (n_head, a, b, swap): rows [a, b) of each head's block (DeepSeek's kv_b_proj → attn_k_b, attn_v_b),
+    # stacked [n_head, b − a, n_in], each head's block transposed when swap; else None
+    per_head: tuple[int, int, int, bool] | None = None
+    shape: tuple[int, ...] | None = None  # the converter's reshape (ArchSpec.reshaped), else none
 
 
 # What a converter stores in place of a checkpoint's parameter, by GGUF name without "blk.N.":
 # (to the stored form, back to the checkpoint's). Mamba (MambaModel.modify_tensors): A = −exp(A_log),
 # and the depthwise convolution's [d_inner, 1, d_conv] squeezed to [d_inner, d_conv].
 _CONVERSIONS: dict[str, tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]] = {
-    "ssm_a": (lambda w: -np.exp(w), lambda a: np.log(-a)),
+    # torch's exp, as the converter computes it (NumPy's differs from it in the last bit)
+    "ssm_a": (lambda w: -torch.exp(torch.as_tensor(w)).numpy(), lambda a: np.log(-a)),
     "ssm_conv1d.weight": (lambda w: w[:, 0, :], lambda w: w[:, None, :]),
+    "shortconv.conv.weight": (lambda w: w[:, 0, :], lambda w: w[:, None, :]),  # LFM2Model: squeeze(1)
 }
 
 
@@ -211,6 +225,7 @@ def _tensor_plan(model: torch.nn.Module, config: Any, arch: str, permute: bool =
         "attn_k": getattr(config, "num_key_value_heads", None),
     }
     plan = []
+    reshaped = spec.reshaped(config) if spec.reshaped else {}
     state = model.state_dict()
     for hf_name in state:
         if hf_name == "lm_head.weight" and config.tie_word_embeddings:
@@ -221,10 +236,18 @@ def _tensor_plan(model: torch.nn.Module, config: Any, arch: str, permute: bool =
         if experts is not None:
             plan.extend(experts)
             continue
+        if hf_name.endswith("self_attn.kv_b_proj.weight"):
+            plan.extend(_mla_kv_b(hf_name, config))
+            continue
         head = _PER_HEAD.fullmatch(hf_name)
         if head is not None:  # one stacked tensor, written where head 0's norm comes
             if head.group(2) == "0":
                 plan.append(_stacked_heads(head.group(1), state, name_map))
+            continue
+        split = _SPLIT_ON_LOAD.fullmatch(hf_name)
+        if split is not None:  # one fused tensor, rows q; k; v, written where q comes
+            if split.group(2) == "q":
+                plan.append(_fused_qkv(split.group(1), name_map))
             continue
         name = name_map.get_name(_checkpoint_name(hf_name), try_suffixes=(".weight", ".bias"))
         if name is None:
@@ -234,7 +257,8 @@ def _tensor_plan(model: torch.nn.Module, config: Any, arch: str, permute: bool =
         shift = spec.norm_shift if hf_name.endswith("norm.weight") else 0.0
         convert = name.split(".", 2)[-1] if name.startswith("blk.") else name
         convert = convert if convert in _CONVERSIONS else ""
-        plan.append(_Tensor(hf_name, name, hf_name in conv1d, qk, shift, convert=convert))
+        shape = reshaped.get(name.split(".", 2)[-1] if name.startswith("blk.") else name)
+        plan.append(_Tensor(hf_name, name, hf_name in conv1d, qk, shift, convert=convert, shape=shape))
     return plan
 
 
@@ -263,22 +287,58 @@ def _stacked_heads(module: str, state: dict, name_map: Any) -> _Tensor:
     return _Tensor(heads[0][1], name, False, None, stack=tuple(n for _, n in heads))
 
 
+# Parameters transformers 5 splits on load (conversion_mapping.py's Chunk(dim=0)): NomicBert's
+# `encoder.layers.{i}.attn.Wqkv` [3·d_e, d_e] into `layers.{i}.self_attn.q_proj`, `k_proj`, `v_proj`.
+_SPLIT_ON_LOAD = re.compile(r"(layers\.\d+\.)self_attn\.([qkv])_proj\.weight")
+
+
+def _fused_qkv(layer: str, name_map: Any) -> _Tensor:
+    """The checkpoint's fused Wqkv of a NomicBert layer (`layer` = "layers.{i}."), which the converter
+    writes as `attn_qkv`: the q, k and v parameters stacked as rows, in that order.
+
+    >>> t = _fused_qkv("layers.1.", gguf.get_tensor_name_map(gguf.MODEL_ARCH.NOMIC_BERT, 2))
+    >>> t.name, t.stack[2]
+    ('blk.1.attn_qkv.weight', 'layers.1.self_attn.v_proj.weight')
+    """
+    name = name_map.get_name(f"encoder.{layer}attn.Wqkv.weight", try_suffixes=(".weight",))
+    if name is None:
+        raise ValueError(f"no GGUF name for the fused q/k/v of {layer!r}")
+    parts = tuple(f"{layer}self_attn.{p}_proj.weight" for p in "qkv")
+    return _Tensor(parts[0], name, False, None, stack=parts)
+
+
 _EXPERTS = re.compile(r"model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.experts\.(gate_up_proj|down_proj)")
 
 
+# NomicBert's leaves (transformers' name → the checkpoint's, under encoder.layers.{i}.)
+_NOMIC_BERT_LEAVES = {
+    "self_attn.o_proj": "attn.out_proj", "post_attention_layernorm": "norm1", "post_mlp_layernorm": "norm2",
+    "mlp.up_proj": "mlp.fc11", "mlp.gate_proj": "mlp.fc12", "mlp.down_proj": "mlp.fc2",
+}  # fmt: skip
 # Parameters transformers 5 renames on load (conversion_mapping.py), back to the checkpoint's name that
 # the converter and gguf's name map read: GraniteMoE's `block_sparse_moe.router.layer` (its experts'
 # input_linear and output_linear are the 3-D experts above).
-_RENAMED_ON_LOAD = ((re.compile(r"(\.block_sparse_moe\.router)(\.weight)$"), r"\1.layer\2"),)
+_RENAMED_ON_LOAD = (
+    (re.compile(r"(\.block_sparse_moe\.router)(\.weight)$"), r"\1.layer\2"),
+    (re.compile(r"\.e_score_correction_bias$"), ".e_score_correction.bias"),  # DeepSeek V3's router bias
+    # NomicBert (its model's tree starts at `layers.`): the checkpoint's encoder.layers.{i}.attn.out_proj,
+    # norm1, norm2 and mlp.fc11 (up), fc12 (gate), fc2 (down)
+    (
+        re.compile(r"^layers\.(\d+)\.(" + "|".join(map(re.escape, _NOMIC_BERT_LEAVES)) + r")\."),
+        lambda m: f"encoder.layers.{m[1]}.{_NOMIC_BERT_LEAVES[m[2]]}.",
+    ),
+)
+# Parameters the converter renames before gguf's map reads them (Mamba2Model.filter_tensors: dt_bias).
+_RENAMED_BY_CONVERTER = ((re.compile(r"\.mixer\.dt_bias$"), ".mixer.dt_proj.bias"),)
 
 
 def _checkpoint_name(hf_name: str) -> str:
-    """The checkpoint's name of a transformers parameter.
+    """The checkpoint's name of a transformers parameter, as the converter hands it to gguf's map.
 
     >>> _checkpoint_name("model.layers.3.block_sparse_moe.router.weight")
     'model.layers.3.block_sparse_moe.router.layer.weight'
     """
-    for pattern, checkpoint in _RENAMED_ON_LOAD:
+    for pattern, checkpoint in _RENAMED_ON_LOAD + _RENAMED_BY_CONVERTER:
         hf_name = pattern.sub(checkpoint, hf_name)
     return hf_name
 
@@ -319,8 +379,29 @@ def _gate_up(hf_name: str, blk: str, kind: str, d: int) -> list[_Tensor]:
     ]
 
 
+def _mla_kv_b(hf_name: str, config: Any) -> list[_Tensor]:
+    """DeepseekV2Model.modify_tensors: `kv_b_proj` [H·(d_n + d_v), d_c], head by head k rows then v
+    rows, becomes `attn_k_b` [H, d_c, d_n] (each head's k rows transposed) and `attn_v_b` [H, d_v, d_c].
+
+    >>> [(t.name, t.per_head) for t in _mla_kv_b("model.layers.0.self_attn.kv_b_proj.weight",
+    ...     transformers.DeepseekV2Config(num_attention_heads=2, qk_nope_head_dim=4, v_head_dim=3))]
+    [('blk.0.attn_k_b.weight', (2, 0, 4, True)), ('blk.0.attn_v_b.weight', (2, 4, 7, False))]
+    """
+    blk = "blk." + hf_name.split(".")[2] + "."
+    h, d_n, d_v = config.num_attention_heads, config.qk_nope_head_dim, config.v_head_dim
+    return [
+        _Tensor(hf_name, blk + "attn_k_b.weight", False, None, per_head=(h, 0, d_n, True)),
+        _Tensor(hf_name, blk + "attn_v_b.weight", False, None, per_head=(h, d_n, d_n + d_v, False)),
+    ]
+
+
 def _to_gguf(t: _Tensor, w: np.ndarray) -> np.ndarray:
     w = _CONVERSIONS[t.convert][0](w) if t.convert else w
+    if t.per_head:
+        h, a, b, swap = t.per_head
+        w = w.reshape(h, -1, w.shape[-1])[:, a:b, :]
+        w = w.swapaxes(1, 2) if swap else w
+    w = w.reshape(t.shape) if t.shape else w
     w = w[..., t.part[0] : t.part[1], :] if t.part else w
     w = w.T if t.transpose else w
     w = w + np.float32(t.shift) if t.shift else w
@@ -328,6 +409,8 @@ def _to_gguf(t: _Tensor, w: np.ndarray) -> np.ndarray:
 
 
 def _from_gguf(t: _Tensor, w: np.ndarray) -> np.ndarray:
+    if t.per_head:  # [H, b − a, n_in]: each head's rows, for quantized_copy to put back
+        return w.swapaxes(1, 2) if t.per_head[3] else w
     w = unpermute_qk(w, t.qk_heads) if t.qk_heads else w
     w = w - np.float32(t.shift) if t.shift else w  # exact for stored values in [0.5, 2] (Sterbenz)
     w = w.T if t.transpose else w
@@ -355,7 +438,7 @@ def _hf_value(t: _Tensor, params: dict) -> np.ndarray:
     """The HF parameter(s) behind `t` as one float32 array (a stack: its parameters as rows)."""
     names = t.stack or (t.hf_name,)
     values = [params[n].detach().float().numpy() for n in names]
-    return np.stack(values) if t.stack else values[0]
+    return np.concatenate([np.atleast_2d(v) for v in values]) if t.stack else values[0]
 
 
 def tensor_type(name: str, shape: tuple[int, ...], ftype: str) -> QT:
@@ -390,18 +473,23 @@ def quantized_copy(model: torch.nn.Module, config: Any, arch: str, ftype: str) -
     params = dict(twin.named_parameters(remove_duplicate=False))
     with torch.no_grad():
         for t in _tensor_plan(model, config, arch):
+            if t.hf_name not in params:  # a buffer (e_score_correction_bias): 1-D, F32, stored exactly
+                continue
             w = _to_gguf(t, _hf_value(t, params))
             data, qtype = _quantize(t.name, w, ftype)
             restored = torch.from_numpy(
                 np.ascontiguousarray(_from_gguf(t, gguf.quants.dequantize(data, qtype).reshape(w.shape)))
             )
-            if t.part:  # one block of rows (of each expert)
+            if t.per_head:  # each head's block of rows
+                param = params[t.hf_name]
+                param.view(t.per_head[0], -1, param.shape[-1])[:, t.per_head[1] : t.per_head[2], :].copy_(restored)
+            elif t.part:  # one block of rows (of each expert)
                 params[t.hf_name][..., t.part[0] : t.part[1], :].copy_(restored)
-            elif t.stack:  # row h back to head h's parameter
-                for row, n in zip(restored, t.stack, strict=True):
-                    params[n].copy_(row)
-            else:
-                params[t.hf_name].copy_(restored)
+            elif t.stack:  # each parameter's rows back to it (a per-head norm: one row)
+                for rows, n in zip(restored.chunk(len(t.stack)), t.stack, strict=True):
+                    params[n].copy_(rows.reshape(params[n].shape))
+            else:  # a reshaped tensor (Mamba-2's A, D, norm) back to the checkpoint's shape
+                params[t.hf_name].copy_(restored.reshape(params[t.hf_name].shape) if t.shape else restored)
     return twin
 
 

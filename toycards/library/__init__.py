@@ -73,6 +73,7 @@ ARCH_CARDS: dict[str, str] = {
     "phi2": "phi2",
     "stablelm": "stablelm",
     "mamba": "mamba",
+    "mamba2": "mamba2",
     "command-r": "command-r",
     "cohere2": "cohere2",
     "granitemoe": "granitemoe",
@@ -80,7 +81,12 @@ ARCH_CARDS: dict[str, str] = {
     "exaone4": "exaone4",
     "seed_oss": "seed_oss",
     "ernie4_5": "ernie4_5",
+    "glm4moe": "glm4moe",  # GLM-4.5: leading dense blocks, then sigmoid-routed experts; NextN blocks not run
+    "hunyuan-dense": "hunyuan-dense",
+    "lfm2": "lfm2",  # convolution and attention blocks, told apart by the per-block head_count_kv
+    "deepseek2": "deepseek2",  # DeepSeek V2 and V3: latent attention (one cached latent per token), experts
     "bert": "bert",  # an encoder: its card outputs each token's embedding (ModelAPI.embed pools them)
+    "nomic-bert": "nomic-bert",  # an encoder like bert, with RoPE and a SwiGLU MLP
 }
 
 
@@ -101,6 +107,20 @@ CARDS_REFUSED_BY_TENSORS: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {
             ("blk.0.attn_q_norm.weight", "blk.0.ffn_norm.weight"),
             "per-head q/k norms (attn_q_norm) in a sequential block (ffn_norm): stablelm_parallel.card "
             "models q/k norms only with the parallel block (no ffn_norm), stablelm.card neither",
+        ),
+    ),
+    "glm4moe": (
+        (
+            ("blk.0.attn_q_norm.weight",),
+            "per-head q/k norms (GLM-4.5 355B, use_qk_norm): llama.cpp applies them when the tensors are "
+            "present and no key says so, and glm4moe.card has no such test",
+        ),
+    ),
+    "deepseek2": (
+        (
+            ("blk.0.attn_kv_b.weight",),
+            "an unsplit attn_kv_b (a file converted before llama.cpp split it into attn_k_b and attn_v_b): "
+            "deepseek2.card models the absorbed attention over attn_k_b and attn_v_b only",
         ),
     ),
     "seed_oss": (
