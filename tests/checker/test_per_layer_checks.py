@@ -61,6 +61,28 @@ def test_the_else_of_the_opposite_condition_counts():
     assert not diags(text, library=True), show(diags(text, library=True))
 
 
+def test_a_conjunction_holds_where_each_side_does():
+    """ERNIE 4.5 MoE's shared expert: a group whose condition is `c ∧ d_e > 0` is read inside
+    `if d_e > 0` nested in `if c`; alone, the inner `if` is not enough."""
+    text = mutate("if n_kv[l] ≠ 0:", "if n_kv[l] ≠ 0 ∧ d_e > 0:", TOY)
+    nested = "      if d_e > 0 then\n        X ← X + W_a^l^⊺ · (W_a^l · X)\n      end"
+    ok = mutate("      X ← X + W_a^l^⊺ · (W_a^l · X)", nested, text)
+    assert not diags(ok, library=True), show(diags(ok, library=True))
+    alone = mutate("      X ← X + W_c^l · X", "      X ← X + W_c^l · X\n" + nested, text)
+    ds = diags(alone, library=True)
+    assert any("W_a^l exists only in the layers where n_kv[l] ≠ 0 ∧ d_e > 0" in d.message for d in ds), show(ds)
+
+
+def test_the_else_of_a_conjunction_is_its_negation():
+    """ERNIE 4.5 MoE's dense blocks: the group `if ¬(c ∧ c')` is read in the `else` of `if c ∧ c'`."""
+    text = mutate("if n_kv[l] = 0:", "if ¬(n_kv[l] ≠ 0 ∧ d_e > 0):", TOY)
+    text = mutate("if n_kv[l] ≠ 0:", "if n_kv[l] ≠ 0 ∧ d_e > 0:", text)
+    text = mutate("if n_kv[l] = 0 then", "if n_kv[l] ≠ 0 ∧ d_e > 0 then", text)
+    text = mutate("X ← X + W_c^l · X", "X ← X + W_a^l^⊺ · (W_a^l · X)", text)
+    text = mutate("7      X ← X + W_a^l^⊺ · (W_a^l · X)", "7      X ← X + W_c^l · X", text)
+    assert not diags(text, library=True), show(diags(text, library=True))
+
+
 def test_a_group_condition_reads_only_hyperparameters_and_its_variable():
     text = mutate('in "blk.{l-1}.", if n_kv[l] = 0:', 'in "blk.{l-1}.", if n_kv[l] = x:', TOY)
     ds = diags(text, library=True)

@@ -52,7 +52,9 @@ REFUSED = {  # a card, and what its step does that the tape does not hold
     "gpt2": "an addition read a tensor no recorded call made",  # the learned positions' rows, in torch
     "olmoe": "torch's linear",  # the router's choice of experts
     "granitemoe": "torch's linear",  # the same, with granite's multipliers
+    "ernie4_5-moe": "torch's linear",  # the same: MoE_biased's router (softmax, selection bias)
     "glm4moe": "torch's linear",  # the same: MoE_biased's router (sigmoid gates, selection bias)
+    "apertus": "torch's gt computed from an activation",  # xIELU's ⟦x > 0⟧, which the tape has no op for
     "arcee": "torch's clamp_min computed from an activation",  # ReLU (of ReLU²), which the tape has no op for
     # RoPE in the card's own steps (q/k RMSNorm after it), outside an attention site: its C kernel
     "hunyuan-dense": "torch's data_ptr read an activation",
@@ -62,6 +64,8 @@ REFUSED = {  # a card, and what its step does that the tape does not hold
     # RoPE on the rope parts of the latent and the queries, in the card's steps (as hunyuan-dense)
     "deepseek2": "torch's data_ptr read an activation",
     "deepseek3": "torch's data_ptr read an activation",
+    "jamba": "torch's new_zeros computed from an activation",  # the Mamba blocks' States, as mamba2's
+    "granitehybrid": "torch's new_zeros computed from an activation",  # the Mamba-2 blocks' State, as mamba2's
 }
 
 

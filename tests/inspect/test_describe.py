@@ -178,10 +178,13 @@ ROUND_TRIP_CASES = [case for case, arch in [("gpt2", "gpt2"), ("llama", "llama")
                                             ("exaone4-swa", "exaone4"), ("seed_oss", "seed_oss"),
                                             ("command-r", "command-r"), ("command-r-plus", "command-r"),
                                             ("cohere2", "cohere2"), ("bert", "bert"),
-                                            ("ernie4_5", "ernie4_5"), ("glm4moe", "glm4moe"), ("mamba2", "mamba2"),
+                                            ("ernie4_5", "ernie4_5"), ("ernie4_5-moe", "ernie4_5-moe"),
+                                            ("apertus", "apertus"),
+                                            ("glm4moe", "glm4moe"), ("mamba2", "mamba2"),
                                             ("hunyuan-dense", "hunyuan-dense"), ("lfm2", "lfm2"),
                                             ("nomic-bert", "nomic-bert"), ("deepseek2", "deepseek2"),
-                                            ("deepseek3", "deepseek2")]
+                                            ("deepseek3", "deepseek2"), ("jamba", "jamba"),
+                                            ("granitehybrid", "granitehybrid"), ("granitehybrid-dense", "granitehybrid")]
                     if arch in ARCH_CARDS]  # fmt: skip
 
 

@@ -56,10 +56,14 @@ FAMILIES += ("exaone4", "exaone4-swa", "seed_oss")
 FAMILIES += ("ernie4_5",)  # ERNIE 4.5: unpermuted Q/K (adjacent-pair rope), head_dim ≠ d_e/H, tied
 FAMILIES += ("deepseek2",)  # MLA (absorbed: one latent cached per token), dense block 1, experts after
 FAMILIES += ("deepseek3",)  # deepseek2.card on V3: sigmoid routing, selection bias, expert groups
+FAMILIES += ("apertus",)  # Apertus: per-head q/k RMSNorm, llama3 rope_freqs, an ungated xIELU MLP (per-block metadata)
+FAMILIES += ("ernie4_5-moe",)  # ERNIE 4.5 MoE: dense, then softmax-routed experts with a selection bias
 FAMILIES += ("glm4moe",)  # GLM-4.5: partial NEOX rope, dense then sigmoid-routed experts with a selection bias
 FAMILIES += ("mamba2",)  # Mamba-2: a state per block, no attention; 8 heads in 2 groups (test_mamba2.py)
 FAMILIES += ("hunyuan-dense",)  # Hunyuan: RoPE, then per-head q/k RMSNorm; NTK-alpha base; tied
+FAMILIES += ("granitehybrid", "granitehybrid-dense")  # Mamba-2 and NoPE GQA blocks; experts or an MLP
 FAMILIES += ("lfm2",)  # LFM2: gated short convolutions and GQA, per the per-block head_count_kv (test_lfm2.py)
+FAMILIES += ("jamba",)  # Jamba: Mamba and NoPE GQA blocks (per-block head_count_kv), dense and expert MLPs
 # Command R: parallel block, bias-free LayerNorm, tied logits × logit_scale; R+: per-head q/k LayerNorm
 # (64 blocks); Command R7B (cohere2): sliding layers with RoPE, global ones without
 FAMILIES += ("command-r", "command-r-plus", "cohere2")
@@ -260,9 +264,12 @@ CARD_VALUES: dict[str, int | float | str | tuple[int, ...]] = {
     "E": 8, "k": 2, "d_x": 16, "d_s": 32,  # experts, experts per token, expert and shared-expert widths
     "d_i": 64, "r": 4,  # Mamba's inner width and time-step rank (its d_s: state size, k: convolution width)
     "G": 2,  # Mamba-2's groups of heads (its H: heads)
+    "H_s": 8, "d_sh": 32,  # granitehybrid's Mamba-2 heads and shared-expert width
     "attention": "bidirectional", "N_T": 2,  # bert's attention.causal (false) and token types
     "n_kv": (0, 2), "k_c": 3,  # lfm2's key/value heads per block (a convolution block, then attention), width
     "L_all": 2, "L_d": 1, "N_s": 2, "s_w": 2.5,  # glm4moe: blocks (N_n = 0: L), dense ones, shared experts, scale
+    "α_p": (0.5, -1.0), "α_n": (0.3, 1.2), "β": (0.5, 0.4), "ε_x": (-1e-6, -1e-6),  # apertus's xIELU, per block
+    "s_m": 1,  # ernie4_5-moe's interleave_moe_layer_step: every block after the L_d dense ones has experts
     "r_q": 8, "d_c": 16, "d_r": 4, "d_k": 12, "d_v": 8, "n_s": 1,  # deepseek2: q rank, latent, rope part, heads
 }  # fmt: skip
 

@@ -242,7 +242,11 @@ _RENAMED = (
 # `mlp.experts.{w}.weight` [E, n_out, n_in]; StableLM 2 12B's per-head q/k LayerNorms:
 # StableLMModel._stack_qk_norm stacks them into `self_attn.{q,k}_layernorm.weight` [heads, d_h].
 _STACKED = (
-    (re.compile(r"(?P<at>.*\.mlp\.experts)\.(?P<i>\d+)\.(?P<w>\w+)\.weight"), "{at}.{w}.weight"),
+    # (JambaModel stacks `feed_forward.experts`, the others `mlp.experts`)
+    (
+        re.compile(r"(?P<at>.*\.(?:mlp|feed_forward)\.experts)\.(?P<i>\d+)\.(?P<w>\w+)\.weight"),
+        "{at}.{w}.weight",
+    ),
     (re.compile(r"(?P<at>.*_layernorm)\.norms\.(?P<i>\d+)\.weight"), "{at}.weight"),
 )
 
@@ -270,6 +274,9 @@ _STORED_AS = {
     (_A.MAMBA2, gguf.TENSOR_NAMES[_T.SSM_A]): lambda w, c: -torch.exp(torch.as_tensor(w)[:, None]).numpy(),
     (_A.MAMBA2, gguf.TENSOR_NAMES[_T.SSM_D]): lambda w, c: w[:, None],
     (_A.MAMBA2, gguf.TENSOR_NAMES[_T.SSM_NORM] + ".weight"): lambda w, c: w.reshape(c.n_groups, -1),
+    # JambaModel.modify_tensors, as MambaModel's: A = −exp(A_log) [d_inner, d_state], the conv squeezed
+    (_A.JAMBA, gguf.TENSOR_NAMES[_T.SSM_CONV1D] + ".weight"): lambda w, c: w.squeeze(),
+    (_A.JAMBA, gguf.TENSOR_NAMES[_T.SSM_A]): lambda w, c: -torch.exp(torch.as_tensor(w)).numpy(),
 }
 
 
@@ -310,6 +317,22 @@ def _stacked(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out | {name: np.stack([parts[i] for i in sorted(parts)]) for name, parts in groups.items()}
 
 
+# ApertusModel.modify_tensors writes no tensor for each block's xIELU numbers: set_gguf_parameters puts
+# them into the per-block metadata arrays xielu.alpha_p, xielu.alpha_n, xielu.beta and xielu.eps
+_AS_METADATA = {
+    gguf.MODEL_ARCH.APERTUS: re.compile(r"model\.layers\.(\d+)\.mlp\.act_fn\.(alpha_p|alpha_n|beta|eps)")
+}
+
+
+def _metadata_arrays(model: torch.nn.Module, arch: gguf.MODEL_ARCH) -> dict[str, list[float]]:
+    """The metadata arrays the converter makes of checkpoint numbers (_AS_METADATA): key → per block."""
+    pattern, out = _AS_METADATA.get(arch), {}
+    for name, w in _checkpoint(model, arch).items() if pattern is not None else ():
+        if (m := pattern.fullmatch(name)) is not None:
+            out.setdefault(f"xielu.{m.group(2)}", {})[int(m.group(1))] = float(np.asarray(w).reshape(-1)[0])
+    return {key: [v[i] for i in sorted(v)] for key, v in out.items()}
+
+
 def _converted(model: torch.nn.Module, config, spec) -> dict[str, np.ndarray]:
     """What the converter writes for `model`'s checkpoint, by GGUF name: each tensor renamed, stacked
     or split as its converter class does, named through gguf's map with `.weight` / `.bias` kept, its
@@ -322,6 +345,8 @@ def _converted(model: torch.nn.Module, config, spec) -> dict[str, np.ndarray]:
             continue  # a tied checkpoint has no lm_head
         if spec.dropped and hf_name.startswith(spec.dropped):  # BERT's pooler: not converted
             continue
+        if spec.gguf_arch in _AS_METADATA and _AS_METADATA[spec.gguf_arch].fullmatch(hf_name):
+            continue  # a metadata array's entry (test_metadata_arrays_hold_the_checkpoints_numbers)
         for part, v in _split(spec.gguf_arch, hf_name, w, config):
             name = name_map.get_name(part, try_suffixes=(".weight", ".bias"))
             assert name is not None, f"gguf's {spec.gguf_arch.name} map has no name for {part!r}"
@@ -359,3 +384,16 @@ def _qkv_as_written(tensors: dict[str, np.ndarray], layout: str, config) -> dict
         elif m.group(2) == "qkv" or layout != "fused":
             out[name] = w
     return out
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if hf_gguf.ARCHS[CASES[c][0]].gguf_arch in _AS_METADATA])
+def test_metadata_arrays_hold_the_checkpoints_numbers(oracle_files, case):
+    """Apertus's xIELU numbers, one per block, are in the file's xielu.* arrays as the checkpoint holds them."""
+    f = oracle_files(case)
+    want = _metadata_arrays(f.model, hf_gguf.ARCHS[f.arch].gguf_arch)
+    reader = gguf.GGUFReader(f.path)
+    assert want and all(len(v) == f.config.num_hidden_layers for v in want.values())
+    for key, values in want.items():
+        np.testing.assert_array_equal(
+            np.float32(reader.fields[key].contents()), np.float32(values), err_msg=key
+        )

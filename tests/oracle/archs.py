@@ -66,6 +66,9 @@ class ArchSpec:
     # GGUF name (without "blk.N.") → the shape the converter reshapes the parameter to, from the config
     # (Mamba-2: A and D to [H, 1], the gated norm's scales to [n_groups, d_inner / n_groups])
     reshaped: Callable[[Any], dict[str, tuple[int, ...]]] | None = None
+    # metadata the converter makes from the checkpoint's parameters, which it writes as no tensor:
+    # (ends of those parameters' names, the keys from the state dict) — Apertus's per-block xIELU numbers
+    weight_kv: tuple[tuple[str, ...], Callable[[dict[str, Any]], dict[str, tuple[Any, VT]]]] | None = None
 
 
 _GQA_SHAPE = dict(
@@ -877,7 +880,7 @@ def _exaone4_kv(config: Any) -> dict[str, tuple[Any, VT]]:
 
 
 def _llama3_rope_freqs(config: Any) -> dict[str, np.ndarray]:
-    """Exaone4Model.generate_extra_tensors: for llama3 RoPE scaling, each frequency's divisor as the
+    """Exaone4Model's (and LlamaModel's) generate_extra_tensors: for llama3 RoPE scaling, each frequency's divisor as the
     F32 tensor rope_freqs.weight — 1 above the high-frequency wavelength, the factor below the low
     one, a smooth blend between (the scaling transformers applies to its inverse frequencies).
 
@@ -995,6 +998,121 @@ ARCHS["ernie4_5"] = ArchSpec(
     vocab="spm",
     tokenizer_pre="default",
     absent_keys=(gguf.Keys.LLM.VOCAB_SIZE, gguf.Keys.Rope.DIMENSION_COUNT),
+)
+
+
+def _ernie4_5_moe_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """Ernie4_5MoeModel.set_gguf_parameters: the expert keys from the config's own names, and the
+    shared expert's width as intermediate_size // num_key_value_heads (not moe_intermediate_size ·
+    moe_num_shared_experts: the two agree in ERNIE-4.5-21B-A3B, 12288 // 4 = 1536 · 2, and in the
+    tiny model here), written only when there are shared experts.
+
+    >>> kv = _ernie4_5_moe_kv(transformers.Ernie4_5_MoeConfig(intermediate_size=128, num_key_value_heads=2))
+    >>> kv["{arch}.expert_shared_feed_forward_length"][0], kv["{arch}.interleave_moe_layer_step"][0]
+    (64, 1)
+    """
+    K = gguf.Keys.LLM
+    kv = {
+        K.EXPERT_COUNT: (config.moe_num_experts, VT.UINT32),
+        K.EXPERT_USED_COUNT: (config.moe_k, VT.UINT32),
+        K.INTERLEAVE_MOE_LAYER_STEP: (config.moe_layer_interval, VT.UINT32),
+        K.LEADING_DENSE_BLOCK_COUNT: (config.moe_layer_start_index, VT.UINT32),
+        K.EXPERT_FEED_FORWARD_LENGTH: (config.moe_intermediate_size, VT.UINT32),
+        K.EXPERT_SHARED_COUNT: (config.moe_num_shared_experts, VT.UINT32),
+    }
+    if config.moe_num_shared_experts > 0:
+        shared = config.intermediate_size // config.num_key_value_heads
+        kv[K.EXPERT_SHARED_FEED_FORWARD_LENGTH] = (shared, VT.UINT32)
+    return kv
+
+
+# ERNIE-4.5-21B-A3B's layout, tiny, as Ernie4_5MoeModel converts it (Ernie4_5Model's TextModel keys:
+# key_length = head_dim 32 ≠ d_e / H, no rope.dimension_count, no vocab_size; Q/K unpermuted): block 1
+# dense (moe_layer_start_index 1), blocks 2–3 with 8 experts of 32, top-2 by softmax plus the
+# selection bias e_score_correction_bias (written [1, E], as the checkpoint holds it), renormalised,
+# and 2 shared experts (one SwiGLU of 64 = intermediate_size // num_key_value_heads); tied output; a
+# SentencePiece vocabulary (pre "default"). transformers' GGUF loader reads no ernie4_5-moe.
+ARCHS["ernie4_5-moe"] = ArchSpec(
+    gguf.MODEL_ARCH.ERNIE4_5_MOE,
+    transformers.Ernie4_5_MoeConfig,
+    dict(
+        _ROPE_GQA,
+        num_hidden_layers=3,
+        intermediate_size=128,
+        head_dim=32,
+        vocab_size=128,
+        use_bias=False,
+        tie_word_embeddings=True,
+        moe_num_experts=8,
+        moe_k=2,
+        moe_intermediate_size=32,
+        moe_num_shared_experts=2,
+        moe_layer_start_index=1,
+        moe_layer_interval=1,
+    ),
+    permute_qk=False,
+    rms_norm=True,
+    vocab="spm",
+    tokenizer_pre="default",
+    arch_kv=_ernie4_5_moe_kv,
+    absent_keys=(gguf.Keys.LLM.VOCAB_SIZE, gguf.Keys.Rope.DIMENSION_COUNT),
+    hf_reads=False,
+)
+
+
+def _apertus_xielu_kv(state: dict[str, Any]) -> dict[str, tuple[Any, VT]]:
+    """ApertusModel.modify_tensors: each block's act_fn.alpha_n, alpha_p, beta and eps (one number
+    each, as stored: alpha_p and alpha_n before softplus) gathered in block order into the arrays
+    xielu.alpha_n, xielu.alpha_p, xielu.beta, xielu.eps (float32), and no tensor.
+
+    >>> state = {f"model.layers.{i}.mlp.act_fn.{n}": torch.tensor([i + 0.5]) for i in (1, 0) for n in
+    ...          ("alpha_n", "alpha_p", "beta", "eps")}
+    >>> _apertus_xielu_kv(state)["xielu.beta"]
+    ([0.5, 1.5], <GGUFValueType.ARRAY: 9>)
+    """
+    out = {}
+    for key, leaf in zip(
+        (gguf.Keys.xIELU.ALPHA_N, gguf.Keys.xIELU.ALPHA_P, gguf.Keys.xIELU.BETA, gguf.Keys.xIELU.EPS),
+        ("alpha_n", "alpha_p", "beta", "eps"),
+        strict=True,
+    ):
+        blocks = sorted((int(n.split(".")[2]), v) for n, v in state.items() if n.endswith(f".act_fn.{leaf}"))
+        out[key] = ([float(v.float().reshape(())) for _, v in blocks], VT.ARRAY)
+    return out
+
+
+# Apertus-8B's layout, tiny, as ApertusModel converts it (a LlamaModel with undo_permute = False: Q/K
+# unpermuted, vocab_size, rope.dimension_count and key/value_length written): per-head q/k RMSNorm, an
+# ungated MLP (up, xIELU, down) whose per-block numbers go to the xielu.* arrays (alpha_p, alpha_n drawn
+# ~ N(0, 1) so that the blocks differ), llama3 RoPE scaling as rope_freqs (original context 64: the
+# divisors differ within the tests' positions), no biases, untied output; a byte-level BPE vocabulary
+# under Apertus's pre-tokenizer, tekken (Mistral-Nemo's tokenizer, whose hash the converter matches).
+# transformers' GGUF loader reads no apertus.
+ARCHS["apertus"] = ArchSpec(
+    gguf.MODEL_ARCH.APERTUS,
+    transformers.ApertusConfig,
+    dict(
+        _ROPE_GQA,
+        vocab_size=288,
+        head_dim=16,
+        attention_bias=False,
+        tie_word_embeddings=False,
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 1e4,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+    ),
+    permute_qk=False,
+    rms_norm=True,
+    vocab="bpe",
+    tokenizer_pre="tekken",
+    extra_tensors=_llama3_rope_freqs,
+    init_std=(("act_fn.alpha_p", 1.0), ("act_fn.alpha_n", 1.0)),
+    weight_kv=((".act_fn.alpha_n", ".act_fn.alpha_p", ".act_fn.beta", ".act_fn.eps"), _apertus_xielu_kv),
 )
 
 
@@ -1263,6 +1381,86 @@ ARCHS["lfm2"] = ArchSpec(
     init_std=(("conv.in_proj.weight", 0.2), ("conv.conv.weight", 0.5)),
 )
 
+def _jamba_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """JambaModel.set_gguf_parameters: the keys it writes and no others (no vocab_size, no
+    key/value_length, no rope): head_count_kv per block (num_key_value_heads in each attention layer
+    of attn_layer_offset/attn_layer_period, 0 in each Mamba layer), d_inner = mamba_expand · d_e.
+
+    >>> c = transformers.JambaConfig(num_hidden_layers=4, attn_layer_period=3, attn_layer_offset=0)
+    >>> _jamba_kv(c)["{arch}.attention.head_count_kv"][0]
+    [8, 0, 0, 8]
+    """
+    K, Att, SSM = gguf.Keys.LLM, gguf.Keys.Attention, gguf.Keys.SSM
+    n_kv = [config.num_key_value_heads if t == "attention" else 0 for t in config.layers_block_type]
+    return {
+        K.BLOCK_COUNT: (config.num_hidden_layers, VT.UINT32),
+        K.CONTEXT_LENGTH: (config.max_position_embeddings, VT.UINT32),
+        K.EMBEDDING_LENGTH: (config.hidden_size, VT.UINT32),
+        K.FEED_FORWARD_LENGTH: (config.intermediate_size, VT.UINT32),
+        Att.HEAD_COUNT: (config.num_attention_heads, VT.UINT32),
+        Att.HEAD_COUNT_KV: (n_kv, VT.ARRAY),
+        SSM.CONV_KERNEL: (config.mamba_d_conv, VT.UINT32),
+        SSM.INNER_SIZE: (config.mamba_expand * config.hidden_size, VT.UINT32),
+        SSM.STATE_SIZE: (config.mamba_d_state, VT.UINT32),
+        SSM.TIME_STEP_RANK: (config.mamba_dt_rank, VT.UINT32),
+        Att.LAYERNORM_RMS_EPS: (config.rms_norm_eps, VT.FLOAT32),
+        K.EXPERT_COUNT: (config.num_experts, VT.UINT32),
+        K.EXPERT_USED_COUNT: (config.num_experts_per_tok, VT.UINT32),
+    }
+
+
+# Jamba as JambaModel converts it (_jamba_kv; A stored as −exp(A_log), the convolution squeezed:
+# _CONVERSIONS; experts stacked). Four blocks, attention in 1 and 4 (attn_layer_period 3, offset 0)
+# and experts in 2 and 4 (expert_layer_period 2, offset 1, as every Jamba checkpoint): a dense and
+# a mixture block of each kind, and each kind after each kind. d_inner = 2·d_e, which llama.cpp's
+# jamba requires; SentencePiece vocabulary (Jamba's tokenizer.model), untied.
+ARCHS["jamba"] = ArchSpec(
+    gguf.MODEL_ARCH.JAMBA,
+    transformers.JambaConfig,
+    dict(
+        hidden_size=32,  # d_e
+        num_attention_heads=4,  # H
+        num_key_value_heads=2,  # H_kv in the attention blocks
+        num_hidden_layers=4,  # L
+        intermediate_size=64,  # d_ff, the dense MLP's and each expert's
+        num_experts=4,  # E
+        num_experts_per_tok=2,  # k
+        expert_layer_period=2,
+        expert_layer_offset=1,
+        attn_layer_period=3,
+        attn_layer_offset=0,
+        mamba_d_state=8,  # d_state
+        mamba_d_conv=4,  # d_conv
+        mamba_expand=2,  # d_inner = 64
+        mamba_dt_rank=4,  # dt_rank ("auto" gives ⌈d_e / 16⌉ = 2)
+        mamba_conv_bias=True,
+        mamba_proj_bias=False,  # llama.cpp's jamba reads no ssm_in / ssm_out bias
+        rms_norm_eps=1e-6,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+        vocab_size=128,
+        **_GEMMA_TOKENS,
+        use_cache=False,
+    ),
+    permute_qk=False,
+    rms_norm=True,
+    vocab="spm",
+    tokenizer_pre="default",
+    rope=False,
+    hf_reads=False,
+    model_kv=_jamba_kv,
+    # as for Mamba: each stage O(1), the step sizes selective, decay rates exp(N(0, 1))
+    init_std=(
+        ("in_proj.weight", 0.2),
+        ("conv1d.weight", 0.5),
+        ("x_proj.weight", 0.15),
+        ("dt_proj.weight", 0.5),
+        ("A_log", 1.0),
+        (".D", 1.0),
+    ),
+)
+
+
 def _deepseek2_kv(config: Any) -> dict[str, tuple[Any, VT]]:
     """DeepseekV2Model.set_gguf_parameters (V2 and V3): MLA as MQA over the latent (head_count_kv 1,
     key_length d_c + d_r, value_length d_c) with the decompressed head sizes as key/value_length_mla,
@@ -1355,3 +1553,108 @@ ARCHS["deepseek3"] = replace(
 def head_dim(config: Any) -> int:
     """d_h: the config's `head_dim` where it has one (Qwen2's has none), else d_e / H."""
     return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+def _granitehybrid_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """GraniteHybridModel.set_gguf_parameters over GraniteMoeModel's: the multipliers, the expert keys
+    (expert_count 0 in a file with no experts), the shared expert's width, the Mamba-2 sizes (d_inner
+    = mamba_expand · d_e, time_step_rank = mamba_n_heads), the key/value heads per block (0 in a
+    "mamba" block), and rope.scaling.finetuned, false for a GraniteMoeHybrid with Mamba blocks, which
+    then gets the stand-in context_length 2^20.
+
+    >>> c = transformers.GraniteMoeHybridConfig(num_hidden_layers=2, layer_types=["mamba", "attention"])
+    >>> kv = _granitehybrid_kv(c)
+    >>> kv["{arch}.attention.head_count_kv"][0], kv["{arch}.rope.scaling.finetuned"][0]
+    ([0, 32], False)
+    """
+    K, Att, SSM = gguf.Keys.LLM, gguf.Keys.Attention, gguf.Keys.SSM
+    kv = _granite_kv(config) | _moe_kv(config)
+    if config.shared_intermediate_size:
+        kv[K.EXPERT_SHARED_FEED_FORWARD_LENGTH] = (config.shared_intermediate_size, VT.UINT32)
+    # the checkpoint's "mamba" / "attention", which transformers 5 reads as "linear_attention" / "full_attention"
+    mamba = [t in ("mamba", "linear_attention") for t in config.layer_types]
+    kv |= {
+        SSM.CONV_KERNEL: (config.mamba_d_conv, VT.UINT32),
+        SSM.STATE_SIZE: (config.mamba_d_state, VT.UINT32),
+        SSM.GROUP_COUNT: (config.mamba_n_groups, VT.UINT32),
+        SSM.INNER_SIZE: (int(config.mamba_expand * config.hidden_size), VT.UINT32),
+        SSM.TIME_STEP_RANK: (config.mamba_n_heads, VT.UINT32),
+        Att.HEAD_COUNT_KV: ([0 if m else config.num_key_value_heads for m in mamba], VT.ARRAY),
+        gguf.Keys.Rope.SCALING_FINETUNED: (not any(mamba), VT.BOOL),
+    }
+    if any(mamba):
+        kv[K.CONTEXT_LENGTH] = (2**20, VT.UINT32)
+    return kv
+
+
+def _granitehybrid_reshaped(config: Any) -> dict[str, tuple[int, ...]]:
+    """Mamba2Model.modify_tensors, for the Mamba blocks: A and D to [H, 1], the norm to [G, d_inner / G]."""
+    d_inner = int(config.mamba_expand * config.hidden_size)
+    H, G = config.mamba_n_heads, config.mamba_n_groups
+    return {"ssm_a": (H, 1), "ssm_d": (H, 1), "ssm_norm.weight": (G, d_inner // G)}
+
+
+# Granite 4.0 hybrid as GraniteHybridModel converts it (Mamba2Model + GraniteMoeModel; conversion/granite.py):
+# Q/K permuted (undo_permute), no head_dim keys, Granite's multipliers, the experts' input_linear split
+# into gate; up and shared_mlp's into ffn_gate_shexp; ffn_up_shexp, the Mamba-2 tensors as mamba2's
+# (dt_bias renamed, A = −exp(A_log) and D as [H, 1], the norm as [G, d_inner / G], the convolution
+# squeezed). Four blocks, mamba, attention, mamba, attention; no RoPE ("nope", which the converter's
+# rope.scaling.finetuned = false says); 4 experts of 32, top 2, a shared expert of 64; untied. Granite
+# 4.0's tokenizer hashes to llama.cpp's dbrx pre-tokenizer (a cl100k-style byte-level BPE).
+ARCHS["granitehybrid"] = ArchSpec(
+    gguf.MODEL_ARCH.GRANITE_HYBRID,
+    transformers.GraniteMoeHybridConfig,
+    dict(
+        hidden_size=32,  # d_e
+        num_attention_heads=4,  # H
+        num_key_value_heads=2,  # H_kv in the attention blocks
+        num_hidden_layers=4,  # L
+        layer_types=["mamba", "attention", "mamba", "attention"],
+        intermediate_size=32,  # each expert's width (a multiple of 32: ffn_down_exps can be Q8_0)
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        shared_intermediate_size=64,  # d_sh
+        mamba_n_heads=8,  # H_s: 8 heads of 8 channels (d_inner = 64) in 2 groups
+        mamba_d_head=8,
+        mamba_n_groups=2,
+        mamba_d_state=16,  # ≠ the head size: the state's two axes cannot be swapped unseen
+        mamba_d_conv=4,
+        mamba_expand=2,
+        mamba_chunk_size=8,  # transformers' SSD chunks: the tests' sequences cross chunk borders
+        mamba_conv_bias=True,
+        mamba_proj_bias=False,  # llama.cpp reads no ssm_in / ssm_out bias
+        position_embedding_type="nope",
+        max_position_embeddings=128,
+        rms_norm_eps=1e-5,
+        embedding_multiplier=2.0,  # Granite 4.0's 12 would leave the tiny blocks' outputs small
+        residual_multiplier=0.22,
+        attention_multiplier=0.15,  # ≠ 1/√d_h
+        logits_scaling=2.5,
+        vocab_size=288,  # a multiple of 8: the converter pads to one
+        tie_word_embeddings=False,
+        use_cache=False,
+    ),
+    permute_qk=True,
+    rms_norm=True,
+    vocab="bpe",
+    tokenizer_pre="dbrx",
+    absent_keys=_NO_HEAD_DIM,
+    hf_reads=False,
+    arch_kv=_granitehybrid_kv,
+    reshaped=_granitehybrid_reshaped,
+    # as for Mamba-2: each stage O(1), step sizes softplus(N(0, 1)), decay rates exp(N(0, 1)); queries and
+    # keys large enough that scores (and RoPE, where a file asks for it) move the attention, its output
+    # as large as a Mamba-2 block's
+    init_std=(
+        ("in_proj.weight", 0.2),
+        ("conv1d.weight", 0.5),
+        ("dt_bias", 1.0),
+        ("A_log", 1.0),
+        (".D", 1.0),
+        ("q_proj.weight", 0.4),
+        ("k_proj.weight", 0.4),
+        ("v_proj.weight", 0.3),
+        ("o_proj.weight", 0.3),
+    ),
+)
+
+

@@ -100,6 +100,12 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # GLM-4.5(-Air): q/k/v biases, RoPE on halves of 16 of 32 entries, block 1 dense, then 8 experts of 32,
     # top-2 by sigmoid + selection bias, renormalised, × 2.5, a shared expert; a NextN block not run
     "glm4moe": ("glm4moe", {}),
+    # ERNIE 4.5 MoE: ernie4_5's attention, block 1 dense, then softmax-routed top-2 of 8 experts of 32
+    # with a selection bias, renormalised, plus a shared expert of 64; tied
+    "ernie4_5-moe": ("ernie4_5-moe", {}),
+    # Apertus: per-head q/k RMSNorm, NEOX rope with llama3 rope_freqs, an ungated MLP with xIELU whose
+    # per-block numbers are metadata arrays; untied
+    "apertus": ("apertus", {}),
     # RoPE on halves, then per-head q/k RMSNorm; NTK-alpha RoPE folded into the base (α = 4); tied
     "hunyuan-dense": ("hunyuan-dense", {}),
     # BERT: an encoder (each token's embedding is the output), every token sees every other, learned
@@ -111,11 +117,30 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # LFM2: blocks of a gated short convolution (width 3) or GQA with per-head q/k RMSNorm, as the
     # per-block head_count_kv says (0, 2, 0, 2); RoPE on halves, SwiGLU, tied
     "lfm2": ("lfm2", {}),
+    # Jamba: Mamba blocks with RMSNorms of dt, B and C, and GQA blocks without positions, as the
+    # per-block head_count_kv says (2, 0, 0, 2); a SwiGLU MLP in blocks 1 and 3, 4 experts of 64,
+    # top-2 not renormalised, in blocks 2 and 4; SentencePiece, untied
+    "jamba": ("jamba", {}),
     # DeepSeek V2: multi-head latent attention (q through rank 32; a latent of 32 + a rope part of 8
     # cached per token), block 1 dense, block 2 softmax-routed top-2 of 8 experts × 2 + a shared one;
     # V3: the same with sigmoid routing, a selection bias, 2 groups of which 1 is used, renormalised
     "deepseek2": ("deepseek2", {}),
     "deepseek3": ("deepseek3", {}),
+    # Granite 4.0 hybrid: Mamba-2 blocks (8 heads in 2 groups) and GQA 4/2 without RoPE, as the per-block
+    # head_count_kv says (0, 2, 0, 2); top-2 of 4 experts with a shared one; Granite's multipliers
+    "granitehybrid": ("granitehybrid", {}),
+    # the same with no experts, as granite-4.0-h-1b (shared_mlp written as ffn_gate, ffn_up, ffn_down; 0
+    # experts per token, else llama.cpp's loader asserts), blocks attention, mamba, mamba
+    "granitehybrid-dense": (
+        "granitehybrid",
+        {
+            "num_local_experts": 0,
+            "num_experts_per_tok": 0,
+            "intermediate_size": 64,
+            "num_hidden_layers": 3,
+            "layer_types": ["attention", "mamba", "mamba"],
+        },
+    ),
 }
 
 

@@ -86,7 +86,7 @@ import copy
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -232,6 +232,8 @@ def _tensor_plan(model: torch.nn.Module, config: Any, arch: str, permute: bool =
             continue  # a tied checkpoint has no lm_head, so llama.cpp writes no output.weight
         if hf_name.startswith(spec.dropped or ("\0",)):
             continue  # BertModel.filter_tensors: "we are only using BERT for embeddings"
+        if spec.weight_kv and hf_name.endswith(spec.weight_kv[0]):
+            continue  # written as metadata (ApertusModel: the xIELU numbers)
         experts = _expert_tensors(hf_name, state[hf_name].shape)
         if experts is not None:
             plan.extend(experts)
@@ -259,6 +261,8 @@ def _tensor_plan(model: torch.nn.Module, config: Any, arch: str, permute: bool =
         convert = convert if convert in _CONVERSIONS else ""
         shape = reshaped.get(name.split(".", 2)[-1] if name.startswith("blk.") else name)
         plan.append(_Tensor(hf_name, name, hf_name in conv1d, qk, shift, convert=convert, shape=shape))
+    if getattr(config, "num_local_experts", None) == 0:  # GraniteMoeModel.modify_tensors: with no experts,
+        plan = [replace(t, name=t.name.replace("_shexp.", ".")) for t in plan]  # shared_mlp is the MLP
     return plan
 
 
@@ -307,7 +311,9 @@ def _fused_qkv(layer: str, name_map: Any) -> _Tensor:
     return _Tensor(parts[0], name, False, None, stack=parts)
 
 
-_EXPERTS = re.compile(r"model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.experts\.(gate_up_proj|down_proj)")
+_EXPERTS = re.compile(
+    r"model\.layers\.(\d+)\.(?:mlp|block_sparse_moe|feed_forward)\.experts\.(gate_up_proj|down_proj)"
+)  # feed_forward: Jamba
 
 
 # NomicBert's leaves (transformers' name → the checkpoint's, under encoder.layers.{i}.)
@@ -320,6 +326,7 @@ _NOMIC_BERT_LEAVES = {
 # input_linear and output_linear are the 3-D experts above).
 _RENAMED_ON_LOAD = (
     (re.compile(r"(\.block_sparse_moe\.router)(\.weight)$"), r"\1.layer\2"),
+    (re.compile(r"\.mlp\.gate\.moe_statics\."), ".mlp.moe_statics."),  # ERNIE 4.5 MoE's selection bias
     (re.compile(r"\.e_score_correction_bias$"), ".e_score_correction.bias"),  # DeepSeek V3's router bias
     # NomicBert (its model's tree starts at `layers.`): the checkpoint's encoder.layers.{i}.attn.out_proj,
     # norm1, norm2 and mlp.fc11 (up), fc12 (gate), fc2 (down)
@@ -328,8 +335,9 @@ _RENAMED_ON_LOAD = (
         lambda m: f"encoder.layers.{m[1]}.{_NOMIC_BERT_LEAVES[m[2]]}.",
     ),
 )
-# Parameters the converter renames before gguf's map reads them (Mamba2Model.filter_tensors: dt_bias).
-_RENAMED_BY_CONVERTER = ((re.compile(r"\.mixer\.dt_bias$"), ".mixer.dt_proj.bias"),)
+# Parameters the converter renames before gguf's map reads them (Mamba2Model.filter_tensors: dt_bias,
+# under Mamba-2's `mixer` and granitehybrid's `mamba`).
+_RENAMED_BY_CONVERTER = ((re.compile(r"\.(mixer|mamba)\.dt_bias$"), r".\1.dt_proj.bias"),)
 
 
 def _checkpoint_name(hf_name: str) -> str:
@@ -620,6 +628,8 @@ def write_gguf(
     else:
         vocab_kv = bpe_vocab_kv(config, spec.tokenizer_pre)
     kv = _hparams_kv(config, arch, ftype) | vocab_kv
+    if spec.weight_kv is not None:
+        kv |= spec.weight_kv[1](model.state_dict())
     kv |= {k: _typed(v) for k, v in (extra_kv or {}).items()}
     for key, typed in kv.items():
         if typed is None:

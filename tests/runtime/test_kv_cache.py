@@ -34,9 +34,13 @@ CASES += ("olmo3",)  # a window of 4 on 3 blocks of 4, over the cache
 CASES += ("seed_oss",)  # q/k/v biases, head_dim ≠ d_e/H
 CASES += ("ernie4_5",)  # unpermuted Q/K, adjacent-pair rope, head_dim ≠ d_e/H
 CASES += ("deepseek2",)  # MLA: the cache keeps the latent and rope part, d_c + d_r per token
+CASES += ("apertus",)  # per-head q/k RMSNorm, NEOX rope with rope_freqs, xIELU per block
+CASES += ("ernie4_5-moe",)  # dense then softmax-routed MoE blocks with a selection bias and a shared expert
 CASES += ("glm4moe",)  # partial rope on halves, q/k/v biases, dense then MoE blocks
 CASES += ("hunyuan-dense",)  # RoPE, then per-head q/k RMSNorm on the cached keys
+CASES += ("granitehybrid",)  # KV rows in attention blocks, a Mamba-2 State in the others
 CASES += ("lfm2",)  # KV rows in attention blocks, a convolution window in the others (per-block head_count_kv)
+CASES += ("jamba",)  # KV rows in attention blocks, a window and a scan state in the Mamba blocks
 CASES += ("granitemoeshared", "arcee")  # granite's multipliers, experts and a shared one; ungated ReLU² MLP
 CASES += ("command-r", "cohere2")  # scaled tied logits; a window of 4 with RoPE on 3 layers of 4, NoPE on 1
 

@@ -4,7 +4,7 @@ Owns: the group's condition (a scalar of hyperparameters and the group variable,
 `if`), and the rule that a member of such a group is read only where its condition is known to
 hold: inside `if c then … end` with c the group's condition (its variable renamed to the member's
 index), or in the `else` of the opposite condition (`=` ↔ `≠`, `<` ↔ `≥`, `>` ↔ `≤`, `¬c` ↔ `c`),
-or of `c ∧ …`. A layer whose branch is not taken then needs none of the group's tensors, and the
+or of `c ∧ …`; a condition `a ∧ b` holds where a and b each do (`if a then if b then … end end`). A layer whose branch is not taken then needs none of the group's tensors, and the
 binder (models/binding.py) requires them exactly in the layers where the condition holds.
 Leaves out: the steps' own checks (steps.py) and binding to a file.
 
@@ -89,6 +89,23 @@ def _facts(cond: ir.Expr) -> tuple[ir.Expr, ...]:
     return (cond,)
 
 
+def _holds(need: ir.Expr, facts: tuple[ir.Expr, ...]) -> bool:
+    """Whether `need` follows from `facts`: it is one of them, or a conjunction of two that do.
+
+    >>> a, b = ir.BinOp(">", ir.Name("l"), ir.Name("L_d")), ir.BinOp(">", ir.Name("d_s"), ir.Num("0"))
+    >>> _holds(ir.BinOp("∧", a, b), (a, b)), _holds(ir.BinOp("∧", a, b), (a,))
+    (True, False)
+    """
+    if need in facts:
+        return True
+    return (
+        isinstance(need, ir.BinOp)
+        and need.op == "∧"
+        and _holds(need.left, facts)
+        and _holds(need.right, facts)
+    )
+
+
 class _Reads:
     def __init__(self, ctx: Ctx, keys: dict[str, ir.ParamGroup]) -> None:
         self.ctx, self.keys = ctx, keys
@@ -119,7 +136,7 @@ class _Reads:
                 if g is None:
                     continue
                 need = _rename(g.cond, g.var, index)
-                if need not in facts:
+                if not _holds(need, facts):
                     self.ctx.error(
                         node.span,
                         f"{node.id} exists only in the layers where {self.ctx.text(g.cond)} (its group's condition)",

@@ -52,10 +52,12 @@ class LayerCounts:
     ) -> Dim:
         """The cost of a sequential loop's body, `stmt` (one step's cost) times the turns each step
         runs in: a branch on the loop variable whose branches cost differently (`if n_kv[l] = 0`)
-        runs in the turns its conditions pick, `#{l: n_kv[l] = 0}` and `#{l: n_kv[l] ≠ 0}`."""
+        runs in the turns its conditions pick, `#{l: n_kv[l] = 0}` and `#{l: n_kv[l] ≠ 0}`; so does a
+        choice between two branches that both have products (`if E = 0`: an MLP, else experts), in all
+        turns or none."""
         total = Dim.num(0)
         for st in stmts:
-            if isinstance(st, ir.If) and mentions(st.cond, s.var) and block(st.then) != block(st.orelse):
+            if isinstance(st, ir.If) and _splits(st, s.var, block):
                 total += self.loop(s, st.then, stmt, block, turns, (*conds, st.cond))
                 total += self.loop(s, st.orelse, stmt, block, turns, (*conds, negate(st.cond)))
             else:
@@ -82,6 +84,14 @@ class LayerCounts:
             except (EvalError, TypeError, ValueError):
                 continue
         return out
+
+
+def _splits(st: ir.If, var: str, block: Callable[[Sequence[ir.Stmt]], Dim]) -> bool:
+    """Whether a branch in a layer loop is counted in the turns its condition picks: its branches cost
+    differently, and it reads the loop variable or both of them have products."""
+    then, orelse = block(st.then), block(st.orelse)
+    zero = Dim.num(0)
+    return then != orelse and (mentions(st.cond, var) or (then != zero and orelse != zero))
 
 
 def _expr(d: ir.Dim) -> ir.Expr:

@@ -40,6 +40,7 @@ RULES = ("elementwise", "length", "extreme", "ceil", "rows", "topk", "zeros", "f
 
 _ELEMENTWISE = {  # name: (ops name, scalar function, its code)
     "exp": ("exp", math.exp, "math.exp"),
+    "expm1": ("expm1", math.expm1, "math.expm1"),  # e^x − 1, exact near 0 (xIELU's negative side)
     "log": ("log", math.log, "math.log"),
     "tanh": ("tanh", math.tanh, "math.tanh"),
     "erf": ("erf", math.erf, "math.erf"),

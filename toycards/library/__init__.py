@@ -81,9 +81,13 @@ ARCH_CARDS: dict[str, str] = {
     "exaone4": "exaone4",
     "seed_oss": "seed_oss",
     "ernie4_5": "ernie4_5",
+    "apertus": "apertus",  # per-head q/k RMSNorm, an ungated MLP with xIELU (its numbers per block, in metadata)
+    "ernie4_5-moe": "ernie4_5-moe",  # dense or expert blocks by leading_dense_block_count and the interleave step
     "glm4moe": "glm4moe",  # GLM-4.5: leading dense blocks, then sigmoid-routed experts; NextN blocks not run
     "hunyuan-dense": "hunyuan-dense",
     "lfm2": "lfm2",  # convolution and attention blocks, told apart by the per-block head_count_kv
+    "jamba": "jamba",  # Mamba and attention blocks (per-block head_count_kv); dense and expert MLPs
+    "granitehybrid": "granitehybrid",  # Granite 4.0 hybrid: Mamba-2 and attention blocks, experts or an MLP
     "deepseek2": "deepseek2",  # DeepSeek V2 and V3: latent attention (one cached latent per token), experts
     "bert": "bert",  # an encoder: its card outputs each token's embedding (ModelAPI.embed pools them)
     "nomic-bert": "nomic-bert",  # an encoder like bert, with RoPE and a SwiGLU MLP

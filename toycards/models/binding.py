@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from toycards.errors import Diagnostic
 from toycards.lang import ir
 from toycards.lang.per_layer import is_per_layer, layer_entries
-from toycards.models.scalars import EvalError, UnboundDim, eval_dim, eval_scalar
+from toycards.models.scalars import EvalError, UnboundDim, eval_dim, eval_scalar, unit_axes
 
 __all__ = [
     "Bound",
@@ -69,8 +69,12 @@ class BoundParam:
 
     def part(self, array):
         """The parameter's rows of the tensor `array` as the file holds it (all of it, unless the
-        parameter is rows of a fused tensor); a view, never a copy."""
-        return array if self.rows is None else array[self.rows[0] : self.rows[1]]
+        parameter is rows of a fused tensor), without the unit axes ggml lets a file add
+        (`unit_axes`); a view, never a copy."""
+        if self.rows is not None:
+            return array[self.rows[0] : self.rows[1]]
+        extra = array.ndim - len(self.stored_shape)
+        return array.reshape(array.shape[extra:]) if extra > 0 else array
 
 
 @dataclass
@@ -400,7 +404,7 @@ def _bind_one(decl, name, alts, group, layer, values, tensor_shapes, arch, probl
             return _bind_rows(decl, name, src, layer, key, tensor, shape, values, tensor_shapes, problems)
         if tensor_shapes is None or tensor in tensor_shapes:
             p = BoundParam(name, layer, key, tensor, src.transpose, None, shape, decl)
-            if tensor_shapes is not None and tuple(tensor_shapes[tensor]) != p.stored_shape:
+            if tensor_shapes is not None and unit_axes(tuple(tensor_shapes[tensor]), p.stored_shape) < 0:
                 want = "×".join(map(str, p.stored_shape))
                 got = "×".join(map(str, tensor_shapes[tensor]))
                 where = f" (card {name} ∈ ℝ^{{{'×'.join(map(str, shape))}}}" + (

@@ -3,7 +3,8 @@
 Owns: `eval_dim` (`d_e/H` with exact division), `eval_scalar` (derived values and conditions:
 arithmetic, comparisons, `sqrt`, `ceil`, …) and `EvalError`, which is all they ever raise: values
 come from files, so a head count of 0, the square root of a negative or a power too large to
-compute is an EvalError naming the values, never a ZeroDivisionError or a hang.
+compute is an EvalError naming the values, never a ZeroDivisionError or a hang; and `unit_axes`
+(a stored shape against a card's, with llama.cpp's leeway for leading axes of 1).
 Leaves out: where the values come from and what a failure means for a card (binding.py).
 
 >>> eval_scalar(ir.BinOp("/", ir.Name("d_e"), ir.Name("H")), {"d_e": 64, "H": 4})
@@ -110,3 +111,17 @@ def _arith(op: str, fn, *args: object) -> object:
         shown = f" {op} ".join(map(repr, args)) if binary else f"{op}({', '.join(map(repr, args))})"
         why = "divides by zero" if isinstance(exc, ZeroDivisionError) else f"fails ({exc})"
         raise EvalError(f"{shown} {why}") from None
+
+
+def unit_axes(stored: tuple[int, ...], want: tuple[int, ...]) -> int:
+    """How many leading axes of 1 the file's NumPy shape `stored` has beyond the card's `want`, as
+    llama.cpp's loader allows (it compares ggml's ne with the expected sizes, an absent axis as 1:
+    ERNIE 4.5 MoE's exp_probs_b is written [1, E] and read as {E}); -1 when the shapes differ otherwise.
+
+    >>> unit_axes((1, 8), (8,)), unit_axes((8,), (8,)), unit_axes((2, 8), (8,))
+    (1, 0, -1)
+    """
+    extra = len(stored) - len(want)
+    if extra < 0 or tuple(stored[extra:]) != tuple(want) or any(n != 1 for n in stored[:extra]):
+        return -1
+    return extra

@@ -87,7 +87,9 @@ class Interpreter(Evaluator):
             types = _types(algo)
             args = [_convert(v, types.get(n), n) for n, v in zip(algo.inputs, inputs)]
             return self.mapped(algo, self.home, args, [values[n] for n in algo.params])
-        params = {n for d, _ in algo.all_params() for n in d.names}
+        # a conditional group's parameters are absent where its condition selects no layer (a dense
+        # MLP's in a file with experts): the steps read them only where it holds
+        params = {n for d, g in algo.all_params() if g is None or g.cond is None for n in d.names}
         missing = sorted(params - values.keys())
         if missing:
             raise Fault(f"{algo.name} needs values for its parameters {', '.join(missing)}")

@@ -20,6 +20,7 @@ kernels = engine.backend("numpy")
 fast = True  # models/kernel_table.py runs gq_attention and moe below in place of a prelude algorithm's steps
 inf = np.inf
 exp, log, tanh, sin, cos, sqrt, abs_ = np.exp, np.log, np.tanh, np.sin, np.cos, np.sqrt, np.abs
+expm1 = np.expm1
 
 
 def erf(x):

@@ -26,6 +26,7 @@ inf = math.inf
 fast = True  # models/kernel_table.py runs the single kernels below in place of a prelude algorithm's steps
 exp, log, tanh, sin, cos, sqrt = torch.exp, torch.log, torch.tanh, torch.sin, torch.cos, torch.sqrt
 abs_, erf, sigmoid, ceil = torch.abs, torch.erf, torch.sigmoid, torch.ceil
+expm1 = torch.expm1
 softplus = F.softplus  # (x itself past x = 20, where log(1 + e^x) rounds to x in float32)
 
 
