@@ -12,23 +12,20 @@ llama-cpp-python is installed) gives the same logits.
 
 from __future__ import annotations
 
-import copy
 import json
 import subprocess
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from oracle.hf_gguf import hf_logits, tiny_model, write_gguf
+from stateful_checks import silenced_shift, token_by_token
 from test_models_oracle import assert_logits_close, ids_for
 from test_save_peer import _llama_cpp_python
 
 from toycards.errors import ToycardsError
 from toycards.inspect.describe import describe
 from toycards.models.load import load
-from toycards.runtime.model_base import CacheRecomputes
 
 PEER = Path(__file__).resolve().parents[1] / "peers" / "llama_cpp_logits.py"
 
@@ -49,13 +46,8 @@ def test_each_part_moves_the_logits(oracle_files, module):
     """transformers' logits with one part zeroed are far from the oracle's: agreeing with the oracle
     computes every part."""
     f = oracle_files("jamba")
-    silenced = copy.deepcopy(f.model)
-    with torch.no_grad():
-        for name, p in silenced.named_parameters():
-            if f".{module}." in name or name.endswith(f".{module}"):
-                p.zero_()
     ids = ids_for(f.config.vocab_size, 12)
-    assert np.abs(hf_logits(silenced, ids) - hf_logits(f.model, ids)).max() > 0.1
+    assert silenced_shift(f.model, module, ids) > 0.1
 
 
 def test_the_per_block_head_count_is_read_and_shown(oracle_files):
@@ -70,15 +62,9 @@ def test_mamba_blocks_decode_from_their_state(oracle_files, target):
     """The generated module keeps each Mamba block's window and scan state as States: no rerun of
     the sequence (no CacheRecomputes warning), and the tokens one by one give the full pass's logits."""
     f = oracle_files("jamba")
-    model = load(f.path, target=target)
-    assert not model.RECOMPUTE
     ids = ids_for(f.config.vocab_size, 10)
-    cache = model.new_cache()
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("error", CacheRecomputes)
-        steps = [np.asarray(model(np.array([[i]]), cache))[0] for i in ids]
     assert_logits_close(
-        np.concatenate(steps), hf_logits(f.model, ids), what=f"jamba token by token, {target}"
+        token_by_token(f.path, target, ids), hf_logits(f.model, ids), what=f"jamba token by token, {target}"
     )
 
 
