@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from oracle.hf_gguf import hf_logits
+from test_mamba import decode, held_bytes, want_rows  # the same checks as Mamba's
 from test_models_oracle import assert_logits_close, ids_for
 from test_save_peer import _llama_cpp_python
 
@@ -49,29 +49,6 @@ def models(oracle_files):
         return made[target]
 
     return get
-
-
-def want_rows(f, seqs: np.ndarray) -> np.ndarray:
-    """transformers' logits [B, ℓ, N_V] of each sequence, one full pass apiece."""
-    return np.stack([hf_logits(f.model, s.tolist()) for s in seqs])
-
-
-def decode(model, seqs: np.ndarray, chunks: list[int]) -> tuple[np.ndarray, object]:
-    """Logits [B, ℓ, N_V] of `seqs` fed through one cache in passes of `chunks` tokens; the cache."""
-    cache, parts, start = model.new_cache(), [], 0
-    for n in chunks:
-        parts.append(model._forward_numpy(seqs[:, start : start + n], cache))
-        start += n
-    assert start == seqs.shape[1] == cache.length
-    return np.concatenate(parts, axis=1), cache
-
-
-def held_bytes(cache) -> int:
-    """What a cache holds for the model: its states and its KV slots, in bytes."""
-    arrays = [a for state in cache.states for a in state] + [
-        b for slot in cache.slots for b in slot[0] if b is not None
-    ]
-    return sum(a.nbytes if isinstance(a, np.ndarray) else a.numel() * a.element_size() for a in arrays)
 
 
 # ── the card and the prelude's scan ─────────────────────────────────────────────────────
