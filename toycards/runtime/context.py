@@ -5,7 +5,8 @@ every token seen so far, grown in place by doubling, or for an attention whose m
 window (`windowed`), of the tokens the window can still reach; per stateful call (a `State:` block), the
 state it left; or, for a card the cache cannot follow, the token ids so far), `Context` (the
 absolute 1-based positions of the tokens in this pass and a cursor over the cache's slots), the
-helpers generated code calls: `positions(ctx, n)`, `extend(ctx, K, V, …)`, `windowed(mask, w)` and
+helpers generated code calls: `positions(ctx, n)`, `extend(ctx, K, V, …)`, `windowed(mask, w)` (with
+`reached_from`, the rows a window has left behind) and
 `state_slot`/`recall`/`keep` (decoder state), and the context-length policy: `ContextLength`
 (the context a model was trained for, read from its bound card, and whether its positions stop
 there) with the limit `run`, `eval`, `generate` and `logits` hold a sequence to.
@@ -116,7 +117,7 @@ class KVCache:
             return True
         if self.states:
             return False
-        return all(first <= max(0, n + 1 - self.windows[slot]) for slot, first in self.firsts.items())
+        return all(first <= reached_from(n, self.windows[slot]) for slot, first in self.firsts.items())
 
     def expect(self, n: int) -> None:
         """The sequence will hold n tokens (a prompt and the tokens to generate after it): a buffer that
@@ -142,7 +143,7 @@ class KVCache:
             if slot >= len(self.slots):
                 continue
             first = self.firsts.get(slot, 0)
-            drop = max(0, self.length + 1 - window) - first
+            drop = reached_from(self.length, window) - first
             if drop <= 0:
                 continue
             entry = self.slots[slot]
@@ -190,6 +191,12 @@ class KVCache:
                     rows = max(used + n_new, min(rows, self.windows[slot] - 1 + n_new))
                 buffers[k] = _grow(ops, buf, a, used, rows, self.half)
         return buffers, used
+
+
+def reached_from(n: int, window: int) -> int:
+    """The rows a window's slot drops after n tokens: the next query, at position n + 1, reads no key
+    at position n + 1 − window or before."""
+    return max(0, n + 1 - window)
 
 
 def _copy(rows):

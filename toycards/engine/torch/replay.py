@@ -110,7 +110,7 @@ def _replayed(cx, kept: _Tape, model, x, cache, last, ops):
         cos, sin = now.angles(2 * half)
         # a sliding window's slots hold the tokens after `first` alone (KVCache.begin_pass)
         window = getattr(mask, "window", None)
-        first = max(0, cache.length + 1 - window) if window is not None else 0
+        first = context.reached_from(cache.length, window) if window is not None else 0
         mask = now.allowed(cache.length + T - first, first)
         if mask is None:
             return None
