@@ -75,7 +75,8 @@ def test_a_card_calling_the_builtin_generates_the_right_values(name):
 
 def test_every_builtin_has_a_generation_case_and_a_line_in_the_reference():
     elementwise = {n for n, b in BUILTINS.items() if b.rule == "elementwise"}
-    assert set(BUILTINS) - elementwise <= set(CASES)
+    bound = {n for n, b in BUILTINS.items() if b.rule == "present"}  # read when a file binds: below
+    assert set(BUILTINS) - elementwise - bound <= set(CASES)
     docs = DOCS.read_text(encoding="utf-8")
     section = docs[docs.index("### Builtins") : docs.index("## Calls")]
     missing = [n for n in BUILTINS if f"`{n}" not in section and f" `{n}` " not in section]
@@ -87,3 +88,48 @@ def test_topk_breaks_ties_towards_the_lower_index_on_both_targets():
     for target, arr in targets():
         ops = _ops(target)
         assert np.asarray(ops.topk(arr(v), 3)).tolist() == [2, 3, 5], target
+
+
+PRESENT = """Algorithm: y ← F(v | θ)
+Input: v ∈ ℝ^{d}
+Output: y ∈ ℝ^{d}
+Hyperparameters:
+  L ∈ ℕ from "t.block_count"
+  d ∈ ℕ
+  m ∈ {0,1}^{L} ≔ present("blk.{l-1}.extra.weight", L)
+  q ∈ {0,1} ≔ present("last.weight")
+Parameters:
+  for l ∈ [L], in "blk.{l-1}.":
+    w_l ∈ ℝ^{d} from "w.weight"
+  for l ∈ [L], in "blk.{l-1}.", if m[l] = 1:
+    u_l ∈ ℝ^{d} from "extra.weight"
+1  y ← v
+2  for l = 1, 2, …, L do
+3    if m[l] ≠ 0 then y ← y ⊙ u_l
+4  end
+5  return y
+"""
+
+
+def test_present_reads_which_tensors_the_file_holds(tmp_path):
+    """`present` is 1 exactly where the file stores the named tensor (per layer with a count); the
+    conditional group then binds those tensors only; in steps, or without a file, it is refused."""
+    from gguf_factory import write_gguf
+
+    from toycards.checker import check
+    from toycards.gguf.reader import open_gguf
+    from toycards.lang.parse import parse
+    from toycards.models.binding import bind, bind_values
+
+    one = np.ones(4, np.float32)
+    tensors = {"blk.0.w.weight": one, "blk.1.w.weight": one, "blk.2.w.weight": one, "blk.1.extra.weight": one}
+    path = write_gguf(tmp_path / "p.gguf", {"t.block_count": 3}, tensors, arch="t")
+    card = parse(PRESENT)
+    assert check(card) == []
+    bound = bind(card.main, open_gguf(path))
+    assert not bound.problems, bound.problems
+    assert bound.hyper["m"] == (0, 1, 0) and bound.hyper["q"] == 0
+    assert {p.tensor for p in bound.params} == set(tensors)
+    assert "bind the card to a file" in str(bind_values(card.main, {"L": 3, "d": 4}).problems[0].message)
+    in_steps = parse(PRESENT.replace("1  y ← v", '1  y ← present("last.weight") · v'))
+    assert any("not while it runs" in d.message for d in check(in_steps))

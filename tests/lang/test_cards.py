@@ -274,13 +274,20 @@ def _value(e: ir.Expr | ir.Dim, env: dict[str, float]) -> float:
     return {"+": left + right, "-": left - right, "*": left * right, "/": left / right}[op]
 
 
-def _hyperparameters(algo: ir.Algorithm, meta: dict, arch: str) -> dict[str, float]:
+def _hyperparameters(algo: ir.Algorithm, meta: dict, arch: str, tensors: dict) -> dict[str, float]:
     env: dict[str, float] = {}
     for d in algo.hyper_decls:
         b, name = d.binding, d.names[0]
         if not isinstance(d.type, ir.TensorType):  # enumerations and strings shape nothing
             continue
-        if b is not None and b.kind == "derived":
+        if b is not None and b.kind == "derived" and isinstance(b.expr, ir.Call) and b.expr.func == "present":
+            name_of = b.expr.args[0].value  # `present("blk.{l-1}.x", L)`: one flag per layer
+            if len(b.expr.args) == 1:
+                env[name] = int(name_of in tensors)
+            else:
+                count = int(_value(b.expr.args[1], env))
+                env[name] = [int(re.sub(r"\{l-1\}", str(i), name_of) in tensors) for i in range(count)]
+        elif b is not None and b.kind == "derived":
             env[name] = _value(b.expr, env)
         elif b is not None:
             keys = [s.tensor.replace("{arch}", arch) for s in b.sources[0]]
@@ -349,7 +356,7 @@ def test_model_card_shapes_match_llama_cpp_files(name, case, oracle_files):
     meta = {k: f.contents() for k, f in reader.fields.items()}
     tensors = {t.name: tuple(int(n) for n in reversed(t.shape)) for t in reader.tensors}
     algo = load(name).main
-    env = _hyperparameters(algo, meta, meta["general.architecture"])
+    env = _hyperparameters(algo, meta, meta["general.architecture"], tensors)
     _infer(algo, env, tensors)
     bound = _bound_tensors(algo, env, tensors)
     wrong = []

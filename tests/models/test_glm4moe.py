@@ -4,8 +4,8 @@ The shared suites hold the `glm4moe` case (partial NEOX RoPE, q/k/v biases, a de
 sigmoid-gated experts with a selection bias, renormalised and scaled, a shared expert; a NextN block
 counted in block_count) against transformers on every target. Here: a file that holds the NextN
 block's tensors, as the converter writes a real checkpoint, runs the same (llama.cpp never runs that
-block); the selection bias chooses experts but does not weigh them; a file with per-head q/k norms is
-refused with the reason.
+block); the selection bias chooses experts but does not weigh them; per-head q/k norms are applied in
+the blocks whose tensors the file holds, as llama.cpp applies them.
 """
 
 from __future__ import annotations
@@ -14,12 +14,11 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
-import pytest
 from oracle import archs
 from oracle.hf_gguf import gguf_tensors, hf_logits, tiny_model, write_gguf
+from stateful_checks import silenced_shift
 from test_models_oracle import assert_logits_close, ids_for, worst
 
-from toycards.errors import ToycardsError
 from toycards.inspect.describe import describe
 from toycards.models.load import load
 
@@ -74,10 +73,14 @@ def test_glm4moe_selection_bias_chooses_but_does_not_weigh(oracle_files, tmp_pat
     assert np.abs(got - want).max() > 1e-2, worst(got, want)
 
 
-def test_glm4moe_with_q_k_norms_is_refused(tmp_path):
-    """GLM-4.5 355B (use_qk_norm): llama.cpp normalises each q/k head when attn_q_norm is present,
-    and no key says so; the library refuses the file rather than run it without the norms."""
+def test_glm4moe_with_q_k_norms_reads_them(tmp_path):
+    """GLM-4.5 355B (use_qk_norm): llama.cpp normalises each q/k head in the blocks that store
+    attn_q_norm, and no key says so; the card reads the same from the file's tensors and gives
+    transformers' logits on every target, and the norms move the logits."""
     model, config = tiny_model("glm4moe", seed=1, use_qk_norm=True)
     path = write_gguf(model, config, tmp_path / "qk.gguf", "glm4moe")
-    with pytest.raises(ToycardsError, match="q/k norms"):
-        load(path, target="numpy")
+    ids = ids_for(config.vocab_size, 10)
+    want = hf_logits(model, ids)
+    for target in ("reference", "numpy", "torch"):
+        assert_logits_close(load(path, target=target).logits(ids), want, what=f"q/k norms, {target}")
+    assert silenced_shift(model, "self_attn.q_norm", ids) > 0.1

@@ -271,6 +271,7 @@ CARD_VALUES: dict[str, int | float | str | tuple[int, ...]] = {
     "α_p": (0.5, -1.0), "α_n": (0.3, 1.2), "β": (0.5, 0.4), "ε_x": (-1e-6, -1e-6),  # apertus's xIELU, per block
     "s_m": 1,  # ernie4_5-moe's interleave_moe_layer_step: every block after the L_d dense ones has experts
     "r_q": 8, "d_c": 16, "d_r": 4, "d_k": 12, "d_v": 8, "n_s": 1,  # deepseek2: q rank, latent, rope part, heads
+    "m_E": (0, 1), "n_qk": (0, 1),  # which blocks store experts (jamba) and q/k norms (glm4moe): present(…)
 }  # fmt: skip
 
 

@@ -130,6 +130,7 @@ def _check_body(c: Ctx) -> None:
         _hyper_exprs(c, ex, decl)
     steps = StepChecker(c, ex)
     steps.body(c.algo.body)
+    _file_reads_in_steps(c)
     check_layer_conditions(c, ex)
     if steps.returns == 0 and c.algo.body:
         c.error(
@@ -141,6 +142,18 @@ def _check_body(c: Ctx) -> None:
     c.info.locals = {n: e.shape for n, e in {**scope.gone, **scope.locals}.items()}
     c.info.families = {k: (e.shape, e.bound) for k, e in scope.families.items()}
     c.info.derived = dict(c.info.signature.derived)
+
+
+def _file_reads_in_steps(c: Ctx) -> None:
+    """`present(…)` reads which tensors a file holds, once, when the file binds: it is a derived
+    hyperparameter's value, never a step's."""
+    for n in ir.walk(c.algo.body):
+        if isinstance(n, ir.Call) and n.func == "present":
+            c.error(
+                n.span,
+                "present(…) reads the file's tensor list when the card binds, not while it runs",
+                'derive a hyperparameter from it: `m ∈ {0,1}^{L} ≔ present("blk.{l-1}.ffn_gate_inp.weight", L)`',
+            )
 
 
 def _hyper_exprs(c: Ctx, ex: ExprChecker, decl: ir.Decl) -> None:

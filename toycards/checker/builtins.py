@@ -99,6 +99,16 @@ def _filled(args: list[Shape], dims: list[Dim | None]) -> Shape:
     return Shape("R", _sizes(args[1:], dims[1:], "filled(c, m, n)"))
 
 
+def _present(args: list[Shape], dims: list[Dim | None]) -> Shape:
+    if args[0].field != "S" or args[0].dims:
+        raise ShapeError(
+            f"present(name) takes a tensor name in quotes, got {args[0]}", 'present("output.weight")'
+        )
+    if len(args) == 1:
+        return Shape("B")
+    return Shape("B", _sizes(args[1:], dims[1:], 'present("blk.{l-1}.name", n)'))
+
+
 RULES: dict[str, Rule] = {
     "elementwise": _elementwise,
     "length": _length,
@@ -108,6 +118,7 @@ RULES: dict[str, Rule] = {
     "topk": _topk,
     "zeros": _zeros,
     "filled": _filled,
+    "present": _present,
 }
 
 __all__ = ["BUILTINS", "RULES", "shape_of"]

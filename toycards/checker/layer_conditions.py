@@ -114,8 +114,8 @@ class _Reads:
         for s in stmts:
             if isinstance(s, ir.If):
                 self.reads(s.cond, facts)
-                self.body(s.then, facts + _facts(s.cond))
-                self.body(s.orelse, facts + _facts(negate(s.cond)))
+                self.body(s.then, facts + self.facts(s.cond))
+                self.body(s.orelse, facts + self.facts(negate(s.cond)))
             elif isinstance(s, ir.ForSeq | ir.ForAll):
                 for part in (getattr(s, "start", None), getattr(s, "second", None), getattr(s, "stop", None)):
                     if part is not None:
@@ -125,6 +125,22 @@ class _Reads:
                 self.reads(s.value, facts)
                 if isinstance(s, ir.Assign):
                     self.reads(s.target, facts)
+
+    def facts(self, cond: ir.Expr) -> tuple[ir.Expr, ...]:
+        """`_facts`, and for a flag f (a {0,1} hyperparameter or entry: `m_E[l]`) the other spelling
+        of each fact about it: `f = 1` is `f ≠ 0`, `f = 0` is `f ≠ 1`."""
+        out = _facts(cond)
+        return out + tuple(same for f in out if (same := self.flag_twin(f)) is not None)
+
+    def flag_twin(self, f: ir.Expr) -> ir.Expr | None:
+        if not (isinstance(f, ir.BinOp) and f.op in ("=", "≠") and f.right in (ir.Num("0"), ir.Num("1"))):
+            return None
+        base = f.left.base if isinstance(f.left, ir.Index) else f.left
+        entry = self.ctx.scope.declared.get(base.id) if isinstance(base, ir.Name) else None
+        if entry is None or entry.kind != "hyper" or entry.shape is None or entry.shape.field != "B":
+            return None
+        other = ir.Num("1" if f.right == ir.Num("0") else "0")
+        return ir.BinOp(_OPPOSITE[f.op], f.left, other)
 
     def reads(self, e: ir.Expr, facts: tuple[ir.Expr, ...]) -> None:
         for node in ir.walk(e):

@@ -36,7 +36,7 @@ class Builtin:
     scalar_code: str | None = None  # that meaning spelt in generated code
 
 
-RULES = ("elementwise", "length", "extreme", "ceil", "rows", "topk", "zeros", "filled")
+RULES = ("elementwise", "length", "extreme", "ceil", "rows", "topk", "zeros", "filled", "present")
 
 _ELEMENTWISE = {  # name: (ops name, scalar function, its code)
     "exp": ("exp", math.exp, "math.exp"),
@@ -87,6 +87,9 @@ def _entries() -> list[Builtin]:
                 "zeros(n): a vector of n zeros; zeros(m, n): an m×n matrix of zeros", ops="zeros"),
         Builtin("filled", (2, 3), "filled",
                 "filled(c, n): a vector of n entries c; filled(c, m, n): an m×n matrix of them", ops="filled"),
+        Builtin("present", (1, 2), "present",
+                'present("name"): 1 where the file holds that tensor, else 0; present("blk.{l-1}.name", n): '
+                "one such flag for each l = 1, …, n; a derived hyperparameter's value, read when a file binds"),
     ]  # fmt: skip
     return out
 

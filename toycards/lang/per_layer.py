@@ -15,10 +15,10 @@ from toycards.lang.ir import Decl, TensorType
 
 
 def is_per_layer(decl: Decl) -> bool:
-    """A vector of numbers read from the file (`n_kv ∈ ℕ^{L} from …`) or given as a value
-    (`= [0, 8, 0]`), not a vector a caller passes."""
+    """A vector of numbers read from the file (`n_kv ∈ ℕ^{L} from …`, `m ∈ {0,1}^{L} ≔ present(…, L)`)
+    or given as a value (`= [0, 8, 0]`), not a vector a caller passes."""
     t = decl.type
-    bound = decl.value is not None or (decl.binding is not None and decl.binding.kind == "from")
+    bound = decl.value is not None or (decl.binding is not None and decl.binding.kind in ("from", "derived"))
     return isinstance(t, TensorType) and len(t.dims) == 1 and t.field in ("N", "Z", "R", "B") and bound
 
 

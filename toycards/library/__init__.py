@@ -113,13 +113,6 @@ CARDS_REFUSED_BY_TENSORS: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {
             "models q/k norms only with the parallel block (no ffn_norm), stablelm.card neither",
         ),
     ),
-    "glm4moe": (
-        (
-            ("blk.0.attn_q_norm.weight",),
-            "per-head q/k norms (GLM-4.5 355B, use_qk_norm): llama.cpp applies them when the tensors are "
-            "present and no key says so, and glm4moe.card has no such test",
-        ),
-    ),
     "deepseek2": (
         (
             ("blk.0.attn_kv_b.weight",),

@@ -25,12 +25,12 @@ d_e = 64, 1,024 tokens, the output matrix tied to the embedding):
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from toycards.errors import Diagnostic
 from toycards.lang import ir
 from toycards.lang.per_layer import is_per_layer, layer_entries
+from toycards.models.names import expand_template, present, reads_tensors
 from toycards.models.scalars import EvalError, UnboundDim, eval_dim, eval_scalar, unit_axes
 
 __all__ = [
@@ -44,7 +44,6 @@ __all__ = [
     "expand_template",
 ]
 
-_TEMPLATE = re.compile(r"\{([^{}]*)\}")
 MAX_LAYERS = 4096  # layers of a parameter group bound without a file (random weights)
 
 
@@ -93,25 +92,6 @@ class Bound:
 
     def param_keys(self) -> dict[str, BoundParam]:
         return {p.key: p for p in self.params}
-
-
-def expand_template(template: str, arch: str | None, var: str = "", value: int | None = None) -> str:
-    """Fill `{arch}` and `{l-1}`-style placeholders.
-
-    >>> expand_template("blk.{l-1}.attn_q.weight", "llama", "l", 1), expand_template("{arch}.block_count", "gpt2")
-    ('blk.0.attn_q.weight', 'gpt2.block_count')
-    """
-
-    def fill(m: re.Match) -> str:
-        inner = m.group(1).replace(" ", "").replace("−", "-")
-        if inner == "arch":
-            return arch if arch is not None else m.group(0)
-        m2 = re.fullmatch(rf"{re.escape(var)}([+-]\d+)?", inner) if var else None
-        if m2 is None or value is None:
-            raise EvalError(f"cannot fill {{{m.group(1)}}} in {template!r}")
-        return str(value + int(m2.group(1) or 0))
-
-    return _TEMPLATE.sub(fill, template)
 
 
 # ── hyperparameters ─────────────────────────────────────────────────────────────────────
@@ -253,10 +233,10 @@ def _bind_pending(algo, pending, values, source, tensor_shapes, problems, enums,
         for name, d in list(pending):
             try:
                 if d.binding is not None and d.binding.kind == "derived":
-                    values[name], source[name] = (
-                        _convert(eval_scalar(d.binding.expr, values, enums), d.type, name),
-                        "derived",
-                    )
+                    e = d.binding.expr
+                    found = present(e, values, tensor_shapes, arch) if reads_tensors(e) else None
+                    value = found if found is not None else eval_scalar(e, values, enums)
+                    values[name], source[name] = _convert_any(value, d.type, name, values), "derived"
                 else:
                     value, where = _infer(algo, name, values, tensor_shapes, arch)
                     values[name], source[name] = value, f"inferred from {where}"
