@@ -158,6 +158,29 @@ def test_rows_and_entries_of_a_mapped_column_generate():
         np.testing.assert_allclose(got, want, err_msg=target)
 
 
+FIRST_BLOCKS = """
+Algorithm: Y ← F(X | G, k)
+/* a map over the first G blocks of k rows of a matrix that holds more of them */
+Input: X ∈ ℝ^{d×ℓ}
+Output: Y ∈ ℝ^{G·k×ℓ}
+Hyperparameters:
+  G ∈ ℕ
+  k ∈ ℕ
+1  for j ∈ [G]: Z^j ← 2 · rows(X, j, k)  ∷ ℝ^{k×ℓ}
+2  return Y = [Z^1; …; Z^G]
+"""
+
+
+def test_a_map_over_some_blocks_of_rows_takes_only_those():
+    """`for j ∈ [G]: rows(X, j, k)` with X of more than G·k rows took every block (Qwen3-Next's
+    queries, the first 2 of 8 blocks of its convolved q, k, v)."""
+    X = np.arange(12.0).reshape(6, 2)  # card X ∈ ℝ^{6×2}: three blocks of 2 rows
+    for target, array in targets():
+        f = generated_function(FIRST_BLOCKS, target, call="F(X | 2, 2)")
+        got = np.asarray(f(array(X.T.copy()), 2, 2))  # code layout [ℓ, G·k]
+        np.testing.assert_allclose(got, 2 * X[:4].T, err_msg=target)
+
+
 CORNER = """
 Algorithm: Y ← F(X | k)
 /* a block of rows and columns */

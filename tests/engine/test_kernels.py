@@ -10,6 +10,8 @@ same name keeps its steps.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -198,6 +200,24 @@ def test_soft_capped_attention(funcs, kv_index):
     assert_close(slow, fast)
     uncapped, _ = both(lambda *a: funcs["attention"](*a, kv_index=kv_index), Q, K, V, mask)
     assert (slow - uncapped).abs().max() > 1e-2  # the scores reach past ±2.5, so the cap changes them
+
+
+@pytest.mark.parametrize("kv_index", [None, [0, 0, 1, 1, 2, 2]])
+def test_attention_with_sinks(funcs, kv_index):
+    """A sink logit σ (gpt-oss's attn_sinks) joins each query's softmax without a value: the kernel
+    against the card's steps, and against the softmax over [S; σ] written out here. (gpt-oss.card
+    passes one σ per head, [H, 1] from its map over heads: its oracle case runs that shape.)"""
+    Q, K, V = rand(2, 6, 5, 16), rand(2, 3 if kv_index else 6, 9, 16), rand(2, 3 if kv_index else 6, 9, 16)
+    mask = lambda t_z, t_x: t_z <= t_x + 4  # noqa: E731
+    slow, fast = both(lambda *a: funcs["attention"](*a, 0, 0.5, kv_index=kv_index), Q, K, V, mask)
+    assert_close(slow, fast)
+    Kh, Vh = (K[:, kv_index], V[:, kv_index]) if kv_index else (K, V)
+    allowed = torch.arange(1, 10.0) <= torch.arange(1, 6.0)[:, None] + 4
+    S = (Q @ Kh.mT / 4.0).masked_fill(~allowed, -math.inf)
+    weights = torch.softmax(torch.cat([S, torch.full((2, 6, 5, 1), 0.5)], dim=-1), dim=-1)
+    assert_close(fast, weights[..., :-1] @ Vh)
+    unsunk, _ = both(lambda *a: funcs["attention"](*a, kv_index=kv_index), Q, K, V, mask)
+    assert (fast - unsunk).abs().max() > 1e-2
 
 
 @pytest.mark.parametrize("kv_index", [[0, 0, 1, 1, 2, 2], [0, 1, 2, 0, 1, 2]])
@@ -625,6 +645,28 @@ def test_moe_biased_groups_route_as_llama_cpp(funcs, gating, n_g, k_g):
     want = torch.from_numpy(routed_by_hand(*(t.numpy() for t in inputs), *args[6:])).float()
     with torch.no_grad():
         slow, fast = both(funcs["MoE_biased"], *args)
+    assert_close(want, slow, tol=1e-5)
+    assert_close(want, fast, tol=1e-5)
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_moe_biased_weighs_the_input_with_w_b(funcs, k):
+    """MoE_biased with w_b = 1 (llama4's weight_before_ffn): each chosen sigmoid gate multiplies its
+    expert's input, not its output; steps and kernel against the sum written out by hand."""
+    X, W_r, b, W_gate, W_up, W_down = moe_biased_inputs()
+    P = (X @ W_r.T).sigmoid()
+    chosen = (ops_torch.topk(P, k) - 1).long()  # (…, k) 0-based
+    want = torch.zeros_like(X)
+    for j in range(k):
+        e = chosen[..., j]
+        xs = X * P.gather(-1, e[..., None])  # the weighted input
+        g = torch.einsum("...d,...fd->...f", xs, W_gate[e])
+        h = torch.nn.functional.silu(g) * torch.einsum("...d,...fd->...f", xs, W_up[e])
+        want += torch.einsum("...f,...df->...d", h, W_down[e])
+    with torch.no_grad():
+        slow, fast = both(
+            funcs["MoE_biased"], X, W_r, 0 * b, W_gate, W_up, W_down, k, "keep", "sigmoid", 1, 1, 1, 1
+        )
     assert_close(want, slow, tol=1e-5)
     assert_close(want, fast, tol=1e-5)
 

@@ -448,6 +448,26 @@ def test_moe_biased_kernel_equals_the_card_steps(funcs, gating, norm):
     assert_close(*both_ways(fn, X, W_r, b, W_gate, W_up, W_down, 2, norm, gating, 2.5), tol=1e-5)
 
 
+@pytest.mark.parametrize("k", [1, 2])
+def test_moe_biased_weighs_the_input_with_w_b(funcs, k):
+    """MoE_biased with w_b = 1 (llama4's weight_before_ffn): each chosen sigmoid gate multiplies its
+    expert's input, not its output; steps and kernel against the sum written out by hand."""
+    X, W_r, b, W_gate, W_up, W_down = moe_biased_inputs()
+    P = 1 / (1 + np.exp(-(X @ W_r.T)))
+    chosen = np.argsort(-P, axis=-1, kind="stable")[..., :k]
+    want = np.zeros_like(X)
+    for j in range(k):
+        e = chosen[..., j]
+        xs = X * np.take_along_axis(P, e[..., None], axis=-1)  # the weighted input
+        g = np.einsum("...d,...fd->...f", xs, W_gate[e])
+        h = g / (1 + np.exp(-g)) * np.einsum("...d,...fd->...f", xs, W_up[e])
+        want += np.einsum("...f,...df->...d", h, W_down[e])
+    args = (X, W_r, 0 * b, W_gate, W_up, W_down, k, "keep", "sigmoid", 1, 1, 1, 1)
+    slow, fast = both_ways(funcs["MoE_biased"], *args)
+    assert_close(want, slow, tol=1e-5)
+    assert_close(want, fast, tol=1e-5)
+
+
 def routed_by_hand(X, W_r, b, W_gate, W_up, W_down, k, norm, gating, s, n_g, k_g):
     """llama.cpp's build_moe_ffn written out token by token in float64: softmax or sigmoid gates,
     the selection bias, the groups outside the k_g whose two best biased gates sum highest at −∞,

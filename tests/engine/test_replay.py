@@ -54,6 +54,9 @@ REFUSED = {  # a card, and what its step does that the tape does not hold
     "granitemoe": "torch's linear",  # the same, with granite's multipliers
     "ernie4_5-moe": "torch's linear",  # the same: MoE_biased's router (softmax, selection bias)
     "glm4moe": "torch's linear",  # the same: MoE_biased's router (sigmoid gates, selection bias)
+    "llama4": "a γ that is not a weight",  # the q/k L2 norms: rms_norm with the card's ones, not a tensor
+    # RoPE in the card's own GQAttention_sinks (a sink per head), outside a GQAttention site: its C kernel
+    "gpt-oss": "torch's data_ptr read an activation",
     "apertus": "torch's gt computed from an activation",  # xIELU's ⟦x > 0⟧, which the tape has no op for
     "arcee": "torch's clamp_min computed from an activation",  # ReLU (of ReLU²), which the tape has no op for
     # RoPE in the card's own steps (q/k RMSNorm after it), outside an attention site: its C kernel
@@ -66,6 +69,8 @@ REFUSED = {  # a card, and what its step does that the tape does not hold
     "deepseek3": "torch's data_ptr read an activation",
     "jamba": "torch's new_zeros computed from an activation",  # the Mamba blocks' States, as mamba2's
     "granitehybrid": "torch's new_zeros computed from an activation",  # the Mamba-2 blocks' State, as mamba2's
+    "falcon-h1": "torch's new_zeros computed from an activation",  # its Mamba-2 mixers' State, as mamba2's
+    "qwen3next": "torch's new_zeros computed from an activation",  # the DeltaNet blocks' States
 }
 
 

@@ -67,10 +67,10 @@ def layer_norm(e, gamma, beta, epsilon, ctx=None):
     return (((e - m) / ops.sqrt(v + epsilon)) * gamma) + beta
 
 
-def attention(Q, K, V, Mask, c=0, ctx=None, kv_index=None):
-    """Ṽ ← attention(Q, K, V | Mask, c)
+def attention(Q, K, V, Mask, c=0, sigma=-math.inf, ctx=None, kv_index=None):
+    """Ṽ ← attention(Q, K, V | Mask, c, σ)
 
-    Scaled dot-product attention on one head: Algorithm 4 after its projections, the scores optionally soft-capped
+    Scaled dot-product attention on one head: Algorithm 4 after its projections, the scores optionally soft-capped, the softmax optionally with a sink
     """
     d_h = Q.shape[-1]
     ell_x = Q.shape[-2]
@@ -87,8 +87,14 @@ def attention(Q, K, V, Mask, c=0, ctx=None, kv_index=None):
     t_x = ops.as_float(ops.index_vector(runtime.positions(ctx, ell_x), 1))  # t_x ∈ [ell_x]
     # 4  if ¬Mask[t_z, t_x] then S[t_z, t_x] ← −∞
     S = ops.where(Mask(t_z, t_x), S, -math.inf)
-    # 6  return Ṽ = V · softmax(S)
-    return ops.matmul(softmax(S, ctx=ctx), V)
+    # 6  Ṽ ← V · softmax(S)  ∷ ℝ^{d_h×ℓ_x}
+    V_tilde = ops.matmul(softmax(S, ctx=ctx), V)
+    # 7  for t ∈ [ℓ_x]: Ṽ[:, t] ← Ṽ[:, t] · sigmoid(max(S[:, t]) + log(Σ_{z=1}^{ℓ_z} exp(S[z, t] − max(S[:, t]))) − σ)
+    b = S - ops.max_last(S)
+    b_max = ops.max_keep(b, -1)
+    V_tilde = V_tilde * (ops.sigmoid((ops.max_last(S) + (ops.log(ops.exp(b_max) * (ops.sum_last(ops.exp(b - b_max)))))) - sigma))
+    # 8  return Ṽ
+    return V_tilde
 
 
 def softmax(x, ctx=None):

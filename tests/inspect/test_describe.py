@@ -180,12 +180,16 @@ ROUND_TRIP_CASES = [case for case, arch in [("gpt2", "gpt2"), ("llama", "llama")
                                             ("cohere2", "cohere2"), ("bert", "bert"),
                                             ("ernie4_5", "ernie4_5"), ("ernie4_5-moe", "ernie4_5-moe"),
                                             ("apertus", "apertus"),
-                                            ("glm4moe", "glm4moe"), ("mamba2", "mamba2"),
+                                            ("glm4moe", "glm4moe"), ("gpt-oss", "gpt-oss"), ("mamba2", "mamba2"),
                                             ("hunyuan-dense", "hunyuan-dense"), ("lfm2", "lfm2"),
                                             ("nomic-bert", "nomic-bert"), ("deepseek2", "deepseek2"),
+                                            ("modern-bert", "modern-bert"),
                                             ("deepseek3", "deepseek2"), ("jamba", "jamba"),
-                                            ("granitehybrid", "granitehybrid"), ("granitehybrid-dense", "granitehybrid")]
+                                            ("granitehybrid", "granitehybrid"), ("granitehybrid-dense", "granitehybrid"),
+                                            ("llama4", "llama4")]
                     if arch in ARCH_CARDS]  # fmt: skip
+ROUND_TRIP_CASES += ["falcon-h1"]  # attention and a Mamba-2 mixer side by side in every block
+ROUND_TRIP_CASES += ["qwen3next"]
 
 
 def cli(*args: str):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import operator
 import re
 from importlib import resources
 
@@ -93,7 +94,7 @@ PRELUDE_HEADERS = {
     "SiLU": ("", "y ← SiLU(x)"),
     "ReLU": ("", "y ← ReLU(x)"),
     "SwiGLU": ("", "Y ← SwiGLU(X | W_gate, W_up, W_down)"),
-    "attention": ("", "Ṽ ← attention(Q, K, V | Mask, c)"),
+    "attention": ("", "Ṽ ← attention(Q, K, V | Mask, c, σ)"),
     "rope_pairs": ("", "y ← rope_pairs(x, t | θ, ρ)"),
     "rope_halves": ("", "y ← rope_halves(x, t | θ, ρ)"),
     "MHAttention_fused": ("", "Ṽ ← MHAttention_fused(X | W_qkv, b_qkv, W_o, b_o, H, Mask)"),
@@ -248,16 +249,21 @@ ORACLE_CASES = {
     "ernie4_5": ["ernie4_5"],
     "deepseek2": ["deepseek2", "deepseek3"],
     "glm4moe": ["glm4moe"],
+    "llama4": ["llama4"],
+    "gpt-oss": ["gpt-oss"],
     "ernie4_5-moe": ["ernie4_5-moe"],
     "apertus": ["apertus"],
     "hunyuan-dense": ["hunyuan-dense"],
     "lfm2": ["lfm2"],
     "jamba": ["jamba"],
+    "qwen3next": ["qwen3next"],
     "granitehybrid": ["granitehybrid", "granitehybrid-dense"],
+    "falcon-h1": ["falcon-h1"],
     "command-r": ["command-r", "command-r-plus"],
     "cohere2": ["cohere2"],
     "bert": ["bert"],
     "nomic-bert": ["nomic-bert"],
+    "modern-bert": ["modern-bert"],
 }
 
 
@@ -271,7 +277,8 @@ def _value(e: ir.Expr | ir.Dim, env: dict[str, float]) -> float:
         return {"max": max, "min": min}[e.func](env[e.args[0].id])
     left, right = _value(e.left, env), _value(e.right, env)
     op = {"·": "*", "-": "-"}.get(e.op, e.op)
-    return {"+": left + right, "-": left - right, "*": left * right, "/": left / right}[op]
+    # operator's functions, so that only the one named runs (`L_all − N_n` with N_n = 0 divides by nothing)
+    return {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}[op](left, right)
 
 
 def _hyperparameters(algo: ir.Algorithm, meta: dict, arch: str, tensors: dict) -> dict[str, float]:

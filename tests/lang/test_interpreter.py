@@ -59,16 +59,21 @@ CARD_OF_CASE["deepseek3"] = "deepseek2"  # a V3 file: general.architecture is de
 ORACLE_CASES += ("apertus",)  # xIELU with per-block numbers read from metadata arrays (ℝ^{L})
 ORACLE_CASES += ("ernie4_5-moe",)  # dense, then MoE_biased (softmax, selection bias) + a conditional shared expert
 ORACLE_CASES += ("glm4moe",)  # a dense block, then MoE_biased (sigmoid, selection bias, scale) + shared expert
+ORACLE_CASES += ("llama4",)  # chunked and NoPE blocks, q/k L2 norms, MoE_biased weighing the experts' inputs
+ORACLE_CASES += ("gpt-oss",)  # attention with sinks, windows on alternate blocks, YaRN, clamped SwiGLU experts
 ORACLE_CASES += ("hunyuan-dense",)  # RoPE on halves, then per-head q/k RMSNorm
 ORACLE_CASES += ("granitehybrid", "granitehybrid-dense")  # Mamba-2 and attention blocks; experts or an MLP
 CARD_OF_CASE["granitehybrid-dense"] = "granitehybrid"
+ORACLE_CASES += ("falcon-h1",)  # attention and a Mamba-2 mixer side by side in every block
 ORACLE_CASES += ("lfm2",)  # per-block head_count_kv: convolution blocks (a State) and attention blocks
 ORACLE_CASES += ("jamba",)  # Mamba blocks (States) and attention blocks; dense and MoE blocks
+ORACLE_CASES += ("qwen3next",)  # gated DeltaNet blocks (a window and a memory per head) and attention
 CARD_OF_CASE["exaone4-swa"] = "exaone4"
 ORACLE_CASES += ("command-r", "command-r-plus", "cohere2")  # parallel block; q/k norms at 64 blocks; NoPE
 CARD_OF_CASE["command-r-plus"] = "command-r"
 ORACLE_CASES += ("bert",)  # an encoder: every token sees every other; the output is each token's embedding
 ORACLE_CASES += ("nomic-bert",)  # an encoder with RoPE, one attn_qkv and a SwiGLU MLP
+ORACLE_CASES += ("modern-bert",)  # an encoder with a symmetric sliding window on its local blocks
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 TARGETS = ("numpy", pytest.param("torch", marks=pytest.mark.skipif(not HAS_TORCH, reason="no torch")))
 T = 9  # tokens per sequence in the generated-vs-interpreter tests
@@ -195,6 +200,7 @@ def test_generated_module_equals_interpreter(card_models, full_pass, name, targe
 # cards whose tokens read later ones (an encoder): a pass with the cache gives the full pass over the
 # tokens so far, not over the whole sequence (tests/models/test_bert.py holds bert to that)
 BIDIRECTIONAL = {"bert", "nomic-bert"}
+BIDIRECTIONAL |= {"modern-bert"}
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -59,16 +59,22 @@ FAMILIES += ("deepseek3",)  # deepseek2.card on V3: sigmoid routing, selection b
 FAMILIES += ("apertus",)  # Apertus: per-head q/k RMSNorm, llama3 rope_freqs, an ungated xIELU MLP (per-block metadata)
 FAMILIES += ("ernie4_5-moe",)  # ERNIE 4.5 MoE: dense, then softmax-routed experts with a selection bias
 FAMILIES += ("glm4moe",)  # GLM-4.5: partial NEOX rope, dense then sigmoid-routed experts with a selection bias
+FAMILIES += ("llama4",)  # Llama 4: chunked RoPE blocks with q/k L2 norms, a NoPE block; input-weighted experts
+FAMILIES += ("gpt-oss",)  # attention sinks, sliding and full blocks alternating, YaRN, clamped SwiGLU experts
 FAMILIES += ("mamba2",)  # Mamba-2: a state per block, no attention; 8 heads in 2 groups (test_mamba2.py)
 FAMILIES += ("hunyuan-dense",)  # Hunyuan: RoPE, then per-head q/k RMSNorm; NTK-alpha base; tied
 FAMILIES += ("granitehybrid", "granitehybrid-dense")  # Mamba-2 and NoPE GQA blocks; experts or an MLP
+FAMILIES += ("falcon-h1",)  # GQA (RoPE on halves) and a Mamba-2 mixer side by side; µP folded into weights
 FAMILIES += ("lfm2",)  # LFM2: gated short convolutions and GQA, per the per-block head_count_kv (test_lfm2.py)
 FAMILIES += ("jamba",)  # Jamba: Mamba and NoPE GQA blocks (per-block head_count_kv), dense and expert MLPs
+FAMILIES += ("qwen3next",)  # Qwen3-Next: gated DeltaNet and gated GQA blocks, experts (test_qwen3next.py)
 # Command R: parallel block, bias-free LayerNorm, tied logits × logit_scale; R+: per-head q/k LayerNorm
 # (64 blocks); Command R7B (cohere2): sliding layers with RoPE, global ones without
 FAMILIES += ("command-r", "command-r-plus", "cohere2")
 FAMILIES += ("bert",)  # an encoder: its output is each token's embedding, [ℓ, d_e] (test_bert.py)
 FAMILIES += ("nomic-bert",)  # bert with RoPE, no positions, one attn_qkv, SwiGLU (test_nomic_bert.py)
+ENCODERS = ("bert", "nomic-bert", "modern-bert")  # llama.cpp gives them embeddings, not logits to compare
+FAMILIES += ("modern-bert",)  # pre-norm encoder, global and symmetric-window blocks (test_modern_bert.py)
 QUANTIZED = [(c, "F16") for c in ("gpt2", "llama", "llama-tied")] + [(c, "Q8_0") for c in FAMILIES]
 ATOL = 1e-4
 # (case, file type) of the quantized tests: F16 and Q8_0 for the first families, Q8_0 (blocks of 32
@@ -233,7 +239,7 @@ def test_expert_width_without_its_key_is_d_ff_over_k(oracle_files, tmp_path):
 @pytest.mark.skipif(
     _llama_cpp_python() is None, reason="llama-cpp-python is not installed (a benchmark dependency)"
 )
-@pytest.mark.parametrize("case", FAMILIES)
+@pytest.mark.parametrize("case", [c for c in FAMILIES if c not in ENCODERS])
 def test_llama_cpp_reads_the_oracle_file_as_the_model_it_came_from(oracle_files, case, tmp_path):
     """The oracle writes what llama.cpp reads: the only check of gemma's and olmo2's files, which
     transformers cannot read back. Bound, as a fraction of max |logit|: 2e-5 (float32 in another
@@ -270,8 +276,10 @@ CARD_VALUES: dict[str, int | float | str | tuple[int, ...]] = {
     "L_all": 2, "L_d": 1, "N_s": 2, "s_w": 2.5,  # glm4moe: blocks (N_n = 0: L), dense ones, shared experts, scale
     "α_p": (0.5, -1.0), "α_n": (0.3, 1.2), "β": (0.5, 0.4), "ε_x": (-1e-6, -1e-6),  # apertus's xIELU, per block
     "s_m": 1,  # ernie4_5-moe's interleave_moe_layer_step: every block after the L_d dense ones has experts
+    # llama4: L = 2 (above) runs block 1 with RoPE in chunks and block 2 without (c = 8192 ≫ the tests' lengths)
     "r_q": 8, "d_c": 16, "d_r": 4, "d_k": 12, "d_v": 8, "n_s": 1,  # deepseek2: q rank, latent, rope part, heads
     "m_E": (0, 1), "n_qk": (0, 1),  # which blocks store experts (jamba) and q/k norms (glm4moe): present(…)
+    "n_fa": 2,  # qwen3next's full_attention_interval: a DeltaNet block, then an attention block
 }  # fmt: skip
 
 

@@ -69,6 +69,20 @@ class ArchSpec:
     # metadata the converter makes from the checkpoint's parameters, which it writes as no tensor:
     # (ends of those parameters' names, the keys from the state dict) — Apertus's per-block xIELU numbers
     weight_kv: tuple[tuple[str, ...], Callable[[dict[str, Any]], dict[str, tuple[Any, VT]]]] | None = None
+    # GGUF name (without "blk.N.") → the factors the converter multiplies the stored weight by, in order:
+    # a number, or one per row (Falcon-H1's µP multipliers, folded into the weights they follow)
+    scaled: Callable[[Any], dict[str, tuple[Any, ...]]] | None = None
+    # the checkpoint keeps its experts transposed, [E, n_in, n_out] (Llama4TextExperts), which the converter swaps
+    experts_in_out: bool = False
+    # gpt-oss: experts stored [E, n_in, n_out], gate_up_proj's last axis alternating gate, up (biases
+    # beside each), which GptOssModel.modify_tensors transposes and splits
+    interleaved_experts: bool = False
+    # ends of `*norm.weight` names that norm_shift passes over: norms the model applies as w, not 1 + w
+    # (Qwen3-Next's gated norm, linear_attn.norm, which its converter leaves as it is)
+    unshifted: tuple[str, ...] = ()
+    # the converter's row gathers: HF parameter name end → ((GGUF name end, the rows it takes, in
+    # order), …) from the config (Qwen3-Next's in_proj_qkvz, un-interleaved into attn_qkv and attn_gate)
+    gathered: Callable[[Any], dict[str, tuple[tuple[str, tuple[int, ...]], ...]]] | None = None
 
 
 _GQA_SHAPE = dict(
@@ -1328,6 +1342,81 @@ ARCHS["nomic-bert"] = ArchSpec(
 )
 
 
+def _modern_bert_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """ModernBertModel.set_gguf_parameters and set_vocab over BertModel's and TextModel's: BERT's keys
+    (attention.causal false; the pooling type of a sentence-transformers checkpoint: CLS here, as
+    gte-modernbert-base's modules.json says), the global and local RoPE bases from rope_parameters'
+    full_attention and sliding_attention, norm_eps as the RMS ε (TextModel finds it under that name;
+    llama.cpp's modern-bert reads layer_norm_epsilon, from the config's layer_norm_eps), the window
+    (local_attention), its pattern (global_attn_every_n_layers), rope scaling "none", vocab_size, and
+    add_bos, add_eos and add_sep true.
+
+    >>> kv = _modern_bert_kv(transformers.ModernBertConfig(global_attn_every_n_layers=2, local_attention=4))
+    >>> keys = ("rope.freq_base", "rope.freq_base_swa", "attention.sliding_window_pattern")
+    >>> [kv["{arch}." + k][0] for k in keys]
+    [160000.0, 10000.0, 2]
+    """
+    K, Att, Rope, TK = gguf.Keys.LLM, gguf.Keys.Attention, gguf.Keys.Rope, gguf.Keys.Tokenizer
+    full, local = config.rope_parameters["full_attention"], config.rope_parameters["sliding_attention"]
+    return {
+        Att.CAUSAL: (False, VT.BOOL),
+        K.POOLING_TYPE: (int(gguf.PoolingType.CLS), VT.UINT32),
+        Rope.FREQ_BASE: (float(full["rope_theta"]), VT.FLOAT32),
+        Rope.FREQ_BASE_SWA: (float(local["rope_theta"]), VT.FLOAT32),
+        Att.LAYERNORM_RMS_EPS: (float(config.norm_eps), VT.FLOAT32),
+        Att.SLIDING_WINDOW: (int(config.local_attention), VT.UINT32),
+        Att.SLIDING_WINDOW_PATTERN: (int(config.global_attn_every_n_layers), VT.UINT32),
+        Rope.SCALING_TYPE: ("none", VT.STRING),
+        K.VOCAB_SIZE: (config.vocab_size, VT.UINT32),
+        TK.ADD_BOS: (True, VT.BOOL),
+        TK.ADD_EOS: (True, VT.BOOL),
+        TK.ADD_SEP: (True, VT.BOOL),
+    }
+
+
+# ModernBERT as ModernBertModel converts it: the checkpoint's tensors under their own names (the
+# converter drops a leading "model."): one attn_qkv (Wqkv, rows q; k; v, unpermuted: rope type NEOX),
+# attn_output, attn_norm in every layer but the first (layer 0's is nn.Identity), ffn_norm (mlp_norm),
+# ffn_up (Wi, rows gate; up), ffn_down, token_embd_norm, output_norm (final_norm); no biases (norm_bias,
+# attention_bias and mlp_bias false). Tiny: 3 layers, global every 2nd (layers 0 and 2, counted from 0)
+# with θ = 160000, layer 1 local with a window of 4 (|t − t'| ≤ 2) and θ = 10000. hidden_activation
+# gelu_pytorch_tanh: llama.cpp's GEGLU is ggml_geglu, the tanh form (ModernBERT's own "gelu" is erf). The
+# config keeps layer_norm_eps beside norm_eps, as ModernBERT's config.json does. Byte-level BPE,
+# pre-tokenizer modern-bert. transformers' GGUF loader reads no modern-bert.
+ARCHS["modern-bert"] = ArchSpec(
+    gguf.MODEL_ARCH.MODERN_BERT,
+    transformers.ModernBertConfig,
+    dict(
+        hidden_size=64,  # d_e
+        num_attention_heads=4,  # H
+        num_hidden_layers=3,  # L
+        intermediate_size=96,  # d_ff: Wi has 2·d_ff rows
+        max_position_embeddings=128,  # ℓ_max
+        vocab_size=288,
+        global_attn_every_n_layers=2,  # n_p
+        local_attention=4,  # w: a local layer sees 2 tokens either side
+        rope_parameters={
+            "full_attention": {"rope_type": "default", "rope_theta": 160000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        },
+        norm_eps=1e-5,
+        layer_norm_eps=1e-5,
+        hidden_activation="gelu_pytorch_tanh",
+        pad_token_id=287,
+        cls_token_id=287,
+        sep_token_id=287,
+    ),
+    permute_qk=False,
+    rms_norm=False,
+    vocab="bpe",
+    tokenizer_pre="modern-bert",
+    rope=False,  # no head_count_kv, key_length or rope.dimension_count; the RoPE bases: _modern_bert_kv
+    arch_kv=_modern_bert_kv,
+    hf_reads=False,
+    encoder=True,
+)
+
+
 
 def _lfm2_kv(config: Any) -> dict[str, tuple[Any, VT]]:
     """LFM2Model.set_gguf_parameters: the key/value heads per block (the config's count in an
@@ -1658,3 +1747,357 @@ ARCHS["granitehybrid"] = ArchSpec(
 )
 
 
+def _falcon_h1_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """FalconH1Model.set_gguf_parameters over Mamba2Model's (conversion/falcon_h1.py): Mamba-2's sizes
+    with d_inner = mamba_d_ssm and time_step_rank = mamba_d_ssm / mamba_d_head, then the attention's
+    keys (key_length = value_length = head_dim), the MLP width and the real context length over
+    Mamba-2's stand-ins; no rope.dimension_count, no multiplier (every one is folded into a weight).
+
+    >>> kv = _falcon_h1_kv(transformers.FalconH1Config(mamba_d_ssm=96, mamba_n_heads=6, head_dim=8))
+    >>> [kv["{arch}." + k][0] for k in ("ssm.inner_size", "ssm.time_step_rank", "attention.key_length")]
+    [96, 6, 8]
+    """
+    K, Att, SSM = gguf.Keys.LLM, gguf.Keys.Attention, gguf.Keys.SSM
+    return {
+        K.CONTEXT_LENGTH: (config.max_position_embeddings, VT.UINT32),
+        K.EMBEDDING_LENGTH: (config.hidden_size, VT.UINT32),
+        K.FEED_FORWARD_LENGTH: (config.intermediate_size, VT.UINT32),
+        Att.HEAD_COUNT: (config.num_attention_heads, VT.UINT32),
+        K.BLOCK_COUNT: (config.num_hidden_layers, VT.UINT32),
+        SSM.CONV_KERNEL: (config.mamba_d_conv, VT.UINT32),
+        SSM.INNER_SIZE: (config.mamba_d_ssm, VT.UINT32),
+        SSM.STATE_SIZE: (config.mamba_d_state, VT.UINT32),
+        SSM.TIME_STEP_RANK: (config.mamba_d_ssm // config.mamba_d_head, VT.UINT32),
+        SSM.GROUP_COUNT: (config.mamba_n_groups, VT.UINT32),
+        Att.LAYERNORM_RMS_EPS: (config.rms_norm_eps, VT.FLOAT32),
+        K.VOCAB_SIZE: (config.vocab_size, VT.UINT32),
+        Att.HEAD_COUNT_KV: (config.num_key_value_heads, VT.UINT32),
+        Att.KEY_LENGTH: (config.head_dim, VT.UINT32),
+        Att.VALUE_LENGTH: (config.head_dim, VT.UINT32),
+        gguf.Keys.Rope.FREQ_BASE: (config.rope_parameters["rope_theta"], VT.FLOAT32),
+    }
+
+
+def _falcon_h1_scaled(config: Any) -> dict[str, tuple[Any, ...]]:
+    """FalconH1Model.modify_tensors: each µP multiplier folded into the weight it follows. ssm_in's rows
+    z, x (d_inner each), B, C (G·d_state each) and one step size per head take ssm_multipliers in
+    that order, after ssm_in_multiplier; attn_k takes key_multiplier, then attention_in_multiplier.
+
+    >>> s = _falcon_h1_scaled(transformers.FalconH1Config(mamba_d_ssm=4, mamba_n_heads=2, mamba_n_groups=1,
+    ...     mamba_d_state=1, ssm_multipliers=[1.0, 2.0, 3.0, 4.0, 5.0]))
+    >>> s["ssm_in.weight"][1].tolist()  # z, z, z, z, x, x, x, x, B, C, dt, dt
+    [1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 3.0, 4.0, 5.0, 5.0]
+    """
+    d_i, gs, m = config.mamba_d_ssm, config.mamba_n_groups * config.mamba_d_state, config.ssm_multipliers
+    sizes = (d_i, d_i, gs, gs, config.mamba_n_heads)
+    rows = np.concatenate([np.full(n, f, dtype=np.float32) for n, f in zip(sizes, m, strict=True)])
+    a_in = config.attention_in_multiplier
+    return {
+        "token_embd.weight": (config.embedding_multiplier,),
+        "output.weight": (config.lm_head_multiplier,),
+        "attn_q.weight": (a_in,),
+        "attn_k.weight": (config.key_multiplier, a_in),
+        "attn_v.weight": (a_in,),
+        "attn_output.weight": (config.attention_out_multiplier,),
+        "ssm_in.weight": (config.ssm_in_multiplier, rows),
+        "ssm_out.weight": (config.ssm_out_multiplier,),
+        "ffn_gate.weight": (config.mlp_multipliers[0],),
+        "ffn_down.weight": (config.mlp_multipliers[1],),
+    }
+
+
+def _falcon_h1_reshaped(config: Any) -> dict[str, tuple[int, ...]]:
+    """Mamba2Model.modify_tensors: A and D to [H, 1] (H = mamba_n_heads); the mixer's norm, where the
+    config has one (mamba_rms_norm), to [G, d_inner / G]."""
+    H, G = config.mamba_n_heads, config.mamba_n_groups
+    return {"ssm_a": (H, 1), "ssm_d": (H, 1), "ssm_norm.weight": (G, config.mamba_d_ssm // G)}
+
+
+# Falcon-H1 as FalconH1Model converts it (Mamba2Model's tensors, LlamaModel's names for attention but
+# no Q/K permutation: llama.cpp rotates halves): attention and a Mamba-2 mixer side by side in every
+# block, then a SwiGLU MLP; every µP multiplier ≠ 1 and folded into its weight (_falcon_h1_scaled);
+# head_dim 8 ≠ d_e / H; d_inner = mamba_d_ssm = 96 ≠ 2·d_e, 6 heads of 16 channels in 2 groups;
+# no mixer RMSNorm (mamba_rms_norm false, as in the released models: no ssm_norm tensor); untied.
+ARCHS["falcon-h1"] = ArchSpec(
+    gguf.MODEL_ARCH.FALCON_H1,
+    transformers.FalconH1Config,
+    dict(
+        hidden_size=64,  # d_e
+        num_attention_heads=4,  # H
+        num_key_value_heads=2,  # H_kv
+        head_dim=8,  # d_h ≠ d_e / H: llama.cpp reads it as attention.key_length
+        num_hidden_layers=2,  # L
+        intermediate_size=96,  # d_ff, a multiple of 32 so ffn_down can be Q8_0
+        mamba_d_ssm=96,  # d_inner, independent of d_e in Falcon-H1
+        mamba_n_heads=6,
+        mamba_d_head=16,
+        mamba_n_groups=2,  # heads 1–3 read group 1's B and C, heads 4–6 group 2's
+        mamba_d_state=8,  # ≠ the head size
+        mamba_d_conv=4,
+        mamba_chunk_size=8,  # transformers' SSD chunks: the tests' sequences cross chunk borders
+        mamba_conv_bias=True,
+        mamba_proj_bias=False,  # llama.cpp reads no ssm_in / ssm_out bias
+        mamba_rms_norm=False,
+        max_position_embeddings=128,
+        rms_norm_eps=1e-5,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        embedding_multiplier=1.5,
+        lm_head_multiplier=0.8,
+        key_multiplier=0.7,
+        attention_in_multiplier=1.2,
+        attention_out_multiplier=0.9,
+        ssm_in_multiplier=1.25,
+        ssm_out_multiplier=0.8,
+        mlp_multipliers=[0.6, 1.6],  # gate, down
+        ssm_multipliers=[1.1, 0.9, 1.2, 0.8, 1.3],  # z, x, B, C, dt
+        vocab_size=288,
+        tie_word_embeddings=False,
+        use_cache=False,
+    ),
+    permute_qk=False,
+    rms_norm=True,
+    vocab="bpe",
+    tokenizer_pre="falcon-h1",
+    hf_reads=False,
+    model_kv=_falcon_h1_kv,
+    reshaped=_falcon_h1_reshaped,
+    scaled=_falcon_h1_scaled,
+    init_std=(  # as for granitehybrid's Mamba-2 and attention blocks
+        ("in_proj.weight", 0.2),
+        ("conv1d.weight", 0.5),
+        ("dt_bias", 1.0),
+        ("A_log", 1.0),
+        (".D", 1.0),
+        ("q_proj.weight", 0.4),
+        ("k_proj.weight", 0.4),
+        ("v_proj.weight", 0.3),
+        ("o_proj.weight", 0.3),
+    ),
+)
+
+
+def _llama4_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """Llama4Model.set_gguf_parameters (over LlamaModel's and TextModel's): feed_forward_length is the
+    dense blocks' width (intermediate_size_mlp, which its __init__ swaps in), the experts' own width
+    (intermediate_size) as expert_feed_forward_length, the interleave step, the expert counts, and
+    sliding_window 0 only when every layer of the config is full attention (MobileLLM).
+
+    >>> kv = _llama4_kv(transformers.Llama4TextConfig(intermediate_size=32, intermediate_size_mlp=96))
+    >>> kv["{arch}.feed_forward_length"][0], kv["{arch}.expert_feed_forward_length"][0], "{arch}.attention.sliding_window" in kv
+    (96, 32, False)
+    """
+    K = gguf.Keys.LLM
+    kv = {
+        K.FEED_FORWARD_LENGTH: (config.intermediate_size_mlp, VT.UINT32),
+        K.EXPERT_COUNT: (config.num_local_experts, VT.UINT32),
+        K.EXPERT_USED_COUNT: (config.num_experts_per_tok, VT.UINT32),
+        K.EXPERT_FEED_FORWARD_LENGTH: (config.intermediate_size, VT.UINT32),
+        K.INTERLEAVE_MOE_LAYER_STEP: (config.interleave_moe_layer_step, VT.UINT32),
+    }
+    if all(t == "full_attention" for t in config.layer_types):
+        kv[gguf.Keys.Attention.SLIDING_WINDOW] = (0, VT.UINT32)
+    return kv
+
+
+# Llama 4 (text) as Llama4Model converts it (conversion/llama4.py, a LlamaModel with undo_permute False):
+# Q/K unpermuted (transformers' Llama 4 rotates adjacent pairs, llama.cpp's rope type NORM), the experts'
+# gate_up_proj [E, d_e, 2·d_ff] swapped and split, down_proj swapped, byte-level BPE (pre "llama4"),
+# rope_freqs for llama3 RoPE scaling as Scout's. Tiny: 4 blocks, 1–3 chunked with RoPE and q/k L2 norms,
+# 4 NoPE (the config's no_rope_layer_interval 4, llama.cpp's fixed step); blocks 2 and 4 with 4 experts
+# of 32, top-1, and a shared expert, 1 and 3 a SwiGLU of 96; chunks and the temperature's floor 8192
+# as llama.cpp fixes them (tests/models/test_llama4.py shrinks both in card and model); untied.
+ARCHS["llama4"] = ArchSpec(
+    gguf.MODEL_ARCH.LLAMA4,
+    transformers.Llama4TextConfig,
+    dict(
+        _ROPE_GQA,
+        num_hidden_layers=4,
+        head_dim=16,  # the config's default is 128
+        intermediate_size=32,  # each expert's width, and the shared expert's
+        intermediate_size_mlp=96,  # the dense blocks' width
+        num_local_experts=4,
+        num_experts_per_tok=1,
+        interleave_moe_layer_step=2,
+        no_rope_layer_interval=4,
+        attention_chunk_size=8192,
+        floor_scale=8192,
+        attn_scale=0.1,
+        attn_temperature_tuning=True,
+        use_qk_norm=True,
+        rope_parameters={  # llama3 scaling, as Scout's: divisors 1, 1.29, 7.67, 8, … (rope_freqs)
+            "rope_type": "llama3",
+            "rope_theta": 1e4,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+        vocab_size=288,
+        pad_token_id=None,  # the config's 200018 is past the tiny vocabulary
+        tie_word_embeddings=False,
+    ),
+    permute_qk=False,
+    rms_norm=True,
+    vocab="bpe",
+    tokenizer_pre="llama4",
+    arch_kv=_llama4_kv,
+    extra_tensors=_llama3_rope_freqs,
+    hf_reads=False,
+    experts_in_out=True,
+)
+
+
+def _gpt_oss_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """GptOssModel.set_gguf_parameters over TextModel's: the sliding window, the experts' width
+    (intermediate_size), the expert keys; under YaRN its type, factor, original context and the betas
+    the rope parameters hold (which llama.cpp's gpt-oss does not read).
+
+    >>> kv = _gpt_oss_kv(transformers.GptOssConfig(sliding_window=4, intermediate_size=32))
+    >>> kv["{arch}.attention.sliding_window"][0], kv["{arch}.expert_feed_forward_length"][0]
+    (4, 32)
+    """
+    K, Att, Rope = gguf.Keys.LLM, gguf.Keys.Attention, gguf.Keys.Rope
+    kv = _moe_kv(config) | {
+        Att.SLIDING_WINDOW: (int(config.sliding_window), VT.UINT32),
+        K.EXPERT_FEED_FORWARD_LENGTH: (config.intermediate_size, VT.UINT32),
+    }
+    rope = config.rope_parameters or {}
+    if rope.get("rope_type") == "yarn":
+        kv |= {
+            Rope.SCALING_TYPE: ("yarn", VT.STRING),
+            Rope.SCALING_FACTOR: (float(rope["factor"]), VT.FLOAT32),
+            Rope.SCALING_ORIG_CTX_LEN: (int(rope["original_max_position_embeddings"]), VT.UINT32),
+        }
+        betas = {Rope.SCALING_YARN_BETA_FAST: "beta_fast", Rope.SCALING_YARN_BETA_SLOW: "beta_slow"}
+        kv |= {key: (float(rope[n]), VT.FLOAT32) for key, n in betas.items() if rope.get(n) is not None}
+    return kv
+
+
+# gpt-oss tiny, as GptOssModel converts it (a TextModel: key_length = head_dim 32 ≠ d_e / H = 16):
+# q/k/v/o biases, per-head sinks (drawn with σ = 1 so that they move the logits), RoPE on halves
+# (Q/K unpermuted) under YaRN ×4 over an original context of 32 (the tests' 64 tokens pass it; no
+# `truncate: false`, which transformers honours and llama.cpp does not), four blocks alternating
+# sliding (window 4) and full, 4 experts of 32, top-2, in a Q8_0-able layout. transformers' GGUF
+# loader reads no gpt-oss.
+ARCHS["gpt-oss"] = ArchSpec(
+    gguf.MODEL_ARCH.GPT_OSS,
+    transformers.GptOssConfig,
+    dict(
+        _ROPE_GQA,
+        num_hidden_layers=4,
+        head_dim=32,
+        vocab_size=288,
+        intermediate_size=32,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        sliding_window=4,
+        attention_bias=True,
+        rope_parameters={
+            "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 32,
+            "beta_fast": 32.0, "beta_slow": 1.0,
+        },
+        tie_word_embeddings=False,
+    ),
+    permute_qk=False,
+    rms_norm=True,
+    vocab="bpe",
+    tokenizer_pre="gpt-4o",
+    arch_kv=_gpt_oss_kv,
+    hf_reads=False,
+    init_std=(("self_attn.sinks", 1.0),),
+    interleaved_experts=True,
+)  # fmt: skip
+
+
+def _qwen3next_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """Qwen3NextModel.set_gguf_parameters over Qwen2MoeModel's: the expert keys, the DeltaNet sizes
+    under ssm.* (state_size = linear_key_head_dim, group_count = linear_num_key_heads, time_step_rank =
+    linear_num_value_heads, inner_size = value heads × their size), full_attention_interval (the
+    config.json key, which transformers turns into layer_types), and rope.dimension_count =
+    int(head_dim · partial_rotary_factor).
+
+    >>> c = transformers.Qwen3NextConfig(head_dim=32, full_attention_interval=2, linear_num_value_heads=4)
+    >>> kv = _qwen3next_kv(c)
+    >>> kv["{arch}.full_attention_interval"][0], kv["{arch}.rope.dimension_count"][0]
+    (2, 8)
+    """
+    SSM = gguf.Keys.SSM
+    interval = config.layer_types.index("full_attention") + 1
+    kinds = ("linear_attention", "full_attention")
+    pattern = [kinds[(i + 1) % interval == 0] for i in range(len(config.layer_types))]
+    assert config.layer_types == pattern, "a Qwen3-Next config.json gives the layout by its interval only"
+    rotary = config.rope_parameters.get("partial_rotary_factor", 0.25)
+    return _moe_kv(config) | {
+        SSM.CONV_KERNEL: (config.linear_conv_kernel_dim, VT.UINT32),
+        SSM.STATE_SIZE: (config.linear_key_head_dim, VT.UINT32),
+        SSM.GROUP_COUNT: (config.linear_num_key_heads, VT.UINT32),
+        SSM.TIME_STEP_RANK: (config.linear_num_value_heads, VT.UINT32),
+        SSM.INNER_SIZE: (config.linear_value_head_dim * config.linear_num_value_heads, VT.UINT32),
+        gguf.Keys.LLM.FULL_ATTENTION_INTERVAL: (interval, VT.UINT32),
+        gguf.Keys.Rope.DIMENSION_COUNT: (int(head_dim(config) * rotary), VT.UINT32),
+    }
+
+
+def _qwen3next_gathered(config: Any) -> dict[str, tuple[tuple[str, tuple[int, ...]], ...]]:
+    """Qwen3NextModel.modify_tensors: in_proj_qkvz holds, per key head, rows q (d_k), k (d_k), v and z
+    (r·d_v each, r value heads per key head); the converter writes the q rows of every key head, then
+    their k rows, then the v rows as attn_qkv, and the z rows as attn_gate.
+
+    >>> c = transformers.Qwen3NextConfig(linear_num_key_heads=2, linear_num_value_heads=2,
+    ...     linear_key_head_dim=1, linear_value_head_dim=1)
+    >>> _qwen3next_gathered(c)["linear_attn.in_proj_qkvz.weight"]
+    (('attn_qkv.weight', (0, 4, 1, 5, 2, 6)), ('attn_gate.weight', (3, 7)))
+    """
+    G, H_s = config.linear_num_key_heads, config.linear_num_value_heads
+    d_k, w = config.linear_key_head_dim, H_s // G * config.linear_value_head_dim
+    per = 2 * d_k + 2 * w  # rows of one key head's group
+    parts = [(0, d_k), (d_k, 2 * d_k), (2 * d_k, 2 * d_k + w), (2 * d_k + w, per)]  # q, k, v, z
+    rows = [tuple(g * per + i for g in range(G) for i in range(a, b)) for a, b in parts]
+    qkv, z = ("attn_qkv.weight", rows[0] + rows[1] + rows[2]), ("attn_gate.weight", rows[3])
+    return {"linear_attn.in_proj_qkvz.weight": (qkv, z)}
+
+
+# Qwen3-Next as Qwen3NextModel converts it (conversion/qwen.py: Qwen2MoeModel's keys and experts, then
+# _qwen3next_kv; in_proj_qkvz un-interleaved into attn_qkv and attn_gate; A stored as −exp(A_log), the
+# convolution squeezed, dt_bias renamed ssm_dt.bias; every norm but linear_attn.norm + 1). Four blocks,
+# DeltaNet, attention, DeltaNet, attention (full_attention_interval 2); the DeltaNet blocks with 2 key
+# heads and 4 value heads of 32; the attention's 4 heads of 32 (GQA 4/2), RoPE on 8 of them; top-2 of 4
+# experts of 32 renormalised, a gated shared expert of 32; byte-level BPE (qwen2), untied.
+ARCHS["qwen3next"] = ArchSpec(
+    gguf.MODEL_ARCH.QWEN3NEXT,
+    transformers.Qwen3NextConfig,
+    dict(
+        _QWEN_MOE_SHAPE,
+        num_hidden_layers=4,  # L
+        full_attention_interval=2,
+        head_dim=32,  # d_h ≠ d_e / H
+        num_experts=4,  # E
+        moe_intermediate_size=32,  # d_x
+        shared_expert_intermediate_size=32,  # d_sh
+        norm_topk_prob=True,  # llama.cpp renormalises
+        linear_num_key_heads=2,  # G
+        linear_num_value_heads=4,  # H_s
+        linear_key_head_dim=32,  # d_s
+        linear_value_head_dim=32,  # d_v (llama.cpp requires d_v = d_s)
+        linear_conv_kernel_dim=4,
+        # the gated RMSNorm of a head whose memory reads near 0 (q ⊥ the keys so far) amplifies float32
+        # rounding; Qwen3-Next's 1e-6 takes a cached pass past the kv-cache suite's 1e-5, 1e-5 does not
+        rms_norm_eps=1e-5,
+        use_cache=False,
+    ),
+    **_QWEN_MOE_FILE | dict(arch_kv=_qwen3next_kv),
+    norm_shift=1.0,
+    unshifted=("linear_attn.norm.weight",),
+    gathered=_qwen3next_gathered,
+    hf_reads=False,
+    # decay rates exp(N(0, 1)) and their offsets dt_bias of a unit, as Mamba's; the convolution's output
+    # O(1); β and the decays selective; queries and keys large enough that scores move the attention
+    init_std=(
+        ("A_log", 1.0),
+        ("dt_bias", 1.0),
+        ("conv1d.weight", 0.3),
+        ("in_proj_ba.weight", 0.3),
+        ("q_proj.weight", 0.3),
+        ("k_proj.weight", 0.3),
+    ),
+)

@@ -100,9 +100,16 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # GLM-4.5(-Air): q/k/v biases, RoPE on halves of 16 of 32 entries, block 1 dense, then 8 experts of 32,
     # top-2 by sigmoid + selection bias, renormalised, × 2.5, a shared expert; a NextN block not run
     "glm4moe": ("glm4moe", {}),
+    # gpt-oss: q/k/v/o biases, per-head attention sinks, YaRN ×4 on halves, blocks alternating sliding
+    # (window 4) and full, 4 experts of 32, top-2 by the softmax of their biased logits, clamped SwiGLU
+    "gpt-oss": ("gpt-oss", {}),
     # ERNIE 4.5 MoE: ernie4_5's attention, block 1 dense, then softmax-routed top-2 of 8 experts of 32
     # with a selection bias, renormalised, plus a shared expert of 64; tied
     "ernie4_5-moe": ("ernie4_5-moe", {}),
+    # Llama 4: blocks 1–3 chunked with RoPE (llama3 rope_freqs) and q/k L2 norms, block 4 NoPE with the
+    # attention temperature; blocks 2 and 4 top-1 of 4 sigmoid-gated experts weighing their inputs + a
+    # shared expert, 1 and 3 a SwiGLU MLP; untied
+    "llama4": ("llama4", {}),
     # Apertus: per-head q/k RMSNorm, NEOX rope with llama3 rope_freqs, an ungated MLP with xIELU whose
     # per-block numbers are metadata arrays; untied
     "apertus": ("apertus", {}),
@@ -114,6 +121,9 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # Nomic BERT: bert with RoPE on halves (θ = 1000) in place of positions, one attn_qkv, a SwiGLU MLP,
     # no biases
     "nomic-bert": ("nomic-bert", {}),
+    # ModernBERT: pre-LayerNorm blocks without offsets (none before block 1's attention), one attn_qkv,
+    # RoPE on halves, block 2 of 3 local (window 4, θ = 1e4) between global ones (θ = 1.6e5), GeGLU
+    "modern-bert": ("modern-bert", {}),
     # LFM2: blocks of a gated short convolution (width 3) or GQA with per-head q/k RMSNorm, as the
     # per-block head_count_kv says (0, 2, 0, 2); RoPE on halves, SwiGLU, tied
     "lfm2": ("lfm2", {}),
@@ -141,6 +151,13 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             "layer_types": ["attention", "mamba", "mamba"],
         },
     ),
+    # Falcon-H1: GQA 4/2 (head_dim 8 ≠ d_e/H, RoPE on halves) and a Mamba-2 mixer (6 heads in 2 groups,
+    # d_inner 96 ≠ 2·d_e) side by side in both blocks, a SwiGLU MLP; every µP multiplier ≠ 1; untied
+    "falcon-h1": ("falcon-h1", {}),
+    # Qwen3-Next: gated DeltaNet blocks (2 key heads, 4 value heads of 32, a width-4 convolution) and gated
+    # GQA 4/2 with q/k RMSNorm and RoPE on 8 of 32 entries, every 2nd block (full_attention_interval 2);
+    # top-2 of 4 experts renormalised plus a sigmoid-gated shared expert; norms stored + 1; untied
+    "qwen3next": ("qwen3next", {}),
 }
 
 

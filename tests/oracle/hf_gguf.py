@@ -78,6 +78,20 @@ and `integrations/ggml.py`, gguf-py 0.19):
   (`ssm_dt.bias`), A stored as −exp(A_log) and D, both reshaped to [H, 1], the gated norm's scales to
   [n_groups, d_inner / n_groups], the convolution squeezed; a tied checkpoint has no output.weight.
   transformers' GGUF loader reads no mamba2.
+- Falcon-H1 (`conversion/falcon_h1.py` FalconH1Model over Mamba2Model): Mamba-2's tensors with d_inner =
+  mamba_d_ssm, attention unpermuted (rope type NEOX), the pre-MLP norm written as `blk.N.ffn_norm` with
+  no `.weight` (gguf's FFN_PRE_NORM maps the whole name); every µP multiplier folded into the weight it
+  follows (`ArchSpec.scaled`: ssm_in row by row with ssm_multipliers) and none written as metadata;
+  Mamba-2's stand-in context_length, feed_forward_length and head_count overwritten with the real
+  ones, plus head_count_kv, key_length = value_length = head_dim, vocab_size and rope.freq_base.
+  transformers' GGUF loader reads no falcon-h1.
+- Qwen3-Next (`conversion/qwen.py` Qwen3NextModel over Qwen2MoeModel): the expert keys, the DeltaNet
+  sizes under `ssm.*`, `full_attention_interval` and `rope.dimension_count` = int(head_dim ·
+  partial_rotary_factor); `in_proj_qkvz`, per key head rows q, k, v, z, written as `attn_qkv` (the q
+  rows of every key head, then k, then v) and `attn_gate` (z); `in_proj_ba` as `ssm_ba`, unchanged;
+  A = −exp(A_log), the convolution squeezed, `dt_bias` as `ssm_dt.bias`; every `*norm.weight` + 1 except
+  `linear_attn.norm.weight` (transformers applies that one as w, the others as 1 + w). transformers'
+  GGUF loader reads no qwen3next.
 """
 
 from __future__ import annotations
@@ -121,7 +135,7 @@ def tiny_model(arch: str, seed: int = 0, **overrides: Any) -> tuple[torch.nn.Mod
         dtype=torch.float32,
         attn_implementation="eager",  # the naive reference
     )
-    _randomise(model, seed, spec.norm_shift, dict(spec.init_std))
+    _randomise(model, seed, spec.norm_shift, dict(spec.init_std), spec.unshifted)
     return model.eval(), config
 
 
@@ -129,13 +143,18 @@ _HEAD_NORMS = (".q_norm.weight", ".k_norm.weight")  # 2-D in Cohere: one row of 
 
 
 def _randomise(
-    model: torch.nn.Module, seed: int, norm_shift: float = 0.0, init_std: dict[str, float] | None = None
+    model: torch.nn.Module,
+    seed: int,
+    norm_shift: float = 0.0,
+    init_std: dict[str, float] | None = None,
+    unshifted: tuple[str, ...] = (),
 ) -> None:
     """Redraw every parameter so that no weight keeps its default (ones, zeros, tiny normals).
 
     As the model applies them: embeddings ~ N(0, 0.5²) (logits of a few units; Gemma multiplies
     its embeddings by √d_e, so its table is drawn √d_e times smaller), norm weights ~ 1 + N(0, 0.1²)
-    (Cohere's per-head q/k norms [H, d_h] too; Gemma applies 1 + w: w ~ N(0, 0.1²)); other matrices
+    (Cohere's per-head q/k norms [H, d_h] too; Gemma applies 1 + w: w ~ N(0, 0.1²), except the norms
+    `unshifted` ends, which the model applies as w); other matrices
     and biases ~ N(0, 0.1²), or N(0, σ²) where `init_std` has σ for the end of the parameter's name.
     Tied tensors are drawn once.
     """
@@ -152,7 +171,8 @@ def _randomise(
             if id(p) in embeddings:
                 p.copy_(0.5 / embeddings[id(p)] * noise)
             elif name.endswith("weight") and (p.ndim == 1 or name.endswith(_HEAD_NORMS)):
-                p.copy_(1.0 - norm_shift + 0.1 * noise)
+                shift = 0.0 if name.endswith(unshifted or ("\0",)) else norm_shift
+                p.copy_(1.0 - shift + 0.1 * noise)
             else:
                 std = next((v for end, v in init_std.items() if name.endswith(end)), 0.1)
                 p.copy_(std * noise)
@@ -199,6 +219,13 @@ class _Tensor:
     # stacked [n_head, b − a, n_in], each head's block transposed when swap; else None
     per_head: tuple[int, int, int, bool] | None = None
     shape: tuple[int, ...] | None = None  # the converter's reshape (ArchSpec.reshaped), else none
+    scale: tuple[Any, ...] = ()  # the converter's factors (ArchSpec.scaled): numbers, or one per row
+    # the checkpoint keeps [E, n_in, n_out] (Llama4TextExperts): its last two axes swapped first
+    swap: bool = False
+    # the GGUF tensor as a NumPy view of the parameter (strided columns, swapped axes: gpt-oss's experts),
+    # through which quantized_copy writes back; else None
+    view: Callable[[np.ndarray], np.ndarray] | None = None
+    rows: tuple[int, ...] | None = None  # the rows it takes, in order (ArchSpec.gathered), else all
 
 
 # What a converter stores in place of a checkpoint's parameter, by GGUF name without "blk.N.":
@@ -226,6 +253,8 @@ def _tensor_plan(model: torch.nn.Module, config: Any, arch: str, permute: bool =
     }
     plan = []
     reshaped = spec.reshaped(config) if spec.reshaped else {}
+    scaled = spec.scaled(config) if spec.scaled else {}
+    gathered = spec.gathered(config) if spec.gathered else {}
     state = model.state_dict()
     for hf_name in state:
         if hf_name == "lm_head.weight" and config.tie_word_embeddings:
@@ -234,12 +263,21 @@ def _tensor_plan(model: torch.nn.Module, config: Any, arch: str, permute: bool =
             continue  # BertModel.filter_tensors: "we are only using BERT for embeddings"
         if spec.weight_kv and hf_name.endswith(spec.weight_kv[0]):
             continue  # written as metadata (ApertusModel: the xIELU numbers)
-        experts = _expert_tensors(hf_name, state[hf_name].shape)
+        experts = (
+            _interleaved_experts(hf_name)
+            if spec.interleaved_experts
+            else _expert_tensors(hf_name, state[hf_name].shape, spec.experts_in_out)
+        )
         if experts is not None:
             plan.extend(experts)
             continue
         if hf_name.endswith("self_attn.kv_b_proj.weight"):
             plan.extend(_mla_kv_b(hf_name, config))
+            continue
+        gather = next((g for end, g in gathered.items() if hf_name.endswith(end)), None)
+        if gather is not None:  # rows of one parameter into several tensors (Qwen3-Next's in_proj_qkvz)
+            blk = "blk." + hf_name.split(".")[2] + "."
+            plan.extend(_Tensor(hf_name, blk + leaf, False, None, rows=rows) for leaf, rows in gather)
             continue
         head = _PER_HEAD.fullmatch(hf_name)
         if head is not None:  # one stacked tensor, written where head 0's norm comes
@@ -256,11 +294,15 @@ def _tensor_plan(model: torch.nn.Module, config: Any, arch: str, permute: bool =
             raise ValueError(f"no GGUF name for {arch} parameter {hf_name!r}")
         leaf = name.split(".")[-2]  # blk.0.attn_q.weight → attn_q
         qk = heads.get(leaf) if spec.permute_qk and permute else None
-        shift = spec.norm_shift if hf_name.endswith("norm.weight") else 0.0
+        shifted = hf_name.endswith("norm.weight") and not hf_name.endswith(spec.unshifted or ("\0",))
+        shift = spec.norm_shift if shifted else 0.0
         convert = name.split(".", 2)[-1] if name.startswith("blk.") else name
         convert = convert if convert in _CONVERSIONS else ""
-        shape = reshaped.get(name.split(".", 2)[-1] if name.startswith("blk.") else name)
-        plan.append(_Tensor(hf_name, name, hf_name in conv1d, qk, shift, convert=convert, shape=shape))
+        leaf_name = name.split(".", 2)[-1] if name.startswith("blk.") else name
+        shape, scale = reshaped.get(leaf_name), scaled.get(leaf_name, ())
+        plan.append(
+            _Tensor(hf_name, name, hf_name in conv1d, qk, shift, convert=convert, shape=shape, scale=scale)
+        )
     if getattr(config, "num_local_experts", None) == 0:  # GraniteMoeModel.modify_tensors: with no experts,
         plan = [replace(t, name=t.name.replace("_shexp.", ".")) for t in plan]  # shared_mlp is the MLP
     return plan
@@ -336,8 +378,11 @@ _RENAMED_ON_LOAD = (
     ),
 )
 # Parameters the converter renames before gguf's map reads them (Mamba2Model.filter_tensors: dt_bias,
-# under Mamba-2's `mixer` and granitehybrid's `mamba`).
-_RENAMED_BY_CONVERTER = ((re.compile(r"\.(mixer|mamba)\.dt_bias$"), r".\1.dt_proj.bias"),)
+# under Mamba-2's `mixer`, granitehybrid's `mamba` and Qwen3-Next's `linear_attn`).
+_RENAMED_BY_CONVERTER = (
+    (re.compile(r"\.(mixer|mamba|linear_attn)\.dt_bias$"), r".\1.dt_proj.bias"),
+    (re.compile(r"\.self_attn\.sinks$"), ".self_attn.sinks.weight"),  # GptOssModel.filter_tensors
+)
 
 
 def _checkpoint_name(hf_name: str) -> str:
@@ -351,9 +396,11 @@ def _checkpoint_name(hf_name: str) -> str:
     return hf_name
 
 
-def _expert_tensors(hf_name: str, shape: tuple[int, ...]) -> list[_Tensor] | None:
+def _expert_tensors(hf_name: str, shape: tuple[int, ...], in_out: bool = False) -> list[_Tensor] | None:
     """transformers 5 keeps a layer's experts as 3-D tensors, gate and up fused:
-    `experts.gate_up_proj` [E, 2·d_ff, d_e] (rows: gate; up) and `experts.down_proj` [E, d_e, d_ff].
+    `experts.gate_up_proj` [E, 2·d_ff, d_e] (rows: gate; up) and `experts.down_proj` [E, d_e, d_ff];
+    Llama 4 (`in_out`) keeps their transposes, [E, d_e, 2·d_ff] and [E, d_ff, d_e], which
+    Llama4Model.modify_tensors swaps back before it splits gate and up.
     llama.cpp's converter writes them as `ffn_gate_exps`, `ffn_up_exps` [E, d_ff, d_e] and
     `ffn_down_exps` [E, d_e, d_ff] (NumPy order). GraniteMoeShared's shared expert fuses its gate and
     up the same way in one Linear, `shared_mlp.input_linear` [2·d_s, d_e], which GraniteMoeModel
@@ -372,11 +419,45 @@ def _expert_tensors(hf_name: str, shape: tuple[int, ...]) -> list[_Tensor] | Non
         return None
     blk = f"blk.{m.group(1)}."
     if m.group(2) == "down_proj":
-        return [_Tensor(hf_name, blk + "ffn_down_exps.weight", False, None)]
+        return [_Tensor(hf_name, blk + "ffn_down_exps.weight", False, None, swap=in_out)]
+    if in_out:
+        return [replace(t, swap=True) for t in _gate_up(hf_name, blk, "exps", shape[2] // 2)]
     return _gate_up(hf_name, blk, "exps", shape[1] // 2)
 
 
 _SHARED_GATE_UP = re.compile(r"model\.layers\.(\d+)\.shared_mlp\.input_linear\.weight")
+
+
+_OAI_EXPERTS = re.compile(r"model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)(_bias)?")
+
+
+def _interleaved_experts(hf_name: str) -> list[_Tensor] | None:
+    """GptOssModel.modify_tensors: transformers keeps gpt-oss's experts as `gate_up_proj` [E, d_e, 2·d_x]
+    whose last axis alternates gate, up (`gate_up_proj_bias` [E, 2·d_x] likewise) and `down_proj`
+    [E, d_x, d_e]; the converter writes `ffn_gate_exps`, `ffn_up_exps` [E, d_x, d_e] (the even and the odd
+    columns, transposed), `ffn_down_exps` [E, d_e, d_x] and the biases `ffn_{gate,up,down}_exps.bias`.
+    None for any other parameter.
+
+    >>> gate_up = _interleaved_experts("model.layers.1.mlp.experts.gate_up_proj")
+    >>> [(t.name, t.view(np.zeros((4, 64, 64))).shape) for t in gate_up]  # [E, d_e, 2·d_x]
+    [('blk.1.ffn_gate_exps.weight', (4, 32, 64)), ('blk.1.ffn_up_exps.weight', (4, 32, 64))]
+    """
+    m = _OAI_EXPERTS.fullmatch(hf_name)
+    if m is None:
+        return None
+    blk, bias = f"blk.{m.group(1)}.", m.group(3) is not None
+    leaf = "bias" if bias else "weight"
+    if m.group(2) == "down_proj":
+        view = None if bias else (lambda w: w.swapaxes(-1, -2))
+        return [_Tensor(hf_name, f"{blk}ffn_down_exps.{leaf}", False, None, view=view)]
+    out = []
+    for kind, first in (("gate", 0), ("up", 1)):
+        if bias:
+            view = lambda w, a=first: w[..., a::2]  # noqa: E731
+        else:
+            view = lambda w, a=first: w.swapaxes(-1, -2)[..., a::2, :]  # noqa: E731
+        out.append(_Tensor(hf_name, f"{blk}ffn_{kind}_exps.{leaf}", False, None, view=view))
+    return out
 
 
 def _gate_up(hf_name: str, blk: str, kind: str, d: int) -> list[_Tensor]:
@@ -403,8 +484,20 @@ def _mla_kv_b(hf_name: str, config: Any) -> list[_Tensor]:
     ]
 
 
+def _factor(f: Any, w: np.ndarray) -> np.ndarray:
+    """A factor of `_Tensor.scale` as float32, shaped to multiply `w`: a number, or one per row."""
+    f = np.asarray(f, dtype=np.float32)
+    return f.reshape(-1, *[1] * (w.ndim - 1)) if f.ndim else f
+
+
 def _to_gguf(t: _Tensor, w: np.ndarray) -> np.ndarray:
+    w = np.swapaxes(w, -1, -2) if t.swap else w
+    if t.view:
+        return t.view(w)
     w = _CONVERSIONS[t.convert][0](w) if t.convert else w
+    for f in t.scale:  # in float32, one factor after another, as the converter multiplies torch tensors
+        w = w * _factor(f, w)
+    w = w[list(t.rows)] if t.rows else w
     if t.per_head:
         h, a, b, swap = t.per_head
         w = w.reshape(h, -1, w.shape[-1])[:, a:b, :]
@@ -422,7 +515,10 @@ def _from_gguf(t: _Tensor, w: np.ndarray) -> np.ndarray:
     w = unpermute_qk(w, t.qk_heads) if t.qk_heads else w
     w = w - np.float32(t.shift) if t.shift else w  # exact for stored values in [0.5, 2] (Sterbenz)
     w = w.T if t.transpose else w
-    return _CONVERSIONS[t.convert][1](w) if t.convert else w  # log(−A): A_log to float rounding
+    for f in reversed(t.scale):
+        w = w / _factor(f, w)
+    w = _CONVERSIONS[t.convert][1](w) if t.convert else w  # log(−A): A_log to float rounding
+    return np.swapaxes(w, -1, -2) if t.swap else w
 
 
 def gguf_tensors(
@@ -485,12 +581,20 @@ def quantized_copy(model: torch.nn.Module, config: Any, arch: str, ftype: str) -
                 continue
             w = _to_gguf(t, _hf_value(t, params))
             data, qtype = _quantize(t.name, w, ftype)
+            if t.view:  # written back through the view
+                stored = gguf.quants.dequantize(data, qtype).reshape(w.shape)
+                t.view(params[t.hf_name].detach().numpy())[...] = stored
+                continue
             restored = torch.from_numpy(
                 np.ascontiguousarray(_from_gguf(t, gguf.quants.dequantize(data, qtype).reshape(w.shape)))
             )
             if t.per_head:  # each head's block of rows
                 param = params[t.hf_name]
                 param.view(t.per_head[0], -1, param.shape[-1])[:, t.per_head[1] : t.per_head[2], :].copy_(restored)
+            elif t.part and t.swap:  # one block of columns (of each expert): Llama 4's gate_up_proj
+                params[t.hf_name][..., t.part[0] : t.part[1]].copy_(restored)
+            elif t.rows:  # rows gathered from the parameter, back to where they came from
+                params[t.hf_name][list(t.rows)] = restored
             elif t.part:  # one block of rows (of each expert)
                 params[t.hf_name][..., t.part[0] : t.part[1], :].copy_(restored)
             elif t.stack:  # each parameter's rows back to it (a per-head norm: one row)

@@ -9,6 +9,7 @@ Leaves out: names, operators and indexing (exprs.py), assignments (assign.py).
 
 from __future__ import annotations
 
+from toycards.checker.bindings import dim_or_none
 from toycards.codegen.code import expr_text, int_literal, paren, parse_expr, relayout, shifted, union_fams
 from toycards.codegen.module import comment_safe
 from toycards.codegen.scope import AFTER, Family, family_key, free_names, run_time_hypers
@@ -86,9 +87,23 @@ class CallEmitter:
             code = f"{paren(code)}[..., None, :]"
         heads = f"ops.split_rows({code}, {k})"
         if isinstance(block, ir.Name) and block.id == var:
+            # `for j ∈ [G]: rows(C, j, d)` of a C with more rows than G·d: only the first G blocks
+            if not self._blocks_fill_rows(c, self.scope.maps[var]):
+                heads = f"{heads}[..., :{self.scope.maps[var].bound_code}, :, :]"
             return Val(heads, a.rank, fams=a.fams | {var})
         gathered = self._gather_member(Family(heads, a.rank, var, 2), expr_text(block))
         return gathered.with_(fams=a.fams | {var})
+
+    def _blocks_fill_rows(self, c: ir.Call, m: MapVar) -> bool:
+        """Whether the n blocks of `rows(A, j, k)` in a map `for j ∈ [n]` are all of A's rows
+        (A ∈ ℝ^{n·k×…} as the checker inferred A, modulo derived hyperparameters), so that the map
+        takes every block; True where a shape is not known."""
+        rows = getattr(self.em.checked.shape(self.scope.algo, c.args[0]), "dims", ())
+        n = dim_or_none(m.bound) if m.bound is not None else None
+        k = self._dim_of(c.args[2])
+        if not rows or None in (rows[0], n, k):
+            return True
+        return self.em.checked.same_dims(self.scope.algo, rows[0], n * k)
 
     def call_algorithm(self, c: ir.Call, callee: ir.Algorithm) -> Val:
         passed = call_params(callee, c)  # what it writes, then the defaults it leaves out

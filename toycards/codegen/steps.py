@@ -257,7 +257,7 @@ class StepEmitter:
         for r in ranges:
             bound = self.ex.dim(r.bound)
             win = isinstance(r.bound, ir.DimName) and r.bound.name in self.scope.windowed
-            maps[r.var] = MapVar(r.var, self.scope.ns.name(r.var), bound, win)
+            maps[r.var] = MapVar(r.var, self.scope.ns.name(r.var), bound, win, bound=r.bound)
         kinds = map_kinds(s, set(maps))
         for v, k in kinds.items():
             maps[v].kind = k

@@ -21,6 +21,7 @@ from toycards.lang import ir
 
 if TYPE_CHECKING:
     from toycards.checker.context import CheckResult
+    from toycards.checker.dims import Dim
     from toycards.checker.shapes import Shape
 
 # Prelude algorithms that pick the key/value head of each query head themselves (`kv_index=`), by
@@ -65,6 +66,7 @@ class MapVar:
     windowed: bool  # its values are absolute token positions
     kind: str = ""  # "element" (axis −1), "column" (axis −2), "block" (axis −3)
     used_as_value: bool = False
+    bound: ir.Dim | None = None  # the card's n, where the map has one
 
     @property
     def ndim_after(self) -> int:
@@ -92,3 +94,12 @@ class Checked:
             if info is not None and info.algorithm is algo:
                 return info.shape_of(node)
         return None
+
+    def same_dims(self, algo: ir.Algorithm, a: Dim, b: Dim) -> bool:
+        """Whether dimensions a and b of `algo` are equal once its derived hyperparameters are
+        substituted (`H · d_h` and `d_e` under `d_h ≔ d_e / H`); True where `algo` was not checked."""
+        for result in (self.card, self.prelude):
+            info = result.algorithms.get(algo.name) if result is not None else None
+            if info is not None and info.algorithm is algo:
+                return info.signature.eq.same(a, b)
+        return True

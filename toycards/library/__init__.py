@@ -84,13 +84,18 @@ ARCH_CARDS: dict[str, str] = {
     "apertus": "apertus",  # per-head q/k RMSNorm, an ungated MLP with xIELU (its numbers per block, in metadata)
     "ernie4_5-moe": "ernie4_5-moe",  # dense or expert blocks by leading_dense_block_count and the interleave step
     "glm4moe": "glm4moe",  # GLM-4.5: leading dense blocks, then sigmoid-routed experts; NextN blocks not run
+    "llama4": "llama4",  # Llama 4 (text): chunked RoPE and NoPE blocks, dense and input-weighted expert blocks
     "hunyuan-dense": "hunyuan-dense",
     "lfm2": "lfm2",  # convolution and attention blocks, told apart by the per-block head_count_kv
     "jamba": "jamba",  # Mamba and attention blocks (per-block head_count_kv); dense and expert MLPs
     "granitehybrid": "granitehybrid",  # Granite 4.0 hybrid: Mamba-2 and attention blocks, experts or an MLP
+    "falcon-h1": "falcon-h1",  # attention and a Mamba-2 mixer side by side in every block
+    "qwen3next": "qwen3next",  # gated DeltaNet and gated attention blocks (full_attention_interval), experts
     "deepseek2": "deepseek2",  # DeepSeek V2 and V3: latent attention (one cached latent per token), experts
     "bert": "bert",  # an encoder: its card outputs each token's embedding (ModelAPI.embed pools them)
     "nomic-bert": "nomic-bert",  # an encoder like bert, with RoPE and a SwiGLU MLP
+    "modern-bert": "modern-bert",  # an encoder: pre-norm blocks, global and symmetric sliding-window ones
+    "gpt-oss": "gpt-oss",  # attention sinks, sliding and full blocks alternating, clamped SwiGLU experts
 }
 
 
@@ -118,6 +123,17 @@ CARDS_REFUSED_BY_TENSORS: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {
             ("blk.0.attn_kv_b.weight",),
             "an unsplit attn_kv_b (a file converted before llama.cpp split it into attn_k_b and attn_v_b): "
             "deepseek2.card models the absorbed attention over attn_k_b and attn_v_b only",
+        ),
+    ),
+    "falcon-h1": (
+        (
+            ("blk.0.ssm_norm.weight",),
+            "a grouped RMSNorm in the Mamba-2 mixer (mamba_rms_norm): llama.cpp applies it when the tensor "
+            "is present and no key says so, and falcon-h1.card models the released models, which have none",
+        ),
+        (
+            ("blk.0.ffn_up.bias",),
+            "MLP biases (mlp_bias): llama.cpp adds them when present, and falcon-h1.card's SwiGLU has none",
         ),
     ),
     "seed_oss": (

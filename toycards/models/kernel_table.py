@@ -124,7 +124,7 @@ def _plain(kernel: Kernel, steps, ops, algo: ir.Algorithm, site: Site):
 
 
 def _attention(kernel: Kernel, steps, ops, algo: ir.Algorithm, site: Site):
-    """`ops.attention(Q, K, V, Mask, c, t_z, t_x, kv_index)`: the positions of the mask's two
+    """`ops.attention(Q, K, V, Mask, c, σ, t_z, t_x, kv_index)`: the positions of the mask's two
     dimensions, and the key/value head of each query head."""
     mask = next(d for d in algo.hyper_decls if isinstance(d.type, ir.TensorType) and d.type.field == "B")
     where = _positions(algo, site, mask.type.dims)

@@ -327,7 +327,7 @@ def moe(X, W_r, W_gate, W_up, W_down, k, norm):
 MOE_WEIGHTS_SUM_MIN = 6.103515625e-5
 
 
-def moe_biased(X, W_r, b, W_gate, W_up, W_down, k, norm, gating, s=1, n_g=1, k_g=1):
+def moe_biased(X, W_r, b, W_gate, W_up, W_down, k, norm, gating, s=1, n_g=1, k_g=1, w_b=0):
     """The prelude's MoE_biased in one kernel, tokens grouped per expert (runtime.torch.moe.moe_biased
     says how).
 
@@ -359,11 +359,12 @@ def moe_biased(X, W_r, b, W_gate, W_up, W_down, k, norm, gating, s=1, n_g=1, k_g
     for e, n in enumerate(counts.tolist()):
         if n:
             xs = x[tokens[start : start + n]]  # (n, d_e)
+            w = weights[start : start + n, None]  # (n, 1); w_b: they weigh the input (weight_before_ffn)
+            xs = xs * w if w_b else xs
             g = kernels.blas_product(xs, W_gate[e].T)
             h = g / (1 + np.exp(-g)) * kernels.blas_product(xs, W_up[e].T)  # (n, d_ff)
-            grouped[start : start + n] = (
-                kernels.blas_product(h, W_down[e].T) * weights[start : start + n, None]
-            )
+            y = kernels.blas_product(h, W_down[e].T)  # (n, d_e)
+            grouped[start : start + n] = y if w_b else y * w
             start += n
     chosen_out = np.empty_like(grouped)
     chosen_out[order] = grouped  # back to (token, choice) order

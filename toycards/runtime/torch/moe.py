@@ -22,12 +22,13 @@ def moe(X, W_r, W_gate, W_up, W_down, k, norm):
     return moe_biased(X, W_r, None, W_gate, W_up, W_down, k, norm, "softmax")
 
 
-def moe_biased(X, W_r, b, W_gate, W_up, W_down, k, norm, gating, s=1, n_g=1, k_g=1):
+def moe_biased(X, W_r, b, W_gate, W_up, W_down, k, norm, gating, s=1, n_g=1, k_g=1, w_b=0):
     """The prelude's MoE_biased in one kernel, tokens grouped per expert: the router's softmax or
     sigmoid (`gating`), the top k of those plus the selection bias b (None: none; ties to the lower
     expert, as `topk`) within each token's k_g best groups of experts (n_g > 1), the chosen unbiased
     ones (divided by their sum, at least MOE_WEIGHTS_SUM_MIN, when `norm` is "renormalise") times s
-    (0 or 1: unscaled), then each expert that any token chose runs once on its tokens. The card's
+    (0 or 1: unscaled), then each expert that any token chose runs once on its tokens, its output
+    weighted (w_b = 0) or its input (w_b = 1: llama.cpp's weight_before_ffn). The card's
     steps run every expert on every token, weighted 0 unless chosen (tests/engine/test_kernels.py
     ties the two).
     X [..., ℓ, d_e]; W_r [E, d_e]; b [E]; W_gate, W_up [E, d_ff, d_e]; W_down [E, d_e, d_ff] → [..., ℓ, d_e].
@@ -53,8 +54,10 @@ def moe_biased(X, W_r, b, W_gate, W_up, W_down, k, norm, gating, s=1, n_g=1, k_g
     for e, n in enumerate(counts):
         if n:
             xs = x[tokens[start : start + n]]  # (n, d_e) the tokens that chose expert e
+            w = weights[start : start + n, None]  # (n, 1) their weights
+            xs = xs * w if w_b else xs
             h = F.silu(F.linear(xs, W_gate[e])) * F.linear(xs, W_up[e])  # (n, d_ff)
-            grouped[start : start + n] = F.linear(h, W_down[e]) * weights[start : start + n, None]
+            grouped[start : start + n] = F.linear(h, W_down[e]) if w_b else F.linear(h, W_down[e]) * w
             start += n
     # back to (token, choice) order and summed over the choices: a permutation, not index_add_
     # (torch's CPU index_add_/scatter_add_ are slow on one token's row)

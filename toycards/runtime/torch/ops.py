@@ -334,19 +334,29 @@ def gelu_tanh(x):
     return F.gelu(x, approximate="tanh")
 
 
-def attention(Q, K, V, mask, cap, t_z, t_x, kv_index=None):
+def attention(Q, K, V, mask, cap, sink, t_z, t_x, kv_index=None):
     """Scaled dot-product attention with the card's mask evaluated at key positions t_z, query positions t_x.
 
     `kv_index[h]` is the key/value head that query head h reads (grouped-query attention); when
     the query heads read consecutive groups of equal size, SDPA does the grouping without copies.
-    `cap` > 0 soft-caps the scores (cap · tanh(s / cap)) before the mask, which SDPA cannot do.
+    `cap` > 0 soft-caps the scores (cap · tanh(s / cap)) before the mask, which SDPA cannot do; a
+    `sink` other than −∞ (one logit per query head, shaped to broadcast against [..., H, T]) joins
+    each query's softmax without a value, which SDPA cannot do either.
     """
     allowed = _allowed(mask, t_z, t_x)
-    if cap > 0:  # soft-capped scores: neither SDPA nor the C version caps them
+    sunk = torch.is_tensor(sink) or sink != -math.inf
+    if cap > 0 or sunk:  # soft-capped scores or a sink: neither SDPA nor the C version has them
         if kv_index is not None:
             K, V = take(K, kv_index, -3), take(V, kv_index, -3)
-        S = cap * torch.tanh(torch.matmul(Q, K.mT) / (math.sqrt(Q.shape[-1]) * cap))
-        return torch.matmul(torch.softmax(S.masked_fill(~allowed, -math.inf), dim=-1), V)
+        S = torch.matmul(Q, K.mT) / math.sqrt(Q.shape[-1])
+        S = cap * torch.tanh(S / cap) if cap > 0 else S
+        S = S.masked_fill(~allowed, -math.inf)
+        Y = torch.matmul(torch.softmax(S, dim=-1), V)
+        if sunk:  # the keys' share of softmax([S; σ]): sigmoid(log Σ exp S − σ), per query
+            lse = torch.logsumexp(S, dim=-1)  # [..., T]
+            share = torch.sigmoid(lse - torch.as_tensor(sink, dtype=S.dtype))
+            Y = Y * share[..., None]
+        return Y
     y = kernels.attention(Q, K, V, allowed, kv_index)  # few queries: the C version
     if y is not None:
         return y
