@@ -31,7 +31,7 @@ from toycards.engine.numpy import quant as quant_numpy
 from toycards.engine.torch import quant as quant_torch
 
 Q = GGMLQuantizationType
-TYPES = [Q[n] for n in "F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K".split()]
+TYPES = [Q[n] for n in "F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K MXFP4".split()]
 K_QUANTS = {Q.Q4_K, Q.Q5_K, Q.Q6_K}
 TOKENS = (1, 3, quant_torch.FEW_TOKENS, quant_torch.FEW_TOKENS + 1, 33)
 ROUNDING = 3e-6  # float32 sums of K ≤ 768 products, relative to Σ|x·w|: a few units of 2^-24 · √K
@@ -356,9 +356,10 @@ PACKED_CASES = [(t, shape) for t in PACKED for shape in (PACKED_SHAPES_K if t in
 def test_every_type_the_int8_kernels_take_packs():
     """Each type whose x the kernels round to int8 has a packed layout (AVX-512: 4 rows a group,
     AVX2: 8), so that no such weight decodes one row at a time as stored, Q5_K (Q5_K_M's bulk)
-    included; the float types read their own elements in place and do not pack."""
+    included; the float types read their own elements in place and do not pack, and MXFP4 (gpt-oss's
+    experts) multiplies a dequantized row at a time."""
     int8 = [t for t in TYPES if quant_kernels.quantizes_x(t)]
-    assert int8 == [t for t in TYPES if t not in (Q.F16, Q.BF16)]
+    assert int8 == [t for t in TYPES if t not in (Q.F16, Q.BF16, Q.MXFP4)]
     assert {quant_kernels.pack_rows(t) for t in int8} in ({4}, {8})
     assert PACKED == int8
 

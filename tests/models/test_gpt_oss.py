@@ -4,7 +4,8 @@ The shared suites run the case (tests/oracle/cases.py) against transformers on e
 Q8_0, full = cached = batch. Here each feature is switched off in both the transformers model and the
 file, and the card follows: the attention sinks (−∞: none), which blocks slide (llama.cpp's
 set_swa_pattern, from attention.sliding_window_pattern), and the YaRN keys (a file without them is
-far from the model that was trained with them).
+far from the model that was trained with them). A file whose routed experts are MXFP4, as gpt-oss is
+released, gives the logits of the model whose experts are those MXFP4 numbers.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import torch
-from oracle.hf_gguf import hf_logits, tiny_model, write_gguf
+from oracle.hf_gguf import hf_logits, quantized_copy, tiny_model, write_gguf
 from test_models_oracle import assert_logits_close, worst
 
 from toycards.models.load import load
@@ -57,3 +59,20 @@ def test_the_yarn_keys_are_read(tmp_path):
                       extra_kv={f"gpt-oss.rope.scaling.{k}": None for k in keys})  # fmt: skip
     unscaled, want = load(path, target="numpy").logits(IDS), hf_logits(model, IDS)
     assert np.abs(unscaled - want).max() > 0.05, worst(unscaled, want)
+
+
+@pytest.mark.parametrize("target", ["numpy", "torch"])
+def test_mxfp4_experts_give_their_models_logits(tmp_path, target):
+    """MXFP4 blocks (an E8M0 scale and 32 four-bit E2M1 numbers) are read through gguf.quants; the
+    file's logits equal those of the model whose experts are exactly the stored numbers, and those
+    differ from the float model's."""
+    import gguf
+
+    model, config = tiny_model("gpt-oss")
+    path = write_gguf(model, config, tmp_path / "mxfp4.gguf", "gpt-oss", "MXFP4_MOE")
+    types = {t.name: t.tensor_type for t in gguf.GGUFReader(path).tensors}
+    assert types["blk.0.ffn_gate_exps.weight"] == gguf.GGMLQuantizationType.MXFP4
+    want = hf_logits(quantized_copy(model, config, "gpt-oss", "MXFP4_MOE"), IDS)
+    assert_logits_close(load(path, target=target).logits(IDS), want, what=f"gpt-oss MXFP4 experts, {target}")
+    float_model = hf_logits(model, IDS)
+    assert np.abs(float_model - want).max() > 1e-2, worst(float_model, want)

@@ -28,6 +28,9 @@ FILE_TYPES = {  # ftype name → (general.file_type, the type of quantizable 2-D
     "F32": (gguf.LlamaFileType.ALL_F32, QT.F32),
     "F16": (gguf.LlamaFileType.MOSTLY_F16, QT.F16),
     "Q8_0": (gguf.LlamaFileType.MOSTLY_Q8_0, QT.Q8_0),
+    # gpt-oss as released: the routed experts in MXFP4 (GptOssModel repacks the checkpoint's blocks as
+    # they are), every other weight in float
+    "MXFP4_MOE": (gguf.LlamaFileType.MOSTLY_MXFP4_MOE, QT.F32),
 }
 
 

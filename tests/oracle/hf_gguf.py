@@ -558,6 +558,8 @@ def tensor_type(name: str, shape: tuple[int, ...], ftype: str) -> QT:
         return QT.F32
     if name.endswith(".ssm_conv1d.weight"):  # the converter keeps every SSM_CONV1D in F32
         return QT.F32
+    if ftype == "MXFP4_MOE" and name.endswith("_exps.weight"):
+        return QT.MXFP4
     block = gguf.GGML_QUANT_SIZES[qtype][0]
     return qtype if shape[-1] % block == 0 else QT.F16  # llama.cpp's QuantError fallback
 

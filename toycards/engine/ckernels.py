@@ -43,7 +43,7 @@ SOURCES = tuple(sorted(Path(__file__).with_name("kernels").glob("*.c")))  # comp
 FLAGS = ("-O3", f"-march={os.environ.get('TOYCARDS_QUANT_MARCH', 'native')}", "-fopenmp", "-fPIC", "-shared",
          "-std=c11")  # fmt: skip
 # the ggml types with a kernel, kept in their blocks (ids from gguf.GGMLQuantizationType)
-KEPT_TYPES = ("F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")
+KEPT_TYPES = ("F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "MXFP4")
 SUPPORTED = frozenset(TYPE_IDS[name] for name in KEPT_TYPES)
 F32 = TYPE_IDS["F32"]
 

@@ -168,6 +168,28 @@ static void row_q6_k(const uint8_t *b, float *y, int64_t k) {
 }
 #endif
 
+/* MXFP4 (OCP microscaling): a block is one E8M0 exponent e and 32 four-bit E2M1 numbers, low nibbles
+ * elements 0…15, high 16…31; x = v · 2^(e − 127) with v one of ±{0, 0.5, 1, 1.5, 2, 3, 4, 6}, here
+ * as ggml writes it: the doubled values times half the scale (ggml_e8m0_to_fp32_half), both exact */
+static float e8m0_half(uint8_t e) {
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static void row_mxfp4(const uint8_t *b, float *y, int64_t k) {
+    static const int8_t doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    for (int64_t s = 0; s < k; s += 32, b += 17) {
+        const float d = e8m0_half(b[0]);
+        const uint8_t *q = b + 1;
+        for (int j = 0; j < 16; j++) {
+            y[s + j] = (float)doubled[q[j] & 0x0F] * d;
+            y[s + j + 16] = (float)doubled[q[j] >> 4] * d;
+        }
+    }
+}
+
 /* the row kernel of `type`, NULL where it has none */
 row_fn row_kernel(int type) {
     switch (type) {
@@ -181,6 +203,7 @@ row_fn row_kernel(int type) {
     case Q4_K: return row_q4_k;
     case Q5_K: return row_q5_k;
     case Q6_K: return row_q6_k;
+    case MXFP4: return row_mxfp4;
     default: return 0;
     }
 }

@@ -105,7 +105,7 @@ static inline void ahead_other(const void *p, int64_t n) {
 /* ── the ggml types and their blocks ──────────────────────────────────────────────────────────── */
 
 enum { F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14,
-       BF16 = 30 };
+       BF16 = 30, MXFP4 = 39 };
 /* the block layout of each type whose x is quantized (TYPE a compile-time constant where used) */
 #define BLOCK_BYTES(TYPE) (TYPE == Q8_0 ? 34 : TYPE == Q4_0 ? 18 : TYPE == Q4_1 ? 20 : TYPE == Q5_0 ? 22 : 24)
 #define HAS_MIN(TYPE) (TYPE == Q4_1 || TYPE == Q5_1)
