@@ -8,7 +8,8 @@ path (no mamba-ssm or causal-conv1d kernels) on every target, F32 and Q8_0, in t
 KV cache, through describe's round trip. Here: each of the three branches moves the logits and so does
 each multiplier the converter folds into a weight (so agreement shows both are read right); the
 mixers decode from their State, token by token, in chunks and in batches; a file with the mixer's
-RMSNorm or MLP biases, which llama.cpp applies on sight and the card does not model, is refused.
+MLP biases, which llama.cpp applies on sight and the card does not model, is refused; the mixer's
+grouped RMSNorm is read where the file stores it.
 """
 
 from __future__ import annotations
@@ -97,18 +98,23 @@ def test_chunks_and_batches_match_transformers(oracle_files, target):
         assert_logits_close(cached[b], want[b], what=f"{target}, batch of 3, cached, sequence {b + 1}")
 
 
-@pytest.mark.parametrize(
-    "config, reason",
-    [
-        ({"mamba_rms_norm": True, "mamba_norm_before_gate": False}, "grouped RMSNorm"),
-        ({"mlp_bias": True}, "MLP biases"),
-    ],
-    ids=["ssm_norm", "mlp_bias"],
-)
-def test_variants_the_card_does_not_model_are_refused(tmp_path, config, reason):
-    """llama.cpp applies ssm_norm and the MLP's biases whenever the file holds them, and no key says so;
-    falcon-h1.card has neither, so the library refuses such a file rather than run it without them."""
-    model, cfg = tiny_model(ARCH, **config)
+def test_the_mixers_grouped_norm_is_read_where_the_file_stores_it(tmp_path):
+    """llama.cpp applies the mixer's grouped RMSNorm (mamba_rms_norm) in the blocks that store
+    ssm_norm, after the gate, and no key says so: the card reads the same (`present`) and gives
+    transformers' logits (its norm after the gate too, as the released configs set it)."""
+    model, cfg = tiny_model(ARCH, mamba_rms_norm=True, mamba_norm_before_gate=False)
+    path = write_gguf(model, cfg, tmp_path / "ssm_norm.gguf", ARCH)
+    ids = ids_for(cfg.vocab_size, 12)
+    want = hf_logits(model, ids)
+    for target in ("reference", "numpy", "torch"):
+        assert_logits_close(load(path, target=target).logits(ids), want, what=f"ssm_norm, {target}")
+    assert silenced_shift(model, "mamba.norm", ids) > 0.1
+
+
+def test_mlp_biases_are_refused(tmp_path):
+    """llama.cpp adds the MLP's biases (mlp_bias) whenever the file holds them; the prelude's SwiGLU
+    has none, so the library refuses such a file rather than run it without them."""
+    model, cfg = tiny_model(ARCH, mlp_bias=True)
     path = write_gguf(model, cfg, tmp_path / "variant.gguf", ARCH)
-    with pytest.raises(ToycardsError, match=reason):
+    with pytest.raises(ToycardsError, match="MLP biases"):
         load(path, target="numpy")

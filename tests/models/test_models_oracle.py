@@ -278,7 +278,8 @@ CARD_VALUES: dict[str, int | float | str | tuple[int, ...]] = {
     "s_m": 1,  # ernie4_5-moe's interleave_moe_layer_step: every block after the L_d dense ones has experts
     # llama4: L = 2 (above) runs block 1 with RoPE in chunks and block 2 without (c = 8192 ≫ the tests' lengths)
     "r_q": 8, "d_c": 16, "d_r": 4, "d_k": 12, "d_v": 8, "n_s": 1,  # deepseek2: q rank, latent, rope part, heads
-    "m_E": (0, 1), "n_qk": (0, 1),  # which blocks store experts (jamba) and q/k norms (glm4moe): present(…)
+    "m_E": (0, 1), "n_qk": (0, 1), "m_n": (0, 1),  # what blocks store (present): experts (jamba), q/k norms
+    # (glm4moe), the mixer's grouped norm (falcon-h1)
     "n_fa": 2,  # qwen3next's full_attention_interval: a DeltaNet block, then an attention block
 }  # fmt: skip
 

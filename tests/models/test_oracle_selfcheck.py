@@ -235,6 +235,14 @@ _RENAMED = (
     # ModelBase.filter_tensors: DeepSeek V3's and GLM-4.5's router bias, which the map knows as a bias
     (None, r"\.e_score_correction_bias$", ".e_score_correction.bias"),
     (_A.MAMBA2, r"\.dt_bias$", ".dt_proj.bias"),  # Mamba2Model.modify_tensors: ssm_dt.bias
+    (_A.FALCON_H1, r"\.dt_bias$", ".dt_proj.bias"),  # FalconH1Model via Mamba2Model.modify_tensors
+    (_A.QWEN3NEXT, r"\.dt_bias$", ".dt_proj.bias"),  # Qwen3NextModel.modify_tensors: ssm_dt.bias
+    (_A.GPT_OSS, r"\.sinks$", ".sinks.weight"),  # GptOssModel.filter_tensors: attn_sinks.weight
+    # GptOssModel.modify_tensors and Llama4Model.modify_tensors: the experts' down_proj [E, d_ff, d_e]
+    # (swapped in _STORED_AS) and gpt-oss's bias beside it [E, d_e]
+    (_A.GPT_OSS, r"\.experts\.down_proj$", ".experts.down_proj.weight"),
+    (_A.GPT_OSS, r"\.experts\.down_proj_bias$", ".experts.down_proj.bias"),
+    (_A.LLAMA4, r"\.experts\.down_proj$", ".experts.down_proj.weight"),
 )
 
 # Tensors the converter stacks, one per index, into one with the index first: (pattern, stacked name).
@@ -262,22 +270,125 @@ def _mla_kv_b(name: str, w: np.ndarray, config) -> list[tuple[str, np.ndarray]]:
     return [(name.replace("kv_b_proj", "k_b_proj"), k_b), (name.replace("kv_b_proj", "v_b_proj"), v_b)]
 
 
-# A checkpoint tensor the converter writes as several: (arch, name suffix) → its parts.
-_SPLIT = {(_A.DEEPSEEK2, ".self_attn.kv_b_proj.weight"): _mla_kv_b}
+def _gate_up_interleaved(name: str, w: np.ndarray, config) -> list[tuple[str, np.ndarray]]:
+    """GptOssModel.modify_tensors: the experts' `gate_up_proj` [E, d_e, 2·d_ff] swapped to [E, 2·d_ff, d_e],
+    whose even rows are `gate_proj` and odd rows `up_proj`; `gate_up_proj_bias` [E, 2·d_ff] split the same
+    way.
 
-# What modify_tensors does to the values of a tensor once named, by (arch, GGUF name with "blk.{bid}"):
-# Mamba2Model squeezes the convolution [d_xBC, 1, d_conv] to [d_xBC, d_conv], gives A and D a trailing
-# axis ([H] → [H, 1]) and stores A as −exp(A_log), and reshapes the gated norm's scales to
-# [n_groups, d_inner / n_groups].
-_STORED_AS = {
-    (_A.MAMBA2, gguf.TENSOR_NAMES[_T.SSM_CONV1D] + ".weight"): lambda w, c: w.squeeze(),
-    (_A.MAMBA2, gguf.TENSOR_NAMES[_T.SSM_A]): lambda w, c: -torch.exp(torch.as_tensor(w)[:, None]).numpy(),
-    (_A.MAMBA2, gguf.TENSOR_NAMES[_T.SSM_D]): lambda w, c: w[:, None],
-    (_A.MAMBA2, gguf.TENSOR_NAMES[_T.SSM_NORM] + ".weight"): lambda w, c: w.reshape(c.n_groups, -1),
-    # JambaModel.modify_tensors, as MambaModel's: A = −exp(A_log) [d_inner, d_state], the conv squeezed
-    (_A.JAMBA, gguf.TENSOR_NAMES[_T.SSM_CONV1D] + ".weight"): lambda w, c: w.squeeze(),
-    (_A.JAMBA, gguf.TENSOR_NAMES[_T.SSM_A]): lambda w, c: -torch.exp(torch.as_tensor(w)).numpy(),
+    >>> [(n, p.tolist()) for n, p in _gate_up_interleaved("x.gate_up_proj_bias", np.arange(6)[None], None)]
+    [('x.gate_proj.bias', [[0, 2, 4]]), ('x.up_proj.bias', [[1, 3, 5]])]
+    """
+    if name.endswith("_bias"):
+        stem = name.removesuffix("gate_up_proj_bias")
+        return [(stem + "gate_proj.bias", w[..., ::2]), (stem + "up_proj.bias", w[..., 1::2])]  # (E, d_ff)
+    gate_up = w.swapaxes(-1, -2)  # (E, 2·d_ff, d_e)
+    stem = name.removesuffix("gate_up_proj")
+    return [(stem + "gate_proj.weight", gate_up[:, ::2]), (stem + "up_proj.weight", gate_up[:, 1::2])]
+
+
+def _gate_up_halves(name: str, w: np.ndarray, config) -> list[tuple[str, np.ndarray]]:
+    """Llama4Model.modify_tensors: the experts' `gate_up_proj` [E, d_e, 2·d_ff] swapped to [E, 2·d_ff, d_e]
+    and cut in two: the first d_ff rows `gate_proj`, the rest `up_proj`."""
+    gate_up = w.swapaxes(-1, -2)  # (E, 2·d_ff, d_e)
+    d_ff = gate_up.shape[1] // 2
+    stem = name.removesuffix("gate_up_proj")
+    return [(stem + "gate_proj.weight", gate_up[:, :d_ff]), (stem + "up_proj.weight", gate_up[:, d_ff:])]
+
+
+def _qkvz(name: str, w: np.ndarray, config) -> list[tuple[str, np.ndarray]]:
+    """Qwen3NextModel.modify_tensors: `in_proj_qkvz` holds, per key head, its q (d_k rows), k (d_k), v and z
+    ((H_v / H_k)·d_v each); the converter writes every head's q, then k, then v as `attn_qkv` and the z rows
+    as `attn_gate`, named by format_tensor_name (GGUF names, which gguf's map passes through)."""
+    d_k, d_v = config.linear_key_head_dim, config.linear_value_head_dim
+    H_k, H_v = config.linear_num_key_heads, config.linear_num_value_heads
+    d_e = w.shape[-1]
+    per_head = w.reshape(H_k, -1, d_e)  # (H_k, 2·d_k + 2·(H_v/H_k)·d_v, d_e)
+    q, k, v, z = np.split(per_head, np.cumsum([d_k, d_k, H_v // H_k * d_v]), axis=1)
+    bid = int(re.search(r"\.layers\.(\d+)\.", name)[1])
+    qkv = np.concatenate([x.reshape(-1, d_e) for x in (q, k, v)])  # (H_k·2·d_k + H_v·d_v, d_e)
+    return [
+        (gguf.TENSOR_NAMES[_T.ATTN_QKV].format(bid=bid) + ".weight", qkv),
+        (gguf.TENSOR_NAMES[_T.ATTN_GATE].format(bid=bid) + ".weight", z.reshape(-1, d_e)),  # (H_v·d_v, d_e)
+    ]
+
+
+# A checkpoint tensor the converter writes as several: (arch, name suffix) → its parts.
+_SPLIT = {
+    (_A.DEEPSEEK2, ".self_attn.kv_b_proj.weight"): _mla_kv_b,
+    (_A.GPT_OSS, ".mlp.experts.gate_up_proj"): _gate_up_interleaved,
+    (_A.GPT_OSS, ".mlp.experts.gate_up_proj_bias"): _gate_up_interleaved,
+    (_A.LLAMA4, ".feed_forward.experts.gate_up_proj"): _gate_up_halves,
+    (_A.QWEN3NEXT, ".linear_attn.in_proj_qkvz.weight"): _qkvz,
 }
+
+
+def _times(w: np.ndarray, *factors: float) -> np.ndarray:
+    """`w` multiplied by each factor in turn, in float32 as the converter's torch tensors are."""
+    t = torch.as_tensor(w)
+    for f in factors:
+        t = t * f
+    return t.numpy()
+
+
+def _falcon_h1_ssm_in(w: np.ndarray, c) -> np.ndarray:
+    """FalconH1Model.modify_tensors: ssm_in × ssm_in_multiplier, then each row group × its ssm_multipliers
+    entry: z and x (d_ssm rows each), B and C (n_groups·d_state each), dt (the rest, one per head)."""
+    t = torch.as_tensor(_times(w, c.ssm_in_multiplier))  # (2·d_ssm + 2·n_groups·d_state + H, d_e)
+    d_ssm, gn = c.mamba_d_ssm, c.mamba_n_groups * c.mamba_d_state
+    ends = (d_ssm, 2 * d_ssm, 2 * d_ssm + gn, 2 * d_ssm + 2 * gn, t.shape[0])
+    for start, end, m in zip((0, *ends[:-1]), ends, c.ssm_multipliers, strict=True):
+        t[start:end] *= m
+    return t.numpy()
+
+
+def _weight(t: gguf.MODEL_TENSOR) -> str:
+    """gguf's name of `t`'s weight, "blk.{bid}" left in: _weight(_T.ATTN_Q) == "blk.{bid}.attn_q.weight"."""
+    return gguf.TENSOR_NAMES[t] + ".weight"
+
+
+# Mamba2Model.modify_tensors squeezes the convolution [d_xBC, 1, d_conv] to [d_xBC, d_conv], gives A and D a
+# trailing axis ([H] → [H, 1]) and stores A as −exp(A_log); FalconH1Model.modify_tensors runs it first
+_MAMBA2_VALUES = {
+    _weight(_T.SSM_CONV1D): lambda w, c: w.squeeze(),
+    gguf.TENSOR_NAMES[_T.SSM_A]: lambda w, c: -torch.exp(torch.as_tensor(w)[:, None]).numpy(),
+    gguf.TENSOR_NAMES[_T.SSM_D]: lambda w, c: w[:, None],
+}
+
+# FalconH1Model.modify_tensors folds the µP multipliers into the weights they follow
+_FALCON_H1_VALUES = {
+    _weight(_T.TOKEN_EMBD): lambda w, c: _times(w, c.embedding_multiplier),
+    _weight(_T.OUTPUT): lambda w, c: _times(w, c.lm_head_multiplier),
+    _weight(_T.ATTN_Q): lambda w, c: _times(w, c.attention_in_multiplier),
+    _weight(_T.ATTN_K): lambda w, c: _times(w, c.key_multiplier, c.attention_in_multiplier),
+    _weight(_T.ATTN_V): lambda w, c: _times(w, c.attention_in_multiplier),
+    _weight(_T.ATTN_OUT): lambda w, c: _times(w, c.attention_out_multiplier),
+    _weight(_T.FFN_GATE): lambda w, c: _times(w, c.mlp_multipliers[0]),
+    _weight(_T.FFN_DOWN): lambda w, c: _times(w, c.mlp_multipliers[1]),
+    _weight(_T.SSM_IN): _falcon_h1_ssm_in,
+    _weight(_T.SSM_OUT): lambda w, c: _times(w, c.ssm_out_multiplier),
+}
+
+# What modify_tensors does to the values of a tensor once named, by (arch, GGUF name with "blk.{bid}").
+_STORED_AS = {
+    **{(_A.MAMBA2, name): rule for name, rule in _MAMBA2_VALUES.items()},
+    # Mamba2Model.modify_tensors: the gated norm's scales reshaped to [n_groups, d_inner / n_groups]
+    (_A.MAMBA2, _weight(_T.SSM_NORM)): lambda w, c: w.reshape(c.n_groups, -1),
+    # JambaModel.modify_tensors, as MambaModel's: A = −exp(A_log) [d_inner, d_state], the conv squeezed
+    (_A.JAMBA, _weight(_T.SSM_CONV1D)): lambda w, c: w.squeeze(),
+    (_A.JAMBA, gguf.TENSOR_NAMES[_T.SSM_A]): lambda w, c: -torch.exp(torch.as_tensor(w)).numpy(),
+    **{(_A.FALCON_H1, name): rule for name, rule in (_MAMBA2_VALUES | _FALCON_H1_VALUES).items()},
+    # Qwen3NextModel.modify_tensors: A = −exp(A_log) [H_v] (no trailing axis), the conv squeezed
+    (_A.QWEN3NEXT, _weight(_T.SSM_CONV1D)): lambda w, c: w.squeeze(),
+    (_A.QWEN3NEXT, gguf.TENSOR_NAMES[_T.SSM_A]): lambda w, c: -torch.exp(torch.as_tensor(w)).numpy(),
+    # GptOssModel.modify_tensors, Llama4Model.modify_tensors: the experts' down_proj swapped to [E, d_e, d_ff]
+    (_A.GPT_OSS, _weight(_T.FFN_DOWN_EXP)): lambda w, c: w.swapaxes(-1, -2),
+    (_A.LLAMA4, _weight(_T.FFN_DOWN_EXP)): lambda w, c: w.swapaxes(-1, -2),
+}
+
+# The converters that store a norm's scales as 1 + w (the model scales by 1 + w), by arch: the ends of the
+# `*norm.weight` names they leave as they are. GemmaModel, Gemma2Model, Gemma3Model.modify_tensors: every
+# `norm.weight` + 1; Qwen3NextModel.modify_tensors: all but its gated norm's, `linear_attn.norm.weight`.
+_NORM_PLUS_ONE = {_A.GEMMA: (), _A.GEMMA2: (), _A.GEMMA3: (), _A.QWEN3NEXT: ("linear_attn.norm.weight",)}
 
 
 def _template(name: str, suffix: bool = True) -> str:
@@ -336,9 +447,9 @@ def _metadata_arrays(model: torch.nn.Module, arch: gguf.MODEL_ARCH) -> dict[str,
 def _converted(model: torch.nn.Module, config, spec) -> dict[str, np.ndarray]:
     """What the converter writes for `model`'s checkpoint, by GGUF name: each tensor renamed, stacked
     or split as its converter class does, named through gguf's map with `.weight` / `.bias` kept, its
-    values as modify_tensors stores them (_STORED_AS, and the norm shift: Gemma's + 1)."""
+    values as modify_tensors stores them (_STORED_AS, and _NORM_PLUS_ONE's + 1)."""
     name_map = gguf.get_tensor_name_map(spec.gguf_arch, config.num_hidden_layers)
-    shift = np.float32(spec.norm_shift)
+    unshifted = _NORM_PLUS_ONE.get(spec.gguf_arch)
     out = {}
     for hf_name, w in _stacked(_checkpoint(model, spec.gguf_arch)).items():
         if hf_name == "lm_head.weight" and config.tie_word_embeddings:
@@ -351,7 +462,8 @@ def _converted(model: torch.nn.Module, config, spec) -> dict[str, np.ndarray]:
             name = name_map.get_name(part, try_suffixes=(".weight", ".bias"))
             assert name is not None, f"gguf's {spec.gguf_arch.name} map has no name for {part!r}"
             v = _STORED_AS.get((spec.gguf_arch, _template(name)), lambda w, c: w)(v, config)
-            out[name] = v + shift if shift and part.endswith("norm.weight") else v
+            shifted = unshifted is not None and part.endswith("norm.weight") and not part.endswith(unshifted)
+            out[name] = v + np.float32(1) if shifted else v
     return out
 
 

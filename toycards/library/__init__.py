@@ -127,11 +127,6 @@ CARDS_REFUSED_BY_TENSORS: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {
     ),
     "falcon-h1": (
         (
-            ("blk.0.ssm_norm.weight",),
-            "a grouped RMSNorm in the Mamba-2 mixer (mamba_rms_norm): llama.cpp applies it when the tensor "
-            "is present and no key says so, and falcon-h1.card models the released models, which have none",
-        ),
-        (
             ("blk.0.ffn_up.bias",),
             "MLP biases (mlp_bias): llama.cpp adds them when present, and falcon-h1.card's SwiGLU has none",
         ),
