@@ -56,16 +56,24 @@ FAMILIES += ("exaone4", "exaone4-swa", "seed_oss")
 FAMILIES += ("ernie4_5",)  # ERNIE 4.5: unpermuted Q/K (adjacent-pair rope), head_dim ≠ d_e/H, tied
 FAMILIES += ("deepseek2",)  # MLA (absorbed: one latent cached per token), dense block 1, experts after
 FAMILIES += ("deepseek3",)  # deepseek2.card on V3: sigmoid routing, selection bias, expert groups
-FAMILIES += ("apertus",)  # Apertus: per-head q/k RMSNorm, llama3 rope_freqs, an ungated xIELU MLP (per-block metadata)
+FAMILIES += (
+    "apertus",
+)  # Apertus: per-head q/k RMSNorm, llama3 rope_freqs, an ungated xIELU MLP (per-block metadata)
 FAMILIES += ("ernie4_5-moe",)  # ERNIE 4.5 MoE: dense, then softmax-routed experts with a selection bias
-FAMILIES += ("glm4moe",)  # GLM-4.5: partial NEOX rope, dense then sigmoid-routed experts with a selection bias
-FAMILIES += ("llama4",)  # Llama 4: chunked RoPE blocks with q/k L2 norms, a NoPE block; input-weighted experts
+FAMILIES += (
+    "glm4moe",
+)  # GLM-4.5: partial NEOX rope, dense then sigmoid-routed experts with a selection bias
+FAMILIES += (
+    "llama4",
+)  # Llama 4: chunked RoPE blocks with q/k L2 norms, a NoPE block; input-weighted experts
 FAMILIES += ("gpt-oss",)  # attention sinks, sliding and full blocks alternating, YaRN, clamped SwiGLU experts
 FAMILIES += ("mamba2",)  # Mamba-2: a state per block, no attention; 8 heads in 2 groups (test_mamba2.py)
 FAMILIES += ("hunyuan-dense",)  # Hunyuan: RoPE, then per-head q/k RMSNorm; NTK-alpha base; tied
 FAMILIES += ("granitehybrid", "granitehybrid-dense")  # Mamba-2 and NoPE GQA blocks; experts or an MLP
 FAMILIES += ("falcon-h1",)  # GQA (RoPE on halves) and a Mamba-2 mixer side by side; µP folded into weights
-FAMILIES += ("lfm2",)  # LFM2: gated short convolutions and GQA, per the per-block head_count_kv (test_lfm2.py)
+FAMILIES += (
+    "lfm2",
+)  # LFM2: gated short convolutions and GQA, per the per-block head_count_kv (test_lfm2.py)
 FAMILIES += ("jamba",)  # Jamba: Mamba and NoPE GQA blocks (per-block head_count_kv), dense and expert MLPs
 FAMILIES += ("qwen3next",)  # Qwen3-Next: gated DeltaNet and gated GQA blocks, experts (test_qwen3next.py)
 # Command R: parallel block, bias-free LayerNorm, tied logits × logit_scale; R+: per-head q/k LayerNorm
@@ -165,6 +173,28 @@ def test_oracle_catches_a_missing_qk_permutation(oracle_files, tmp_path):
     ids = ids_for(f.config.vocab_size, 64)
     got, want = load(path, target="numpy").logits(ids), hf_logits(f.model, ids)
     assert np.abs(got - want).max() > 0.1, worst(got, want)
+
+
+@pytest.mark.skipif(
+    _llama_cpp_python() is None, reason="llama-cpp-python is not installed (a benchmark dependency)"
+)
+@pytest.mark.parametrize("case", ENCODERS)
+def test_llama_cpp_embeds_the_oracle_encoder_file_as_toycards_does(oracle_files, case, tmp_path):
+    """An encoder's file gives llama.cpp's embedding (its pooling, from the file; not normalised) on
+    toycards too (whose embedding is held to transformers' in the family's own tests). GELU models:
+    llama.cpp's F16 GELU table, as above."""
+    f = oracle_files(case, "F32")
+    ids = ids_for(f.config.vocab_size, 12)
+    out = tmp_path / "llama_cpp.npy"
+    script = Path(__file__).resolve().parents[1] / "peers" / "llama_cpp_embeddings.py"
+    subprocess.run([_llama_cpp_python(), script, f.path, json.dumps(ids), out], check=True, timeout=300)
+    want = np.load(out)
+    got = np.asarray(load(f.path, target="numpy").embed(ids, normalize=-1), dtype=np.float32).reshape(
+        want.shape
+    )
+    act = str(getattr(f.config, "hidden_act", "") or getattr(f.config, "hidden_activation", ""))
+    bound = (1e-3 if "gelu" in act else 2e-5) * max(1.0, float(np.abs(want).max()))
+    assert_logits_close(got, want, atol=bound, what=f"{case}: toycards vs llama.cpp embeddings")
 
 
 # Each Gemma 2 / Gemma 3 feature changes the oracle case's logits: the file with one key changed
