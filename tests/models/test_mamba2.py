@@ -52,12 +52,12 @@ def models(oracle_files):
 
 
 # ── the card and the prelude's scan ─────────────────────────────────────────────────────
-def test_card_checks_clean_and_its_scan_keeps_selective_scans_state():
+def test_card_checks_clean_and_its_scan_keeps_each_heads_state():
     problems = [d.headline() for d in check_card(library_card("mamba2")).diagnostics if d.severity != "note"]
     assert not problems, problems
     prelude = library_algorithms()
-    assert not prelude["ssd_scan"].state_decls  # no state of its own: each head's selective_scan keeps h
-    assert [n for d in prelude["selective_scan"].state_decls for n in d.names] == ["h"]
+    assert not prelude["ssd_scan"].state_decls  # no state of its own: each head's ssd_head keeps h
+    assert [n for d in prelude["ssd_head"].state_decls for n in d.names] == ["h"]
 
 
 def ggml_ssm_scan(x, dt, A, B, C, D, G):
