@@ -71,6 +71,7 @@ REFUSED = {  # a card, and what its step does that the tape does not hold
     "granitehybrid": "torch's new_zeros computed from an activation",  # the Mamba-2 blocks' State, as mamba2's
     "falcon-h1": "torch's new_zeros computed from an activation",  # its Mamba-2 mixers' State, as mamba2's
     "qwen3next": "torch's new_zeros computed from an activation",  # the DeltaNet blocks' States
+    "nemotron_h": "torch's new_zeros computed from an activation",  # the Mamba-2 blocks' State, as mamba2's
 }
 
 

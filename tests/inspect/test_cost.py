@@ -58,6 +58,7 @@ CASES += ("lfm2",)  # convolution and attention blocks, as many of each as the p
 CASES += ("deepseek2", "deepseek3")  # latent attention, a dense block then experts; V3: expert groups
 CASES += ("jamba",)  # Mamba and attention blocks (head_count_kv), dense and MoE blocks (every other one)
 CASES += ("qwen3next",)  # DeltaNet and attention blocks (full_attention_interval), experts and a shared one
+CASES += ("nemotron_h",)  # Mamba-2, attention and MLP blocks, one mixer each
 MOE = ("olmoe", "qwen3moe", "qwen2moe", "mixtral", "granitemoeshared")
 PROMPT = 7  # tokens of the prefill; the decoding step then has context PROMPT + 1
 CPU_SDPA = {

@@ -190,6 +190,7 @@ ROUND_TRIP_CASES = [case for case, arch in [("gpt2", "gpt2"), ("llama", "llama")
                     if arch in ARCH_CARDS]  # fmt: skip
 ROUND_TRIP_CASES += ["falcon-h1"]  # attention and a Mamba-2 mixer side by side in every block
 ROUND_TRIP_CASES += ["qwen3next"]
+ROUND_TRIP_CASES += ["nemotron_h"]  # Mamba-2, attention and MLP blocks by two per-block keys
 
 
 def cli(*args: str):

@@ -259,6 +259,7 @@ ORACLE_CASES = {
     "qwen3next": ["qwen3next"],
     "granitehybrid": ["granitehybrid", "granitehybrid-dense"],
     "falcon-h1": ["falcon-h1"],
+    "nemotron_h": ["nemotron_h"],
     "command-r": ["command-r", "command-r-plus"],
     "cohere2": ["cohere2"],
     "bert": ["bert"],

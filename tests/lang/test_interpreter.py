@@ -68,6 +68,7 @@ ORACLE_CASES += ("falcon-h1",)  # attention and a Mamba-2 mixer side by side in 
 ORACLE_CASES += ("lfm2",)  # per-block head_count_kv: convolution blocks (a State) and attention blocks
 ORACLE_CASES += ("jamba",)  # Mamba blocks (States) and attention blocks; dense and MoE blocks
 ORACLE_CASES += ("qwen3next",)  # gated DeltaNet blocks (a window and a memory per head) and attention
+ORACLE_CASES += ("nemotron_h",)  # Mamba-2 (States), attention and MLP blocks by two per-block keys
 CARD_OF_CASE["exaone4-swa"] = "exaone4"
 ORACLE_CASES += ("command-r", "command-r-plus", "cohere2")  # parallel block; q/k norms at 64 blocks; NoPE
 CARD_OF_CASE["command-r-plus"] = "command-r"

@@ -76,6 +76,7 @@ FAMILIES += (
 )  # LFM2: gated short convolutions and GQA, per the per-block head_count_kv (test_lfm2.py)
 FAMILIES += ("jamba",)  # Jamba: Mamba and NoPE GQA blocks (per-block head_count_kv), dense and expert MLPs
 FAMILIES += ("qwen3next",)  # Qwen3-Next: gated DeltaNet and gated GQA blocks, experts (test_qwen3next.py)
+FAMILIES += ("nemotron_h",)  # Nemotron-H: Mamba-2, NoPE GQA and ReLU² MLP blocks (test_nemotron_h.py)
 # Command R: parallel block, bias-free LayerNorm, tied logits × logit_scale; R+: per-head q/k LayerNorm
 # (64 blocks); Command R7B (cohere2): sliding layers with RoPE, global ones without
 FAMILIES += ("command-r", "command-r-plus", "cohere2")
@@ -311,6 +312,7 @@ CARD_VALUES: dict[str, int | float | str | tuple[int, ...]] = {
     "m_E": (0, 1), "n_qk": (0, 1), "m_n": (0, 1),  # what blocks store (present): experts (jamba), q/k norms
     # (glm4moe), the mixer's grouped norm (falcon-h1)
     "n_fa": 2,  # qwen3next's full_attention_interval: a DeltaNet block, then an attention block
+    "n_ff": (48, 0),  # nemotron_h's MLP width per block: an MLP block, then (n_kv) an attention block
 }  # fmt: skip
 
 

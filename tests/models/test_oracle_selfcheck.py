@@ -198,8 +198,15 @@ def test_extra_kv_adds_replaces_and_removes_keys(oracle_files, tmp_path):
 
 
 # ── files transformers cannot read back: the converter's facts, one by one ────────────────
-# (granite and smollm3 permute Q/K as LlamaModel does: llama.cpp checks those, test_granite_smollm3.py)
-UNREADABLE = [c for c in CASES if c not in READABLE and not hf_gguf.ARCHS[CASES[c][0]].permute_qk]
+# (granite and smollm3 permute Q/K as LlamaModel does: llama.cpp checks those, test_granite_smollm3.py;
+# the architectures in _QK_PERMUTED_HERE permute them too, and _STORED_AS re-derives that permutation)
+_QK_PERMUTED_HERE = {gguf.MODEL_ARCH.NEMOTRON_H}
+UNREADABLE = [
+    c
+    for c, (arch, _) in CASES.items()
+    if c not in READABLE
+    and (not hf_gguf.ARCHS[arch].permute_qk or hf_gguf.ARCHS[arch].gguf_arch in _QK_PERMUTED_HERE)
+]
 
 
 @pytest.mark.parametrize("case", UNREADABLE)
@@ -237,6 +244,7 @@ _RENAMED = (
     (_A.MAMBA2, r"\.dt_bias$", ".dt_proj.bias"),  # Mamba2Model.modify_tensors: ssm_dt.bias
     (_A.FALCON_H1, r"\.dt_bias$", ".dt_proj.bias"),  # FalconH1Model via Mamba2Model.modify_tensors
     (_A.QWEN3NEXT, r"\.dt_bias$", ".dt_proj.bias"),  # Qwen3NextModel.modify_tensors: ssm_dt.bias
+    (_A.NEMOTRON_H, r"\.dt_bias$", ".dt_proj.bias"),  # NemotronHModel via Mamba2Model.filter_tensors
     (_A.GPT_OSS, r"\.sinks$", ".sinks.weight"),  # GptOssModel.filter_tensors: attn_sinks.weight
     # GptOssModel.modify_tensors and Llama4Model.modify_tensors: the experts' down_proj [E, d_ff, d_e]
     # (swapped in _STORED_AS) and gpt-oss's bias beside it [E, d_e]
@@ -354,6 +362,27 @@ _MAMBA2_VALUES = {
     gguf.TENSOR_NAMES[_T.SSM_D]: lambda w, c: w[:, None],
 }
 
+
+def _llama_permute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """LlamaModel.permute: each of `n_head` heads' rows, read as halves [x… | y…], interleaved x0 y0 x1 y1 ….
+
+    >>> _llama_permute(np.arange(8), 2).tolist()
+    [0, 2, 1, 3, 4, 6, 5, 7]
+    """
+    t = torch.as_tensor(w)
+    halves = t.reshape(n_head, 2, t.shape[0] // n_head // 2, *t.shape[1:])  # (heads, 2, d_h/2, …)
+    return halves.swapaxes(1, 2).reshape(t.shape).numpy()
+
+
+# NemotronHModel.modify_tensors: the Mamba-2 blocks through Mamba2Model.modify_tensors (its reshapes, the
+# gated norm's scales to [n_groups, d_inner / n_groups]), the attention blocks through LlamaModel's, whose
+# undo_permute (GraniteHybridModel's) permutes q_proj over num_attention_heads, k_proj over num_key_value_heads
+_NEMOTRON_H_VALUES = {
+    _weight(_T.SSM_NORM): lambda w, c: w.reshape(c.n_groups, -1),
+    _weight(_T.ATTN_Q): lambda w, c: _llama_permute(w, c.num_attention_heads),
+    _weight(_T.ATTN_K): lambda w, c: _llama_permute(w, c.num_key_value_heads),
+}
+
 # FalconH1Model.modify_tensors folds the µP multipliers into the weights they follow
 _FALCON_H1_VALUES = {
     _weight(_T.TOKEN_EMBD): lambda w, c: _times(w, c.embedding_multiplier),
@@ -377,6 +406,7 @@ _STORED_AS = {
     (_A.JAMBA, _weight(_T.SSM_CONV1D)): lambda w, c: w.squeeze(),
     (_A.JAMBA, gguf.TENSOR_NAMES[_T.SSM_A]): lambda w, c: -torch.exp(torch.as_tensor(w)).numpy(),
     **{(_A.FALCON_H1, name): rule for name, rule in (_MAMBA2_VALUES | _FALCON_H1_VALUES).items()},
+    **{(_A.NEMOTRON_H, name): rule for name, rule in (_MAMBA2_VALUES | _NEMOTRON_H_VALUES).items()},
     # Qwen3NextModel.modify_tensors: A = −exp(A_log) [H_v] (no trailing axis), the conv squeezed
     (_A.QWEN3NEXT, _weight(_T.SSM_CONV1D)): lambda w, c: w.squeeze(),
     (_A.QWEN3NEXT, gguf.TENSOR_NAMES[_T.SSM_A]): lambda w, c: -torch.exp(torch.as_tensor(w)).numpy(),

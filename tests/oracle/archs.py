@@ -2104,3 +2104,105 @@ ARCHS["qwen3next"] = ArchSpec(
         ("k_proj.weight", 0.3),
     ),
 )
+
+
+def _nemotron_h_kv(config: Any) -> dict[str, tuple[Any, VT]]:
+    """NemotronHModel.set_gguf_parameters over GraniteHybridModel's (conversion/nemotron.py, granite.py):
+    TextModel's keys from the checkpoint's config.json (no rope_theta there: no rope.freq_base; its
+    rms_norm_eps and layer_norm_epsilon, both), LlamaModel's vocab_size and rope.dimension_count = d_e / H
+    (GraniteModel pops head_dim first), GraniteHybridModel's Mamba-2 sizes (d_inner = mamba_num_heads ·
+    mamba_head_dim, time_step_rank = mamba_num_heads), the key/value heads per block (0 but in a "*"
+    block), rope.scaling.finetuned false and the stand-in context_length 2^20; then NemotronHModel's
+    key_length = value_length = head_dim and the MLP width per block (0 but in a "-" block). The dense
+    converter also writes add_bos_token true (NemotronHModel.set_vocab).
+
+    >>> c = transformers.NemotronHConfig(layers_block_type=["linear_attention", "mlp", "full_attention"])
+    >>> kv = _nemotron_h_kv(c)
+    >>> kv["{arch}.attention.head_count_kv"][0], kv["{arch}.feed_forward_length"][0]
+    ([0, 0, 8], [0, 21504, 0])
+    """
+    K, Att, SSM = gguf.Keys.LLM, gguf.Keys.Attention, gguf.Keys.SSM
+    kinds = config.layers_block_type
+    return {
+        K.BLOCK_COUNT: (len(kinds), VT.UINT32),
+        K.CONTEXT_LENGTH: (2**20, VT.UINT32),
+        K.EMBEDDING_LENGTH: (config.hidden_size, VT.UINT32),
+        K.FEED_FORWARD_LENGTH: ([config.intermediate_size if k == "mlp" else 0 for k in kinds], VT.ARRAY),
+        Att.HEAD_COUNT: (config.num_attention_heads, VT.UINT32),
+        Att.HEAD_COUNT_KV: ([config.num_key_value_heads if k == "full_attention" else 0 for k in kinds], VT.ARRAY),
+        Att.LAYERNORM_RMS_EPS: (config.layer_norm_epsilon, VT.FLOAT32),
+        Att.LAYERNORM_EPS: (config.layer_norm_epsilon, VT.FLOAT32),
+        K.VOCAB_SIZE: (config.vocab_size, VT.UINT32),
+        gguf.Keys.Rope.DIMENSION_COUNT: (config.hidden_size // config.num_attention_heads, VT.UINT32),
+        SSM.CONV_KERNEL: (config.conv_kernel, VT.UINT32),
+        SSM.STATE_SIZE: (config.ssm_state_size, VT.UINT32),
+        SSM.GROUP_COUNT: (config.n_groups, VT.UINT32),
+        SSM.INNER_SIZE: (config.mamba_num_heads * config.mamba_head_dim, VT.UINT32),
+        SSM.TIME_STEP_RANK: (config.mamba_num_heads, VT.UINT32),
+        gguf.Keys.Rope.SCALING_FINETUNED: (False, VT.BOOL),
+        Att.KEY_LENGTH: (config.head_dim, VT.UINT32),
+        Att.VALUE_LENGTH: (config.head_dim, VT.UINT32),
+        gguf.Keys.Tokenizer.ADD_BOS: (True, VT.BOOL),
+    }
+
+
+def _nemotron_h_reshaped(config: Any) -> dict[str, tuple[int, ...]]:
+    """Mamba2Model.modify_tensors, for the Mamba-2 blocks: A and D to [H, 1], the norm to [G, d_inner / G]."""
+    H, G = config.mamba_num_heads, config.n_groups
+    return {"ssm_a": (H, 1), "ssm_d": (H, 1), "ssm_norm.weight": (G, H * config.mamba_head_dim // G)}
+
+
+# Nemotron-H as NemotronHModel converts it (GraniteHybridModel: Q/K permuted by LlamaModel, the Mamba-2
+# tensors as mamba2's, the MLP's up_proj and down_proj as they are), from a config.json without
+# num_experts_per_tok (else it would be nemotron_h_moe). Six blocks, pattern "M-*-M-": Mamba-2 (8 heads
+# of 8 channels, d_inner 64, in 2 groups, d_state 16), squared-ReLU MLPs of 96, GQA 4/2 with head_dim
+# 8 ≠ d_e / H = 16; no biases (use_bias, mlp_bias false, as released); untied. Nemotron-H's tokenizer
+# (Mistral NeMo's) hashes to llama.cpp's tekken pre-tokenizer.
+ARCHS["nemotron_h"] = ArchSpec(
+    gguf.MODEL_ARCH.NEMOTRON_H,
+    transformers.NemotronHConfig,
+    dict(
+        hidden_size=64,  # d_e
+        layers_block_type=["linear_attention", "mlp", "full_attention", "mlp", "linear_attention", "mlp"],
+        num_attention_heads=4,  # H
+        num_key_value_heads=2,  # H_kv in the attention block
+        head_dim=8,  # d_h ≠ d_e / H: attention.key_length
+        intermediate_size=96,  # the MLP's width (a multiple of 32: ffn_down can be Q8_0)
+        mamba_num_heads=8,  # H_s: 8 heads of 8 channels (d_inner = 64) in 2 groups
+        mamba_head_dim=8,
+        n_groups=2,
+        ssm_state_size=16,  # ≠ the head size: the state's two axes cannot be swapped unseen
+        conv_kernel=4,
+        chunk_size=8,  # transformers' SSD chunks: the tests' sequences cross chunk borders
+        use_conv_bias=True,
+        use_bias=False,  # llama.cpp reads no ssm_in / ssm_out bias
+        mlp_bias=False,
+        max_position_embeddings=128,
+        layer_norm_epsilon=1e-5,
+        vocab_size=288,  # a multiple of 8: the converter pads to one
+        tie_word_embeddings=False,
+        use_cache=False,
+    ),
+    permute_qk=True,
+    rms_norm=True,
+    vocab="bpe",
+    tokenizer_pre="tekken",
+    hf_reads=False,
+    model_kv=_nemotron_h_kv,
+    reshaped=_nemotron_h_reshaped,
+    # as for granitehybrid's Mamba-2 blocks; queries and keys drawn smaller than its (d_e is twice its 32):
+    # scores of a few units, where 0.4 made the softmax sharp enough that float32 rounding took cached
+    # decoding past the kv-cache suite's 1e-5; the MLP's up_proj large enough that ReLU² moves the logits
+    init_std=(
+        ("in_proj.weight", 0.2),
+        ("conv1d.weight", 0.5),
+        ("dt_bias", 1.0),
+        ("A_log", 1.0),
+        (".D", 1.0),
+        ("q_proj.weight", 0.25),
+        ("k_proj.weight", 0.25),
+        ("v_proj.weight", 0.3),
+        ("o_proj.weight", 0.3),
+        ("up_proj.weight", 0.2),
+    ),
+)

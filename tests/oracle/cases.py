@@ -158,6 +158,9 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # GQA 4/2 with q/k RMSNorm and RoPE on 8 of 32 entries, every 2nd block (full_attention_interval 2);
     # top-2 of 4 experts renormalised plus a sigmoid-gated shared expert; norms stored + 1; untied
     "qwen3next": ("qwen3next", {}),
+    # Nemotron-H: blocks "M-*-M-", each one mixer: Mamba-2 (8 heads in 2 groups), a squared-ReLU MLP, GQA 4/2
+    # without positions (head_dim 8 ≠ d_e/H), as the per-block head_count_kv and feed_forward_length say
+    "nemotron_h": ("nemotron_h", {}),
 }
 
 

@@ -370,6 +370,8 @@ _RENAMED_ON_LOAD = (
     (re.compile(r"(\.block_sparse_moe\.router)(\.weight)$"), r"\1.layer\2"),
     (re.compile(r"\.mlp\.gate\.moe_statics\."), ".mlp.moe_statics."),  # ERNIE 4.5 MoE's selection bias
     (re.compile(r"\.e_score_correction_bias$"), ".e_score_correction.bias"),  # DeepSeek V3's router bias
+    # NemotronH's checkpoint keeps backbone.layers.{i}.mixer.*, which transformers 5 loads as model.layers
+    (re.compile(r"^model\.layers\.(\d+)\.mixer\."), r"backbone.layers.\1.mixer."),
     # NomicBert (its model's tree starts at `layers.`): the checkpoint's encoder.layers.{i}.attn.out_proj,
     # norm1, norm2 and mlp.fc11 (up), fc12 (gate), fc2 (down)
     (

@@ -45,6 +45,7 @@ CASES += ("falcon-h1",)  # KV rows and a Mamba-2 State in every block
 CASES += ("lfm2",)  # KV rows in attention blocks, a convolution window in the others (per-block head_count_kv)
 CASES += ("jamba",)  # KV rows in attention blocks, a window and a scan state in the Mamba blocks
 CASES += ("qwen3next",)  # KV rows in attention blocks, a window and a memory per head in the DeltaNet blocks
+CASES += ("nemotron_h",)  # KV rows in the attention block, a Mamba-2 State in two, nothing in the MLP blocks
 CASES += ("granitemoeshared", "arcee")  # granite's multipliers, experts and a shared one; ungated ReLU² MLP
 CASES += ("command-r", "cohere2")  # scaled tied logits; a window of 4 with RoPE on 3 layers of 4, NoPE on 1
 

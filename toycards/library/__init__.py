@@ -96,6 +96,7 @@ ARCH_CARDS: dict[str, str] = {
     "nomic-bert": "nomic-bert",  # an encoder like bert, with RoPE and a SwiGLU MLP
     "modern-bert": "modern-bert",  # an encoder: pre-norm blocks, global and symmetric sliding-window ones
     "gpt-oss": "gpt-oss",  # attention sinks, sliding and full blocks alternating, clamped SwiGLU experts
+    "nemotron_h": "nemotron_h",  # Mamba-2, attention and squared-ReLU MLP blocks (per-block kv heads, MLP width)
 }
 
 
