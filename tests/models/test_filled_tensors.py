@@ -80,7 +80,9 @@ def test_an_absent_expert_stack_takes_no_memory(files, target):
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert peak < 16 << 20, f"loading allocated {peak / 1e6:.0f} MB at its peak"
+    # what loading allocates besides the stack (the card's module generated, the prelude checked) is
+    # tens of MB at most; the stack would be 15 GB
+    assert peak < 64 << 20, f"loading allocated {peak / 1e6:.0f} MB at its peak"
     stack = model.w["ffn_gate_exps.weight"]
     assert tuple(stack.shape) == BIG
     if target == "torch":
