@@ -19,8 +19,13 @@ expert on every token, weight 0 unless chosen), the kernel that generated code c
 (`runtime.torch.ops.moe`: tokens grouped per expert) and a dense gather of each token's chosen experts'
 weights (`gathered_moe` below), for one token (decoding) and for --prefill tokens.
 
+`--memory` writes the model as Q8_0 instead and prints the peak RSS (VmHWM) of a child process that
+loads it and runs the prompt through it, once with the experts kept in their blocks (the default
+load) and once with every weight dequantized to float32 (`dequantize=True`), beside the file's size.
+
     .venv/bin/python bench/moe.py [--layers 2] [--prefill 16] [--decode 16] [--rounds 3] [--threads 2]
     .venv/bin/python bench/moe.py --layer
+    .venv/bin/python bench/moe.py --memory [--layers 1]
 
 Measured on a shared 2-core CPU (torch 2.13, transformers 5.24, float32), 2026-12-01:
 `--rounds 5 --prefill 8 --decode 16`: toycards 5.95 tok/s, transformers 4.04 tok/s, ×1.47, the
@@ -67,7 +72,8 @@ def _parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=3, help="child processes per implementation")
     p.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
     p.add_argument("--layer", action="store_true", help="time one MoE layer's three forms instead")
-    p.add_argument("--child", choices=("toycards", "transformers"), help=argparse.SUPPRESS)
+    p.add_argument("--memory", action="store_true", help="peak RSS of a Q8_0 file: kept vs float32")
+    p.add_argument("--child", choices=("toycards", "transformers", "kept", "float"), help=argparse.SUPPRESS)
     p.add_argument("--gguf", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -160,6 +166,33 @@ def race(args: argparse.Namespace) -> None:
     print(f"greedy tokens equal: {same}")
 
 
+# ── memory: the experts in their blocks against float32 ──────────────────────────────────
+def memory_child(args: argparse.Namespace) -> None:
+    """Load the file (kept, or dequantized), run the prompt, print this process's peak RSS in MiB."""
+    import toycards
+
+    model = toycards.load(args.gguf, target="torch", dequantize=args.child == "float")
+    with torch.inference_mode():
+        model(torch.as_tensor(prompt(args))[None, :])
+    with open("/proc/self/status", encoding="ascii") as fh:
+        peak_kib = next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:"))
+    print(json.dumps({"peak_rss_mib": peak_kib / 1024}))
+
+
+def memory(args: argparse.Namespace) -> None:
+    from oracle.hf_gguf import tiny_model, write_gguf
+
+    hf, config = tiny_model("olmoe", seed=0, **shape(args))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_gguf(hf, config, Path(tmp) / "olmoe-shaped-q8_0.gguf", "olmoe", "Q8_0")
+        del hf
+        print(f"OLMoE-1B-7B-shaped, L={args.layers}, Q8_0: file {path.stat().st_size / 2**20:.0f} MiB")
+        for which in ("kept", "float"):
+            peak = run_child(args, which, path)["peak_rss_mib"]
+            what = "experts in their blocks" if which == "kept" else "dequantize=True (float32)"
+            print(f"  {what:<26} peak RSS {peak:8.0f} MiB (load, then a {args.prefill}-token prompt)")
+
+
 # ── one layer, three forms ───────────────────────────────────────────────────────────────
 def gathered_moe(X, W_r, W_gate, W_up, W_down, k, norm):
     """The other vectorisation: each token's k experts' weights gathered (copied) per token, then
@@ -220,8 +253,12 @@ def layer(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    if ARGS.child:
+    if ARGS.child in ("kept", "float"):
+        memory_child(ARGS)
+    elif ARGS.child:
         child(ARGS)
+    elif ARGS.memory:
+        memory(ARGS)
     elif ARGS.layer:
         layer(ARGS)
     else:

@@ -6,13 +6,16 @@ use the engine only through the names below, never through its modules; the engi
 the runtime's context (KV cache, GQA sites) but nothing that imports the engine back.
 
 - `backend(target)`: the kernels of one target, `"numpy"` (engine/numpy) or `"torch"`
-  (engine/torch): its `QuantWeight` (a weight kept in its blocks) and the products, norms, RoPE
-  and attention its ops call where a C kernel applies (each returns None where not).
+  (engine/torch): its `QuantWeight` (a weight kept in its blocks), `QuantStack` (a stack of them:
+  a layer's experts) and the products, norms, RoPE and attention its ops call where a C kernel
+  applies (each returns None where not).
 - `library()`: the C kernel library, built once per machine (None where it cannot be);
   `SUPPORTED`: the ggml types kept in their blocks; `FEW_FLOAT_TOKENS`: the rows up to which a
-  float weight is multiplied in place; `PrefetchChoice`: the per-model prefetch timing.
+  float weight is multiplied in place; `FEW_TOKENS`: the rows of x up to which a product is a
+  decoding step's, not a prompt's; `PrefetchChoice`: the per-model prefetch timing.
 - `native()`: the torch target's C++ glue module, or None.
-- Packed copies: `pack_ahead`, `LaterPacking`, `copy_due`, `resident`, `resident_float32`.
+- Packed copies: `pack_ahead`, `LaterPacking`, `copy_due`, `resident`, `resident_float32`;
+  `block_matrix` (a stack of experts as the one block matrix that packs).
 - The model's file: `read_ahead`, `FileWatch`, `stopped_on_failure`.
 
 Every name is imported on first use (`library()` and `native()` look theirs up at each call), so
@@ -27,6 +30,7 @@ import importlib
 _NAMES = {
     "SUPPORTED": ("ckernels", "SUPPORTED"),
     "FEW_FLOAT_TOKENS": ("ckernels", "FEW_FLOAT_TOKENS"),
+    "FEW_TOKENS": ("ckernels", "FEW_TOKENS"),
     "PrefetchChoice": ("ckernels", "PrefetchChoice"),
     "pack_ahead": ("packing", "pack_ahead"),
     "LaterPacking": ("packing", "LaterPacking"),
@@ -36,6 +40,7 @@ _NAMES = {
     "FileWatch": ("mapped", "FileWatch"),
     "read_ahead": ("mapped", "read_ahead"),
     "stopped_on_failure": ("mapped", "stopped_on_failure"),
+    "block_matrix": ("stack", "block_matrix"),
 }
 
 TARGETS = ("numpy", "torch")

@@ -182,6 +182,7 @@ def weight_memory(path, card) -> WeightMemory:
                 continue
             kept = _kept(f, p, "numpy", f.read)
             if getattr(kept, "is_quantized_weight", False):
+                kept = engine.block_matrix(kept)  # a stack of experts: its blocks, one matrix
                 size = kept.blocks.nbytes
                 if engine.copy_due(kept):
                     out.packed_first += _on_cache_line(size)

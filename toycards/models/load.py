@@ -7,12 +7,12 @@ executing it and putting the target's kernels in place of the prelude algorithms
 as the library wrote them (models/kernel_table.py, with what the cache plan says of each:
 `kernel_sites`, cached on disk too; a module written by `toycards gen` gets them at `from_gguf`)
 or, for `target="reference"`, handing the card to the reference interpreter (reference.py), reading
-each bound tensor (a quantized, F16 or BF16 matrix kept in its GGUF blocks for the kernels behind
-`ops.linear`, an F32 tensor memory-mapped (copied for the reference target), anything else or
-everything under `dequantize=True` dequantised to float32) or initialising it randomly from the
-card, and attaching the file's tokenizer. A model that reads the file's pages gets the file's
-`engine.FileWatch` (its forward passes raise once the file has changed on disk), and a load that
-fails stops the threads it started (engine.stopped_on_failure).
+each bound tensor (a quantized, F16 or BF16 matrix or stack of matrices kept in its GGUF blocks
+for the kernels behind `ops.linear`, an F32 tensor memory-mapped (copied for the reference
+target), anything else or everything under `dequantize=True` dequantised to float32) or
+initialising it randomly from the card, and attaching the file's tokenizer. A model that reads the
+file's pages gets the file's `engine.FileWatch` (its forward passes raise once the file has changed
+on disk), and a load that fails stops the threads it started (engine.stopped_on_failure).
 Leaves out: the meaning of cards (checker/, lang/interpret/), code text (codegen/), file parsing (gguf/).
 """
 
@@ -272,7 +272,8 @@ def _kept(f, p: BoundParam, target: str, read):
     instead (other types and ranks, and every larger tensor of the reference target):
     - a quantized (or F16/BF16) matrix in its blocks, a read-only view of the file (the kernels
       only read them, and either target hands the pages of a weight it has packed back to the
-      page cache);
+      page cache); a stack of matrices [E, n, k] (a layer's experts) likewise, as a `QuantStack`
+      over one QuantWeight of E·n rows;
     - a small F32 tensor (norm scales, biases) as a copy, `read(name)`: mapping it would map
       its neighbours' bytes too (see `GGUFFile.read`);
     - a larger F32 tensor, for torch, as a read-only view of the file, which the model copies into
@@ -285,11 +286,18 @@ def _kept(f, p: BoundParam, target: str, read):
         return p.part(read(name))
     if target == "torch" and info.type_name == "F32":  # copied by the model, or copy-on-write
         return p.part(f.raw(name, private=not engine.resident()))
-    if target not in ("torch", "numpy") or len(info.shape) != 2 or info.ggml_type not in engine.SUPPORTED:
+    if target not in ("torch", "numpy") or len(info.shape) > 3 or info.ggml_type not in engine.SUPPORTED:
         return None
-    blocks = p.part(f.raw(name))
+    blocks = p.part(f.raw(name))  # [n, row_bytes], or [E, n, row_bytes] for a stack
     blocks = blocks.view(np.uint8) if blocks.dtype != np.uint8 else blocks  # F16: its bytes
-    return engine.backend(target).QuantWeight(blocks, info.ggml_type, (blocks.shape[0], info.shape[1]), name)
+    kernels, k = engine.backend(target), info.shape[-1]
+    if blocks.ndim not in (2, 3):
+        return None
+    if blocks.ndim == 2:
+        return kernels.QuantWeight(blocks, info.ggml_type, (blocks.shape[0], k), name)
+    E, n, row_bytes = blocks.shape  # as stored, one block matrix of E·n rows: matrix e is rows e·n …
+    whole = kernels.QuantWeight(blocks.reshape(E * n, row_bytes), info.ggml_type, (E * n, k), name)
+    return kernels.QuantStack(whole, E)
 
 
 def _file_weights(

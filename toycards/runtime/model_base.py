@@ -62,7 +62,7 @@ class ModelAPI:
         which weights pack now, on a thread of their own, and which after some decoding (engine/ckernels.py, packing)."""
         from toycards import engine
 
-        kept = list(kept)
+        kept = [engine.block_matrix(w) for w in kept]  # a stack of experts packs as its block matrix
         self._prefetch = engine.PrefetchChoice()
         self._later = engine.LaterPacking(kept)
         self._packing_ahead = engine.pack_ahead(kept)

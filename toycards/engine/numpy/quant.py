@@ -121,6 +121,9 @@ class QuantWeight:
         # when it packs: engine/packing.py
         self._pack_first = self._unpacked and packing.packs_first(self.ggml_type)
         self._gemm = self.fast and kernels.int8_prefill(self.ggml_type)
+        # a prompt's few rows go to dequantized tiles: the few-token product would round x to int8, and a
+        # prompt's does not (TOYCARDS_PREFILL=float32)
+        self._prompt_tiles = self.fast and kernels.quantizes_x(self.ggml_type) and not self._gemm
         self._packed: np.ndarray | None = None
         # the few-token product may read `_plan` as it is (no packing due at its first call)
         self._ready = self.fast and not self._pack_first
@@ -187,11 +190,14 @@ class QuantWeight:
         inputs = tuple(x.dequantize() if isinstance(x, QuantWeight) else x for x in inputs)
         return getattr(ufunc, method)(*inputs, **kwargs)
 
-    def linear(self, x: np.ndarray) -> np.ndarray:
-        """W · X in the codegen layout: x [..., K] → [..., N]."""
+    def linear(self, x: np.ndarray, prompt: bool = False) -> np.ndarray:
+        """W · X in the codegen layout: x [..., K] → [..., N]. `prompt`: x is a prompt's tokens whatever
+        its rows (an expert's share of them, runtime/numpy/ops.py's MoE): multiplied as many tokens are
+        (engine/torch/quant.py's QuantWeight.linear)."""
         n, k = self.shape
         if (  # a decoding step's common case in few checks (each NumPy call costs µs, 211 products a token)
-            x.__class__ is np.ndarray
+            not prompt
+            and x.__class__ is np.ndarray
             and x.dtype == np.float32
             and x.flags.c_contiguous
             and self._ready
@@ -206,13 +212,14 @@ class QuantWeight:
             return blas_product(x, self.dequantize().T)
         lead = x.shape[:-1]
         x2 = np.ascontiguousarray(x.reshape(-1, k), dtype=np.float32)  # (T, K)
+        few = x2.shape[0] <= FEW_TOKENS and not (prompt and self._prompt_tiles)
         if packing.copy_due(self):  # its copy is due: made here, or waited for in a prompt
-            if x2.shape[0] <= FEW_TOKENS:
+            if few and not prompt:
                 self._pack()
             else:
                 packing.packed_when_done()
         y = np.empty((x2.shape[0], n), dtype=np.float32)  # (T, N)
-        if x2.shape[0] <= FEW_TOKENS:
+        if few:
             kernels.linear(self._plan, data_ptr(x2), x2.shape[0], data_ptr(y))
         elif self._gemm:  # on the kernels' threads until NumPy's BLAS has run a product
             kernels.gemm(self._plan, data_ptr(x2), x2.shape[0], data_ptr(y), one_thread=prompt_one_thread())

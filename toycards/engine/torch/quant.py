@@ -277,6 +277,9 @@ class QuantWeight:
         self._cplan = ctypes.addressof(self._plan) if self.fast and not self._pack_first else 0
         self._eplan = ctypes.addressof(self._plan) if self.fast else 0  # what the glue's `embed` reads
         self._gemm = self.fast and kernels.int8_prefill(self.ggml_type)  # the C product for any token count
+        # a prompt's few rows go to dequantized tiles: the few-token product would round x to int8, and a
+        # prompt's does not (TOYCARDS_PREFILL=float32)
+        self._prompt_tiles = self.fast and kernels.quantizes_x(self.ggml_type) and not self._gemm
         self._packed: torch.Tensor | None = None
 
     # ── what a tensor would say about itself ────────────────────────────────────────────
@@ -322,8 +325,11 @@ class QuantWeight:
         return out if dtype is None else out.astype(dtype)
 
     # ── products ───────────────────────────────────────────────────────────────────────
-    def linear(self, x: torch.Tensor) -> torch.Tensor:
-        """W · X in the codegen layout: x [..., K] → [..., N]."""
+    def linear(self, x: torch.Tensor, prompt: bool = False) -> torch.Tensor:
+        """W · X in the codegen layout: x [..., K] → [..., N]. `prompt`: x is a prompt's tokens whatever
+        its rows (an expert's share of them, runtime/torch/moe.py): multiplied as many tokens are."""
+        if prompt:
+            return self._many(x, prompt)
         if self._cplan and (cx := native.module()) is not None and (y := cx.linear(x, self)) is not None:
             return y  # few tokens: the call below, from C++ (engine/torch/native.py)
         n, k = self.shape
@@ -331,6 +337,12 @@ class QuantWeight:
             if packing.copy_due(self):
                 self._pack()
             return _c_product(self._plan_ref, x, t, n)
+        return self._many(x)
+
+    def _many(self, x: torch.Tensor, prompt: bool = False) -> torch.Tensor:
+        """`linear` past its few-token call; `prompt`: x's rows as a prompt's, however few (where the
+        few-token product rounds x to int8 and a prompt's does not, dequantized tiles)."""
+        n, k = self.shape
         if x.shape[-1] != k:
             raise RuntimeError(f"{self.name}: x has {x.shape[-1]} entries per row, the weight {k} columns")
         if x.requires_grad and torch.is_grad_enabled():  # x's gradient, with nothing of W kept for it
@@ -342,9 +354,10 @@ class QuantWeight:
         if x2.dtype != torch.float32 or not x2.is_contiguous():
             x2 = x2.to(torch.float32).contiguous()
         t = x2.shape[0]
-        if t <= FEW_TOKENS and packing.copy_due(self):
+        few = t <= FEW_TOKENS and not (prompt and self._prompt_tiles)
+        if few and not prompt and packing.copy_due(self):  # a prompt's products read the blocks as they are
             self._pack()
-        c_product = t <= FEW_TOKENS or self._gemm  # few tokens, or the int8 GEMM for any number
+        c_product = few or self._gemm  # few tokens, or the int8 GEMM for any number
         y = _c_product(self._plan_ref, x2, t, n) if c_product else self._tiled(x2)  # (T, N)
         y = y.view(*lead, n)
         return y if x.dtype == torch.float32 else y.to(x.dtype)

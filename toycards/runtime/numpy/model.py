@@ -1,5 +1,6 @@
 """Base class of generated NumPy modules: weights keyed by GGUF tensor name, as float32 arrays (an F32
-tensor a read-only view of the file) or kept in their blocks (`QuantWeight`).
+tensor a read-only view of the file) or kept in their blocks (`QuantWeight`; `QuantStack`, a stack of
+experts).
 
 Owns: construction from hyperparameters and a weight dict, `__call__`, the NumPy side of
 `ModelAPI`. Leaves out: the forward pass (generated), loading files (models/load.py).
@@ -19,9 +20,10 @@ class NumpyModel(ModelAPI):
 
     def __init__(self, hp: dict, weights: dict[str, np.ndarray]) -> None:
         self.hp = dict(hp)
+        kernels = engine.backend("numpy")
+        kept = (kernels.QuantWeight, kernels.QuantStack)  # in their GGUF blocks: a matrix, a stack
         self.w = {
-            k: v if isinstance(v, engine.backend("numpy").QuantWeight) else np.asarray(v, dtype=np.float32)
-            for k, v in weights.items()
+            k: v if isinstance(v, kept) else np.asarray(v, dtype=np.float32) for k, v in weights.items()
         }
         self._kernel_choices(self.w.values())
 

@@ -99,8 +99,9 @@ def topk(v, k):
 def linear(x, W):
     """W · X for a weight stored as [d_out, d_in] (or a stack [..., d_out, d_in]): x [..., d_in] → [..., d_out].
     A weight kept in its GGUF blocks multiplies by its own kernel, few tokens of a float32 weight by
-    the C product (engine/numpy/quant.py)."""
-    if W.__class__ is kernels.QuantWeight:
+    the C product (engine/numpy/quant.py); a stack of weights kept in their blocks, each matrix by
+    its own kernel (x [..., E, ℓ, d_in]: engine/numpy/stack.py)."""
+    if W.__class__ is kernels.QuantWeight or W.__class__ is kernels.QuantStack:
         return W.linear(x)
     if (y := kernels.float_linear(x, W)) is not None:  # few tokens of a float32 matrix: the C product
         return y
@@ -332,6 +333,7 @@ def moe_biased(X, W_r, b, W_gate, W_up, W_down, k, norm, gating, s=1, n_g=1, k_g
     says how).
 
     X [..., ℓ, d_e]; W_r [E, d_e]; b [E] or None; W_gate, W_up [E, d_ff, d_e]; W_down [E, d_e, d_ff]
+    (float32 arrays, or stacks kept in their blocks: each expert's products by its kernels)
     → [..., ℓ, d_e].
     """
     x = X.reshape(-1, X.shape[-1])  # (N, d_e)
@@ -355,20 +357,27 @@ def moe_biased(X, W_r, b, W_gate, W_up, W_down, k, norm, gating, s=1, n_g=1, k_g
     tokens, weights = order // k, G.reshape(-1)[order]
     counts = np.bincount(flat, minlength=W_r.shape[0])
     grouped = np.empty((flat.shape[0], x.shape[-1]), dtype=x.dtype)  # (N·k, d_e), by expert
+    prompt = x.shape[0] > engine.FEW_TOKENS  # each expert's products as the pass's, however few its tokens
     start = 0
     for e, n in enumerate(counts.tolist()):
         if n:
             xs = x[tokens[start : start + n]]  # (n, d_e)
             w = weights[start : start + n, None]  # (n, 1); w_b: they weigh the input (weight_before_ffn)
             xs = xs * w if w_b else xs
-            g = kernels.blas_product(xs, W_gate[e].T)
-            h = g / (1 + np.exp(-g)) * kernels.blas_product(xs, W_up[e].T)  # (n, d_ff)
-            y = kernels.blas_product(h, W_down[e].T)  # (n, d_e)
+            g = _product(xs, W_gate[e], prompt)
+            h = g / (1 + np.exp(-g)) * _product(xs, W_up[e], prompt)  # (n, d_ff)
+            y = _product(h, W_down[e], prompt)  # (n, d_e)
             grouped[start : start + n] = y if w_b else y * w
             start += n
     chosen_out = np.empty_like(grouped)
     chosen_out[order] = grouped  # back to (token, choice) order
     return chosen_out.reshape(*X.shape[:-1], k, X.shape[-1]).sum(axis=-2)
+
+
+def _product(x, W, prompt):
+    """x [n, k] · Wᵀ for one expert's W [m, k]: a matrix of a stack kept in its blocks by its kernel
+    (`QuantWeight.linear`, as a prompt's product where `prompt`), a float32 one by NumPy's BLAS."""
+    return W.linear(x, prompt) if W.__class__ is kernels.QuantWeight else kernels.blas_product(x, W.T)
 
 
 def _within_groups(B, n_g, k_g):

@@ -3,9 +3,10 @@
 Owns: registering each tensor as an `nn.Parameter` at its GGUF name (`blk.0.attn_q.weight`
 is `state_dict()["blk.0.attn_q.weight"]`, through nested module dicts; a part that is already an
 attribute, as in "w.weight", takes a `~`: `w~.weight`, which `gguf_name` undoes), tied tensors shared
-as one parameter, weights kept in their GGUF blocks (`QuantWeight`, not parameters: they do not
-train), `w` (the forward pass's view of those parameters and weights by name), `__call__` with a
-KV cache, the device its forward passes run on, and the torch side of `ModelAPI`.
+as one parameter, weights kept in their GGUF blocks (`QuantWeight`, and `QuantStack` for a stack
+of experts; not parameters: they do not train), `w` (the forward pass's view of those parameters
+and weights by name), `__call__` with a KV cache, the device its forward passes run on, and the
+torch side of `ModelAPI`.
 Leaves out: the forward pass (generated), loading files (models/load.py). Imported lazily.
 
 `w[name]` reads the parameter its module holds now, not the one registered at first: FSDP
@@ -34,6 +35,7 @@ from toycards.runtime.torch import ops
 
 kernels = engine.backend("torch")
 QuantWeight = kernels.QuantWeight
+KEPT = (kernels.QuantWeight, kernels.QuantStack)  # weights kept in their GGUF blocks: a matrix, a stack
 
 _MODEL_NAMES = {"w"}  # attributes the model sets after registering its parameters
 
@@ -150,12 +152,12 @@ class TorchModel(nn.Module, ModelAPI):
         self.hp = dict(hp)
         params: dict[str, nn.Parameter] = {}
         holders: dict[str, nn.Module] = {}
-        quantized: dict[str, QuantWeight] = {}
+        quantized: dict[str, QuantWeight | kernels.QuantStack] = {}
         weights = engine.resident_float32(weights)  # the file's float32 matrices in memory of ours
         for name, value in weights.items():
             if shared and name in shared:
                 continue
-            if isinstance(value, QuantWeight):
+            if isinstance(value, KEPT):
                 quantized[name] = value
                 continue
             tensor = _as_float_tensor(value)  # a filled-in constant is no weight: not trained
@@ -187,8 +189,9 @@ class TorchModel(nn.Module, ModelAPI):
         return moved
 
     def _float_kept(self) -> None:
-        """Each weight kept in its GGUF blocks becomes a float32 parameter at its GGUF name (tied
-        names share one), as `load(..., dequantize=True)` would have made it."""
+        """Each weight kept in its GGUF blocks (a matrix, or a stack of them: [E, n, k]) becomes a
+        float32 parameter at its GGUF name (tied names share one), as `load(..., dequantize=True)`
+        would have made it."""
         kept = self.w._quantized
         if not kept:
             return

@@ -14,7 +14,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from toycards import engine
 from toycards.runtime.numpy.ops import MOE_WEIGHTS_SUM_MIN
+
+kernels = engine.backend("torch")
 
 
 def moe(X, W_r, W_gate, W_up, W_down, k, norm):
@@ -31,7 +34,8 @@ def moe_biased(X, W_r, b, W_gate, W_up, W_down, k, norm, gating, s=1, n_g=1, k_g
     weighted (w_b = 0) or its input (w_b = 1: llama.cpp's weight_before_ffn). The card's
     steps run every expert on every token, weighted 0 unless chosen (tests/engine/test_kernels.py
     ties the two).
-    X [..., ℓ, d_e]; W_r [E, d_e]; b [E]; W_gate, W_up [E, d_ff, d_e]; W_down [E, d_e, d_ff] → [..., ℓ, d_e].
+    X [..., ℓ, d_e]; W_r [E, d_e]; b [E]; W_gate, W_up [E, d_ff, d_e]; W_down [E, d_e, d_ff] (float32
+    tensors, or stacks kept in their blocks: each expert's products by its kernels) → [..., ℓ, d_e].
     """
     x = X.reshape(-1, X.shape[-1])  # (N, d_e): every token of the batch
     z = F.linear(x, W_r)  # (N, E) router logits
@@ -50,20 +54,38 @@ def moe_biased(X, W_r, b, W_gate, W_up, W_down, k, norm, gating, s=1, n_g=1, k_g
     tokens, weights = order // k, G.reshape(-1)[order]
     counts = torch.bincount(flat, minlength=W_r.shape[0]).tolist()
     grouped = x.new_empty(flat.shape[0], x.shape[-1])  # (N·k, d_e) the experts' outputs, by expert
+    prompt = x.shape[0] > engine.FEW_TOKENS  # each expert's products as the pass's, however few its tokens
     start = 0
     for e, n in enumerate(counts):
         if n:
             xs = x[tokens[start : start + n]]  # (n, d_e) the tokens that chose expert e
             w = weights[start : start + n, None]  # (n, 1) their weights
             xs = xs * w if w_b else xs
-            h = F.silu(F.linear(xs, W_gate[e])) * F.linear(xs, W_up[e])  # (n, d_ff)
-            grouped[start : start + n] = F.linear(h, W_down[e]) if w_b else F.linear(h, W_down[e]) * w
+            y = _expert(xs, W_gate[e], W_up[e], W_down[e], prompt)  # (n, d_e)
+            grouped[start : start + n] = y if w_b else y * w
             start += n
     # back to (token, choice) order and summed over the choices: a permutation, not index_add_
     # (torch's CPU index_add_/scatter_add_ are slow on one token's row)
     chosen_out = torch.empty_like(grouped)
     chosen_out[order] = grouped
     return chosen_out.reshape(*X.shape[:-1], k, X.shape[-1]).sum(dim=-2)
+
+
+def _expert(xs, W_gate, W_up, W_down, prompt):
+    """One expert's SwiGLU on its tokens, W_down · (SiLU(W_gate · x) ⊙ (W_up · x)) for xs (n, d_e) →
+    (n, d_e): the matrices of stacks kept in their blocks by the kernels (decoding: one C call,
+    kernels.swiglu; a prompt, `prompt`: each product as a prompt's, `QuantWeight.linear`), float32
+    ones by torch."""
+    kept = W_gate.__class__ is kernels.QuantWeight
+    if kept and not prompt and (y := kernels.swiglu(xs, W_gate, W_up, W_down)) is not None:
+        return y
+    h = F.silu(_product(xs, W_gate, prompt)) * _product(xs, W_up, prompt)  # (n, d_ff)
+    return _product(h, W_down, prompt)
+
+
+def _product(x, W, prompt):
+    """x [n, k] · Wᵀ for one expert's W [m, k]: by its kernel where it is kept in its blocks."""
+    return W.linear(x, prompt) if W.__class__ is kernels.QuantWeight else F.linear(x, W)
 
 
 def _within_groups(B, n_g, k_g):

@@ -49,10 +49,11 @@ def topk(v, k):
 
 def linear(x, W):
     """W · X for a weight stored as [d_out, d_in] (or a stack [..., d_out, d_in]): x [..., d_in] → [..., d_out].
-    A weight kept in its GGUF blocks multiplies by its own kernel (engine/torch/quant.py)."""
+    A weight kept in its GGUF blocks multiplies by its own kernel (engine/torch/quant.py), a stack of
+    them each matrix by its own (x [..., E, ℓ, d_in]: engine/torch/stack.py)."""
     if (cx := engine.native()) is not None and (y := cx.linear(x, W)) is not None:
         return y  # few tokens, and a weight with a kernel plan: the product below, from C++ (engine/torch/native.py)
-    if W.__class__ is kernels.QuantWeight:
+    if W.__class__ is kernels.QuantWeight or W.__class__ is kernels.QuantStack:
         return W.linear(x)
     if W.dim() != 2:
         return x @ W.transpose(-1, -2)
