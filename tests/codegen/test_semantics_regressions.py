@@ -465,6 +465,48 @@ def test_an_optional_hyperparameter_left_out_takes_its_default():
         np.testing.assert_allclose(np.asarray(g(arr(x)), dtype=np.float64), want, rtol=1e-6, err_msg=target)
 
 
+OPTIONAL_VECTOR = """
+Algorithm: y ← F(x | a, σ)
+/* a · x plus exp(σ), entry by entry: nothing where σ is left out */
+Input: x ∈ ℝ^{n}
+Output: y ∈ ℝ^{n}
+Hyperparameters:
+  a ∈ ℝ
+  σ ∈ ℝ^{n}  default −∞  ▷ one number per entry; left out, −∞ in every entry
+1  for i ∈ [n]: y[i] ← a · x[i] + exp(σ[i])
+2  return y
+
+Algorithm: z ← G(x | s)
+Input: x ∈ ℝ^{n}
+Output: z ∈ ℝ^{n}
+Parameters: s ∈ ℝ^{n}
+1  return z = F(x | 2) + F(x | 2, s)
+"""
+
+
+def test_an_optional_vector_left_out_is_its_default_in_every_entry():
+    """`F(x | 2)` fills σ with −∞ (exp gives 0), `F(x | 2, s)` passes s: z = 4x + exp(s), on the
+    interpreter and both targets; a vector of the wrong length is refused, and so is one whose
+    length nothing else in a call gives."""
+    from toycards.lang.interpret import run
+
+    x, s = [0.25, -1.0, 3.0], [0.0, 1.0, -2.0]
+    want = [4 * a + np.exp(b) for a, b in zip(x, s)]
+    card = parse("toycards 1\n" + OPTIONAL_VECTOR)
+    assert check(card) == []
+    interpreted = np.asarray(run(card, [x], {"s": np.asarray(s)}, algorithm="G"), dtype=np.float64)
+    np.testing.assert_allclose(interpreted, want, rtol=1e-12)
+    for target, arr in targets():
+        g = generated_function(OPTIONAL_VECTOR, target, call="G(X[:, t] | W[:, 1])", name="G")
+        np.testing.assert_allclose(np.asarray(g(arr(x), arr(s)), dtype=np.float64), interpreted, rtol=1e-6)
+    short = OPTIONAL_VECTOR.replace("F(x | 2, s)", "F(x | 2, s[1:2])")
+    assert [d.message for d in check(parse("toycards 1\n" + short))] == ["F: σ gets ℝ^{2}, expected ℝ^{n}"]
+    unsized = OPTIONAL_VECTOR.replace("σ ∈ ℝ^{n}", "σ ∈ ℝ^{m}").replace("exp(σ[i])", "max(σ)")
+    assert [d.message for d in check(parse("toycards 1\n" + unsized))] == [
+        "σ may be left out, but nothing else in the call gives its length m"
+    ]
+
+
 OWN_SOFTMAX = """
 Algorithm: y ← softmax(x)
 /* the card's own softmax, twice as sharp as the prelude's */

@@ -313,6 +313,47 @@ def test_half_cache_pass_by_pass(funcs, monkeypatch, d, half):
         assert ran == [True] * len(SIZES) * 2
 
 
+@pytest.mark.parametrize("kv_type", ["f32", "f16"])
+@pytest.mark.parametrize("H, H_kv, lead", [(4, 2, (2,)), (6, 4, (1,))], ids=str)
+def test_sinks_pass_by_pass(funcs, monkeypatch, kv_type, H, H_kv, lead):
+    """A finite sink logit per query head (σ, gpt-oss's attn_sinks): GQAttention's kernel (the sink in
+    each row's maximum and denominator, as ggml_soft_max_add_sinks) equals the card's steps (the keys'
+    share of the softmax over [S; σ_h]) over passes that share one cache of `kv_type`: a prompt of 37
+    tokens (attend_run's blocks), decoding steps of 1 and 3 tokens and a second prompt, under a
+    sliding window. Sinks of −∞ are none: the outputs of a call that leaves σ out, bit for bit."""
+    d = 16
+    rho = rand(d // 2).abs() + 0.5
+    sinks = rand(H, scale=3.0)  # some above every score of a row, some far below
+    inputs = [(rand(*lead, n, H * d), rand(*lead, n, H_kv * d), rand(*lead, n, H_kv * d)) for n in SIZES]
+    ran = kernel_runs(monkeypatch, engine.backend("torch"), "gq_attention")
+    args = (funcs["GQAttention"], ops_torch, inputs, H, H_kv, "halves", rho, window(6), 0)
+    slow = run_passes(*args, fast=False, kv_type=kv_type, sinks=sinks)
+    fast = run_passes(*args, fast=True, kv_type=kv_type, sinks=sinks)
+    plain = run_passes(*args, fast=True, kv_type=kv_type)
+    none = run_passes(*args, fast=True, kv_type=kv_type, sinks=torch.full((H,), -math.inf))
+    for s, f, p, n in zip(slow, fast, plain, none, strict=True):
+        assert_close(s, f, tol=3e-6)
+        assert (f - p).abs().max() > 1e-2  # the sinks take their share
+        assert torch.equal(n, p)
+    if quant_kernels.library() is not None:
+        assert ran == [True] * len(SIZES) * 3
+
+
+def test_sinks_the_kernel_cannot_read_are_left_to_the_steps(funcs, monkeypatch):
+    """Sinks that are not float32 [H] on the CPU (float64 here): the kernel declines, and the card's
+    steps apply them."""
+    H, H_kv, d = 4, 2, 16
+    rho = rand(d // 2).abs() + 0.5
+    inputs = [(rand(1, n, H * d), rand(1, n, H_kv * d), rand(1, n, H_kv * d)) for n in (5, 1)]
+    ran = kernel_runs(monkeypatch, engine.backend("torch"), "gq_attention")
+    args = (funcs["GQAttention"], ops_torch, inputs, H, H_kv, "pairs", rho, window(3), 0)
+    sinks = rand(H).double()
+    slow = run_passes(*args, fast=False, sinks=sinks.float())
+    for s, f in zip(slow, run_passes(*args, fast=True, sinks=sinks), strict=True):
+        assert_close(s, f, tol=3e-6)
+    assert ran == [False, False]
+
+
 def test_layers_with_their_own_masks_and_rope_over_one_cache(funcs, monkeypatch):
     """Layers that alternate a sliding window with a causal mask and two RoPE bases (Gemma's local and
     global layers), over passes that share one cache (a prompt, decoding steps, a second prompt):

@@ -132,6 +132,32 @@ def test_half_cache_pass_by_pass(funcs, monkeypatch, d, half):
 
 
 @needs_kernels
+@pytest.mark.parametrize("kv_type", ["f32", "f16"])
+@pytest.mark.parametrize("H, H_kv, lead", [(4, 2, (2,)), (6, 4, (1,))], ids=str)
+def test_sinks_pass_by_pass(funcs, monkeypatch, kv_type, H, H_kv, lead):
+    """A finite sink logit per query head (σ, gpt-oss's attn_sinks): GQAttention's C call (the sink in
+    each row's maximum and denominator, as ggml_soft_max_add_sinks) equals the card's steps (the keys'
+    share of the softmax over [S; σ_h]) over passes that share one cache of `kv_type`: a prompt of 37
+    tokens (attend_run's blocks), decoding steps of 1 and 3 tokens and a second prompt, under a
+    sliding window. Sinks of −∞ are none: the outputs of a call that leaves σ out, bit for bit."""
+    d = 16
+    rho = np.abs(rand(d // 2)) + 0.5
+    sinks = 3 * rand(H)  # some above every score of a row, some far below
+    inputs = [(rand(*lead, n, H * d), rand(*lead, n, H_kv * d), rand(*lead, n, H_kv * d)) for n in SIZES]
+    ran = kernel_runs(monkeypatch)
+    args = (funcs["GQAttention"], ops_numpy, inputs, H, H_kv, "halves", rho, window(6), 0)
+    slow = run_passes(*args, fast=False, kv_type=kv_type, sinks=sinks)
+    fast = run_passes(*args, fast=True, kv_type=kv_type, sinks=sinks)
+    plain = run_passes(*args, fast=True, kv_type=kv_type)
+    none = run_passes(*args, fast=True, kv_type=kv_type, sinks=np.full(H, -np.inf, dtype=np.float32))
+    for s, f, p, n in zip(slow, fast, plain, none, strict=True):
+        assert_close(s, f, tol=3e-6)
+        assert np.abs(f - p).max() > 1e-2  # the sinks take their share
+        np.testing.assert_array_equal(n, p)
+    assert ran == [True] * len(SIZES) * 3
+
+
+@needs_kernels
 def test_half_cache_on_a_plain_x86_64(tmp_path):
     """The same float16 cache tests with the kernels built for a bare x86-64 (no F16C, no AVX): the
     rounding to halves in C arithmetic alone (ties to even, subnormals, as NumPy rounds) and the
@@ -182,7 +208,7 @@ def test_halves_as_numpy_rounds():
     rho = np.ones(d // 2, dtype=np.float32)
     K, V = values.reshape(4, d), values.reshape(4, d)[::-1].copy()
     causal = lambda t_z, t_x: t_z <= t_x  # noqa: E731
-    out = glue_numpy.gq_attention(Q, K, V, H, H_kv, "none", 1e4, rho, causal, 0, ctx.pos, ctx)
+    out = glue_numpy.gq_attention(Q, K, V, H, H_kv, "none", 1e4, rho, causal, 0, None, ctx.pos, ctx)
     assert out is not None  # the kernel wrote the cache
     Kc, Vc = cache.slots[0][0]
     assert Kc.dtype == np.float16
@@ -314,19 +340,19 @@ def test_gq_attention_declines_what_it_does_not_cover():
     Q, K, V = rand(3, 4 * 16), rand(3, 2 * 16), rand(3, 2 * 16)
     rho, causal = np.ones(8, dtype=np.float32), (lambda t_z, t_x: t_z <= t_x)
     t = np.arange(1, 4)
-    args = (4, 2, "pairs", 1e4, rho, causal, 0, t, None)
+    args = (4, 2, "pairs", 1e4, rho, causal, 0, None, t, None)
     assert glue_numpy.gq_attention(Q, K, V, *args) is not None
     assert glue_numpy.gq_attention(Q.astype(np.float64), K, V, *args) is None
     assert glue_numpy.gq_attention(rand(64, 3).T, K, V, *args) is None  # not C order
-    assert glue_numpy.gq_attention(Q, K, V, 4, 2, "sideways", 1e4, rho, causal, 0, t, None) is None
+    assert glue_numpy.gq_attention(Q, K, V, 4, 2, "sideways", 1e4, rho, causal, 0, None, t, None) is None
     assert glue_numpy.gq_attention(Q, rand(3, 3 * 16), V, *args) is None  # K's width is not H_kv·d
+    for sinks in (rand(4).astype(np.float64), rand(3), rand(1, 4)):  # not float32 [H]: the steps apply them
+        assert glue_numpy.gq_attention(Q, K, V, 4, 2, "pairs", 1e4, rho, causal, 0, sinks, t, None) is None
     # a mask with axes of its own (a padding mask per batch row, say): the steps broadcast it
     padded = lambda t_z, t_x: (t_z <= t_x) & np.ones((2, 1, 1, 1), dtype=bool)  # noqa: E731
     cache = KVCache()
-    assert (
-        glue_numpy.gq_attention(Q, K, V, 4, 2, "pairs", 1e4, rho, padded, 0, t, Context(3, cache, ops_numpy))
-        is None
-    )
+    args = (4, 2, "pairs", 1e4, rho, padded, 0, None, t, Context(3, cache, ops_numpy))
+    assert glue_numpy.gq_attention(Q, K, V, *args) is None
     assert cache.slots == []  # nothing written
 
 

@@ -28,6 +28,7 @@ from toycards.engine import packing
 from toycards.engine.torch import glue as glue_torch
 from toycards.engine.torch import native as glue_cpp
 from toycards.engine.torch import replay as replay_torch
+from toycards.library import library_card
 from toycards.runtime.torch import ops as ops_torch
 
 Q = GGMLQuantizationType
@@ -55,8 +56,9 @@ REFUSED = {  # a card, and what its step does that the tape does not hold
     "ernie4_5-moe": "torch's linear",  # the same: MoE_biased's router (softmax, selection bias)
     "glm4moe": "torch's linear",  # the same: MoE_biased's router (sigmoid gates, selection bias)
     "llama4": "a γ that is not a weight",  # the q/k L2 norms: rms_norm with the card's ones, not a tensor
-    # RoPE in the card's own GQAttention_sinks (a sink per head), outside a GQAttention site: its C kernel
-    "gpt-oss": "torch's data_ptr read an activation",
+    # its attention (GQAttention with sinks) is recorded; the router's choice of experts, in the card's
+    # own steps (topk of the biased logits), is not
+    "gpt-oss": "torch's sort computed from an activation",
     "apertus": "torch's gt computed from an activation",  # xIELU's ⟦x > 0⟧, which the tape has no op for
     "arcee": "torch's clamp_min computed from an activation",  # ReLU (of ReLU²), which the tape has no op for
     # RoPE in the card's own steps (q/k RMSNorm after it), outside an attention site: its C kernel
@@ -366,6 +368,37 @@ def test_a_weight_changed_between_steps(cx, oracle_files, how):
         outs.append(out)
         if replay:
             assert cache.prepared[replay_torch.KEY].replays >= 2
+    assert_same(*outs)
+
+
+def test_attention_sinks_are_weights_the_replay_reads(cx, oracle_files):
+    """gpt-oss's blocks without their experts (whose router the tape does not hold): GQAttention with
+    a sink per query head is recorded, the sinks read where the weight is; replayed steps equal the
+    forward pass's, also after the sinks change in place."""
+    source = library_card("gpt-oss").source
+    lines = source.splitlines(keepends=True)
+    first = next(i for i, line in enumerate(lines) if "rms_norm(X[:, t] | γ_l^2, ε)" in line)
+    last = next(i for i, line in enumerate(lines) if line.startswith("32  end"))
+    card = "".join(lines[:first] + ["19  end\n"] + lines[last + 1 :])  # (the formatter renumbers)
+    path = oracle_files("gpt-oss", "F32").path
+    ids = np.random.default_rng(4).integers(0, 100, size=(1, 14))
+    outs = []
+    for replay in (True, False):
+        model = toycards.load(card, weights=str(path), target="torch")
+        os.environ[replay_torch.SWITCH] = "on" if replay else "off"
+        try:
+            cache, out = model.new_cache(), []
+            with torch.no_grad():
+                out.append(model(ids[:, :3], cache))
+                for t in range(3, 14):
+                    if t == 10:
+                        model.w["blk.1.attn_sinks.weight"].add_(2.0)
+                    out.append(model(ids[:, t : t + 1], cache))
+        finally:
+            del os.environ[replay_torch.SWITCH]
+        outs.append(out)
+        if replay:
+            assert cache.prepared[replay_torch.KEY].replays >= 2, model.replay_why
     assert_same(*outs)
 
 

@@ -22,22 +22,23 @@ CARD_SHA256 = '88259f614291e8f7da7336d34c8dbcc8ce0ca001fc3f4ac12a34c6efc7cbd65c'
 CARD = 'toycards 1\n▷ Llama (general.architecture = "llama"; also Llama 2, Llama 3, Mistral converted as llama).\n▷ llama.cpp\'s converter permutes the rows of attn_q and attn_k so that RoPE rotates adjacent\n▷ pairs (rope type NORM): the card applies rope_pairs to the tensors as stored.\n\nAlgorithm: P ← Llama(x | θ)\n/* Llama: decoder-only transformer, RMSNorm, grouped-query attention with RoPE on adjacent pairs, SwiGLU MLP, no biases */\nInput: x ∈ V^ℓ  ▷ token ids\nOutput: P ∈ (0,1)^{N_V×ℓ}  ▷ column t: the distribution of x[t+1] given x[1:t]\nHyperparameters:\n  L ∈ ℕ                                     from "{arch}.block_count"\n  H ∈ ℕ                                     from "{arch}.attention.head_count"\n  H_kv ∈ ℕ                                  from "{arch}.attention.head_count_kv" default H  ▷ key/value heads (grouped-query attention)\n  d_e ∈ ℕ                                   from "{arch}.embedding_length"\n  d_ff ∈ ℕ                                  from "{arch}.feed_forward_length"\n  ℓ_max ∈ ℕ                                 from "{arch}.context_length"                  ▷ the context length the model was trained for\n  ε ∈ ℝ                                     from "{arch}.attention.layer_norm_rms_epsilon"\n  θ_base ∈ ℝ                                from "{arch}.rope.freq_base" default 10000    ▷ RoPE base\n  scaling ∈ {none, linear, yarn, longrope}  from "{arch}.rope.scaling.type" default none  ▷ llama.cpp: yarn ramps the frequencies; linear and longrope (no long/short factors for llama) divide them by s\n  s ∈ ℝ                                     from "{arch}.rope.scaling.factor" default 1   ▷ RoPE scaling factor\n  ℓ_orig ∈ ℕ                                from "{arch}.rope.scaling.original_context_length" default ℓ_max  ▷ YaRN\'s n_ctx_orig (llama.cpp: n_ctx_train when absent)\n  a_r ∈ ℝ                                   from "{arch}.rope.scaling.attn_factor" default 1  ▷ llama.cpp\'s rope_attn_factor: the magnitude of every rotated entry\n  d_h ∈ ℕ                                   ≔ d_e / H                                     ▷ head size\n  N_V ∈ ℕ                                                                                 ▷ inferred from W_e\'s shape\nParameters:\n  W_e ∈ ℝ^{d_e×N_V}           from "token_embd.weight"^⊺\n  for l ∈ [L], in "blk.{l-1}.":\n    γ_l^1 ∈ ℝ^{d_e}           from "attn_norm.weight"\n    W_q^l ∈ ℝ^{H·d_h×d_e}     from "attn_q.weight"                ▷ rows permuted for adjacent-pair RoPE\n    W_k^l ∈ ℝ^{H_kv·d_h×d_e}  from "attn_k.weight"                ▷ rows permuted for adjacent-pair RoPE\n    W_v^l ∈ ℝ^{H_kv·d_h×d_e}  from "attn_v.weight"\n    W_o^l ∈ ℝ^{d_e×H·d_h}     from "attn_output.weight"\n    γ_l^2 ∈ ℝ^{d_e}           from "ffn_norm.weight"\n    W_gate^l ∈ ℝ^{d_ff×d_e}   from "ffn_gate.weight"\n    W_up^l ∈ ℝ^{d_ff×d_e}     from "ffn_up.weight"\n    W_down^l ∈ ℝ^{d_e×d_ff}   from "ffn_down.weight"\n  γ ∈ ℝ^{d_e}                 from "output_norm.weight"\n  W_u ∈ ℝ^{N_V×d_e}           from "output.weight" or "token_embd.weight"  ▷ tied to the token embedding when output.weight is absent\n  ρ ∈ ℝ^{d_h/2}               from "rope_freqs.weight" or 1       ▷ Llama 3 frequency factors; ones when absent\n 1  ℓ ← length(x)\n 2  for t ∈ [ℓ]: e_t ← W_e[:, x[t]]\n 3  X ← [e_1, …, e_ℓ]                                  ∷ ℝ^{d_e×ℓ}\n 4  ρ̃ ← rope_divisors(ρ | scaling, θ_base, s, ℓ_orig)  ∷ ℝ^{d_h/2}  ▷ the frequency divisors under the file\'s RoPE scaling (none, linear, yarn, longrope)\n 5  m ← rope_magnitude(| scaling, s, a_r)              ∷ ℝ  ▷ magnitude of the rotated q and k entries (YaRN\'s mscale)\n 6  for l = 1, 2, …, L do\n 7    for t ∈ [ℓ]: X̃[:, t] ← rms_norm(X[:, t] | γ_l^1, ε)\n 8    Q ← W_q^l · X̃\n 9    K ← W_k^l · X̃\n10    V ← W_v^l · X̃\n11    Y ← GQAttention(m · Q, m · K, V | H, H_kv, pairs, θ_base, ρ̃, Mask[t_z, t_x] = ⟦t_z ≤ t_x⟧)  ▷ m on every rotated entry: RoPE is linear and rotates every entry\n12    X ← X + W_o^l · Y\n13    for t ∈ [ℓ]: X̃[:, t] ← rms_norm(X[:, t] | γ_l^2, ε)\n14    X ← X + SwiGLU(X̃ | W_gate^l, W_up^l, W_down^l)   ∷ ℝ^{d_e×ℓ}\n15  end\n16  for t ∈ [ℓ]: X[:, t] ← rms_norm(X[:, t] | γ, ε)\n17  Z ← W_u · X                                        ∷ ℝ^{N_V×ℓ}  ▷ logits\n18  return P = softmax(Z)\n'
 
 
-def GQAttention(Q, K, V, H, H_kv, layout, theta, rho, Mask, c=0, ctx=None):
-    """Y ← GQAttention(Q, K, V | H, H_kv, layout, θ, ρ, Mask, c)
+def GQAttention(Q, K, V, H, H_kv, layout, theta, rho, Mask, c=0, sigma=None, ctx=None):
+    """Y ← GQAttention(Q, K, V | H, H_kv, layout, θ, ρ, Mask, c, σ)
 
     Grouped-query attention of projected queries, keys and values: RoPE on every head, then query head h attends with key/value head ⌈h·H_kv/H⌉
     """
     ell = Q.shape[-2]
     d_h = Q.shape[-1] // H
+    sigma = ops.filled(-math.inf, H) if sigma is None else sigma  # σ left out: −∞ in every entry
     # 1  for h ∈ [H], t ∈ [ℓ]: Q̂^h[:, t] ← rope(rows(Q, h, d_h)[:, t], t | layout, θ, ρ)  ∷ ℝ^{d_h}
     t = ops.as_float(ops.index_vector(runtime.positions(ctx, ell), 1))  # t ∈ [ell]
     Q_hat = rope(ops.split_rows(Q, d_h), t, layout, theta, rho, ctx=ctx)
     # 2  for j ∈ [H_kv], t ∈ [ℓ]: K̂^j[:, t] ← rope(rows(K, j, d_h)[:, t], t | layout, θ, ρ)  ∷ ℝ^{d_h}
     t = ops.as_float(ops.index_vector(runtime.positions(ctx, ell), 1))  # t ∈ [ell]
     K_hat = rope(ops.split_rows(K, d_h), t, layout, theta, rho, ctx=ctx)
-    # 3  for h ∈ [H]: Y^h ← attention(Q̂^h, K̂^{⌈h·H_kv/H⌉}, rows(V, ⌈h · H_kv / H⌉, d_h) | Mask, c)  ∷ ℝ^{d_h×ℓ}
+    # 3  for h ∈ [H]: Y^h ← attention(Q̂^h, K̂^{⌈h·H_kv/H⌉}, rows(V, ⌈h · H_kv / H⌉, d_h) | Mask, c, σ[h])  ∷ ℝ^{d_h×ℓ}
     K_all, V_all = runtime.extend(ctx, K_hat, ops.split_rows(V, d_h), mask=Mask)
-    Y = attention(Q_hat, K_all, V_all, Mask, c, ctx=ctx, kv_index=[int(math.ceil((h_2 * H_kv) / H)) - 1 for h_2 in range(1, H + 1)])
+    Y = attention(Q_hat, K_all, V_all, Mask, c, sigma[..., None, None][..., 0, :], ctx=ctx, kv_index=[int(math.ceil((h_2 * H_kv) / H)) - 1 for h_2 in range(1, H + 1)])
     # 4  return Y = [Y^1; …; Y^H]
     return ops.merge_rows(Y)
 
@@ -108,6 +109,7 @@ def attention(Q, K, V, Mask, c=0, sigma=-math.inf, ctx=None, kv_index=None):
     ell_z = K.shape[-2]
     if kv_index is not None:  # the key/value head each query head reads (grouped-query attention)
         K, V = ops.take(K, kv_index, -3), ops.take(V, kv_index, -3)
+    sigma = ops.run_time(sigma)  # σ: an array at some calls, a number at others
     # 1  S ← K^⊺ · Q / √d_h  ∷ ℝ^{ℓ_z×ℓ_x}
     S = (ops.matmul(Q, ops.mT(K))) / math.sqrt(d_h)
     # 2  if c > 0 then S ← c · tanh(S / c)
@@ -123,7 +125,7 @@ def attention(Q, K, V, Mask, c=0, sigma=-math.inf, ctx=None, kv_index=None):
     # 7  for t ∈ [ℓ_x]: Ṽ[:, t] ← Ṽ[:, t] · sigmoid(max(S[:, t]) + log(Σ_{z=1}^{ℓ_z} exp(S[z, t] − max(S[:, t]))) − σ)
     b = S - ops.max_last(S)
     b_max = ops.max_keep(b, -1)
-    V_tilde = V_tilde * (ops.sigmoid((ops.max_last(S) + (ops.log(ops.exp(b_max) * (ops.sum_last(ops.exp(b - b_max)))))) - sigma))
+    V_tilde = V_tilde * (ops.sigmoid((ops.max_last(S) + (ops.log(ops.exp(b_max) * (ops.sum_last(ops.exp(b - b_max)))))) - sigma[..., None, :]))
     # 8  return Ṽ
     return V_tilde
 

@@ -99,7 +99,7 @@ PRELUDE_HEADERS = {
     "rope_halves": ("", "y ← rope_halves(x, t | θ, ρ)"),
     "MHAttention_fused": ("", "Ṽ ← MHAttention_fused(X | W_qkv, b_qkv, W_o, b_o, H, Mask)"),
     "rope": ("", "y ← rope(x, t | layout, θ, ρ)"),
-    "GQAttention": ("", "Y ← GQAttention(Q, K, V | H, H_kv, layout, θ, ρ, Mask, c)"),
+    "GQAttention": ("", "Y ← GQAttention(Q, K, V | H, H_kv, layout, θ, ρ, Mask, c, σ)"),
 }
 
 

@@ -168,6 +168,8 @@ def _hyper_exprs(c: Ctx, ex: ExprChecker, decl: ir.Decl) -> None:
             c.error(e.span, "this expression is nested too deeply to check", "split it into several steps")
             continue
         if declared is not None and declared.shape is not None and got is not None:
+            if e is b.default and declared.shape.rank == 1 and got.rank == 0 and got.numeric:
+                continue  # a number fills every entry: `σ ∈ ℝ^{H} default −∞`, `n_kv ∈ ℕ^{L} … default 0`
             if not compatible(declared.shape, got, c.eq):
                 c.error(
                     e.span,

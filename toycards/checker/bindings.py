@@ -63,14 +63,15 @@ def hyper_binding(ctx: Ctx, decl: ir.Decl) -> None:
 
 def optional_default(ctx: Ctx, decl: ir.Decl, default: ir.Expr) -> None:
     """`c ∈ ℝ default 0`: an optional hyperparameter's default is one number (a call that leaves
-    the hyperparameter out passes it as written); the header check (declarations.py) sees that
-    only trailing hyperparameters of the header are optional."""
+    the hyperparameter out passes it as written); on a vector, `σ ∈ ℝ^{H} default −∞`, the number
+    fills every entry. The header check (declarations.py) sees that only trailing hyperparameters
+    of the header are optional."""
     t = decl.type
-    if not (isinstance(t, ir.TensorType) and not t.dims and t.field in ("R", "N", "Z")):
+    if not (isinstance(t, ir.TensorType) and len(t.dims) <= 1 and t.field in ("R", "N", "Z")):
         ctx.error(
             decl.span,
-            f"an optional hyperparameter is a number (ℝ, ℕ or ℤ), not {', '.join(decl.names)} ∈ …",
-            "give an enumeration or tensor hyperparameter its value at every call",
+            f"an optional hyperparameter is a number or a vector (ℝ, ℕ or ℤ), not {', '.join(decl.names)} ∈ …",
+            "give an enumeration or matrix hyperparameter its value at every call",
         )
     value = default.operand if isinstance(default, ir.UnOp) and default.op == "-" else default
     if not isinstance(value, ir.Num | ir.Const):

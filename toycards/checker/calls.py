@@ -106,7 +106,9 @@ class CallChecker:
                     u.bindings[name] = d
         for a, (name, declared), actual in zip(c.args, sig.inputs, args):
             u.add(a, name, declared, actual, mapped=True)
-        for p, (name, _, declared), actual in zip(passed, sig.params, params):
+        for i, (p, (name, _, declared), actual) in enumerate(zip(passed, sig.params, params)):
+            if i >= len(c.params) and declared is not None and declared.rank:
+                continue  # a default left out fills a vector (`σ ∈ ℝ^{H} default −∞`): no shape to unify
             u.add(p, name, declared, actual, mapped=False)
         u.solve()
         self.ctx.info.dim_bindings[id(c)] = u.final_bindings()

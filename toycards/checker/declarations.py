@@ -317,6 +317,7 @@ class _Declarer:
                     f"a default is what a call passes when it leaves {n} out: list {n} last after `|`, "
                     'or bind it (from "{arch}.…" default …)',
                 )
+        self._optional_vector_lengths(a, optional)
         for k, n in enumerate(a.params):
             e = scope.declared.get(n)
             if n in optional and any(m not in optional for m in a.params[k + 1 :]):
@@ -335,6 +336,25 @@ class _Declarer:
                 scope.hint_for(n) if e is None else f"{n} is declared as {e.kind}",
             )
             sig.params.append((n, "param", None))
+
+    def _optional_vector_lengths(self, a: ir.Algorithm, optional: dict) -> None:
+        """An optional vector (`σ ∈ ℝ^{H} default −∞`) left out has the length the rest of the call
+        gives: each of its dimensions is a header hyperparameter or a dimension of another input or
+        parameter."""
+        others = {n for n in a.params if n not in optional}
+        for d in (*a.input_decls, *a.hyper_decls, *(d for d, _ in a.all_params())):
+            if not set(d.names) & set(optional):
+                others |= {x.name for x in type_dim_names(d.type)}
+        for d in a.hyper_decls:
+            lengths = {x.name for x in type_dim_names(d.type)}
+            unknown = sorted(lengths - others) if set(d.names) & set(optional) else []
+            if unknown:
+                self.ctx.error(
+                    d.span,
+                    f"{', '.join(d.names)} may be left out, but nothing else in the call gives its "
+                    f"length {', '.join(unknown)}",
+                    "size an optional vector by a hyperparameter of the header or a dimension of an input",
+                )
 
     def inferred(self) -> None:
         """Every unbound hyperparameter must come from a shape (N_V from W_e ∈ ℝ^{d_e×N_V}).

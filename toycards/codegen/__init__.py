@@ -113,7 +113,7 @@ def generate_source(card: ir.Card, target: str = "torch") -> str:
     spec.recompute = plan.note(card)
     spec.logits_from_softmax = returns_distribution(main)  # else the module returns the card's output
     imports, base = TARGETS[target]
-    lines = [line for f in (main_fn, *funcs) for line in f.body]
+    lines = [line for f in (main_fn, *funcs) for line in (*f.args, *f.body)]  # (a default may be −math.inf)
     needs_math = any(re.search(r"(?<![\w.])math\.", line) for line in lines)
     source = _template().render(spec=spec, imports=imports, base_class=base, needs_math=needs_math)
     verify_source(source, f"<generated {main.name} {target}>")

@@ -21,7 +21,7 @@ from toycards.checker.tokenflow import CachePlan
 from toycards.codegen.exprs import ExprEmitter
 from toycards.codegen.module import Function
 from toycards.codegen.namespace import Namespace
-from toycards.codegen.scope import Scope, family_key
+from toycards.codegen.scope import Scope, family_key, run_time_hypers
 from toycards.codegen.steps import StepEmitter, calls_in
 from toycards.codegen.values import HEAD_PICKING, Checked, Val
 from toycards.errors import ToycardsError
@@ -133,6 +133,10 @@ class Emitter:
             ]
         n_prologue = len(body)
         body += self._state_prologue(scope, ex)
+        for name in sorted(run_time_hypers(self).get(algo.name, ())):
+            if name in scope.vals and scope.vals[name].py:  # (StepEmitter makes it a run-time value)
+                v = scope.vals[name].code
+                body.append(f"{v} = ops.run_time({v})  # {name}: an array at some calls, a number at others")
         steps = StepEmitter(self, scope, ex)
         cut = self.plan.last_cut if is_main else None
         if cut is None:
@@ -237,9 +241,13 @@ class Emitter:
         decls = {n: d for d in (*algo.input_decls, *algo.hyper_decls) for n in d.names}
         pdecls = {n: (d, g) for d, g in algo.all_params() for n in d.names}
         optional = defaults(algo)
+        vectors = {n: d.type for d in algo.hyper_decls if isinstance(d.type, ir.TensorType) for n in d.names}
+        # optional vectors (`σ ∈ ℝ^{H} default −∞`): None in the signature, filled once the dimensions are known
+        filled = [n for n in algo.params if n in optional and n in vectors and vectors[n].dims]
         for name in (*algo.inputs, *algo.params):
             ident = ns.name(name)
-            args.append(f"{ident}={ex.expr(optional[name]).code}" if name in optional else ident)
+            default = ("None" if name in filled else ex.expr(optional[name]).code) if name in optional else ""
+            args.append(f"{ident}={default}" if default else ident)
             if name in pdecls:
                 d, _ = pdecls[name]
                 rank = len(d.type.dims) if isinstance(d.type, ir.TensorType) else 0
@@ -271,6 +279,13 @@ class Emitter:
                     body.append(f"{ident} = {f'int({value})' if natural else value}")
                     scope.vals[name] = Val(ident, 0, py=True)
                     scope.dims[name] = ident
+        for name in filled:  # once the dimensions are known
+            ident, value = ns.name(name), ex.expr(optional[name]).code
+            sizes = ", ".join(ex.dim(x) for x in reversed(vectors[name].dims))
+            body.append(
+                f"{ident} = ops.filled({value}, {sizes}) if {ident} is None else {ident}"
+                f"  # {name} left out: {self.renderer.expr(optional[name])} in every entry"
+            )
         return args
 
     def _input_val(self, scope: Scope, name: str, ident: str, d: ir.Decl, body: list[str]) -> Val:

@@ -139,8 +139,8 @@ def _attention(kernel: Kernel, steps, ops, algo: ir.Algorithm, site: Site):
 
 
 def _gq_attention(kernel: Kernel, steps, ops, algo: ir.Algorithm, site: Site):
-    """`ops.gq_attention(Q, K, V, H, H_kv, layout, θ, ρ, Mask, c, t, ctx)`: the positions of the
-    new tokens, and the context when the steps extend its cache (with K̂ and V, the arguments 1 and
+    """`ops.gq_attention(Q, K, V, H, H_kv, layout, θ, ρ, Mask, c, σ, t, ctx)` (σ None where the call
+    leaves it out): the positions of the new tokens, and the context when the steps extend its cache (with K̂ and V, the arguments 1 and
     2 of their `attention` call; a card whose steps cache anything else keeps its steps)."""
     if site.extended - {(1, 2)}:
         return None

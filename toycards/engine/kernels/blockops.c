@@ -278,8 +278,9 @@ static inline void allowed_span(const uint8_t *ok, int64_t S, int64_t *j0, int64
 
 /* The rest of one query row once its scores p [n] over the keys of its span are known (scale, cap
  * and the −∞ of masked keys applied; m their maximum): a softmax over the allowed keys (ok [n]; NaN
- * when none is allowed, as the card's −∞ mask makes it), then the weighted sum of the values
- * Vh [n, d] (rows contiguous) into o [d]. p is overwritten. */
+ * when none is allowed, as the card's −∞ mask makes it) and the sink logit (−∞: none), which joins
+ * the maximum and the denominator and owns no value (llama.cpp's ggml_soft_max_add_sinks), then the
+ * weighted sum of the values Vh [n, d] (rows contiguous) into o [d]. p is overwritten. */
 #if HAVE_FLOAT_DOT
 /* the most vectors of an output row weigh_values holds in registers (AVX2 has 16 of them) */
 #define HELD_VECTORS (VL == 16 ? 16 : 8)
@@ -304,11 +305,12 @@ static inline __attribute__((always_inline)) void weigh_values(const float *p, c
 #endif
 
 static void weigh_row(float *p, float m, const void *V_rows, int kv16, int64_t n, int64_t d, const uint8_t *ok,
-                      float *o) {
+                      float sink, float *o) {
     if (m == -INFINITY) { /* nothing allowed, or every score −∞: the card's softmax is NaN */
         for (int64_t i = 0; i < d; i++) o[i] = NAN;
         return;
     }
+    if (sink > m) m = sink; /* the sink joins the maximum … */
     float l = 0.0f;
     int64_t j = 0;
 #if HAVE_FLOAT_DOT
@@ -324,6 +326,7 @@ static void weigh_row(float *p, float m, const void *V_rows, int kv16, int64_t n
         p[j] = ok[j] ? exp_f32(p[j] - m) : 0.0f;
         l += p[j];
     }
+    if (sink > -INFINITY) l += exp_f32(sink - m); /* … and the denominator */
     const float inv = 1.0f / l;
 #if HAVE_FLOAT_DOT
     if (d % VL == 0) { /* the row in registers, HELD_VECTORS at a time; the count a constant where common */
@@ -366,14 +369,15 @@ static void weigh_row(float *p, float m, const void *V_rows, int kv16, int64_t n
 }
 
 /* One query row q [d] against keys Kh, values Vh [S, d] (rows contiguous; halves when kv16), allowed
- * keys ok [S]: the scores of its span (scores_row), then weigh_row into o [d]. p: scratch of S floats. */
+ * keys ok [S]: the scores of its span (scores_row), then weigh_row with the sink logit (−∞: none) into
+ * o [d]. p: scratch of S floats. */
 static void attend_row(const float *q, const void *Kh, const void *Vh, int kv16, int64_t S, int64_t d,
-                       const uint8_t *ok, float scale, float cap, float *p, float *o) {
+                       const uint8_t *ok, float scale, float cap, float sink, float *p, float *o) {
     int64_t j0, j1;
     allowed_span(ok, S, &j0, &j1);
     const float m =
         j1 > j0 ? scores_row(q, kv_row(Kh, j0, d, kv16), kv16, j1 - j0, d, ok + j0, scale, cap, p) : -INFINITY;
-    weigh_row(p, m, kv_row(Vh, j0, d, kv16), kv16, j1 - j0, d, ok + j0, o);
+    weigh_row(p, m, kv_row(Vh, j0, d, kv16), kv16, j1 - j0, d, ok + j0, sink, o);
 }
 
 #define QUERY_RUN 16 /* queries of one head per work item of tc_gqa */
@@ -397,13 +401,14 @@ static void transpose_keys(const void *Kh, int kv16, int64_t S, int64_t d, float
 }
 
 /* Up to QUERY_RUN query rows of one head at once, Qr [nr, d] (d a multiple of VL),
- * against keys Kh, values Vh [S, d]; allowed [nr, S] (row stride S); each row as attend_row, out
- * row r at o + r·o_stride. The scores of every row over the keys of the rows' spans together come
+ * against keys Kh, values Vh [S, d]; allowed [nr, S] (row stride S); each row as attend_row (the
+ * head's one sink logit), out row r at o + r·o_stride. The scores of every row over the keys of the rows' spans together come
  * VL keys at a time from the head's transposed blocks of K (Kt, transpose_keys: made once a call of
  * tc_gqa, which every query head of the key head and every run reads), VL scores a vector with no
  * horizontal sums; P: scratch of nr·S floats (scores left of a row's span are written, never read). */
 static void attend_run(const float *Qr, int64_t nr, const void *Vh, int kv16, int64_t S, int64_t d, const uint8_t *allowed,
-                       float scale, float cap, float *P, const float *Kt_head, float *o, int64_t o_stride) {
+                       float scale, float cap, float sink, float *P, const float *Kt_head, float *o,
+                       int64_t o_stride) {
     int64_t J0 = S, J1 = 0, j0[QUERY_RUN], j1[QUERY_RUN];
     for (int64_t r = 0; r < nr; r++) {
         allowed_span(allowed + r * S, S, &j0[r], &j1[r]);
@@ -439,7 +444,7 @@ static void attend_run(const float *Qr, int64_t nr, const void *Vh, int kv16, in
             p[j] = ok[j] ? sc : -INFINITY;
             m = p[j] > m ? p[j] : m;
         }
-        weigh_row(p, m, kv_row(Vh, j0[r], d, kv16), kv16, n, d, ok, o + r * o_stride);
+        weigh_row(p, m, kv_row(Vh, j0[r], d, kv16), kv16, n, d, ok, sink, o + r * o_stride);
     }
 }
 #endif
@@ -465,8 +470,8 @@ int tc_attention(const float *Q, const float *K, const float *V, int64_t B, int6
             }
             const float *Kh = K + b * kb + kv[h] * kh, *Vh = V + b * vb + kv[h] * vh;
             for (int64_t t = 0; t < Tq; t++)
-                attend_row(Q + ((b * H + h) * Tq + t) * d, Kh, Vh, 0, S, d, allowed + t * S, (float)scale, 0.0f, p,
-                           out + ((b * H + h) * Tq + t) * d);
+                attend_row(Q + ((b * H + h) * Tq + t) * d, Kh, Vh, 0, S, d, allowed + t * S, (float)scale, 0.0f,
+                           -INFINITY, p, out + ((b * H + h) * Tq + t) * d);
         }
     return failed ? -2 : 0;
 }
@@ -502,17 +507,18 @@ static int gqa_item(const gqa_args *a, int64_t it, const float *Kt, int64_t head
                  Qr + r * d);
     }
     const uint8_t *allowed = a->allowed;
-    const float scale = (float)a->scale, cap = (float)a->cap;
+    const float scale = (float)a->scale, cap = (float)a->cap, sink = a->sinks ? a->sinks[h] : -INFINITY;
 #if HAVE_FLOAT_DOT
     if (Kt && nr >= 4) { /* a prompt's queries: scores a block of keys at a time */
-        attend_run(Qr, nr, Vh, kv16, S, d, allowed + t0 * S, scale, cap, P, Kt + (b * Hkv + kvh) * head_keys, o, H * d);
+        attend_run(Qr, nr, Vh, kv16, S, d, allowed + t0 * S, scale, cap, sink, P, Kt + (b * Hkv + kvh) * head_keys, o,
+                   H * d);
         return 0;
     }
 #else
     (void)Kt, (void)head_keys, (void)Hkv;
 #endif
     for (int64_t r = 0; r < nr; r++)
-        attend_row(Qr + r * d, Kh, Vh, kv16, S, d, allowed + (t0 + r) * S, scale, cap, P, o + r * H * d);
+        attend_row(Qr + r * d, Kh, Vh, kv16, S, d, allowed + (t0 + r) * S, scale, cap, sink, P, o + r * H * d);
     return 0;
 }
 
@@ -523,7 +529,7 @@ static int gqa_item(const gqa_args *a, int64_t it, const float *Kt, int64_t head
  * The T new keys (rotated) and values are written to rows used … used + T − 1 of the caches Kc, Vc
  * [B, Hkv, capacity, d] (strides kb, kh, vb, vh in entries, rows contiguous; float32, or halves when
  * kv_half), and every query reads the S = used + T rows there; kv [H], allowed [T, S], scale and cap
- * as attend_row.
+ * as attend_row; sinks [H] (or NULL) query head h's sink logit.
  * out [B, T, H·d]: the heads' results side by side again.
  * The arguments come as one struct (gqa_args, structs.h): the layers of a pass share most of them,
  * so a call sets the few that differ instead of converting two dozen. */

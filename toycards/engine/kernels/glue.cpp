@@ -401,11 +401,12 @@ bool cache_fits(const at::Tensor *c, const GQAArgs *a, int64_t rows) {
 }
 
 void take_gqa(const GQAArgs *a, const at::Tensor &Q, const at::Tensor &K, const at::Tensor &V, PyObject *const *caches,
-              const at::Tensor &Kc, const at::Tensor &Vc, PyObject *site, const at::Tensor &out) {
+              const at::Tensor &Kc, const at::Tensor &Vc, PyObject *site, PyObject *sinks, const at::Tensor &out) {
     if (!taking()) return;
     if (!site) return spoil("an attention call was made without its site");
     if (!made_by(*recording, Q) || !made_by(*recording, K) || !made_by(*recording, V))
         return spoil("an attention call read a tensor no recorded call made");
+    if (sinks && !weight_held(sinks)) return spoil("an attention call's sinks are not one of the model's weights");
     Tape &tape = *recording;
     size_t s = 0;
     while (s < tape.site_args.size() && tape.site_args[s] != a) s++;
@@ -425,15 +426,16 @@ void take_gqa(const GQAArgs *a, const at::Tensor &Q, const at::Tensor &K, const 
     take(std::move(n));
 }
 
-/* gqa(args, Q, K, V, K_cache, V_cache, used[, decline[, site]]): engine.torch.glue.gq_attention's call of tc_gqa, the
- * struct at address `args` (its GQAArgs, with everything but these set) completed with the tensors'
- * addresses, the caches' strides, `used` and a new output, which is returned. Where engine/torch/glue.py has
+/* gqa(args, Q, K, V, K_cache, V_cache, used[, decline[, site[, sinks]]]): engine.torch.glue.gq_attention's call of
+ * tc_gqa, the struct at address `args` (its GQAArgs, with everything but these set) completed with the tensors'
+ * addresses, the caches' strides, `used`, the sinks (None: none; else float32 [H]) and a new output, which is
+ * returned. Where engine/torch/glue.py has
  * decided that the kernel applies, whatever here does not fit that struct is an error; with `decline`
  * true (its fast path for a pass's later layers, which leaves these checks to this call) it is None,
  * and nothing is written. `site` (runtime.torch.ops._GQASite) is what a recorded step's replay asks for the
  * angles and the mask at its new positions. */
 PyObject *gqa(PyObject *, PyObject *const *args, Py_ssize_t n) {
-    if (n < 7 || n > 9) return refused("gqa takes 7 to 9 arguments");
+    if (n < 7 || n > 10) return refused("gqa takes 7 to 10 arguments");
     const int decline = n >= 8 ? PyObject_IsTrue(args[7]) : 0;
     if (decline < 0) return nullptr;
 #define REFUSED(what) (decline ? (Py_INCREF(Py_None), Py_None) : refused(what))
@@ -453,12 +455,15 @@ PyObject *gqa(PyObject *, PyObject *const *args, Py_ssize_t n) {
         return REFUSED("K or V is not [..., T, H_kv·d]");
     if (used < 0 || !cache_fits(Kc, a, used + T) || !cache_fits(Vc, a, used + T))
         return REFUSED("the cache buffers do not hold the keys");
+    PyObject *sinks = n == 10 && args[9] != Py_None ? args[9] : nullptr;
+    const at::Tensor *sk = sinks ? plain(sinks) : nullptr;
+    if (sinks && (!sk || sk->dim() != 1 || sk->numel() != a->H)) return REFUSED("the sinks are not float32 [H]");
 #undef REFUSED
     at::Tensor out = like(*Q, Q->size(-1));
     a->Q = Q->const_data_ptr<float>(), a->K = K->const_data_ptr<float>(), a->V = V->const_data_ptr<float>();
     a->Kc = Kc->mutable_data_ptr(), a->Vc = Vc->mutable_data_ptr();
     a->kh = Kc->size(-2) * d, a->kb = a->kh * a->Hkv, a->vh = Vc->size(-2) * d, a->vb = a->vh * a->Hkv;
-    a->used = used, a->out = out_of(out);
+    a->used = used, a->out = out_of(out), a->sinks = sk ? sk->const_data_ptr<float>() : nullptr;
     int code;
     Py_BEGIN_ALLOW_THREADS
     code = k_gqa(a);
@@ -467,7 +472,8 @@ PyObject *gqa(PyObject *, PyObject *const *args, Py_ssize_t n) {
         PyErr_Format(PyExc_RuntimeError, "grouped-query attention kernel failed with code %d", code);
         return nullptr;
     }
-    if (recording) take_gqa(a, *Q, *K, *V, &args[4], *Kc, *Vc, n == 9 && args[8] != Py_None ? args[8] : nullptr, out);
+    if (recording)
+        take_gqa(a, *Q, *K, *V, &args[4], *Kc, *Vc, n >= 9 && args[8] != Py_None ? args[8] : nullptr, sinks, out);
     return THPVariable_Wrap(std::move(out));
 }
 
@@ -963,7 +969,7 @@ PyMethodDef methods[] = {
     {"linears", (PyCFunction)(void (*)(void))linears, METH_FASTCALL, "linears(x, W_1, W_2[, W_3]) or None"},
     {"swiglu", (PyCFunction)(void (*)(void))swiglu, METH_FASTCALL, "swiglu(x, W_gate, W_up, W_down) or None"},
     {"gqa", (PyCFunction)(void (*)(void))gqa, METH_FASTCALL,
-     "gqa(args, Q, K, V, K_cache, V_cache, used[, decline[, site]])"},
+     "gqa(args, Q, K, V, K_cache, V_cache, used[, decline[, site[, sinks]]])"},
     {"embed", (PyCFunction)(void (*)(void))embed, METH_FASTCALL, "embed(W, ids) or None"},
     {"record", record, METH_O, "record(ids): write the kernel calls down from now on"},
     {"recorded", recorded, METH_O, "recorded(result): the tape, or why there is none"},

@@ -29,6 +29,7 @@ typedef struct {
     float *out;
     int64_t one_thread; /* 1: on the calling thread alone (the NumPy target's prompts, see tc_dequant_rows) */
     int64_t kv_half;    /* 1: the caches hold halves (a float16 KV cache) */
+    const float *sinks; /* [H]: each query head's sink logit (see weigh_row), or NULL: none */
 } gqa_args;
 
 #endif

@@ -110,14 +110,17 @@ def _call(site: _Site, Q, K, V, H, H_kv, layout, cap):
     return made
 
 
-def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):
+def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, sinks, t, ctx):
     """The prelude's GQAttention in one C call: Q [..., T, H·d], K, V [..., T, H_kv·d] at positions
-    t → [..., T, H·d]; with a cache in ctx, the rotated keys and the values go to its next slot (as
+    t → [..., T, H·d], each query head h with its sink logit sinks[h] (sinks None: none; else a
+    float32 array [H]); with a cache in ctx, the rotated keys and the values go to its next slot (as
     `runtime.extend` would put them). None where it does not apply (then nothing is written to the
     cache, and the card's steps run)."""
     lib = ckernels.library()
     if lib is None or not _plain(Q, K, V):
         return None
+    if sinks is not None and not (_plain(sinks) and sinks.shape == (H,)):
+        return None  # sinks tc_gqa cannot read: the steps apply them
     site = gqa_site(
         ctx, "numpy", mask, rho, t, (theta, layout, H, H_kv, cap), lambda: _Site(t, rho, theta, layout, mask)
     )
@@ -153,6 +156,7 @@ def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):
     a.cos, a.sin, a.half = data_ptr(cos), data_ptr(sin), cos.shape[-1]
     a.Kc, a.Vc, a.kh, a.vh, a.kb, a.vb = data_ptr(Kc), data_ptr(Vc), kh, vh, kh * a.Hkv, vh * a.Hkv
     a.used, a.allowed, a.kv_half = used, data_ptr(allowed), int(half)
+    a.sinks = data_ptr(sinks) if sinks is not None else None
     # a prompt's on this thread alone where NumPy's BLAS has run products: its threads, still
     # spinning after them, and the kernels' OpenMP threads would fight over the cores
     a.one_thread = a.T > FEW_TOKENS and prompt_one_thread()

@@ -233,10 +233,11 @@ def _cache_ready(buffers, half: bool) -> bool:
     )
 
 
-def gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, ops):
+def gq_attention(Q, K, V, H, H_kv, layout, site, cap, sinks, ctx, ops):
     """The prelude's GQAttention in one C call for few new tokens, or None (its steps then run).
 
-    Q [..., T, H·d], K, V [..., T, H_kv·d]; `site` is what the layers of a pass with the same RoPE,
+    Q [..., T, H·d], K, V [..., T, H_kv·d]; `sinks` None (none) or each query head's sink logit, a
+    float32 CPU tensor [H] (another one: None); `site` is what the layers of a pass with the same RoPE,
     mask and hyperparameters share (runtime/torch/ops.py's `_GQASite`): `site.angles(d)` gives cos, sin
     [T, half] at the new tokens' positions, `site.allowed(S)` the mask [T, S] over the S keys so far
     (bool; None for a mask with axes of its own, which the steps broadcast), and `site.call` keeps
@@ -263,7 +264,7 @@ def gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, ops):
                 and note[1] is entry[0][1]
                 and note[3] == call.lead
             ):
-                out = cx.gqa(call.addr, Q, K, V, note[0], note[1], used, True, site)
+                out = cx.gqa(call.addr, Q, K, V, note[0], note[1], used, True, site, sinks)
                 if out is not None:
                     entry[1] = S
                     ctx.slot = slot + 1
@@ -276,6 +277,8 @@ def gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, ops):
     a = call.args
     if a is None or not plain(Q, K, V):
         return None
+    if sinks is not None and not (plain(sinks) and sinks.dim() == 1 and sinks.numel() == a.H):
+        return None  # sinks tc_gqa cannot read: the steps apply them
     cos, sin = site.angles(a.d)
     if cos is not call.cos:
         half = cos.shape[-1]
@@ -329,7 +332,7 @@ def gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, ops):
         a.allowed = mask.data_ptr()
     cx = native.module()
     if cx is not None:  # the rest in C++: the tensors' addresses, the output, the call
-        out = cx.gqa(call.addr, Q, K, V, Kc, Vc, used, False, site)
+        out = cx.gqa(call.addr, Q, K, V, Kc, Vc, used, False, site, sinks)
     else:
         if Kc is not call.Kc or Vc is not call.Vc:
             for c in (Kc, Vc):  # what tc_gqa writes (glue.cpp checks the same: cache_fits)
@@ -340,6 +343,7 @@ def gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, ops):
             a.kb, a.vb = a.kh * a.Hkv, a.vh * a.Hkv
         out = torch.empty(*call.width, dtype=torch.float32)
         a.Q, a.K, a.V, a.used, a.out = Q.data_ptr(), K.data_ptr(), V.data_ptr(), used, out.data_ptr()
+        a.sinks = sinks.data_ptr() if sinks is not None else None
         code = lib.tc_gqa(call.ref)
         if code != 0:
             raise RuntimeError(f"grouped-query attention kernel failed with code {code}")

@@ -139,7 +139,18 @@ class Interpreter(Evaluator):
         solve(self._shape_pairs(algo, f, groups), f.declared)
         self._own_values(algo, f)
         solve(self._shape_pairs(algo, f, groups), f.declared)
+        self._fill_defaults(algo, f)
         return f
+
+    def _fill_defaults(self, algo: ir.Algorithm, f: Frame) -> None:
+        """An optional vector hyperparameter given a number, its default (`σ ∈ ℝ^{H} default −∞`):
+        that number in every entry, once the length is known."""
+        for d in (d for d in algo.hyper_decls if d.binding is not None and d.binding.kind == "default"):
+            if not (isinstance(d.type, ir.TensorType) and d.type.dims):
+                continue
+            for n in (n for n in d.names if n in f.declared and not is_array(f.declared[n])):
+                shape = tuple(dim_int(x, lambda name: self.lookup(name, f)) for x in d.type.dims)
+                f.declared[n] = _readonly(np.full(shape, float(f.declared[n])))
 
     def _shape_pairs(self, algo: ir.Algorithm, f: Frame, groups: dict) -> list[tuple[ir.Dim, int]]:
         """(declared dimension, actual size) for every input, parameter and hyperparameter given."""

@@ -309,14 +309,20 @@ def zeros_grid(value, n_cols, n_rows):
     return np.zeros(lead + (n_cols, n_rows), dtype=value.dtype if value.dtype.kind == "f" else np.float32)
 
 
+def run_time(x):
+    """A hyperparameter that some call gives a run-time value (an array [..., 1], one number per head
+    or batch row) and another a number: the number as such an array, [1]."""
+    return x if isinstance(x, np.ndarray) else np.array([x], dtype=np.float32)
+
+
 def as_float(x):
     return np.asarray(x, dtype=np.float32)
 
 
-def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):
+def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, sinks, t, ctx):
     """The prelude's GQAttention as one C call where it applies (engine/numpy/glue.py), else None:
     the card's steps run."""
-    return kernels.gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx)
+    return kernels.gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, sinks, t, ctx)
 
 
 def moe(X, W_r, W_gate, W_up, W_down, k, norm):

@@ -294,6 +294,12 @@ def zeros_grid(value, n_cols, n_rows):
     )
 
 
+def run_time(x):
+    """A hyperparameter that some call gives a run-time value (an array [..., 1], one number per head
+    or batch row) and another a number: the number as such an array, [1]."""
+    return x if torch.is_tensor(x) else torch.tensor([float(x)])
+
+
 def as_float(x):
     return torch.as_tensor(x, dtype=torch.float32)
 
@@ -345,7 +351,7 @@ def attention(Q, K, V, mask, cap, sink, t_z, t_x, kv_index=None):
     each query's softmax without a value, which SDPA cannot do either.
     """
     allowed = _allowed(mask, t_z, t_x)
-    sunk = torch.is_tensor(sink) or sink != -math.inf
+    sunk = _sunk(sink)
     if cap > 0 or sunk:  # soft-capped scores or a sink: neither SDPA nor the C version has them
         if kv_index is not None:
             K, V = take(K, kv_index, -3), take(V, kv_index, -3)
@@ -369,6 +375,15 @@ def attention(Q, K, V, mask, cap, sink, t_z, t_x, kv_index=None):
     return F.scaled_dot_product_attention(Q, take(K, kv_index, -3), take(V, kv_index, -3), attn_mask=allowed)
 
 
+def _sunk(sink) -> bool:
+    """Whether a sink takes part: a number other than −∞, or a tensor with a finite entry (sinks left
+    out are −∞ in every entry); a tensor on another device counts as one without reading it, which
+    would wait for the device."""
+    if not torch.is_tensor(sink):
+        return sink != -math.inf
+    return not sink.is_cpu or bool(torch.isfinite(sink).any())
+
+
 def _allowed(mask, t_z, t_x):
     """The card's mask at key positions t_z [S] and query positions t_x [T], as bool [..., T, S]
     (a mask with axes of its own, a padding mask per batch row say, keeps them: the scores
@@ -380,10 +395,11 @@ def _allowed(mask, t_z, t_x):
     return m.expand(*m.shape[:-2], t_x.shape[0], t_z.shape[1])
 
 
-def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):
+def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, sinks, t, ctx):
     """The prelude's GQAttention (RoPE on each head of Q and K, the KV cache of `ctx` when given,
-    attention of each query head with key/value head ⌈h·H_kv/H⌉) as one C kernel for few new tokens
-    at positions t; None where that does not apply, and the card's steps run instead.
+    attention of each query head with key/value head ⌈h·H_kv/H⌉, its sink logit `sinks[h]` in the
+    softmax; `sinks` None: none) as one C kernel for few new tokens at positions t; None where that
+    does not apply, and the card's steps run instead.
 
     The layers of one pass share a `_GQASite` (in `ctx.memo`) when their RoPE (ρ, positions, θ,
     layout), hyperparameters and mask are the same (context.gqa_site says when a mask is)."""
@@ -396,7 +412,7 @@ def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, t, ctx):
         (theta, layout, H, H_kv, cap),
         lambda: _GQASite(rho, t, theta, layout, mask),
     )
-    return kernels.gq_attention(Q, K, V, H, H_kv, layout, site, cap, ctx, sys.modules[__name__])
+    return kernels.gq_attention(Q, K, V, H, H_kv, layout, site, cap, sinks, ctx, sys.modules[__name__])
 
 
 class _GQASite:
