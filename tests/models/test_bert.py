@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 import torch
 from cli_run import cli, one_error
+from encoder_checks import cached_passes_run_the_tokens_so_far
 from oracle.hf_gguf import write_gguf
 from oracle.vocab import WPM_VOCAB
 from test_models_oracle import assert_logits_close
@@ -227,16 +228,13 @@ def test_gelu_is_the_tanh_form_whatever_hidden_act_says(oracle_files, tmp_path):
 def test_cached_passes_run_the_tokens_so_far(models, bert):
     """The mask is not causal, so a pass with a cache runs every token so far again (RECOMPUTE):
     each new column is the full pass over the tokens up to it, and differs from the whole sequence's."""
-    ids = np.arange(10, 19)[None, :]
-    for target in ("numpy", "torch"):
-        m = models[target]
-        assert m.RECOMPUTE
-        cache = m.new_cache()
-        with pytest.warns(UserWarning, match="recomputes"):
-            m._forward_numpy(ids[:, :3], cache)
-        for t in range(3, 9):
-            step = m._forward_numpy(ids[:, t : t + 1], cache)[0, 0]
-            assert_logits_close(step[None], m.logits(ids[0, : t + 1])[-1:], ATOL, f"{target} step {t}")
+
+    def full(m, ids):  # the model's own full pass over the tokens so far
+        return m.logits(ids[0])[-1:]
+
+    cached_passes_run_the_tokens_so_far(
+        {t: models[t] for t in ("numpy", "torch")}, np.arange(10, 19)[None, :], full, ATOL
+    )
 
 
 # ── what an embedding model refuses, and the command ─────────────────────────────────────

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from encoder_checks import cached_passes_run_the_tokens_so_far
 from oracle.hf_gguf import tiny_model, write_gguf
 from test_models_oracle import assert_logits_close, worst
 
@@ -73,17 +74,12 @@ def test_sequences_of_different_lengths_equal_transformers_padded_batch(modern, 
 def test_cached_passes_run_the_tokens_so_far(modern):
     """The mask is not causal, so a pass with a cache runs every token so far again (RECOMPUTE): each
     new column is transformers' full pass over the tokens up to it."""
-    ids = np.asarray(IDS[:9])[None, :]
-    for target in ("numpy", "torch"):
-        m = load(modern.path, target=target)
-        assert m.RECOMPUTE
-        cache = m.new_cache()
-        with pytest.warns(UserWarning, match="recomputes"):
-            m._forward_numpy(ids[:, :3], cache)
-        for t in range(3, 9):
-            step = m._forward_numpy(ids[:, t : t + 1], cache)[0, 0]
-            want = hidden(modern.model, ids[:, : t + 1].tolist())[0, -1:]
-            assert_logits_close(step[None], want, ATOL, f"{target} step {t}")
+    models = {target: load(modern.path, target=target) for target in ("numpy", "torch")}
+
+    def full(m, ids):  # transformers' last row over the tokens so far
+        return hidden(modern.model, ids.tolist())[0, -1:]
+
+    cached_passes_run_the_tokens_so_far(models, np.asarray(IDS[:9])[None, :], full, ATOL)
 
 
 @pytest.mark.parametrize(

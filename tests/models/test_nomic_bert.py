@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from encoder_checks import cached_passes_run_the_tokens_so_far
 from oracle import archs
 from oracle.hf_gguf import write_gguf
 from oracle.vocab import WPM_VOCAB
@@ -72,17 +73,12 @@ def test_texts_of_different_lengths_equal_transformers_padded_batch(nomic, hf_to
 def test_cached_passes_run_the_tokens_so_far(nomic):
     """The mask is not causal, so a pass with a cache runs every token so far again (RECOMPUTE): each
     new column is transformers' full pass over the tokens up to it."""
-    ids = np.arange(10, 19)[None, :]
-    for target in ("numpy", "torch"):
-        m = load(nomic.path, target=target)
-        assert m.RECOMPUTE
-        cache = m.new_cache()
-        with pytest.warns(UserWarning, match="recomputes"):
-            m._forward_numpy(ids[:, :3], cache)
-        for t in range(3, 9):
-            step = m._forward_numpy(ids[:, t : t + 1], cache)[0, 0]
-            want = hidden(nomic.model, ids[:, : t + 1].tolist())[0, -1:]
-            assert_logits_close(step[None], want, ATOL, f"{target} step {t}")
+    models = {target: load(nomic.path, target=target) for target in ("numpy", "torch")}
+
+    def full(m, ids):  # transformers' last row over the tokens so far
+        return hidden(nomic.model, ids.tolist())[0, -1:]
+
+    cached_passes_run_the_tokens_so_far(models, np.arange(10, 19)[None, :], full, ATOL)
 
 
 def test_rope_rotates_halves(nomic, tmp_path):

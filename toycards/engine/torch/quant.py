@@ -229,7 +229,27 @@ class _ThroughBlocks(torch.autograd.Function):
         return ctx.held.weight.grad_of_x(gy).to(ctx.x_dtype), None
 
 
-class QuantWeight:
+class TensorShaped:
+    """What a weight kept in its blocks says of its shape as a tensor would (`dim`, `ndim`, `size`,
+    `numel`), from its `shape`: QuantWeight's and QuantStack's (engine/torch/stack.py)."""
+
+    shape: torch.Size
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def size(self, axis: int | None = None):
+        return self.shape if axis is None else self.shape[axis]
+
+    def numel(self) -> int:
+        return int(np.prod(self.shape))
+
+
+class QuantWeight(TensorShaped):
     """A weight W [N, K] as GGUF blocks: `blocks` uint8 [N, row_bytes] (the file's bytes), `ggml_type`.
 
     >>> from gguf import GGMLQuantizationType, quants
@@ -282,19 +302,7 @@ class QuantWeight:
         self._prompt_tiles = self.fast and kernels.quantizes_x(self.ggml_type) and not self._gemm
         self._packed: torch.Tensor | None = None
 
-    # ── what a tensor would say about itself ────────────────────────────────────────────
-    def dim(self) -> int:
-        return 2
-
-    @property
-    def ndim(self) -> int:
-        return 2
-
-    def size(self, axis: int | None = None):
-        return self.shape if axis is None else self.shape[axis]
-
-    def numel(self) -> int:
-        return self.shape[0] * self.shape[1]
+    # ── what a tensor would say about itself: TensorShaped, and ──────────────────────────
 
     @property
     def nbytes(self) -> int:

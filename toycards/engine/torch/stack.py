@@ -14,7 +14,7 @@ import torch
 
 from toycards.engine import ckernels as kernels
 from toycards.engine.stack import Stack
-from toycards.engine.torch.quant import QuantWeight
+from toycards.engine.torch.quant import QuantWeight, TensorShaped
 
 
 def _unwrap(value):
@@ -28,7 +28,7 @@ def _unwrap(value):
     return value
 
 
-class QuantStack(Stack):
+class QuantStack(TensorShaped, Stack):
     """W [E, n, k] as GGUF blocks: `whole`, a QuantWeight [E·n, k].
 
     >>> from gguf import GGMLQuantizationType, quants
@@ -49,19 +49,6 @@ class QuantStack(Stack):
     @property
     def device(self) -> torch.device:
         return self.whole.device
-
-    def dim(self) -> int:
-        return 3
-
-    @property
-    def ndim(self) -> int:
-        return 3
-
-    def size(self, axis: int | None = None):
-        return self.shape if axis is None else self.shape[axis]
-
-    def numel(self) -> int:
-        return self.E * self.n * self.k
 
     def detach(self) -> torch.Tensor:  # toycards.save and friends read weights through detach()
         return self.dequantize()
