@@ -19,7 +19,7 @@ import re
 
 from toycards.checker.tokenflow import CachePlan
 from toycards.codegen.exprs import ExprEmitter
-from toycards.codegen.module import Function
+from toycards.codegen.module import Function, comment_safe
 from toycards.codegen.namespace import Namespace
 from toycards.codegen.scope import Scope, family_key, run_time_hypers
 from toycards.codegen.steps import StepEmitter, calls_in
@@ -284,7 +284,7 @@ class Emitter:
             sizes = ", ".join(ex.dim(x) for x in reversed(vectors[name].dims))
             body.append(
                 f"{ident} = ops.filled({value}, {sizes}) if {ident} is None else {ident}"
-                f"  # {name} left out: {self.renderer.expr(optional[name])} in every entry"
+                f"  # {comment_safe(name)} left out: {comment_safe(self.renderer.expr(optional[name]))} in every entry"
             )
         return args
 

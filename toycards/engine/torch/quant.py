@@ -229,9 +229,10 @@ class _ThroughBlocks(torch.autograd.Function):
         return ctx.held.weight.grad_of_x(gy).to(ctx.x_dtype), None
 
 
-class TensorShaped:
-    """What a weight kept in its blocks says of its shape as a tensor would (`dim`, `ndim`, `size`,
-    `numel`), from its `shape`: QuantWeight's and QuantStack's (engine/torch/stack.py)."""
+class TensorLike:
+    """What a weight kept in its blocks answers as a tensor would: its shape (`dim`, `ndim`, `size`,
+    `numel`, from `shape`), and its float32 values (`detach`, `float`, NumPy's `__array__`, from
+    `dequantize`): QuantWeight's and QuantStack's (engine/torch/stack.py)."""
 
     shape: torch.Size
 
@@ -248,8 +249,18 @@ class TensorShaped:
     def numel(self) -> int:
         return int(np.prod(self.shape))
 
+    def detach(self) -> torch.Tensor:  # toycards.save and friends read weights through detach()
+        return self.dequantize()
 
-class QuantWeight(TensorShaped):
+    def float(self) -> torch.Tensor:
+        return self.dequantize()
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.dequantize().numpy()
+        return out if dtype is None else out.astype(dtype)
+
+
+class QuantWeight(TensorLike):
     """A weight W [N, K] as GGUF blocks: `blocks` uint8 [N, row_bytes] (the file's bytes), `ggml_type`.
 
     >>> from gguf import GGMLQuantizationType, quants
@@ -302,7 +313,7 @@ class QuantWeight(TensorShaped):
         self._prompt_tiles = self.fast and kernels.quantizes_x(self.ggml_type) and not self._gemm
         self._packed: torch.Tensor | None = None
 
-    # ── what a tensor would say about itself: TensorShaped, and ──────────────────────────
+    # ── what a tensor would say about itself: TensorLike, and ──────────────────────────
 
     @property
     def nbytes(self) -> int:
@@ -321,16 +332,6 @@ class QuantWeight(TensorShaped):
         out = torch.empty(n, k, dtype=torch.float32)
         kernels.dequant_rows(self._plan, 0, n, out.data_ptr())
         return out
-
-    def detach(self) -> torch.Tensor:  # toycards.save and friends read weights through detach()
-        return self.dequantize()
-
-    def float(self) -> torch.Tensor:
-        return self.dequantize()
-
-    def __array__(self, dtype=None, copy=None):
-        out = self.dequantize().numpy()
-        return out if dtype is None else out.astype(dtype)
 
     # ── products ───────────────────────────────────────────────────────────────────────
     def linear(self, x: torch.Tensor, prompt: bool = False) -> torch.Tensor:

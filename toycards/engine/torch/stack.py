@@ -14,7 +14,7 @@ import torch
 
 from toycards.engine import ckernels as kernels
 from toycards.engine.stack import Stack
-from toycards.engine.torch.quant import QuantWeight, TensorShaped
+from toycards.engine.torch.quant import QuantWeight, TensorLike
 
 
 def _unwrap(value):
@@ -28,7 +28,7 @@ def _unwrap(value):
     return value
 
 
-class QuantStack(TensorShaped, Stack):
+class QuantStack(TensorLike, Stack):
     """W [E, n, k] as GGUF blocks: `whole`, a QuantWeight [E·n, k].
 
     >>> from gguf import GGMLQuantizationType, quants
@@ -49,16 +49,6 @@ class QuantStack(TensorShaped, Stack):
     @property
     def device(self) -> torch.device:
         return self.whole.device
-
-    def detach(self) -> torch.Tensor:  # toycards.save and friends read weights through detach()
-        return self.dequantize()
-
-    def float(self) -> torch.Tensor:
-        return self.dequantize()
-
-    def __array__(self, dtype=None, copy=None):
-        out = self.dequantize().numpy()
-        return out if dtype is None else out.astype(dtype)
 
     def _stacked(self, ys):
         return torch.stack(ys, dim=-3)
