@@ -306,7 +306,7 @@ class GQAArgs(ctypes.Structure):
         ("Q", _P), ("K", _P), ("V", _P), ("B", _I), ("T", _I), ("H", _I), ("Hkv", _I), ("d", _I),
         ("cos", _P), ("sin", _P), ("half", _I), ("layout", _I), ("Kc", _P), ("Vc", _P), ("kb", _I),
         ("kh", _I), ("vb", _I), ("vh", _I), ("used", _I), ("kv", _P), ("allowed", _P), ("scale", _D),
-        ("cap", _D), ("out", _P), ("one_thread", _I), ("kv_half", _I), ("sinks", _P),
+        ("cap", _D), ("out", _P), ("one_thread", _I), ("kv_half", _I), ("sinks", _P), ("rows", _P),
     ]  # fmt: skip
 
 

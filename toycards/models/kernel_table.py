@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from toycards.lang import ir
-from toycards.runtime import context
+from toycards.runtime import context, rows
 
 OPS = {"torch": "toycards.runtime.torch.ops", "numpy": "toycards.runtime.numpy.ops"}
 
@@ -141,13 +141,22 @@ def _attention(kernel: Kernel, steps, ops, algo: ir.Algorithm, site: Site):
 def _gq_attention(kernel: Kernel, steps, ops, algo: ir.Algorithm, site: Site):
     """`ops.gq_attention(Q, K, V, H, H_kv, layout, θ, ρ, Mask, c, σ, t, ctx)` (σ None where the call
     leaves it out): the positions of the new tokens, and the context when the steps extend its cache (with K̂ and V, the arguments 1 and
-    2 of their `attention` call; a card whose steps cache anything else keeps its steps)."""
+    2 of their `attention` call; a card whose steps cache anything else keeps its steps). In a pass
+    whose batch rows are sequences at positions of their own (runtime/rows.py), `ops.gq_attention_rows`
+    alone: the steps would read one position list for every row, so where it declines the pass is
+    refused."""
     if site.extended - {(1, 2)}:
         return None
     (where,) = _positions(algo, site, algo.input_decls[0].type.dims[-1:])  # ℓ, Q's tokens
     full, name, extends = _arguments(steps), kernel.name, bool(site.extended)
 
     def adapter(*args, ctx=None, **named):
+        if ctx is not None and ctx.rows is not None:  # rows at positions of their own: the kernel alone
+            a = full(args) if ops.fast and extends and not named else None
+            out = ops.gq_attention_rows(*a, ctx) if a is not None else None
+            if out is None:
+                rows.refuse("GQAttention's kernel does not take this call")
+            return out
         if ops.fast and not named and (a := full(args)) is not None:
             out = getattr(ops, name)(*a, _at(ops, ctx, a, where), ctx if extends else None)
             if out is not None:

@@ -24,6 +24,7 @@ import mmap
 from dataclasses import dataclass
 
 from toycards.errors import ToycardsError
+from toycards.runtime import rows
 
 KV_TYPES = ("f32", "f16")  # what a cache keeps its floating rows as (llama.cpp's --cache-type-k names)
 LAZY_BYTES = 1 << 16  # cache buffers from this size on are zero pages mapped on demand
@@ -218,9 +219,14 @@ class Context:
 
     def __init__(self, n_new: int, cache: KVCache | None, ops) -> None:
         self.cache, self.ops = cache, ops
-        self.offset = cache.length if cache is not None else 0
         self.n_new = n_new
-        self.pos = Context.positions_after(self.offset, n_new, ops)
+        # a pass whose batch rows are sequences at positions of their own (runtime/rows.py): positions [B, n_new]
+        self.rows = cache if getattr(cache, "RAGGED", False) else None
+        if self.rows is not None:
+            self.offset, self.pos = None, self.rows.positions(n_new)
+        else:
+            self.offset = cache.length if cache is not None else 0
+            self.pos = Context.positions_after(self.offset, n_new, ops)
         self.slot = 0
         self.state_slot = 0
         self.memo: dict = {}  # what the layers of this pass share (RoPE angles, masks): kernels' own keys
@@ -233,7 +239,7 @@ class Context:
 
     def keep_last(self) -> None:
         """From here on the pass computes its last token alone (generated code, `last=True`)."""
-        self.pos = self.pos[-1:]
+        self.pos = self.pos[..., -1:]
 
     def finish(self) -> None:
         if self.cache is not None:
@@ -301,6 +307,8 @@ def positions(ctx: Context | None, n: int):
         import numpy as np
 
         return np.arange(1, n + 1)
+    if ctx.rows is not None:
+        rows.refuse("the card's steps read the token positions")
     return ctx.pos
 
 
@@ -311,6 +319,8 @@ def extend(ctx: Context | None, *arrays, mask=None, window=None):
     reaches, and those before come back as zeros, which the mask gives no weight."""
     if ctx is None or ctx.cache is None:
         return arrays
+    if ctx.rows is not None:
+        rows.refuse("the card's steps extend the KV cache")
     slot = ctx.slot
     ctx.slot += 1
     w = getattr(mask, "window", None) if mask is not None else _whole_window(window)
@@ -324,6 +334,8 @@ def state_slot(ctx: Context | None) -> int | None:
     None when there is no cache: every state then starts at zeros."""
     if ctx is None or ctx.cache is None:
         return None
+    if ctx.rows is not None:
+        rows.refuse("the card keeps a decoder state")
     slot = ctx.state_slot
     ctx.state_slot += 1
     return slot

@@ -20,6 +20,7 @@ import numpy as np
 
 from toycards.errors import ToycardsError
 from toycards.runtime.context import ContextLength, KVCache, context_length
+from toycards.runtime.rows import Rows, RowsRefused
 
 UBATCH = 512  # tokens a forward pass takes of a longer input: llama.cpp's default n_ubatch
 
@@ -212,15 +213,73 @@ class ModelAPI:
             )
         return embedding.embed(self, inputs, pooling, normalize)
 
+    rows_why = ""  # why `step` takes each sequence alone on this model (a batched pass was refused)
+
+    def step(self, ids, caches) -> np.ndarray:
+        """One decoding step of several sequences at once: `ids` [B] the next token of each sequence,
+        after the tokens `caches[b]` holds (a cache per sequence, each at its own length); their
+        float32 logits [B, N_V]. Each cache then holds its token too.
+
+        On the CPU, where every step that reads other tokens is the prelude's GQAttention (and its
+        kernel is built), the B tokens go through one forward pass, which reads each weight once
+        for all of them; elsewhere (`rows_why` says why, after the first step) each sequence takes a step
+        alone. Row b is what a step of sequence b alone gives, bit for bit for the weights kept in
+        their blocks up to `engine.FEW_TOKENS` sequences (the same kernels on the same rows); float
+        weights, and more sequences, whose products are a prompt's (the int8 GEMM, or float32
+        tiles under TOYCARDS_PREFILL=float32), sum in another order.
+        Raises ToycardsError for a cache given twice, caches of different kv types, or a sequence
+        longer than a learned-position model's positions."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        caches = list(caches)
+        if len(ids) != len(caches) or not caches:
+            raise ToycardsError(f"step() takes one token id per cache: {len(ids)} ids, {len(caches)} caches")
+        self._check_ids(ids)
+        for cache in caches:
+            self.context_length.check_fits(cache.length + 1, self.path)
+        if len(caches) > 1 and not self.rows_why:
+            try:
+                return self._forward_rows(ids[:, None], Rows(caches))[:, -1, :]
+            except RowsRefused as e:
+                self.rows_why = str(e)
+        return np.stack(
+            [self._forward_numpy(ids[b : b + 1, None], c, last=True)[0, -1] for b, c in enumerate(caches)]
+        )
+
+    def _forward_rows(self, ids: np.ndarray, rows: Rows) -> np.ndarray:
+        """float32 logits [B, T, N_V] of ids [B, T], row b's after the tokens `rows.caches[b]` holds,
+        in one forward pass (runtime/rows.py); RowsRefused where the pass cannot take such rows,
+        every cache then as it was."""
+        if self.RECOMPUTE:
+            raise RowsRefused("the model's cache recomputes the sequence")
+        self._check_file()
+        try:
+            out = self._rows_pass(ids, rows)
+        except BaseException:
+            rows.restore()
+            raise
+        rows.advance(ids.shape[-1])
+        self._later.step()  # (a weight that packs after some decoding counts this step)
+        return out
+
+    def _rows_pass(self, ids: np.ndarray, rows: Rows) -> np.ndarray:
+        """The target's forward pass of `_forward_rows` (after each cache's `begin_pass`)."""
+        raise NotImplementedError
+
     def new_cache(self, kv_type: str = "f32") -> KVCache:
         """An empty KV cache; `kv_type` "f16" keeps keys and values in float16 (context.KVCache)."""
         return KVCache(kv_type)
 
-    def generate(self, prompt: str, max_tokens: int = 32, temperature: float = 0.0, top_k: int | None = None,
-                 top_p: float | None = None, seed: int | None = None,
-                 parse_special: bool = False, kv_type: str = "f32", n_ctx: int | None = None) -> Generation:  # fmt: skip
+    def generate(self, prompt: str | list[str], max_tokens: int = 32, temperature: float = 0.0,
+                 top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
+                 parse_special: bool = False, kv_type: str = "f32",
+                 n_ctx: int | None = None) -> Generation | list[Generation]:  # fmt: skip
         """The text pieces of a continuation of `prompt` (greedy at temperature 0), as a `Generation`:
         iterate it for the pieces; its `stop_reason` then says why they ended.
+
+        A list of prompts gives a list of Generations, generated together: every sequence's
+        next token in one `step`, until each has ended; each Generation is then complete (its
+        pieces held, its `stop_reason` set), and is the one its prompt gets alone (`seed`
+        seeds each sequence's sampling as it would alone).
 
         `n_ctx`: the context length, the most tokens the prompt and the continuation hold together
         (default: the trained context, `context_length.trained`; no limit when the card has none);
@@ -234,23 +293,69 @@ class ModelAPI:
         tok = self.tokenizer
         if tok is None:
             raise ToycardsError("this model has no tokenizer (the GGUF file carries no vocabulary)")
-        ids = tok.encode(prompt, parse_special=parse_special)
+        limit, _ = self.context_length.resolve(n_ctx, "n_ctx")
+        many = isinstance(prompt, list | tuple)
+        prompts = list(prompt) if many else [prompt]
+        if not prompts:
+            raise ToycardsError("generate() needs at least one prompt")
+        encoded = [self._prompt_ids(p, parse_special, limit) for p in prompts]
+        samplings = [
+            {"temperature": temperature, "top_k": top_k, "top_p": top_p, "rng": np.random.default_rng(seed)}
+            for _ in prompts
+        ]  # fmt: skip
+        if not many:
+            return Generation(self._continue(encoded[0], max_tokens, limit, samplings[0], kv_type))
+        return self._generate_rows(encoded, max_tokens, limit, samplings, kv_type)
+
+    def _prompt_ids(self, prompt: str, parse_special: bool, limit: int | None) -> list[int]:
+        """A prompt's ids, or a ToycardsError where it encodes to none or leaves no room in `limit`."""
+        ids = self.tokenizer.encode(prompt, parse_special=parse_special)
         if not ids:
             raise ToycardsError("the prompt encodes to no tokens")
-        limit, _ = self.context_length.resolve(n_ctx, "n_ctx")
         if limit is not None and len(ids) >= limit:
             raise ToycardsError(
                 f"the prompt is {len(ids)} tokens, which leaves no room to generate in the context length"
                 f" {limit} ({self.context_length.hint(limit)})"
             )
         self._check_ids(np.asarray(ids, dtype=np.int64))
-        sampling = {
-            "temperature": temperature,
-            "top_k": top_k,
-            "top_p": top_p,
-            "rng": np.random.default_rng(seed),
-        }
-        return Generation(self._continue(ids, max_tokens, limit, sampling, kv_type))
+        return ids
+
+    def _generate_rows(self, prompts: list[list[int]], max_tokens: int, limit: int | None,
+                       samplings: list[dict], kv_type: str) -> list[Generation]:  # fmt: skip
+        """`generate` of several prompts: each prompt fed through a cache of its own, then every
+        sequence that goes on takes its next token in one `step` with the others."""
+        from toycards.runtime.sampling import sample
+
+        tok = self.tokenizer
+        seqs = []
+        for ids, sampling in zip(prompts, samplings, strict=True):
+            cache = self.new_cache(kv_type)
+            cache.expect(len(ids) + max_tokens if limit is None else min(len(ids) + max_tokens, limit))
+            logits = self.feed(np.asarray(ids, dtype=np.int64).reshape(1, -1), cache)[0]
+            require_finite(logits[None], len(ids), self.path)
+            seqs.append(_Row(cache, logits, len(ids), tok.decoder(at_start=False), sampling))
+        for i in range(max_tokens):
+            going = []
+            for seq in (s for s in seqs if s.reason is None):  # (a prompt leaves room: _prompt_ids)
+                next_id = sample(seq.logits, **seq.sampling)
+                if tok.is_eog(next_id):
+                    seq.reason = "end"
+                    continue
+                seq.pieces.append(seq.decoder.push(next_id))
+                seq.position += 1
+                if i + 1 == max_tokens:
+                    seq.reason = "max_tokens"
+                elif limit is not None and seq.position >= limit:
+                    seq.reason = "context"
+                else:
+                    going.append((seq, next_id))
+            if not going:
+                break
+            logits = self.step([n for _, n in going], [s.cache for s, _ in going])
+            for (seq, _), row in zip(going, logits, strict=True):
+                require_finite(row[None], seq.position, self.path)
+                seq.logits = row
+        return [Generation(seq.finished()) for seq in seqs]
 
     def _continue(self, ids: list[int], max_tokens: int, limit: int | None, sampling: dict, kv_type: str):
         """The pieces of `generate`; returns its `stop_reason`. A sampled token is fed back only when a
@@ -287,6 +392,29 @@ class ModelAPI:
         tail = decoder.flush()
         if tail:
             yield tail
+        return reason
+
+
+class _Row:
+    """One sequence of a `generate` over several prompts: its cache, the logits of its next token,
+    its length, its text so far and why it ended (None: it goes on)."""
+
+    def __init__(self, cache: KVCache, logits: np.ndarray, position: int, decoder, sampling: dict) -> None:
+        self.cache, self.logits, self.position, self.decoder, self.sampling = (
+            cache,
+            logits,
+            position,
+            decoder,
+            sampling,
+        )
+        self.pieces: list[str] = []
+        self.reason: str | None = None
+
+    def finished(self) -> Iterator[str]:
+        """Its pieces (the decoder's tail last), returning why it ended: a Generation's iterator."""
+        pieces = [p for p in (*self.pieces, self.decoder.flush()) if p]
+        reason = self.reason or "max_tokens"
+        yield from pieces
         return reason
 
 

@@ -3,15 +3,16 @@
 Owns: `Job` (a request between the event loop and that thread: what to generate, and an asyncio
 queue of the events coming back, put there with `call_soon_threadsafe`) and `Scheduler`: requests
 wait in arrival order (at most `max_waiting`; one more is a 503); at most `parallel` are generated
-at once, in turns of one step each (a prefill, or one token), so that a short request is not held
-behind a long one and every reply streams as it is made; a cancelled job (its client went away)
-leaves at its next turn. Leaves out: one request's steps (sequence.py), HTTP (app.py).
+at once, in turns: each sequence takes one step (a prefill, or the choice of one token), then the
+chosen tokens of every sequence go through the model together, one forward pass over rows at
+their own positions (`ModelAPI.step`), which reads the weights once for all of them. A short
+request is not held behind a long one, every reply streams as it is made, and a cancelled job
+(its client went away) leaves at its next turn. Leaves out: one request's steps (sequence.py),
+HTTP (app.py).
 
 The model is not thread-safe: only this thread calls it. Each sequence keeps its own KV cache and
-random stream, so a reply is the one the request gets alone. Batching the decoding steps of several
-sequences into one forward pass would need a pass over rows at different positions (per-row
-positions and cache lengths, a mask hiding each row's unused cache slots) and kernels whose sums
-do not depend on how many rows a pass holds; the generated forward passes have neither.
+random stream, so a reply is the one the request gets alone (up to the order in which a product of
+more than `engine.FEW_TOKENS` rows sums, or a float weight's of several rows: `ModelAPI.step`).
 """
 
 from __future__ import annotations
@@ -123,6 +124,10 @@ class Scheduler:
                         active.append(Sequence(self.model, self._waiting.popleft()))
                     self._running = len(active)
                 active = [seq for seq in active if self._advance(seq)]
+                pending = [seq for seq in active if seq.pending is not None]
+                if pending:
+                    done = self._feed(pending)
+                    active = [seq for seq in active if id(seq) not in done]
         for seq in active:
             seq.job.emit(Failed(_shutting_down()))
 
@@ -132,13 +137,36 @@ class Scheduler:
             return self._ended(seq, "cancelled")
         try:
             finished = seq.step()
-        except ToycardsError as e:  # non-finite logits, a weights file changed on disk
-            return self._ended(seq, "failed", Failed(ApiError(500, str(e), "server_error")))
-        except Exception as e:  # noqa: BLE001 - a bug ends its request, not the server
-            log.exception("generation failed")
-            error = ApiError(500, f"internal error: {type(e).__name__}", "server_error")
-            return self._ended(seq, "failed", Failed(error))
+        except Exception as e:  # noqa: BLE001 - non-finite logits, a weights file changed on disk, a
+            return self._failed(seq, e)  # bug: each ends its request, not the server
         return finished is None or self._ended(seq, "finished", finished)
+
+    def _feed(self, seqs: list[Sequence]) -> set[int]:
+        """Every sequence's pending token through the model at once; the ids of those that failed."""
+        try:
+            logits = self.model.step([seq.pending for seq in seqs], [seq.cache for seq in seqs])
+        except Exception as e:  # noqa: BLE001 - as _advance: the requests end, the server goes on
+            for seq in seqs:
+                self._failed(seq, e)
+            return {id(seq) for seq in seqs}
+        done = set()
+        for seq, row in zip(seqs, logits, strict=True):
+            try:
+                seq.fed(row)
+            except ToycardsError as e:  # this sequence's logits are not finite
+                self._failed(seq, e)
+                done.add(id(seq))
+        return done
+
+    def _failed(self, seq: Sequence, e: Exception) -> bool:
+        """End `seq` with the error `e` as `_advance` does (a ToycardsError says what; anything else is a
+        bug, logged); False."""
+        if isinstance(e, ToycardsError):
+            return self._ended(seq, "failed", Failed(ApiError(500, str(e), "server_error")))
+        log.error("generation failed", exc_info=e)
+        return self._ended(
+            seq, "failed", Failed(ApiError(500, f"internal error: {type(e).__name__}", "server_error"))
+        )
 
     def _ended(self, seq: Sequence, how: str, event=None) -> bool:
         """Count `seq` as ended `how`, then send its last event: a client that has its reply sees

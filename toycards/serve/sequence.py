@@ -68,7 +68,9 @@ class StopText:
 
 class Sequence:
     """The generation of `job` (scheduler.Job): `step()` until it returns a `Finished`, which
-    the caller hands on; each step sends the job its new text (`job.emit`)."""
+    the caller hands on; each step sends the job its new text (`job.emit`). A step that chose a
+    token leaves it in `pending`, for the caller to run through the model with other sequences'
+    (`ModelAPI.step` over their caches) and hand back the logits it gives (`fed`)."""
 
     def __init__(self, model, job) -> None:
         self.model, self.job = model, job
@@ -79,16 +81,18 @@ class Sequence:
         self.rng = np.random.default_rng(job.seed)
         self.decoder = model.tokenizer.decoder(at_start=False)
         self.stops = StopText(job.stop)
+        self.pending: int | None = None  # the token chosen, not yet fed
 
     def step(self) -> Finished | None:
-        """The prefill, or one token; the reply's `Finished` once it is complete."""
+        """The prefill, or the choice of one token (left in `pending`); the reply's `Finished` once
+        it is complete."""
         if self.logits is None:
             self.cache = self.model.new_cache()
             self.cache.expect(
                 len(self.job.prompt_ids) + self.job.max_tokens
             )  # the prompt and the whole reply
             ids = np.asarray(self.job.prompt_ids, dtype=np.int64).reshape(1, -1)  # (1, ℓ)
-            self.logits = self._forward(ids)
+            self.fed(self.model.feed(ids, self.cache)[-1])  # the last token's logits
             return None
         job = self.job
         next_id = sample(self.logits, temperature=job.temperature, top_k=job.top_k, top_p=job.top_p,
@@ -104,13 +108,14 @@ class Sequence:
         if self.n_reply >= job.max_tokens:
             return self._finish("length")
         self.position += 1
-        self.logits = self._forward(np.asarray([[next_id]], dtype=np.int64))  # (1, 1)
+        self.pending = next_id
         return None
 
-    def _forward(self, ids: np.ndarray) -> np.ndarray:
-        logits = self.model.feed(ids, self.cache)  # (1, N_V): the last token's
-        require_finite(logits, self.position, self.model.path)
-        return logits[-1]
+    def fed(self, logits: np.ndarray) -> None:
+        """The logits (N_V,) of the token just fed (the prompt's last, or `pending`): the next
+        token's distribution. Raises ToycardsError where they are not finite."""
+        require_finite(logits[None], self.position, self.model.path)
+        self.logits, self.pending = logits, None
 
     def _finish(self, reason: str, flush: bool = True) -> Finished:
         if flush:  # a character split across the last tokens, then text held for a stop string

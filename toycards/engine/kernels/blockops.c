@@ -483,13 +483,45 @@ static _Thread_local void *keys_t; /* the calling thread's transposed keys (tran
 static _Thread_local int64_t keys_t_cap;
 #endif
 
+/* Where batch row b of a tc_gqa call keeps its keys and values: buffers, offsets of the row's first
+ * entry (kb, vb) and head strides in entries, the rows it has used, the row's first angle row in
+ * cos/sin and the offset of its mask in `allowed`. One cache for every row (rows NULL): the call's
+ * strides, angles [T, half] and mask [T, S] shared by the rows; a cache per row (gqa_args.rows):
+ * angles [B, T, half] and masks [B, T, S_max] (S_max the most rows any row reads; a row reads the
+ * first used_b + T columns of its own) */
+typedef struct {
+    void *K, *V;
+    int64_t kb, kh, vb, vh, used, angle, mask, stride; /* stride: between the mask's rows */
+} gqa_cache;
+
+static int64_t rows_read(const gqa_args *a) {
+    int64_t most = 0;
+    for (int64_t b = 0; b < a->B; b++) most = a->rows[5 * b + 4] > most ? a->rows[5 * b + 4] : most;
+    return most + a->T;
+}
+
+static inline gqa_cache row_cache(const gqa_args *a, int64_t b) {
+    gqa_cache c;
+    if (!a->rows) {
+        c.K = a->Kc, c.V = a->Vc, c.kb = b * a->kb, c.kh = a->kh, c.vb = b * a->vb, c.vh = a->vh, c.used = a->used;
+        c.angle = 0, c.mask = 0, c.stride = a->used + a->T;
+        return c;
+    }
+    const int64_t *r = a->rows + 5 * b;
+    c.K = (void *)(intptr_t)r[0], c.V = (void *)(intptr_t)r[1], c.kb = 0, c.kh = r[2], c.vb = 0, c.vh = r[3];
+    c.used = r[4], c.stride = rows_read(a), c.angle = b * a->T, c.mask = b * a->T * c.stride;
+    return c;
+}
+
 /* tc_gqa's work item `it`: run it / (B·H) of the queries of head it % H of batch row it % (B·H) / H,
  * as tc_gqa describes (Kt: the transposed keys for a prompt's runs, or NULL); 0, or −2 when out of
  * memory */
 static int gqa_item(const gqa_args *a, int64_t it, const float *Kt, int64_t head_keys) {
-    const int64_t B = a->B, T = a->T, H = a->H, Hkv = a->Hkv, d = a->d, half = a->half, S = a->used + a->T;
+    const int64_t B = a->B, T = a->T, H = a->H, Hkv = a->Hkv, d = a->d, half = a->half;
     const int kv16 = a->kv_half != 0;
     const int64_t run = it / (B * H), b = it % (B * H) / H, h = it % H, kvh = a->kv[h];
+    const gqa_cache c = row_cache(a, b);
+    const int64_t S = c.used + T;
     const int64_t t0 = run * QUERY_RUN, nr = T - t0 < QUERY_RUN ? T - t0 : QUERY_RUN;
     float *P = scores_scratch(nr * S);
     const int64_t head_floats = nr * d; /* the run's rotated queries */
@@ -499,17 +531,17 @@ static int gqa_item(const gqa_args *a, int64_t it, const float *Kt, int64_t head
         scratch_head_cap = scratch_head ? head_floats : 0;
     }
     if (!P || !scratch_head) return -2;
-    const void *Kh = kv_row(a->Kc, b * a->kb + kvh * a->kh, 1, kv16), *Vh = kv_row(a->Vc, b * a->vb + kvh * a->vh, 1, kv16);
+    const void *Kh = kv_row(c.K, c.kb + kvh * c.kh, 1, kv16), *Vh = kv_row(c.V, c.vb + kvh * c.vh, 1, kv16);
     float *Qr = scratch_head, *o = a->out + ((b * T + t0) * H + h) * d;
     for (int64_t r = 0; r < nr; r++) {
-        const int64_t t = t0 + r;
-        rope_row(a->Q + ((b * T + t) * H + h) * d, a->cos + t * half, a->sin + t * half, d, half, (int)a->layout,
-                 Qr + r * d);
+        const int64_t t = c.angle + t0 + r;
+        rope_row(a->Q + ((b * T + t0 + r) * H + h) * d, a->cos + t * half, a->sin + t * half, d, half,
+                 (int)a->layout, Qr + r * d);
     }
-    const uint8_t *allowed = a->allowed;
+    const uint8_t *allowed = a->allowed + c.mask; /* this row's [T, S], row stride S */
     const float scale = (float)a->scale, cap = (float)a->cap, sink = a->sinks ? a->sinks[h] : -INFINITY;
 #if HAVE_FLOAT_DOT
-    if (Kt && nr >= 4) { /* a prompt's queries: scores a block of keys at a time */
+    if (Kt && nr >= 4) { /* a prompt's queries: scores a block of keys at a time (one cache: stride S) */
         attend_run(Qr, nr, Vh, kv16, S, d, allowed + t0 * S, scale, cap, sink, P, Kt + (b * Hkv + kvh) * head_keys, o,
                    H * d);
         return 0;
@@ -518,7 +550,7 @@ static int gqa_item(const gqa_args *a, int64_t it, const float *Kt, int64_t head
     (void)Kt, (void)head_keys, (void)Hkv;
 #endif
     for (int64_t r = 0; r < nr; r++)
-        attend_row(Qr + r * d, Kh, Vh, kv16, S, d, allowed + (t0 + r) * S, scale, cap, sink, P, o + r * H * d);
+        attend_row(Qr + r * d, Kh, Vh, kv16, S, d, allowed + (t0 + r) * c.stride, scale, cap, sink, P, o + r * H * d);
     return 0;
 }
 
@@ -530,48 +562,51 @@ static int gqa_item(const gqa_args *a, int64_t it, const float *Kt, int64_t head
  * [B, Hkv, capacity, d] (strides kb, kh, vb, vh in entries, rows contiguous; float32, or halves when
  * kv_half), and every query reads the S = used + T rows there; kv [H], allowed [T, S], scale and cap
  * as attend_row; sinks [H] (or NULL) query head h's sink logit.
+ * With `rows` (sequences at different lengths in one batch), each batch row has a cache of its own
+ * and its own positions and mask: see gqa_cache.
  * out [B, T, H·d]: the heads' results side by side again.
  * The arguments come as one struct (gqa_args, structs.h): the layers of a pass share most of them,
  * so a call sets the few that differ instead of converting two dozen. */
 
 int tc_gqa(const gqa_args *a) {
     const float *K = a->K, *V = a->V, *cos = a->cos, *sin = a->sin;
-    const int64_t B = a->B, T = a->T, H = a->H, Hkv = a->Hkv, d = a->d, half = a->half, kb = a->kb, kh = a->kh,
-                  vb = a->vb, vh = a->vh, used = a->used;
+    const int64_t B = a->B, T = a->T, H = a->H, Hkv = a->Hkv, d = a->d, half = a->half;
     const int layout = (int)a->layout;
-    void *Kc = a->Kc, *Vc = a->Vc;
     const int kv16 = a->kv_half != 0;
     const int64_t one_thread = a->one_thread;
     float *rotated = 0; /* a key row rotated in float32, before it is rounded to halves */
     if (kv16 && !(rotated = (float *)grown(&scratch_row, &scratch_row_cap, (int64_t)sizeof(float) * d))) return -2;
-    for (int64_t b = 0; b < B; b++)
+    for (int64_t b = 0; b < B; b++) {
+        const gqa_cache c = row_cache(a, b);
         for (int64_t t = 0; t < T; t++)
             for (int64_t j = 0; j < Hkv; j++) {
                 const float *k = K + ((b * T + t) * Hkv + j) * d, *v = V + ((b * T + t) * Hkv + j) * d;
-                const int64_t kr = b * kb + j * kh + (used + t) * d, vr = b * vb + j * vh + (used + t) * d;
+                const float *co = cos + (c.angle + t) * half, *si = sin + (c.angle + t) * half;
+                const int64_t kr = c.kb + j * c.kh + (c.used + t) * d, vr = c.vb + j * c.vh + (c.used + t) * d;
                 if (kv16) {
-                    rope_row(k, cos + t * half, sin + t * half, d, half, layout, rotated);
-                    round_to_halves(rotated, (uint16_t *)Kc + kr, d);
-                    round_to_halves(v, (uint16_t *)Vc + vr, d);
+                    rope_row(k, co, si, d, half, layout, rotated);
+                    round_to_halves(rotated, (uint16_t *)c.K + kr, d);
+                    round_to_halves(v, (uint16_t *)c.V + vr, d);
                 } else {
-                    rope_row(k, cos + t * half, sin + t * half, d, half, layout, (float *)Kc + kr);
-                    memcpy((float *)Vc + vr, v, sizeof(float) * (size_t)d);
+                    rope_row(k, co, si, d, half, layout, (float *)c.K + kr);
+                    memcpy((float *)c.V + vr, v, sizeof(float) * (size_t)d);
                 }
             }
-    const int64_t S = used + T;
+    }
+    const int64_t S = a->rows ? rows_read(a) : a->used + T; /* the most keys a row reads */
     /* the work: each head's queries in runs of QUERY_RUN (a prompt's many, a decoding step's one) */
     const int64_t runs = (T + QUERY_RUN - 1) / QUERY_RUN, items = B * H * runs;
     int failed = 0;
     float *Kt = 0; /* [B][Hkv][⌈S/VL⌉ · VL][d], for attend_run */
     int64_t head_keys = 0;
 #if HAVE_FLOAT_DOT
-    if (T >= 4 && d % VL == 0) {
+    if (T >= 4 && d % VL == 0 && !a->rows) {
         head_keys = (S + RUN_KEYS - 1) / RUN_KEYS * RUN_KEYS * d;
         if (!(Kt = (float *)grown(&keys_t, &keys_t_cap, (int64_t)sizeof(float) * B * Hkv * head_keys))) return -2;
 #pragma omp parallel for collapse(2) schedule(static) if (!one_thread && B * Hkv * S * d >= PARALLEL_ATTENTION)
         for (int64_t b = 0; b < B; b++)
             for (int64_t j = 0; j < Hkv; j++)
-                transpose_keys(kv_row(Kc, b * kb + j * kh, 1, kv16), kv16, S, d, Kt + (b * Hkv + j) * head_keys);
+                transpose_keys(kv_row(a->Kc, b * a->kb + j * a->kh, 1, kv16), kv16, S, d, Kt + (b * Hkv + j) * head_keys);
     }
 #endif
     /* a decoding step's one run a head: the heads in contiguous shares (a thread reads the key/value

@@ -30,6 +30,10 @@ typedef struct {
     int64_t one_thread; /* 1: on the calling thread alone (the NumPy target's prompts, see tc_dequant_rows) */
     int64_t kv_half;    /* 1: the caches hold halves (a float16 KV cache) */
     const float *sinks; /* [H]: each query head's sink logit (see weigh_row), or NULL: none */
+    /* NULL, or a cache per batch row (sequences at different lengths): row b's K and V buffers
+     * [Hkv, capacity_b, d] and their head strides in entries, and the rows it has used, at
+     * rows[5b] … rows[5b + 4] (Kc, Vc, kb, kh, vb, vh and used are then not read) */
+    const int64_t *rows;
 } gqa_args;
 
 #endif

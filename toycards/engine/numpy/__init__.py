@@ -4,8 +4,8 @@ QuantWeight), the float products (`blas_product`; `float_linear`, None where the
 C product does not apply) and grouped-query attention in C (`gq_attention`, glue.py; None where it
 does not apply)."""
 
-from toycards.engine.numpy.glue import gq_attention
+from toycards.engine.numpy.glue import gq_attention, gq_attention_rows
 from toycards.engine.numpy.quant import QuantWeight, blas_product, float_linear
 from toycards.engine.numpy.stack import QuantStack
 
-__all__ = ["QuantWeight", "QuantStack", "blas_product", "float_linear", "gq_attention"]
+__all__ = ["QuantWeight", "QuantStack", "blas_product", "float_linear", "gq_attention", "gq_attention_rows"]

@@ -167,3 +167,47 @@ def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, sinks, t, ctx)
         cache.slots[slot][1] = used + a.T
         ctx.slot += 1
     return out
+
+
+def gq_attention_rows(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, sinks, ctx):
+    """gq_attention for a pass whose batch rows are sequences of their own (`ctx.rows`: runtime/rows.py):
+    row b's new tokens at its own positions (`ctx.pos` [B, T]) attend to the keys of `ctx.rows.caches[b]`
+    alone, through the card's mask at those positions, and are appended there. One C call; None
+    (nothing written) where tc_gqa does not take the call."""
+    lib, rows = ckernels.library(), ctx.rows
+    if lib is None or not _plain(Q, K, V) or Q.ndim != 3 or Q.shape[0] != len(rows.caches):
+        return None
+    if sinks is not None and not (_plain(sinks) and sinks.shape == (H,)):
+        return None
+    t = ctx.pos
+    make = lambda: _Site(t, rho, theta, layout, mask)  # noqa: E731
+    site = gqa_site(ctx, "numpy rows", mask, rho, t, (theta, layout, H, H_kv, cap), make)
+    call = _call(site, Q, K, V, H, H_kv, layout, cap)
+    if call is None:
+        return None
+    a, _, like = call
+    cos, sin = site.angles()
+    if cos.shape != (Q.shape[0] * a.T, cos.shape[-1]) or 2 * cos.shape[-1] > a.d:
+        return None
+    slot = ctx.slot
+    keys = rows.keys(slot, getattr(mask, "window", None), a.T, lambda b: _cache_plain(b, rows.half))
+    allowed = keys and rows.allowed(site.masks, mask, t, *keys, lambda x: x)
+    if allowed is None:
+        return None
+    held = rows.reserve(slot, ctx.ops, like[:1], a.T)
+    heads = [
+        (data_ptr(K), data_ptr(V), K.strides[-3] // K.itemsize, V.strides[-3] // V.itemsize, n)
+        for K, V, n in held
+    ]
+    table = np.array(heads, dtype=np.int64)  # tc_gqa's `rows`
+    out = np.empty((*Q.shape[:-1], a.H * a.d), dtype=np.float32)
+    a.Q, a.K, a.V, a.out, a.rows = data_ptr(Q), data_ptr(K), data_ptr(V), data_ptr(out), table.ctypes.data
+    a.cos, a.sin, a.half, a.allowed = data_ptr(cos), data_ptr(sin), cos.shape[-1], allowed.ctypes.data
+    a.kv_half, a.sinks, a.one_thread = int(rows.half), data_ptr(sinks) if sinks is not None else None, False
+    code = lib.tc_gqa(ctypes.byref(a))
+    a.rows = None  # (the call is the site's: a later pass over one cache must not read this table)
+    if code != 0:
+        raise RuntimeError(f"grouped-query attention kernel failed with code {code}")
+    rows.wrote(slot, keys[1])
+    ctx.slot = slot + 1
+    return out

@@ -12,7 +12,16 @@ the caller then takes its own torch path.
   `REPLAY_TRIES`.
 """
 
-from toycards.engine.torch.glue import attention, available, gq_attention, plain, rms_norm, rope, silu_mul
+from toycards.engine.torch.glue import (
+    attention,
+    available,
+    gq_attention,
+    gq_attention_rows,
+    plain,
+    rms_norm,
+    rope,
+    silu_mul,
+)
 from toycards.engine.torch.quant import QuantWeight, float_gemm, float_linear, linears, swiglu
 from toycards.engine.torch.replay import KEY as REPLAY_KEY
 from toycards.engine.torch.replay import TRIES as REPLAY_TRIES
@@ -34,6 +43,7 @@ __all__ = [
     "rope",
     "attention",
     "gq_attention",
+    "gq_attention_rows",
     "replay_step",
     "replay_constant",
     "REPLAY_KEY",

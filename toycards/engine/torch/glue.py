@@ -350,3 +350,44 @@ def gq_attention(Q, K, V, H, H_kv, layout, site, cap, sinks, ctx, ops):
     if cache is not None:
         cache.slots[slot][1] = used + a.T
     return out
+
+
+def gq_attention_rows(Q, K, V, H, H_kv, layout, site, cap, sinks, ctx, ops):
+    """gq_attention for a pass whose batch rows are sequences of their own (`ctx.rows`: runtime/rows.py):
+    row b's new tokens at its own positions (`site.t` [B, T]) attend to the keys of `ctx.rows.caches[b]`
+    alone, through the card's mask at those positions, and are appended there. One C call; None
+    (nothing written) where tc_gqa does not take the call."""
+    lib, rows = _library(), ctx.rows
+    if lib is None or not Q.is_cpu or Q.dim() != 3 or Q.shape[0] != len(rows.caches) or not plain(Q, K, V):
+        return None
+    if sinks is not None and not (plain(sinks) and sinks.dim() == 1 and sinks.numel() == H):
+        return None
+    call = site.call
+    if call is None or call.shapes != (Q.shape, K.shape, V.shape):
+        call = site.call = _prepare(Q, K, V, H, H_kv, layout, cap)
+    a = call.args
+    if a is None:
+        return None
+    cos, sin = site.angles(a.d)
+    half = cos.shape[-1]
+    if 2 * half > a.d or cos.shape != (Q.shape[0] * a.T, half) or not plain(cos, sin):
+        return None
+    slot = ctx.slot
+    keys = rows.keys(slot, getattr(site.mask, "window", None), a.T, lambda b: _cache_ready(b, rows.half))
+    allowed = keys and rows.allowed(site.masks, site.mask, site.t, *keys, torch.from_numpy)
+    if allowed is None:
+        return None
+    like = torch.empty(1, *call.heads[1:], dtype=torch.float32)  # one row's: [1, H_kv, T, d]
+    held = rows.reserve(slot, ops, like, a.T)
+    table = torch.tensor([(K.data_ptr(), V.data_ptr(), K.stride(-3), V.stride(-3), n) for K, V, n in held])
+    out = torch.empty(*call.width, dtype=torch.float32)
+    a.Q, a.K, a.V, a.out, a.rows = Q.data_ptr(), K.data_ptr(), V.data_ptr(), out.data_ptr(), table.data_ptr()
+    a.cos, a.sin, a.half, a.allowed = cos.data_ptr(), sin.data_ptr(), half, allowed.ctypes.data
+    a.kv_half, a.sinks = int(rows.half), sinks.data_ptr() if sinks is not None else None
+    code = lib.tc_gqa(call.ref)
+    a.rows = None  # (the call is the site's: a later pass over one cache must not read this table)
+    if code != 0:
+        raise RuntimeError(f"grouped-query attention kernel failed with code {code}")
+    rows.wrote(slot, keys[1])
+    ctx.slot = slot + 1
+    return out

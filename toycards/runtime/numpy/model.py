@@ -51,5 +51,9 @@ class NumpyModel(ModelAPI):
         out = out[..., -1:, :] if last else out  # a card with no cut point computes every token
         return out if isinstance(out, np.ndarray) else ops.as_float(out)
 
+    def _rows_pass(self, ids: np.ndarray, rows) -> np.ndarray:
+        rows.begin_pass()
+        return np.asarray(self.forward(np.asarray(ids, dtype=np.int64), rows, False), dtype=np.float32)
+
     def _forward_numpy(self, ids: np.ndarray, cache: KVCache | None, last: bool = False) -> np.ndarray:
         return np.asarray(self(ids, cache, last), dtype=np.float32)

@@ -325,6 +325,11 @@ def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, sinks, t, ctx)
     return kernels.gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, sinks, t, ctx)
 
 
+def gq_attention_rows(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, sinks, ctx):
+    """gq_attention over batch rows at positions of their own (runtime/rows.py), or None."""
+    return kernels.gq_attention_rows(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, sinks, ctx)
+
+
 def moe(X, W_r, W_gate, W_up, W_down, k, norm):
     """The prelude's MoE: `moe_biased` with softmax gating, no selection bias and no scale."""
     return moe_biased(X, W_r, None, W_gate, W_up, W_down, k, norm, "softmax")

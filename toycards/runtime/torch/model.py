@@ -31,6 +31,7 @@ from torch import nn
 from toycards import engine
 from toycards.runtime.context import KVCache
 from toycards.runtime.model_base import ModelAPI
+from toycards.runtime.rows import Rows, RowsRefused
 from toycards.runtime.torch import ops
 
 kernels = engine.backend("torch")
@@ -254,6 +255,15 @@ class TorchModel(nn.Module, ModelAPI):
     def _step(self, x, cache: KVCache | None, last: bool):
         """One decoding step: the cache's recorded step replayed where it may be (engine/torch/replay.py)."""
         return kernels.replay_step(self, super().__call__, x, cache, last, ops)
+
+    def _rows_pass(self, ids: np.ndarray, rows: Rows) -> np.ndarray:
+        if self._device is not None:
+            raise RowsRefused("a batch of sequences at different positions: the kernel runs on the CPU alone")
+        for cache in rows.caches:  # a recorded step is replayed only right after steps like it
+            cache.prepared.pop(kernels.REPLAY_KEY, None)
+        with torch.inference_mode():
+            rows.begin_pass()  # (its windows move rows of buffers made in inference mode)
+            return super().__call__(torch.as_tensor(ids), rows, False).float().numpy()
 
     def _forward_numpy(self, ids: np.ndarray, cache: KVCache | None, last: bool = False) -> np.ndarray:
         with torch.inference_mode():

@@ -415,6 +415,14 @@ def gq_attention(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, sinks, t, ctx)
     return kernels.gq_attention(Q, K, V, H, H_kv, layout, site, cap, sinks, ctx, sys.modules[__name__])
 
 
+def gq_attention_rows(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, sinks, ctx):
+    """gq_attention for a pass whose batch rows are sequences at positions of their own, each with
+    its own cache (`ctx.rows`, runtime/rows.py); None where the kernel does not take the call."""
+    make = lambda: _GQASite(rho, ctx.pos, theta, layout, mask)  # noqa: E731
+    site = gqa_site(ctx, "torch rows", mask, rho, ctx.pos, (theta, layout, H, H_kv, cap), make)
+    return kernels.gq_attention_rows(Q, K, V, H, H_kv, layout, site, cap, sinks, ctx, sys.modules[__name__])
+
+
 class _GQASite:
     """What GQAttention calls of one pass share (see gq_attention): RoPE's angles at the pass's
     positions, the mask per key count, and engine/torch/glue.py's prepared C call (`call`)."""

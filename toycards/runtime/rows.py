@@ -1,0 +1,119 @@
+"""Decoding several sequences at once: one forward pass whose batch rows are sequences of their own,
+each with its own KV cache at its own length.
+
+Owns: `Rows` (what such a pass takes as its cache: the rows' caches, the positions of their new
+tokens) and `RowsRefused` (what a pass raises where something reads a row as if every row were at
+the same position). Leaves out: the kernel that attends per row (engine/*/glue.py
+`gq_attention_rows`), `ModelAPI.step` (model_base.py), which runs such a pass and, where it is
+refused, steps each sequence alone.
+
+Why the prelude's GQAttention alone: a row's new token sits at the row's own position, and reads
+the keys of its own cache only. The GQAttention kernel takes RoPE angles, a mask and a cache per
+row; a card's own steps make one list of positions and one cache for every row, so in such a pass
+whatever else reads the positions (`runtime.positions`), extends the cache (`runtime.extend`) or
+keeps a decoder state refuses. What a refused pass wrote to the caches is undone (`restore`), and
+the pass's rows go one at a time: the same numbers, without the shared reading of the weights.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from toycards.errors import ToycardsError
+
+
+class RowsRefused(ToycardsError):
+    """A pass over rows at different positions reached a step that cannot take them (why)."""
+
+
+class Rows:
+    """The caches of a pass's batch rows (row b: `caches[b]`, holding that sequence's tokens so far),
+    as generated code's `cache` argument. `RAGGED` tells runtime.context's Context so."""
+
+    RAGGED = True
+
+    def __init__(self, caches: list) -> None:
+        self.caches = list(caches)
+        if len({id(c) for c in self.caches}) != len(self.caches):
+            raise ToycardsError("step(): each sequence needs a cache of its own (a cache appears twice)")
+        kinds = {c.kv_type for c in self.caches}
+        if len(kinds) > 1:
+            raise ToycardsError(
+                f"step(): the caches keep keys as {' and '.join(sorted(kinds))}; use one kind"
+            )
+        for c in self.caches:
+            if c.ids is not None or c.states:
+                raise RowsRefused("a cache holds the token ids or a state, not keys and values alone")
+        self.half = self.caches[0].half if self.caches else False
+        self.lengths = [c.length for c in self.caches]
+        self.prepared: dict = {}  # what a kernel prepared for this pass (its own keys)
+
+    def positions(self, n_new: int):
+        """The 1-based positions of each row's n_new new tokens, int64 [B, n_new]."""
+        return np.asarray(self.lengths, dtype=np.int64)[:, None] + np.arange(1, n_new + 1)
+
+    def keys(self, slot: int, window, T: int, ready) -> tuple[tuple, tuple] | None:
+        """For an attention kernel's cache slot `slot` (read through a sliding `window`, or None), T
+        new tokens a row: each row's rows its window dropped (`firsts`) and keys its queries read
+        (`reads`: those held, and the new); None where a row's buffers are not ones the kernel writes
+        (`ready(buffers)` False)."""
+        entries = [c.slots[slot] if slot < len(c.slots) else None for c in self.caches]
+        if any(e is not None and not ready(e[0]) for e in entries):
+            return None
+        firsts = tuple(c.window_slot(slot, window) if window is not None else 0 for c in self.caches)
+        return firsts, tuple((e[1] if e is not None else 0) + T for e in entries)
+
+    def allowed(self, memo: dict, mask, t, firsts: tuple, reads: tuple, array):
+        """The card's `mask` for each row b, its queries at positions t[b] against its `reads[b]`
+        keys, those at positions firsts[b] + 1 …: uint8 [B, T, max reads], 0 past a row's keys (kept
+        in `memo`, a site's, for the layers after); None where the mask has axes of its own. `array`
+        makes the target's array of a NumPy one, as the mask's code takes them."""
+        key = ("rows", firsts, reads)
+        if key not in memo:
+            S = max(reads)
+            columns = np.arange(1, S + 1, dtype=np.float32)
+            t_z = np.asarray(firsts, dtype=np.float32)[:, None, None] + columns  # [B, 1, S]
+            t_x = np.asarray(t, dtype=np.float32)[:, :, None]  # [B, T, 1]
+            m = np.asarray(mask(array(t_z), array(t_x)))
+            if m.ndim > 3:
+                memo[key] = None
+            else:
+                inside = columns <= np.asarray(reads)[:, None, None]  # [B, 1, S]
+                m = np.broadcast_to(m, (*t_x.shape[:2], S)) & inside
+                memo[key] = np.ascontiguousarray(m, dtype=np.uint8)
+        return memo[key]
+
+    def reserve(self, slot: int, ops, like, T: int) -> list[tuple]:
+        """Room for T more rows in each row's buffers of `slot` (shaped like `like` but for the rows):
+        (K buffer, V buffer, rows used) per row."""
+        held = []
+        for c in self.caches:
+            (Kc, Vc), used = c.reserve(slot, ops, (like, like), T)
+            held.append((Kc, Vc, used))
+        return held
+
+    def wrote(self, slot: int, reads: tuple) -> None:
+        """A kernel wrote the new rows of `slot`: each row's slot holds `reads[b]` rows."""
+        for c, n in zip(self.caches, reads, strict=True):
+            c.slots[slot][1] = n
+
+    def begin_pass(self) -> None:
+        for c in self.caches:
+            c.begin_pass()
+
+    def advance(self, n: int) -> None:
+        """The pass over n new tokens a row ended: each cache holds them."""
+        for c in self.caches:
+            c.advance(n)
+
+    def restore(self) -> None:
+        """After a pass that did not end: each cache as it was before it (rows written past its
+        length are forgotten)."""
+        for c, n in zip(self.caches, self.lengths, strict=True):
+            c.staged = {}
+            c.truncate(n)
+
+
+def refuse(what: str):
+    """Raise RowsRefused: a pass over rows at different positions reached `what`."""
+    raise RowsRefused(f"{what}, which a batch of sequences at different positions cannot share")
