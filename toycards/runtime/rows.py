@@ -46,22 +46,34 @@ class Rows:
                 raise RowsRefused("a cache holds the token ids or a state, not keys and values alone")
         self.half = self.caches[0].half if self.caches else False
         self.lengths = [c.length for c in self.caches]
+        self.zeros = (0,) * len(self.caches)  # no row's window dropped any
         self.prepared: dict = {}  # what a kernel prepared for this pass (its own keys)
 
     def positions(self, n_new: int):
         """The 1-based positions of each row's n_new new tokens, int64 [B, n_new]."""
         return np.asarray(self.lengths, dtype=np.int64)[:, None] + np.arange(1, n_new + 1)
 
-    def keys(self, slot: int, window, T: int, ready) -> tuple[tuple, tuple] | None:
-        """For an attention kernel's cache slot `slot` (read through a sliding `window`, or None), T
-        new tokens a row: each row's rows its window dropped (`firsts`) and keys its queries read
-        (`reads`: those held, and the new); None where a row's buffers are not ones the kernel writes
-        (`ready(buffers)` False)."""
+    def buffers(self, slot: int, window, T: int, like, ops, ready) -> tuple[tuple, tuple, list] | None:
+        """An attention kernel's cache slot `slot` (read through a sliding `window`, or None) for T
+        new tokens a row, with room for them in each row's buffers (shaped like `like` but for the
+        rows): each row's rows its window dropped (`firsts`), keys its queries read (`reads`: those
+        held, and the new) and (K buffer, V buffer, rows used); None where a row's buffers are not
+        ones the kernel writes (`ready(K, V)` False), before anything is made."""
         entries = [c.slots[slot] if slot < len(c.slots) else None for c in self.caches]
-        if any(e is not None and not ready(e[0]) for e in entries):
+        if any(e is not None and not ready(*e[0]) for e in entries):
             return None
-        firsts = tuple(c.window_slot(slot, window) if window is not None else 0 for c in self.caches)
-        return firsts, tuple((e[1] if e is not None else 0) + T for e in entries)
+        firsts = tuple(c.window_slot(slot, window) for c in self.caches) if window is not None else self.zeros
+        held, reads = [], []
+        lead, width = like.shape[:-2], like.shape[-1]
+        for c, e in zip(self.caches, entries, strict=True):
+            K = e[0][0] if e is not None else None
+            if K is None or e[1] + T > K.shape[-2] or K.shape[:-2] != lead or K.shape[-1] != width:
+                (K, V), used = c.reserve(slot, ops, (like, like), T)  # (grown, or first made)
+            else:  # a decoding step's common case: room in the buffers as they are
+                V, used = e[0][1], e[1]
+            held.append((K, V, used))
+            reads.append(used + T)
+        return firsts, tuple(reads), held
 
     def allowed(self, memo: dict, mask, t, firsts: tuple, reads: tuple, array):
         """The card's `mask` for each row b, its queries at positions t[b] against its `reads[b]`
@@ -82,15 +94,6 @@ class Rows:
                 m = np.broadcast_to(m, (*t_x.shape[:2], S)) & inside
                 memo[key] = np.ascontiguousarray(m, dtype=np.uint8)
         return memo[key]
-
-    def reserve(self, slot: int, ops, like, T: int) -> list[tuple]:
-        """Room for T more rows in each row's buffers of `slot` (shaped like `like` but for the rows):
-        (K buffer, V buffer, rows used) per row."""
-        held = []
-        for c in self.caches:
-            (Kc, Vc), used = c.reserve(slot, ops, (like, like), T)
-            held.append((Kc, Vc, used))
-        return held
 
     def wrote(self, slot: int, reads: tuple) -> None:
         """A kernel wrote the new rows of `slot`: each row's slot holds `reads[b]` rows."""

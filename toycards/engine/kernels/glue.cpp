@@ -55,7 +55,7 @@ swiglu_fn k_swiglu;
 gqa_fn k_gqa;
 gather_fn k_gather_rows;
 PyObject *tensor_class, *parameter_class, *quant_class; /* torch.Tensor, nn.Parameter, QuantWeight */
-PyObject *plan_name, *rows_plan_name;                   /* "_cplan", "_eplan" */
+PyObject *plan_name, *rows_plan_name, *gemm_name;       /* "_cplan", "_eplan", "_gemm" */
 int float_direct;   /* tc_float_direct(F32): float32 weights are multiplied in place */
 int64_t few_tokens; /* engine.ckernels.FEW_TOKENS, as engine/torch/native.py binds it */
 
@@ -109,6 +109,18 @@ int64_t tokens_of(const at::Tensor *x, int64_t *k) {
     if (*k <= 0) return 0;
     const int64_t t = x->numel() / *k;
     return t >= 1 && t <= few_tokens ? t : 0;
+}
+
+/* x as more than few tokens for weight o, where o multiplies any number by the int8 GEMM (a
+ * QuantWeight whose `_gemm` is set, as its `linear` then calls the same product): its token count and
+ * row length k, or 0 */
+int64_t many_tokens(const at::Tensor *x, PyObject *o, int64_t *k) {
+    if (!x || x->dim() < 1 || Py_TYPE(o) != (PyTypeObject *)quant_class || (*k = x->size(-1)) <= 0) return 0;
+    PyObject *gemm = PyObject_GetAttr(o, gemm_name);
+    const int yes = gemm ? PyObject_IsTrue(gemm) : 0;
+    Py_XDECREF(gemm);
+    if (PyErr_Occurred()) PyErr_Clear();
+    return yes == 1 ? x->numel() / *k : 0;
 }
 
 /* An output tensor shaped like x with its last axis n */
@@ -310,13 +322,15 @@ PyObject *rms_norm(PyObject *, PyObject *const *args, Py_ssize_t n) {
     return THPVariable_Wrap(std::move(y));
 }
 
-/* linear(x, W): x [..., K] · Wᵀ → [..., N] for few tokens, or None */
+/* linear(x, W): x [..., K] · Wᵀ → [..., N] for few tokens, or for more by the int8 GEMM (many_tokens);
+ * or None */
 PyObject *linear(PyObject *, PyObject *const *args, Py_ssize_t n) {
     int64_t k, t;
     Weight w;
     if (n != 2) Py_RETURN_NONE;
     const at::Tensor *x = plain(args[0]);
-    if (!(t = tokens_of(x, &k)) || !weight_of(args[1], k, &w)) Py_RETURN_NONE;
+    if (!(t = tokens_of(x, &k)) && !(t = many_tokens(x, args[1], &k))) Py_RETURN_NONE;
+    if (!weight_of(args[1], k, &w)) Py_RETURN_NONE;
     at::Tensor y = like(*x, w.n);
     int code;
     Py_BEGIN_ALLOW_THREADS
@@ -993,5 +1007,6 @@ PyModuleDef module = {PyModuleDef_HEAD_INIT, "toycards_glue", "toycards' per-tok
 PyMODINIT_FUNC PyInit_toycards_glue(void) {
     plan_name = PyUnicode_InternFromString("_cplan");
     rows_plan_name = PyUnicode_InternFromString("_eplan");
-    return plan_name && rows_plan_name ? PyModule_Create(&module) : nullptr;
+    gemm_name = PyUnicode_InternFromString("_gemm");
+    return plan_name && rows_plan_name && gemm_name ? PyModule_Create(&module) : nullptr;
 }

@@ -190,11 +190,13 @@ def gq_attention_rows(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, sinks, ct
     if cos.shape != (Q.shape[0] * a.T, cos.shape[-1]) or 2 * cos.shape[-1] > a.d:
         return None
     slot = ctx.slot
-    keys = rows.keys(slot, getattr(mask, "window", None), a.T, lambda b: _cache_plain(b, rows.half))
-    allowed = keys and rows.allowed(site.masks, mask, t, *keys, lambda x: x)
+    made = rows.buffers(
+        slot, getattr(mask, "window", None), a.T, like[:1], ctx.ops, lambda K, V: _cache_plain((K, V), rows.half)
+    )
+    allowed = made and rows.allowed(site.masks, mask, t, *made[:2], lambda x: x)
     if allowed is None:
         return None
-    held = rows.reserve(slot, ctx.ops, like[:1], a.T)
+    held = made[2]
     heads = [
         (data_ptr(K), data_ptr(V), K.strides[-3] // K.itemsize, V.strides[-3] // V.itemsize, n)
         for K, V, n in held
@@ -208,6 +210,6 @@ def gq_attention_rows(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, sinks, ct
     a.rows = None  # (the call is the site's: a later pass over one cache must not read this table)
     if code != 0:
         raise RuntimeError(f"grouped-query attention kernel failed with code {code}")
-    rows.wrote(slot, keys[1])
+    rows.wrote(slot, made[1])
     ctx.slot = slot + 1
     return out

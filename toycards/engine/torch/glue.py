@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import functools
 
+import numpy as np
 import torch
 
 from toycards.engine import ckernels
@@ -372,22 +373,25 @@ def gq_attention_rows(Q, K, V, H, H_kv, layout, site, cap, sinks, ctx, ops):
     half = cos.shape[-1]
     if 2 * half > a.d or cos.shape != (Q.shape[0] * a.T, half) or not plain(cos, sin):
         return None
-    slot = ctx.slot
-    keys = rows.keys(slot, getattr(site.mask, "window", None), a.T, lambda b: _cache_ready(b, rows.half))
-    allowed = keys and rows.allowed(site.masks, site.mask, site.t, *keys, torch.from_numpy)
+    slot, kind = ctx.slot, torch.float16 if rows.half else torch.float32
+    if call.like.shape[0] != 1:
+        call.like = call.like[:1]  # one row's: [1, H_kv, T, d]
+    made = rows.buffers(
+        slot, getattr(site.mask, "window", None), a.T, call.like, ops, lambda K, V: K.dtype is kind is V.dtype
+    )
+    allowed = made and rows.allowed(site.masks, site.mask, site.t, *made[:2], torch.from_numpy)
     if allowed is None:
         return None
-    like = torch.empty(1, *call.heads[1:], dtype=torch.float32)  # one row's: [1, H_kv, T, d]
-    held = rows.reserve(slot, ops, like, a.T)
-    table = torch.tensor([(K.data_ptr(), V.data_ptr(), K.stride(-3), V.stride(-3), n) for K, V, n in held])
+    held = [(K.data_ptr(), V.data_ptr(), K.stride(-3), V.stride(-3), n) for K, V, n in made[2]]
+    table = np.array(held, dtype=np.int64)
     out = torch.empty(*call.width, dtype=torch.float32)
-    a.Q, a.K, a.V, a.out, a.rows = Q.data_ptr(), K.data_ptr(), V.data_ptr(), out.data_ptr(), table.data_ptr()
+    a.Q, a.K, a.V, a.out, a.rows = Q.data_ptr(), K.data_ptr(), V.data_ptr(), out.data_ptr(), table.ctypes.data
     a.cos, a.sin, a.half, a.allowed = cos.data_ptr(), sin.data_ptr(), half, allowed.ctypes.data
     a.kv_half, a.sinks = int(rows.half), sinks.data_ptr() if sinks is not None else None
     code = lib.tc_gqa(call.ref)
     a.rows = None  # (the call is the site's: a later pass over one cache must not read this table)
     if code != 0:
         raise RuntimeError(f"grouped-query attention kernel failed with code {code}")
-    rows.wrote(slot, keys[1])
+    rows.wrote(slot, made[1])
     ctx.slot = slot + 1
     return out
