@@ -2,12 +2,13 @@
 length, and `generate` over a list of prompts.
 
 The oracle of each row is the same sequence decoded alone (`feed` through its own cache), which the
-rest of the suite ties to transformers. Where the pass takes the rows together (torch on the CPU,
-GQAttention the only step that reads other tokens) a row equals its sequence alone bit for bit for
-weights kept in their blocks, up to `engine.FEW_TOKENS` rows (the same few-token kernels on the
-same rows); float weights and more rows sum in another order (float32 rounding). Families whose
-steps read positions or keep a state refuse such a pass, say why (`rows_why`), and step each
-sequence alone: then every row is exactly its sequence's.
+rest of the suite ties to transformers. Where the pass takes the rows together (GQAttention's
+kernel the only step that reads positions or caches keys; decoder states row by row) a row equals
+its sequence alone bit for bit for weights kept in their blocks, up to `engine.FEW_TOKENS` rows
+and no state (the same few-token kernels on the same rows); float weights, more rows and the scans'
+batched products sum in another order (float32 rounding). Families whose steps read positions
+refuse such a pass, say why (`rows_why`), and step each sequence alone: then every row is exactly
+its sequence's.
 """
 
 from __future__ import annotations
@@ -94,12 +95,24 @@ def test_float_weights_and_many_rows_are_each_sequence_alone_to_rounding(
         np.testing.assert_allclose(rows, alone(model, prompt, tokens, "f32"), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("case", ["mamba", "falcon-h1", "qwen3next", "lfm2", "jamba"])
+def test_decoder_states_go_row_by_row_to_each_sequence_cache(oracle_files, case):
+    """A stateful call (a conv window, a scan's state) takes each row's state from its own cache and
+    leaves it there; hybrids take their attention rows through the kernel beside it. The scans run
+    the card's steps on the batch (torch's products), which sum in another order: float32 rounding."""
+    model = load(oracle_files(case, "Q8_0").path, target="torch")
+    pairs = streams(model, PROMPTS)
+    got = together(model, pairs, "f32")
+    assert model.rows_why == ""
+    for (prompt, tokens), rows in zip(pairs, got, strict=True):
+        np.testing.assert_allclose(rows, alone(model, prompt, tokens, "f32"), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize(
     "case, why",
     [
         ("gpt2", "read the token positions"),  # learned positions, picked by the main algorithm
         ("deepseek2", "read the token positions"),  # MLA's own attention steps
-        ("mamba", "a state"),  # a decoder state per sequence
     ],
 )
 def test_a_family_that_cannot_share_a_pass_steps_each_sequence_alone(oracle_files, case, why):
@@ -111,16 +124,28 @@ def test_a_family_that_cannot_share_a_pass_steps_each_sequence_alone(oracle_file
         np.testing.assert_array_equal(rows, alone(model, prompt, tokens, "f32"))
 
 
-def test_a_pass_refused_after_its_first_attention_leaves_the_caches_as_they_were(oracle_files):
-    """Falcon-H1's layers run attention, then the Mamba-2 mixer, whose state refuses the pass: the
-    rows the attention kernel wrote are forgotten, and each sequence then takes its step alone."""
-    model = load(oracle_files("falcon-h1", "F32").path, target="torch")
-    caches = [model.new_cache() for _ in range(3)]
-    out = model.step([1, 2, 3], caches)  # empty caches: no state yet, so the pass starts
-    assert "state" in model.rows_why
-    for token, c, row in zip((1, 2, 3), caches, out, strict=True):
-        assert c.length == 1 and all(entry[1] == 1 for entry in c.slots)
-        np.testing.assert_array_equal(row, alone(model, np.array([token]), [], "f32")[0])
+def test_a_pass_refused_after_its_first_layer_leaves_the_caches_as_they_were(oracle_files, monkeypatch):
+    """Where the attention kernel declines at the second layer, what the first wrote (keys, values,
+    a state staged) is forgotten, and each sequence then takes its step alone."""
+    from toycards.runtime.torch import ops
+
+    model = load(oracle_files("falcon-h1", "F32").path, target="torch")  # attention beside a Mamba-2 mixer
+    pairs = streams(model, PROMPTS[:3])
+    caches = [model.new_cache() for _ in pairs]
+    for (prompt, _), c in zip(pairs, caches, strict=True):
+        model.feed(prompt[None], c)
+    kernel, calls = ops.gq_attention_rows, []
+
+    def declines_later(*args):
+        calls.append(1)
+        return kernel(*args) if len(calls) == 1 else None
+
+    monkeypatch.setattr(ops, "gq_attention_rows", declines_later)
+    out = model.step([tokens[0] for _, tokens in pairs], caches)
+    assert len(calls) == 2 and "kernel does not take" in model.rows_why
+    for (prompt, tokens), c, row in zip(pairs, caches, out, strict=True):
+        assert c.length == len(prompt) + 1 and all(entry[1] == c.length for entry in c.slots)
+        np.testing.assert_array_equal(row, alone(model, prompt, tokens[:1], "f32")[-1])
 
 
 @pytest.mark.parametrize("case", ["llama", "gemma3"])

@@ -334,8 +334,6 @@ def state_slot(ctx: Context | None) -> int | None:
     None when there is no cache: every state then starts at zeros."""
     if ctx is None or ctx.cache is None:
         return None
-    if ctx.rows is not None:
-        rows.refuse("the card keeps a decoder state")
     slot = ctx.state_slot
     ctx.state_slot += 1
     return slot
@@ -343,7 +341,11 @@ def state_slot(ctx: Context | None) -> int | None:
 
 def recall(ctx: Context | None, slot: int | None, k: int, zeros):
     """State k of `slot` as the same call of the previous pass left it; `zeros` at the start."""
-    if slot is None or slot >= len(ctx.cache.states):
+    if slot is None:
+        return zeros
+    if ctx.rows is not None:
+        return ctx.rows.recall(slot, k, zeros)
+    if slot >= len(ctx.cache.states):
         return zeros
     kept = ctx.cache.states[slot][k]
     if tuple(kept.shape) != tuple(zeros.shape):
@@ -353,7 +355,9 @@ def recall(ctx: Context | None, slot: int | None, k: int, zeros):
 
 def keep(ctx: Context | None, slot: int | None, *values) -> None:
     """The state `slot` leaves for the next pass over this sequence."""
-    if slot is not None:
+    if slot is not None and ctx.rows is not None:
+        ctx.rows.keep(slot, values)
+    elif slot is not None:
         ctx.cache.staged[slot] = values  # kept when the pass ends (KVCache.advance)
 
 

@@ -220,13 +220,13 @@ class ModelAPI:
         after the tokens `caches[b]` holds (a cache per sequence, each at its own length); their
         float32 logits [B, N_V]. Each cache then holds its token too.
 
-        On the CPU, where every step that reads other tokens is the prelude's GQAttention (and its
-        kernel is built), the B tokens go through one forward pass, which reads each weight once
-        for all of them; elsewhere (`rows_why` says why, after the first step) each sequence takes a step
-        alone. Row b is what a step of sequence b alone gives, bit for bit for the weights kept in
-        their blocks up to `engine.FEW_TOKENS` sequences (the same kernels on the same rows); float
-        weights, and more sequences, whose products are a prompt's (the int8 GEMM, or float32
-        tiles under TOYCARDS_PREFILL=float32), sum in another order.
+        On the CPU, where the steps that read other tokens are the prelude's GQAttention (its kernel
+        built) and stateful calls (`State:`), the B tokens go through one forward pass, which reads
+        each weight once for all of them; elsewhere (`rows_why` says why, after the first step)
+        each sequence takes a step alone. Row b is what a step of sequence b alone gives: bit for
+        bit for weights kept in their blocks, up to `engine.FEW_TOKENS` sequences and no state (the
+        same kernels on the same rows); else to float32 rounding (docs/performance.md, "Many
+        sequences at once").
         Raises ToycardsError for a cache given twice, caches of different kv types, or a sequence
         longer than a learned-position model's positions."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)

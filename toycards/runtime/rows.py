@@ -2,17 +2,19 @@
 each with its own KV cache at its own length.
 
 Owns: `Rows` (what such a pass takes as its cache: the rows' caches, the positions of their new
-tokens) and `RowsRefused` (what a pass raises where something reads a row as if every row were at
-the same position). Leaves out: the kernel that attends per row (engine/*/glue.py
-`gq_attention_rows`), `ModelAPI.step` (model_base.py), which runs such a pass and, where it is
-refused, steps each sequence alone.
+tokens, each row's keys and values and decoder states) and `RowsRefused` (what a pass raises where
+something reads the rows as if every row were at the same position). Leaves out: the kernel that
+attends per row (engine/*/glue.py `gq_attention_rows`), `ModelAPI.step` (model_base.py), which runs
+such a pass and, where it is refused, steps each sequence alone.
 
-Why the prelude's GQAttention alone: a row's new token sits at the row's own position, and reads
-the keys of its own cache only. The GQAttention kernel takes RoPE angles, a mask and a cache per
-row; a card's own steps make one list of positions and one cache for every row, so in such a pass
-whatever else reads the positions (`runtime.positions`), extends the cache (`runtime.extend`) or
-keeps a decoder state refuses. What a refused pass wrote to the caches is undone (`restore`), and
-the pass's rows go one at a time: the same numbers, without the shared reading of the weights.
+Why the prelude's GQAttention alone reads positions and caches keys: a row's new token sits at the
+row's own position, and reads the keys of its own cache only. The GQAttention kernel takes RoPE
+angles, a mask and a cache per row; a card's own steps make one list of positions and one cache for
+every row, so in such a pass whatever else reads the positions (`runtime.positions`) or extends the
+cache (`runtime.extend`) refuses. A decoder state (`State:`) needs no position: each row's comes from
+its own cache and goes back there (`recall`, `keep`). What a refused pass wrote to the caches is
+undone (`restore`), and the pass's rows go one at a time: the same numbers, without the shared
+reading of the weights.
 """
 
 from __future__ import annotations
@@ -42,8 +44,8 @@ class Rows:
                 f"step(): the caches keep keys as {' and '.join(sorted(kinds))}; use one kind"
             )
         for c in self.caches:
-            if c.ids is not None or c.states:
-                raise RowsRefused("a cache holds the token ids or a state, not keys and values alone")
+            if c.ids is not None:
+                raise RowsRefused("a cache holds the token ids so far: the model recomputes the sequence")
         self.half = self.caches[0].half if self.caches else False
         self.lengths = [c.length for c in self.caches]
         self.zeros = (0,) * len(self.caches)  # no row's window dropped any
@@ -100,6 +102,22 @@ class Rows:
         for c, n in zip(self.caches, reads, strict=True):
             c.slots[slot][1] = n
 
+    def recall(self, slot: int, k: int, zeros):
+        """State k of a stateful call's `slot` for every row, [B, …]: each row's as its cache holds it
+        ([1, …]), or its zeros where the cache holds none yet (a sequence's first pass)."""
+        parts = []
+        for b, c in enumerate(self.caches):
+            kept = c.states[slot][k] if slot < len(c.states) else zeros[b : b + 1]
+            if tuple(kept.shape) != (1, *zeros.shape[1:]):
+                refuse(f"a cache holds a state of shape {tuple(kept.shape)}, not one sequence's")
+            parts.append(kept)
+        return _batch(parts)
+
+    def keep(self, slot: int, values: tuple) -> None:
+        """The states [B, …] a stateful call leaves: row b's to its own cache, kept when the pass ends."""
+        for b, c in enumerate(self.caches):
+            c.staged[slot] = tuple(_copy(v[b : b + 1]) for v in values)
+
     def begin_pass(self) -> None:
         for c in self.caches:
             c.begin_pass()
@@ -115,6 +133,20 @@ class Rows:
         for c, n in zip(self.caches, self.lengths, strict=True):
             c.staged = {}
             c.truncate(n)
+
+
+def _batch(parts: list):
+    """Arrays [1, …] of one target (NumPy arrays, or torch tensors) joined along their first axis."""
+    if isinstance(parts[0], np.ndarray):
+        return np.concatenate(parts, axis=0)
+    import torch  # (a torch target's pass: torch is loaded)
+
+    return torch.cat(parts, 0)
+
+
+def _copy(a):
+    """A row's own copy of a view (NumPy or torch), so that the batch's array is not kept alive by it."""
+    return a.clone() if hasattr(a, "clone") else a.copy()
 
 
 def refuse(what: str):
