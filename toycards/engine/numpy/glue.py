@@ -190,9 +190,8 @@ def gq_attention_rows(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, sinks, ct
     if cos.shape != (Q.shape[0] * a.T, cos.shape[-1]) or 2 * cos.shape[-1] > a.d:
         return None
     slot = ctx.slot
-    made = rows.buffers(
-        slot, getattr(mask, "window", None), a.T, like[:1], ctx.ops, lambda K, V: _cache_plain((K, V), rows.half)
-    )
+    ready = lambda K, V: _cache_plain((K, V), rows.half)  # noqa: E731
+    made = rows.buffers(slot, getattr(mask, "window", None), a.T, like[:1], ctx.ops, ready)
     allowed = made and rows.allowed(site.masks, mask, t, *made[:2], lambda x: x)
     if allowed is None:
         return None
