@@ -30,7 +30,7 @@ logits are read with llama_get_logits_ith(ctx, -1).
 --contexts 128,1024,4096,8192 runs the comparison at each prompt length instead of --prefill's, then
 prints one table: each runner's peak memory above its imports (VmHWM less the VmRSS it had before it
 loaded the model: the model, its KV cache and its work memory; toycards feeds a prompt `ubatch`
-tokens a pass, 512 as llama.cpp's n_ubatch), decode and prefill ratios, and the greedy tokens.
+tokens a pass, 256, llama.cpp 512, its n_ubatch), decode and prefill ratios, and the greedy tokens.
 
 --shape llama-1b compares on a 1B-class file instead: a Llama-3.2-1B-shaped GGUF of random Q4_K
 blocks (tests/helpers/llama_1b.py: 16 layers, d_e 2048, 128,256 tokens, ~0.7 GB), written in a second or
@@ -451,8 +451,8 @@ SWEEP_GOALS = (
 
 
 def sweep(path: Path, contexts: list[int], args: argparse.Namespace) -> None:
-    """The comparison at each prompt length (toycards feeds a prompt 512 tokens a pass, llama.cpp's
-    n_ubatch), then one table: each runner's peak memory above its imports (the model, its KV cache,
+    """The comparison at each prompt length (toycards feeds a prompt `ubatch` tokens a pass, llama.cpp
+    its n_ubatch), then one table: each runner's peak memory above its imports (the model, its KV cache,
     its work memory), the ratios, and the greedy tokens."""
     rows = []
     for n in contexts:

@@ -130,8 +130,8 @@ ubatch_option = click.option(  # run, eval, chat, serve, embed
     metavar="N",
     callback=_keep_ubatch,
     expose_value=False,
-    help="Run a long input through the model N tokens a pass (default 512, llama.cpp's): a pass's work"
-    " memory grows with N, the KV cache alone with the input.",
+    help="Run a long input through the model N tokens a pass (default 256): a pass's work memory grows"
+    " with N, the KV cache alone with the input.",
 )
 
 

@@ -22,7 +22,10 @@ from toycards.errors import ToycardsError
 from toycards.runtime.context import ContextLength, KVCache, context_length
 from toycards.runtime.rows import Rows, RowsRefused
 
-UBATCH = 512  # tokens a forward pass takes of a longer input: llama.cpp's default n_ubatch
+# tokens a forward pass takes of a longer input. Half llama.cpp's n_ubatch (512): a pass's activations
+# come from the C heap, which they fragment (a pass holds more heap than it uses), and 256 tokens
+# bound that at half with prefill as fast (bench/vs_llama_cpp.py --contexts)
+UBATCH = 256
 
 
 class CacheRecomputes(UserWarning):

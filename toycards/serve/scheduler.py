@@ -11,8 +11,8 @@ request is not held behind a long one, every reply streams as it is made, and a 
 HTTP (app.py).
 
 The model is not thread-safe: only this thread calls it. Each sequence keeps its own KV cache and
-random stream, so a reply is the one the request gets alone (up to the order in which a product of
-more than `engine.FEW_TOKENS` rows sums, or a float weight's of several rows: `ModelAPI.step`).
+random stream, so a reply is the one the request gets alone (to float32 rounding where the batch's
+products sum in another order: `ModelAPI.step` says where).
 """
 
 from __future__ import annotations
