@@ -19,6 +19,8 @@ reading of the weights.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from toycards.errors import ToycardsError
@@ -55,27 +57,43 @@ class Rows:
         """The 1-based positions of each row's n_new new tokens, int64 [B, n_new]."""
         return np.asarray(self.lengths, dtype=np.int64)[:, None] + np.arange(1, n_new + 1)
 
-    def buffers(self, slot: int, window, T: int, like, ops, ready) -> tuple[tuple, tuple, list] | None:
+    def buffers(
+        self, slot: int, window, T: int, like, ops, ready, describe
+    ) -> tuple[tuple, tuple, list] | None:
         """An attention kernel's cache slot `slot` (read through a sliding `window`, or None) for T
         new tokens a row, with room for them in each row's buffers (shaped like `like` but for the
         rows): each row's rows its window dropped (`firsts`), keys its queries read (`reads`: those
-        held, and the new) and (K buffer, V buffer, rows used); None where a row's buffers are not
-        ones the kernel writes (`ready(K, V)` False), before anything is made."""
-        entries = [c.slots[slot] if slot < len(c.slots) else None for c in self.caches]
-        if any(e is not None and not ready(*e[0]) for e in entries):
-            return None
+        held, and the new) and its entry of tc_gqa's `rows` table (`describe(K, V)`, the buffers'
+        addresses and head strides, then the rows used); None where a row's buffers are not ones
+        the kernel writes (`ready(K, V)` False). A row's description is kept in its cache's
+        `prepared` while its buffers stay those it describes."""
         firsts = tuple(c.window_slot(slot, window) for c in self.caches) if window is not None else self.zeros
-        held, reads = [], []
+        key, table, reads = ("rows", slot), [], []
         lead, width = like.shape[:-2], like.shape[-1]
-        for c, e in zip(self.caches, entries, strict=True):
-            K = e[0][0] if e is not None else None
-            if K is None or e[1] + T > K.shape[-2] or K.shape[:-2] != lead or K.shape[-1] != width:
-                (K, V), used = c.reserve(slot, ops, (like, like), T)  # (grown, or first made)
-            else:  # a decoding step's common case: room in the buffers as they are
-                V, used = e[0][1], e[1]
-            held.append((K, V, used))
+        for c in self.caches:
+            e = c.slots[slot] if slot < len(c.slots) else None
+            kept = c.prepared.get(key)
+            if (
+                e is not None
+                and kept is not None
+                and kept[0]() is e[0][0]
+                and kept[1]() is e[0][1]
+                and e[1] + T <= kept[3]
+            ):
+                used = e[1]  # a decoding step's common case: the buffers described before, with room
+            else:
+                K = e[0][0] if e is not None else None
+                if K is not None and not ready(*e[0]):
+                    return None
+                if K is None or e[1] + T > K.shape[-2] or K.shape[:-2] != lead or K.shape[-1] != width:
+                    (K, V), used = c.reserve(slot, ops, (like, like), T)  # (grown, or first made)
+                else:
+                    V, used = e[0][1], e[1]
+                # (weak: a buffer the cache lets go of, grown on a step alone, is not held here)
+                kept = c.prepared[key] = (weakref.ref(K), weakref.ref(V), describe(K, V), K.shape[-2])
+            table.append((*kept[2], used))
             reads.append(used + T)
-        return firsts, tuple(reads), held
+        return firsts, tuple(reads), table
 
     def allowed(self, memo: dict, mask, t, firsts: tuple, reads: tuple, array):
         """The card's `mask` for each row b, its queries at positions t[b] against its `reads[b]`

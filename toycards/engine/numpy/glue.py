@@ -191,16 +191,11 @@ def gq_attention_rows(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, sinks, ct
         return None
     slot = ctx.slot
     ready = lambda K, V: _cache_plain((K, V), rows.half)  # noqa: E731
-    made = rows.buffers(slot, getattr(mask, "window", None), a.T, like[:1], ctx.ops, ready)
+    made = rows.buffers(slot, getattr(mask, "window", None), a.T, like[:1], ctx.ops, ready, _described)
     allowed = made and rows.allowed(site.masks, mask, t, *made[:2], lambda x: x)
     if allowed is None:
         return None
-    held = made[2]
-    heads = [
-        (data_ptr(K), data_ptr(V), K.strides[-3] // K.itemsize, V.strides[-3] // V.itemsize, n)
-        for K, V, n in held
-    ]
-    table = np.array(heads, dtype=np.int64)  # tc_gqa's `rows`
+    table = np.array(made[2], dtype=np.int64)  # tc_gqa's `rows`
     out = np.empty((*Q.shape[:-1], a.H * a.d), dtype=np.float32)
     a.Q, a.K, a.V, a.out, a.rows = data_ptr(Q), data_ptr(K), data_ptr(V), data_ptr(out), table.ctypes.data
     a.cos, a.sin, a.half, a.allowed = data_ptr(cos), data_ptr(sin), cos.shape[-1], allowed.ctypes.data
@@ -212,3 +207,8 @@ def gq_attention_rows(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, sinks, ct
     rows.wrote(slot, made[1])
     ctx.slot = slot + 1
     return out
+
+
+def _described(K, V) -> tuple:
+    """A row's cache buffers as tc_gqa's `rows` table takes them: addresses, head strides in entries."""
+    return data_ptr(K), data_ptr(V), K.strides[-3] // K.itemsize, V.strides[-3] // V.itemsize

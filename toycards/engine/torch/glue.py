@@ -376,14 +376,12 @@ def gq_attention_rows(Q, K, V, H, H_kv, layout, site, cap, sinks, ctx, ops):
     slot, kind = ctx.slot, torch.float16 if rows.half else torch.float32
     if call.like.shape[0] != 1:
         call.like = call.like[:1]  # one row's: [1, H_kv, T, d]
-    made = rows.buffers(
-        slot, getattr(site.mask, "window", None), a.T, call.like, ops, lambda K, V: K.dtype is kind is V.dtype
-    )
+    ready = lambda K, V: K.dtype is kind is V.dtype  # noqa: E731
+    made = rows.buffers(slot, getattr(site.mask, "window", None), a.T, call.like, ops, ready, _described)
     allowed = made and rows.allowed(site.masks, site.mask, site.t, *made[:2], torch.from_numpy)
     if allowed is None:
         return None
-    held = [(K.data_ptr(), V.data_ptr(), K.stride(-3), V.stride(-3), n) for K, V, n in made[2]]
-    table = np.array(held, dtype=np.int64)
+    table = np.array(made[2], dtype=np.int64)
     out = torch.empty(*call.width, dtype=torch.float32)
     a.Q, a.K, a.V, a.out, a.rows = Q.data_ptr(), K.data_ptr(), V.data_ptr(), out.data_ptr(), table.ctypes.data
     a.cos, a.sin, a.half, a.allowed = cos.data_ptr(), sin.data_ptr(), half, allowed.ctypes.data
@@ -395,3 +393,8 @@ def gq_attention_rows(Q, K, V, H, H_kv, layout, site, cap, sinks, ctx, ops):
     rows.wrote(slot, made[1])
     ctx.slot = slot + 1
     return out
+
+
+def _described(K, V) -> tuple:
+    """A row's cache buffers as tc_gqa's `rows` table takes them: addresses, head strides in entries."""
+    return K.data_ptr(), V.data_ptr(), K.stride(-3), V.stride(-3)
