@@ -227,9 +227,9 @@ class ModelAPI:
         built) and stateful calls (`State:`), the B tokens go through one forward pass, which reads
         each weight once for all of them; elsewhere (`rows_why` says why, after the first step)
         each sequence takes a step alone. Row b is what a step of sequence b alone gives: bit for
-        bit for weights kept in their blocks, up to `engine.FEW_TOKENS` sequences and no state (the
-        same kernels on the same rows); else to float32 rounding (docs/performance.md, "Many
-        sequences at once").
+        bit for weights kept in their blocks, up to `engine.FEW_TOKENS` sequences, no state and no
+        experts (the same kernels on the same rows); else to float32 rounding (docs/performance.md,
+        "Many sequences at once").
         Raises ToycardsError for a cache given twice, caches of different kv types, or a sequence
         longer than a learned-position model's positions."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
