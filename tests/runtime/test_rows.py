@@ -80,7 +80,14 @@ def test_a_step_of_rows_at_their_own_positions_is_each_sequence_alone_bit_for_bi
         np.testing.assert_array_equal(rows, alone(model, prompt, tokens, kv))
 
 
-@pytest.mark.parametrize("case, ftype, n", [("llama", "F32", 4), ("llama", "Q8_0", engine.FEW_TOKENS + 3)])
+@pytest.mark.parametrize(
+    "case, ftype, n",
+    [
+        ("llama", "F32", 4),
+        ("llama", "Q8_0", engine.FEW_TOKENS + 3),
+        ("qwen3moe", "Q8_0", 4),
+    ],  # an expert's rows together
+)
 def test_float_weights_and_many_rows_are_each_sequence_alone_to_rounding(
     oracle_files, case, ftype, n, monkeypatch
 ):
