@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 
 from _setup import ROOT, prepare
-from vs_llama_cpp import KV_GGML, TEXT, peak_rss_mb, rss_mb
+from vs_llama_cpp import KV_GGML, TEXT, add_kv_cache, peak_rss_mb, rss_mb
 
 FLASH_ATTN = {"off": 0, "on": 1, "auto": -1}  # llama_flash_attn_type: DISABLED, ENABLED, AUTO
 UBATCH = 512  # llama.cpp's n_ubatch (its default) and toycards' own ubatch
@@ -266,10 +266,7 @@ def main() -> None:
     p.add_argument("--decode", type=int, default=32, help="greedy steps of all B sequences, timed")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument(
-        "--kv-cache", choices=sorted(KV_GGML), default="f16",
-        help="both runners' KV cache type (f16: llama.cpp's default)",
-    )  # fmt: skip
+    add_kv_cache(p)
     p.add_argument(
         "--kv-unified", choices=["off", "on"], default="off",
         help="llama.cpp: one KV stream for all sequences (on) or one a sequence (off)",

@@ -168,6 +168,14 @@ def run_llama_cpp(path: str, ids: list[int], decode: int, threads: int, kv: str)
     )  # reset: the next eval clears its cache
 
 
+def add_kv_cache(p) -> None:
+    """The --kv-cache option of an argparse parser: both runners' KV cache type."""
+    p.add_argument(
+        "--kv-cache", choices=sorted(KV_GGML), default="f16",
+        help="both runners' KV cache type (f16: llama.cpp's default)",
+    )  # fmt: skip
+
+
 def rss_mb() -> float:
     """This process's resident memory now (VmRSS): after its imports, before the model loads."""
     with open("/proc/self/status", encoding="ascii") as fh:
@@ -393,10 +401,7 @@ def main() -> None:
     p.add_argument("--decode", type=int, default=48)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument(
-        "--kv-cache", choices=sorted(KV_GGML), default="f16",
-        help="both runners' KV cache type (f16: llama.cpp's default)",
-    )  # fmt: skip
+    add_kv_cache(p)
     p.add_argument(
         "--shape", choices=["smollm2-135m", "llama-1b"], default="smollm2-135m",
         help="smollm2-135m: the real file (or --file); llama-1b: a random Llama-3.2-1B-shaped Q4_K file",

@@ -195,16 +195,11 @@ def gq_attention_rows(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, sinks, ct
     allowed = made and rows.allowed(site.masks, mask, t, *made[:2], lambda x: x)
     if allowed is None:
         return None
-    table = np.array(made[2], dtype=np.int64)  # tc_gqa's `rows`
     out = np.empty((*Q.shape[:-1], a.H * a.d), dtype=np.float32)
-    a.Q, a.K, a.V, a.out, a.rows = data_ptr(Q), data_ptr(K), data_ptr(V), data_ptr(out), table.ctypes.data
+    a.Q, a.K, a.V, a.out = data_ptr(Q), data_ptr(K), data_ptr(V), data_ptr(out)
     a.cos, a.sin, a.half, a.allowed = data_ptr(cos), data_ptr(sin), cos.shape[-1], allowed.ctypes.data
     a.kv_half, a.sinks, a.one_thread = int(rows.half), data_ptr(sinks) if sinks is not None else None, False
-    code = lib.tc_gqa(ctypes.byref(a))
-    a.rows = None  # (the call is the site's: a later pass over one cache must not read this table)
-    if code != 0:
-        raise RuntimeError(f"grouped-query attention kernel failed with code {code}")
-    rows.wrote(slot, made[1])
+    ckernels.gqa_rows(ctypes.byref(a), a, np.array(made[2], dtype=np.int64), rows, slot, made[1])
     ctx.slot = slot + 1
     return out
 

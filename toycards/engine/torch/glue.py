@@ -381,16 +381,11 @@ def gq_attention_rows(Q, K, V, H, H_kv, layout, site, cap, sinks, ctx, ops):
     allowed = made and rows.allowed(site.masks, site.mask, site.t, *made[:2], torch.from_numpy)
     if allowed is None:
         return None
-    table = np.array(made[2], dtype=np.int64)
     out = torch.empty(*call.width, dtype=torch.float32)
-    a.Q, a.K, a.V, a.out, a.rows = Q.data_ptr(), K.data_ptr(), V.data_ptr(), out.data_ptr(), table.ctypes.data
+    a.Q, a.K, a.V, a.out = Q.data_ptr(), K.data_ptr(), V.data_ptr(), out.data_ptr()
     a.cos, a.sin, a.half, a.allowed = cos.data_ptr(), sin.data_ptr(), half, allowed.ctypes.data
     a.kv_half, a.sinks = int(rows.half), sinks.data_ptr() if sinks is not None else None
-    code = lib.tc_gqa(call.ref)
-    a.rows = None  # (the call is the site's: a later pass over one cache must not read this table)
-    if code != 0:
-        raise RuntimeError(f"grouped-query attention kernel failed with code {code}")
-    rows.wrote(slot, made[1])
+    ckernels.gqa_rows(call.ref, a, np.array(made[2], dtype=np.int64), rows, slot, made[1])
     ctx.slot = slot + 1
     return out
 
