@@ -366,6 +366,7 @@ def test_32_concurrent_streams_each_get_the_reply_they_get_alone(server, oracle)
     assert [f.result() for f in futures] == expected
     health = server.health()
     assert (health["generating"], health["waiting"], health["finished"] - before) == (0, 0, 32)
+    assert health["batched"] is True and "alone_because" not in health  # one pass for the replies' tokens
 
 
 def _until(condition, what: str):
@@ -490,3 +491,14 @@ def test_only_a_loopback_address_goes_without_a_warning():
         assert exposure_warning(host) is None, host
     for host in ("0.0.0.0", "::", "192.168.1.10", "10.0.0.1"):
         assert "no authentication" in exposure_warning(host), host
+
+
+def test_health_says_why_replies_step_alone():
+    from types import SimpleNamespace
+
+    from toycards.serve.scheduler import Scheduler
+
+    alone = Scheduler(SimpleNamespace(rows_why="the card's steps read the token positions"))
+    assert alone.stats()["batched"] is False
+    assert alone.stats()["alone_because"] == "the card's steps read the token positions"
+    assert Scheduler(SimpleNamespace(rows_why="")).stats()["batched"] is True

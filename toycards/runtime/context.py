@@ -11,7 +11,9 @@ helpers generated code calls: `positions(ctx, n)`, `extend(ctx, K, V, …)`, `wi
 (the context a model was trained for, read from its bound card, and whether its positions stop
 there) with the limit `run`, `eval`, `generate` and `logits` hold a sequence to.
 Leaves out: array maths (runtime/numpy/ops.py / runtime/torch/ops.py); which arguments are a call's context
-(the checker decides: toycards/checker/tokenflow.py); windowed scoring (models/evaluate.py).
+(the checker decides: toycards/checker/tokenflow.py); windowed scoring (models/evaluate.py); a pass
+whose batch rows are sequences with caches of their own (runtime/rows.py: `Context.rows`, where
+`positions` and `extend` refuse and `recall`/`keep` go row by row).
 
 Generated code makes the same context-reading and stateful calls in the same order on every
 pass, so the i-th such call of a pass owns slot i of the cache (of its keys and values, or of

@@ -88,9 +88,13 @@ class Scheduler:
             self._cond.notify()
 
     def stats(self) -> dict:
-        """How many jobs are generating and waiting now, and how many ended each way since start."""
+        """How many jobs are generating and waiting now, how many ended each way since start, and
+        whether the replies' tokens go through the model together (`batched`; else
+        `alone_because` says why each takes its step alone: `ModelAPI.rows_why`)."""
+        alone = self.model.rows_why
         with self._cond:
-            return {"generating": self._running, "waiting": len(self._waiting), **self._counts}
+            counts = {"generating": self._running, "waiting": len(self._waiting), **self._counts}
+        return {**counts, "batched": not alone, **({"alone_because": alone} if alone else {})}
 
     def stop_admitting(self) -> None:
         """Refuse new jobs and answer the waiting ones with a 503; running jobs go on to their end."""
@@ -143,12 +147,15 @@ class Scheduler:
 
     def _feed(self, seqs: list[Sequence]) -> set[int]:
         """Every sequence's pending token through the model at once; the ids of those that failed."""
+        said = bool(self.model.rows_why)
         try:
             logits = self.model.step([seq.pending for seq in seqs], [seq.cache for seq in seqs])
         except Exception as e:  # noqa: BLE001 - as _advance: the requests end, the server goes on
             for seq in seqs:
                 self._failed(seq, e)
             return {id(seq) for seq in seqs}
+        if self.model.rows_why and not said:  # once, when the model first refuses a shared pass
+            log.warning("replies take their decoding steps one at a time: %s", self.model.rows_why)
         done = set()
         for seq, row in zip(seqs, logits, strict=True):
             try:
