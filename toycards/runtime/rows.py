@@ -51,7 +51,6 @@ class Rows:
         self.half = self.caches[0].half if self.caches else False
         self.lengths = [c.length for c in self.caches]
         self.zeros = (0,) * len(self.caches)  # no row's window dropped any
-        self.prepared: dict = {}  # what a kernel prepared for this pass (its own keys)
 
     def positions(self, n_new: int):
         """The 1-based positions of each row's n_new new tokens, int64 [B, n_new]."""
