@@ -173,10 +173,16 @@ static void gemm_lanes_tile(int type, const uint8_t *g, int64_t K, uint8_t *wq, 
 static void gemm_split_step(int type, const uint8_t *o, int j0, int j1, uint8_t *q, float *d, float *m) {
     const int hb = HAS_MIN(type) ? 4 : 2;
     const uint8_t *qh = o + 8 * hb, *qs = qh + (HAS_QH(type) ? 32 : 0);
-    for (int j = j0; j < j1; j++) {
-        d[j - j0] = f16(o + 2 * j);
-        m[j - j0] = type == Q8_0 ? -128.0f * d[j - j0] : HAS_MIN(type) ? f16(o + 16 + 2 * j) : -BIAS(type) * d[j - j0];
-    }
+    if (j0 == 0 && j1 == 8) { /* a whole step: its eight scales (and mins) side by side, as halves */
+        const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)o));
+        _mm256_storeu_ps(d, dv);
+        _mm256_storeu_ps(m, HAS_MIN(type) ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + 16)))
+                                          : _mm256_mul_ps(dv, _mm256_set1_ps(type == Q8_0 ? -128.0f : -BIAS(type))));
+    } else
+        for (int j = j0; j < j1; j++) {
+            d[j - j0] = f16(o + 2 * j);
+            m[j - j0] = type == Q8_0 ? -128.0f * d[j - j0] : HAS_MIN(type) ? f16(o + 16 + 2 * j) : -BIAS(type) * d[j - j0];
+        }
     if (type == Q8_0) {
         memcpy(q, qs + 32 * j0, (size_t)(32 * (j1 - j0)));
         return;
