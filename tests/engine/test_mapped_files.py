@@ -243,3 +243,21 @@ def test_the_packing_thread_copies_in_steps(tmp_path, monkeypatch, copies_counte
     assert copies_counted == [1] * len(kept)
     got = model.logits(IDS)
     assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+
+
+def test_background_threads_are_stopped_and_joined_before_the_interpreter_exits(tmp_path):
+    """A daemon thread left in a C call while the process tears down can abort its exit ("terminate
+    called without an active exception", seen after a load and an immediate exit): at exit each
+    Background thread is told to stop and is joined. Here the thread's work waits to be told, then
+    writes a mark; a daemon thread abandoned at exit would never write it."""
+    mark = tmp_path / "stopped"
+    code = f"""
+from toycards.engine.mapped import Background, started
+def work(halt):
+    halt.wait()
+    open({str(mark)!r}, "w").write("stopped")
+started(Background("waits", work))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert mark.read_text() == "stopped"

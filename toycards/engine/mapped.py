@@ -26,6 +26,7 @@ the old inode, which stays whole while it is mapped.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import mmap
 import os
@@ -88,11 +89,15 @@ def read_ahead(path) -> threading.Thread | None:
 
 
 class Background(threading.Thread):
-    """A daemon thread running `work(halt)`, which returns soon after `stop()` sets `halt`."""
+    """A daemon thread running `work(halt)`, which returns soon after `stop()` sets `halt`. Those still
+    running when the interpreter exits are stopped and joined first (`_stop_running`): a daemon
+    thread left inside a C call (a packing step, whose OpenMP threads the process is tearing down)
+    can abort the exit of a script that loads a model and ends at once."""
 
     def __init__(self, name: str, work) -> None:
         super().__init__(name=name, daemon=True)
         self._work, self._halt = work, threading.Event()
+        _running.add(self)
 
     def run(self) -> None:
         with contextlib.suppress(Exception):  # work done ahead of need: what fails is done when needed
@@ -100,6 +105,20 @@ class Background(threading.Thread):
 
     def stop(self) -> None:
         self._halt.set()
+
+
+_running: weakref.WeakSet = weakref.WeakSet()  # Background threads made (a finished one goes when dropped)
+
+
+@atexit.register
+def _stop_running() -> None:
+    """At exit, before the interpreter finalizes: every Background thread told to stop and joined
+    (each returns after its current step: a bounded C call)."""
+    threads = [t for t in list(_running) if t.is_alive()]
+    for thread in threads:
+        thread.stop()
+    for thread in threads:
+        thread.join()
 
 
 _scope = threading.local()  # the threads started under this thread's `stopped_on_failure`
