@@ -313,16 +313,15 @@ class GQAArgs(ctypes.Structure):
 GQA_LAYOUTS = {"none": 0, "pairs": 1, "halves": 2}  # the prelude's rope layouts, as tc_gqa numbers them
 
 
-def gqa_rows(ref, args: GQAArgs, table, rows, slot: int, reads: tuple) -> None:
+def gqa_rows(ref, args: GQAArgs, table) -> None:
     """tc_gqa for a pass over rows at positions of their own (runtime/rows.py): `args` (at `ref`) set
     but for `rows`, which is `table` (int64 [B, 5]: each row's buffers, head strides and rows used)
-    for this call alone; then each row's cache slot `slot` holds `reads[b]` rows."""
+    for this call alone."""
     args.rows = table.ctypes.data
     code = library().tc_gqa(ref)
     args.rows = None  # (the struct is a site's: a later pass over one cache must not read this table)
     if code != 0:
         raise RuntimeError(f"grouped-query attention kernel failed with code {code}")
-    rows.wrote(slot, reads)
 
 
 def gqa_groups(H: int, H_kv: int) -> tuple[int, ...]:

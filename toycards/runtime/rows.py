@@ -64,8 +64,9 @@ class Rows:
         rows): each row's rows its window dropped (`firsts`), keys its queries read (`reads`: those
         held, and the new) and its entry of tc_gqa's `rows` table (`describe(K, V)`, the buffers'
         addresses and head strides, then the rows used); None where a row's buffers are not ones
-        the kernel writes (`ready(K, V)` False). A row's description is kept in its cache's
-        `prepared` while its buffers stay those it describes."""
+        the kernel writes (`ready(K, V)` False). Each row's slot then counts its new rows as held
+        (the kernel writes them next; a pass that does not end puts them back: `restore`). A row's
+        description is kept in its cache's `prepared` while its buffers stay those it describes."""
         firsts = tuple(c.window_slot(slot, window) for c in self.caches) if window is not None else self.zeros
         key, table, reads = ("rows", slot), [], []
         lead, width = like.shape[:-2], like.shape[-1]
@@ -92,6 +93,7 @@ class Rows:
                 kept = c.prepared[key] = (weakref.ref(K), weakref.ref(V), describe(K, V), K.shape[-2])
             table.append((*kept[2], used))
             reads.append(used + T)
+            c.slots[slot][1] = used + T
         return firsts, tuple(reads), table
 
     def allowed(self, memo: dict, mask, t, firsts: tuple, reads: tuple, array):
@@ -113,11 +115,6 @@ class Rows:
                 m = np.broadcast_to(m, (*t_x.shape[:2], S)) & inside
                 memo[key] = np.ascontiguousarray(m, dtype=np.uint8)
         return memo[key]
-
-    def wrote(self, slot: int, reads: tuple) -> None:
-        """A kernel wrote the new rows of `slot`: each row's slot holds `reads[b]` rows."""
-        for c, n in zip(self.caches, reads, strict=True):
-            c.slots[slot][1] = n
 
     def recall(self, slot: int, k: int, zeros):
         """State k of a stateful call's `slot` for every row, [B, …]: each row's as its cache holds it

@@ -199,7 +199,7 @@ def gq_attention_rows(Q, K, V, H, H_kv, layout, theta, rho, mask, cap, sinks, ct
     a.Q, a.K, a.V, a.out = data_ptr(Q), data_ptr(K), data_ptr(V), data_ptr(out)
     a.cos, a.sin, a.half, a.allowed = data_ptr(cos), data_ptr(sin), cos.shape[-1], allowed.ctypes.data
     a.kv_half, a.sinks, a.one_thread = int(rows.half), data_ptr(sinks) if sinks is not None else None, False
-    ckernels.gqa_rows(ctypes.byref(a), a, np.array(made[2], dtype=np.int64), rows, slot, made[1])
+    ckernels.gqa_rows(ctypes.byref(a), a, np.array(made[2], dtype=np.int64))
     ctx.slot = slot + 1
     return out
 

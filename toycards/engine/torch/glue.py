@@ -385,7 +385,7 @@ def gq_attention_rows(Q, K, V, H, H_kv, layout, site, cap, sinks, ctx, ops):
     a.Q, a.K, a.V, a.out = Q.data_ptr(), K.data_ptr(), V.data_ptr(), out.data_ptr()
     a.cos, a.sin, a.half, a.allowed = cos.data_ptr(), sin.data_ptr(), half, allowed.ctypes.data
     a.kv_half, a.sinks = int(rows.half), sinks.data_ptr() if sinks is not None else None
-    ckernels.gqa_rows(call.ref, a, np.array(made[2], dtype=np.int64), rows, slot, made[1])
+    ckernels.gqa_rows(call.ref, a, np.array(made[2], dtype=np.int64))
     ctx.slot = slot + 1
     return out
 
