@@ -212,7 +212,7 @@ def test_describe_memory_prints_a_column_per_context_and_the_formulas(oracle_fil
     r = cli("describe", oracle_files("llama").path, "--memory", "--ctx", "20,max", "--explain")
     assert r.exit_code == 0, r.output
     assert "ℓ = 20" in r.stdout and "ℓ = 128" in r.stdout
-    assert "2 · L · B · max(2ℓ, 16) · H_kv·d_h · 4 bytes" in r.stdout
+    assert "2 · L · B · ℓ · H_kv·d_h · 4 bytes" in r.stdout
     assert "2 · L · B · ⌈ℓ/256⌉·256 · H_kv·d_h · 2 bytes" in r.stdout
     assert "activations at peak (estimate)" in r.stdout
 
@@ -299,7 +299,7 @@ def test_a_card_of_ones_own_is_sized_by_the_same_walk(own_file):
     theirs = report.columns[-1].llama_cpp
     assert theirs["kv"] == 0
     assert theirs["kv_sliding"] == 3 * 2 * 2 * pad(5 + 512) * 8 * 2  # L · (K, V) · B · cells · d · f16
-    assert "2 · L · B · max(2ℓ, 16) · d · 2 bytes" in dict(report.formulas).get(
+    assert "2 · L · B · min(ℓ, 5 − 1 + min(ℓ, 256)) · d · 2 bytes" in dict(report.formulas).get(
         "toycards KV cache, Scores's K, V (in Net), window 5", ""
     )
 

@@ -14,8 +14,8 @@ which weights get packed copies in engine/packing.py, how the loader keeps each 
 models/load.py), the command line (cli/files.py).
 
 toycards (numpy target). A prompt goes through the model `ubatch` tokens a pass (runtime/model_base.py
-UBATCH). The cache keeps, per call its plan extends, the arrays of every token (rows grown by
-doubling: `KVCache.reserve`; buffers of LAZY_BYTES or more are zero pages mapped as they are
+UBATCH). The cache keeps, per call its plan extends, the arrays of every token (rows made for the
+prompt the cache is told to expect, `KVCache.expect`, grown by doubling past it: `KVCache.reserve`; buffers of LAZY_BYTES or more are zero pages mapped as they are
 written, so "resident" counts the pages the rows written so far touch), a sliding window's layers
 the rows their window still reaches (`KVCache.begin_pass`), and per stateful call its state. The
 activations are those of the prompt's last pass of at most `ubatch` tokens. llama.cpp's figures
@@ -40,6 +40,14 @@ from toycards.inspect.cache_rows import prefill_passes, slot_after, touched_byte
 from toycards.inspect.footprint import FIELD_BYTES, Footprint, Kept, footprint, footprints
 from toycards.inspect.header import human_size
 from toycards.inspect.llama_cpp_memory import LLAMA_CPP_UBATCH, llama_cpp_cache, llama_cpp_recurrent
+
+
+def _ubatch() -> int:
+    """The tokens a prefill pass takes (runtime/model_base.py UBATCH, imported when asked)."""
+    from toycards.runtime.model_base import UBATCH
+
+    return UBATCH
+
 
 KV_CACHE_TYPES = ("f16", "f32", "q8_0")  # what --kv-cache takes (llama.cpp's --cache-type-k names)
 TOYCARDS_DEFAULT_KV, LLAMA_CPP_DEFAULT_KV = "f32", "f16"
@@ -274,16 +282,15 @@ def memory_report(card, contexts, kv_type: str | None = None, batch: int = 1) ->
     layer_state = recurrent[0] if recurrent is not None else None
     columns, notes = [], []
     first = None
-    from toycards.runtime.model_base import UBATCH
-
+    ubatch = _ubatch()
     # a prompt's passes take `ubatch` tokens at most (all of them where the cache cannot follow)
-    lengths = sorted({*contexts, *(min(n, UBATCH) for n in contexts)})
+    lengths = sorted({*contexts, *(min(n, ubatch) for n in contexts)})
     walked = dict(zip(lengths, footprints(card, card.bound.hyper, lengths), strict=True))
     for n in contexts:
         fp = walked[n]
         first = first or fp
         mine = _kv_toycards(fp, n, types["toycards"], batch) | {"weights": weights.resident}
-        mine["activations_estimate"] = (fp if fp.recompute else walked[min(n, UBATCH)]).activations * batch
+        mine["activations_estimate"] = (fp if fp.recompute else walked[min(n, ubatch)]).activations * batch
         resident = [mine[k] for k in ("weights", "kv_resident", "state", "token_ids", "activations_estimate")]
         mine["total"] = None if None in resident else sum(resident)
         theirs = llama_cpp_cache(fp, n, types["llama.cpp"], batch, layer_state)
@@ -414,7 +421,8 @@ def _formulas(fp: Footprint, types: dict, weights: WeightMemory, recurrent, hype
         what += f", window {window}" if window else ""
         if types["toycards"] in ("f16", "f32"):
             s = _entry_bytes(ks[0], types["toycards"])
-            rows = "max(2ℓ, 16)"  # KVCache.reserve: 16 rows at least, then twice those needed
+            # KVCache.reserve, told to expect the prompt (feed): its rows, or a window's and a pass's
+            rows = "ℓ" if window is None else f"min(ℓ, {window} − 1 + min(ℓ, {_ubatch()}))"
             out.append((f"toycards KV cache, {what}", f"{count} · B · {rows} · {elements} · {s} bytes"))
         cells = "⌈ℓ/256⌉·256"
         if window is not None:
