@@ -327,98 +327,89 @@ class ModelAPI:
                        samplings: list[dict], kv_type: str) -> list[Generation]:  # fmt: skip
         """`generate` of several prompts: each prompt fed through a cache of its own, then every
         sequence that goes on takes its next token in one `step` with the others."""
-        from toycards.runtime.sampling import sample
-
-        tok = self.tokenizer
-        seqs = []
-        for ids, sampling in zip(prompts, samplings, strict=True):
-            cache = self.new_cache(kv_type)
-            cache.expect(len(ids) + max_tokens if limit is None else min(len(ids) + max_tokens, limit))
-            logits = self.feed(np.asarray(ids, dtype=np.int64).reshape(1, -1), cache)[0]
-            require_finite(logits[None], len(ids), self.path)
-            seqs.append(_Row(cache, logits, len(ids), tok.decoder(at_start=False), sampling))
+        seqs = [
+            self._prefilled(ids, max_tokens, limit, s, kv_type)
+            for ids, s in zip(prompts, samplings, strict=True)
+        ]
         for i in range(max_tokens):
-            going = []
-            for seq in (s for s in seqs if s.reason is None):  # (a prompt leaves room: _prompt_ids)
-                next_id = sample(seq.logits, **seq.sampling)
-                if tok.is_eog(next_id):
-                    seq.reason = "end"
-                    continue
-                seq.pieces.append(seq.decoder.push(next_id))
-                seq.position += 1
-                if i + 1 == max_tokens:
-                    seq.reason = "max_tokens"
-                elif limit is not None and seq.position >= limit:
-                    seq.reason = "context"
-                else:
-                    going.append((seq, next_id))
+            going = [
+                (seq, n)
+                for seq in seqs
+                if seq.reason is None and (n := seq.choose(i, max_tokens, limit)) is not None
+            ]
             if not going:
                 break
-            logits = self.step([n for _, n in going], [s.cache for s, _ in going])
+            logits = self.step([n for _, n in going], [seq.cache for seq, _ in going])
             for (seq, _), row in zip(going, logits, strict=True):
-                require_finite(row[None], seq.position, self.path)
-                seq.logits = row
+                seq.took(row, self.path)
         return [Generation(seq.finished()) for seq in seqs]
 
     def _continue(self, ids: list[int], max_tokens: int, limit: int | None, sampling: dict, kv_type: str):
-        """The pieces of `generate`; returns its `stop_reason`. A sampled token is fed back only when a
-        next one will be sampled, so the sequence never holds more than `limit` tokens."""
-        from toycards.runtime.sampling import sample
-
-        tok = self.tokenizer
-        cache = self.new_cache(kv_type)
-        # room for the prompt and every token it may generate
-        cache.expect(len(ids) + max_tokens if limit is None else min(len(ids) + max_tokens, limit))
-        decoder = tok.decoder(at_start=False)
-        prompt_ids = np.asarray(ids, dtype=np.int64).reshape(1, -1)  # (1, ℓ)
-        logits = self.feed(prompt_ids, cache)[0]  # (N_V,): the last token's
-        require_finite(logits[None], len(ids), self.path)
-        position = len(ids)  # the tokens in the sequence so far
-        reason = "max_tokens"
+        """The pieces of `generate`, each as it is made; returns its `stop_reason`."""
+        seq = self._prefilled(ids, max_tokens, limit, sampling, kv_type)
         for i in range(max_tokens):
-            if limit is not None and position >= limit:
-                reason = "context"
+            next_id = seq.choose(i, max_tokens, limit)
+            yield from (p for p in seq.pieces if p)
+            seq.pieces.clear()
+            if next_id is None:
                 break
-            next_id = sample(logits, **sampling)
-            if tok.is_eog(next_id):
-                reason = "end"
-                break
-            piece = decoder.push(next_id)
-            if piece:
-                yield piece
-            position += 1
-            if i + 1 < max_tokens and (limit is None or position < limit):
-                step = np.asarray([[next_id]], dtype=np.int64)
-                logits = self._forward_numpy(step, cache, last=True)[0]  # (1, N_V)
-                require_finite(logits, position, self.path)
-                logits = logits[-1]
-        tail = decoder.flush()
-        if tail:
-            yield tail
-        return reason
+            step = np.asarray([[next_id]], dtype=np.int64)
+            seq.took(self._forward_numpy(step, seq.cache, last=True)[0, -1], self.path)
+        return (yield from seq.finished())
+
+    def _prefilled(self, ids: list[int], max_tokens: int, limit: int | None, sampling: dict, kv_type: str):
+        """A `_Row` for prompt `ids`, fed through a new cache with room for every token it may generate."""
+        cache = self.new_cache(kv_type)
+        cache.expect(len(ids) + max_tokens if limit is None else min(len(ids) + max_tokens, limit))
+        logits = self.feed(np.asarray(ids, dtype=np.int64).reshape(1, -1), cache)[0]  # the last token's
+        require_finite(logits[None], len(ids), self.path)
+        return _Row(cache, logits, len(ids), self.tokenizer, sampling)
 
 
 class _Row:
-    """One sequence of a `generate` over several prompts: its cache, the logits of its next token,
-    its length, its text so far and why it ended (None: it goes on)."""
+    """One sequence `generate` continues: its cache, the logits of its next token, its length, its
+    text pieces not yet handed on and why it ended (None: it goes on)."""
 
-    def __init__(self, cache: KVCache, logits: np.ndarray, position: int, decoder, sampling: dict) -> None:
-        self.cache, self.logits, self.position, self.decoder, self.sampling = (
+    def __init__(self, cache: KVCache, logits: np.ndarray, position: int, tok, sampling: dict) -> None:
+        self.cache, self.logits, self.position, self.tok, self.sampling = (
             cache,
             logits,
             position,
-            decoder,
+            tok,
             sampling,
         )
+        self.decoder = tok.decoder(at_start=False)
         self.pieces: list[str] = []
         self.reason: str | None = None
 
+    def choose(self, i: int, max_tokens: int, limit: int | None) -> int | None:
+        """Sample the sequence's i-th new token (0-based) and add its text; the token to feed back,
+        or None where the sequence ends here (`reason` set). A token is fed back only when a next
+        one will be sampled, so the sequence never holds more than `limit` tokens (a prompt leaves
+        room: `_prompt_ids`)."""
+        from toycards.runtime.sampling import sample
+
+        next_id = sample(self.logits, **self.sampling)
+        if self.tok.is_eog(next_id):
+            self.reason = "end"
+            return None
+        self.pieces.append(self.decoder.push(next_id))
+        self.position += 1
+        if i + 1 == max_tokens:
+            self.reason = "max_tokens"
+        elif limit is not None and self.position >= limit:
+            self.reason = "context"
+        return next_id if self.reason is None else None
+
+    def took(self, logits: np.ndarray, path: str | None) -> None:
+        """The logits (N_V,) of the token fed back: the next token's distribution."""
+        require_finite(logits[None], self.position, path)
+        self.logits = logits
+
     def finished(self) -> Iterator[str]:
-        """Its pieces (the decoder's tail last), returning why it ended: a Generation's iterator."""
-        pieces = [p for p in (*self.pieces, self.decoder.flush()) if p]
-        reason = self.reason or "max_tokens"
-        yield from pieces
-        return reason
+        """Its pieces left (the decoder's tail last), returning why it ended: a Generation's iterator."""
+        yield from (p for p in (*self.pieces, self.decoder.flush()) if p)
+        return self.reason or "max_tokens"
 
 
 class Generation(Iterator[str]):
