@@ -192,13 +192,15 @@ def swiglu(x: torch.Tensor, W_gate, W_up, W_down) -> torch.Tensor | None:
     return y
 
 
-def _unwrap(value):
-    if isinstance(value, QuantWeight):
+def unwrap(value):
+    """`value` with every weight kept in its blocks (a matrix, a stack) in it dequantized (lists,
+    tuples, dicts too): what a torch function applied to one gets."""
+    if isinstance(value, TensorLike):
         return value.dequantize()
     if isinstance(value, list | tuple):
-        return type(value)(_unwrap(v) for v in value)
+        return type(value)(unwrap(v) for v in value)
     if isinstance(value, dict):
-        return {k: _unwrap(v) for k, v in value.items()}
+        return {k: unwrap(v) for k, v in value.items()}
     return value
 
 
@@ -231,8 +233,9 @@ class _ThroughBlocks(torch.autograd.Function):
 
 class TensorLike:
     """What a weight kept in its blocks answers as a tensor would: its shape (`dim`, `ndim`, `size`,
-    `numel`, from `shape`), and its float32 values (`detach`, `float`, NumPy's `__array__`, from
-    `dequantize`): QuantWeight's and QuantStack's (engine/torch/stack.py)."""
+    `numel`, from `shape`), and its float32 values (`detach`, `float`, NumPy's `__array__`, any
+    other torch function or tensor attribute, from `dequantize`): QuantWeight's and QuantStack's
+    (engine/torch/stack.py)."""
 
     shape: torch.Size
 
@@ -258,6 +261,15 @@ class TensorLike:
     def __array__(self, dtype=None, copy=None):
         out = self.dequantize().numpy()
         return out if dtype is None else out.astype(dtype)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return func(*unwrap(args), **unwrap(kwargs or {}))
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.dequantize(), name)
 
 
 class QuantWeight(TensorLike):
@@ -450,16 +462,7 @@ class QuantWeight(TensorLike):
         rows = reference_dequantize(self._np[flat.numpy()], self.ggml_type, (flat.numel(), k))
         return torch.from_numpy(rows).reshape(*ids.shape, k)
 
-    # ── every other use: the dequantized tensor ────────────────────────────────────────
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        return func(*_unwrap(args), **_unwrap(kwargs or {}))
-
-    def __getattr__(self, name: str):
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self.dequantize(), name)
-
+    # ── every other use: the dequantized tensor (TensorLike) ───────────────────────────
     def __getitem__(self, index):
         rows = kernels.row_range(index, self.shape[0])
         return self.dequantize()[index] if rows is None else self.rows(*rows)
@@ -477,5 +480,5 @@ class QuantWeight(TensorLike):
         return packing.row_view(self, a, b, view)
 
 
-kernels.forward_operators(QuantWeight, _unwrap)
+kernels.forward_operators(QuantWeight, unwrap)
 native.register_weight_class(QuantWeight)

@@ -14,24 +14,14 @@ import torch
 
 from toycards.engine import ckernels as kernels
 from toycards.engine.stack import Stack
-from toycards.engine.torch.quant import QuantWeight, TensorLike
-
-
-def _unwrap(value):
-    """`value` with every kept weight or stack in it dequantized (lists, tuples, dicts too)."""
-    if isinstance(value, QuantStack | QuantWeight):
-        return value.dequantize()
-    if isinstance(value, list | tuple):
-        return type(value)(_unwrap(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _unwrap(v) for k, v in value.items()}
-    return value
+from toycards.engine.torch.quant import TensorLike, unwrap
 
 
 class QuantStack(TensorLike, Stack):
     """W [E, n, k] as GGUF blocks: `whole`, a QuantWeight [E·n, k].
 
     >>> from gguf import GGMLQuantizationType, quants
+    >>> from toycards.engine.torch.quant import QuantWeight
     >>> W = torch.arange(3 * 2 * 32, dtype=torch.float32).reshape(6, 32) / 64
     >>> blocks = quants.quantize(W.numpy(), GGMLQuantizationType.Q8_0)
     >>> s = QuantStack(QuantWeight(blocks, GGMLQuantizationType.Q8_0, (6, 32)), 3)
@@ -53,14 +43,5 @@ class QuantStack(TensorLike, Stack):
     def _stacked(self, ys):
         return torch.stack(ys, dim=-3)
 
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        return func(*_unwrap(args), **_unwrap(kwargs or {}))
 
-    def __getattr__(self, name: str):
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self.dequantize(), name)
-
-
-kernels.forward_operators(QuantStack, _unwrap)
+kernels.forward_operators(QuantStack, unwrap)
