@@ -324,6 +324,22 @@ CASES = {  # name → (the card's own algorithms, steps 4…)
         """4  for h ∈ [H], t ∈ [ℓ]: σ[h, t] ← total(rows(X, h, d_h)[:, 1] | 2)
 5  X ← X + W_o[:, 1:H] · σ""",
     ),
+    # ── a call per head and column whose arguments carry some of the map's variables ──
+    "a call per head and column, one argument per column only": (
+        TWO_VECTORS,
+        """4  for h ∈ [H], t ∈ [ℓ]: Z^h[:, t] ← g(rows(X, h, d_h)[:, t], W_k · X[:, t])
+5  X ← X + [Z^1; …; Z^H]""",
+    ),
+    "a call per head and column, one argument per head only": (
+        TWO_VECTORS,
+        """4  for h ∈ [H], t ∈ [ℓ]: Z^h[:, t] ← g(rows(X, h, d_h)[:, t], rows(b, h, d_h))
+5  X ← X + [Z^1; …; Z^H]""",
+    ),
+    "a call per head and column, a number per column": (
+        TOTAL,
+        """4  for h ∈ [H], t ∈ [ℓ]: Z^h[:, t] ← total(W_k · X[:, t] | 2) · rows(X, h, d_h)[:, t]
+5  X ← X + [Z^1; …; Z^H]""",
+    ),
     # ── a map whose value leaves out its variable ──
     "every column β, computed per sequence": (
         "",

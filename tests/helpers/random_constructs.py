@@ -553,6 +553,48 @@ def multi_query_attention(c: Draft, at: Place) -> list[str]:
     return lines + [f"X ← X + {c.weight(at)} · [{y}^1; …; {y}^H]"]
 
 
+MIX = """
+Algorithm: y ← mix(v, u)
+/* v scaled by tanh(u) entry by entry, plus v */
+Input: v, u ∈ ℝ^{n}
+Output: y ∈ ℝ^{n}
+1  return y = v ⊙ tanh(u) + v
+"""
+MEAN = """
+Algorithm: y ← mean(v)
+/* the mean of v's entries: one number per call */
+Input: v ∈ ℝ^{n}
+Output: y ∈ ℝ
+1  return y = Σ_{i=1}^{n} v[i] / n
+"""
+
+
+def partial_arguments(c: Draft, at: Place) -> list[str]:
+    """A call per head and token whose second argument carries one of the map's variables only
+    (a vector per token, per head, or one per sequence) or a number per token: each call sees the
+    head and token axes as its batch axes, and an argument lacking one of them is laid out for it."""
+    y = c.local("Y")
+    col = "rows(X, h, k)[:, t]"
+    form = c.pick({"partial_per_token": "token", "partial_per_head": "head", "partial_per_sequence": "sequence",
+                   "partial_number_per_token": "number"})  # fmt: skip
+    lines = []
+    if form == "number":
+        rhs = f"{c.helper('mean', MEAN)}(tanh({c.weight(at, 'k×d')} · X[:, t])) · {col}"
+    else:
+        if form == "token":
+            other = f"{c.weight(at, 'k×d')} · X[:, t]"
+        elif form == "head":
+            other = f"rows({c.bias(at)}, h, k)"
+        else:  # the first token's column (causal), the same for every head and token
+            other = c.local("u")
+            lines.append(f"{other} ← {c.weight(at, 'k×d')} · X[:, 1]")
+        rhs = f"{c.helper('mix', MIX)}({col}, {other})"
+    return lines + [
+        f"for h ∈ [H], t ∈ [ℓ]: {y}^h[:, t] ← {rhs}  ▷ an argument with some of the map's axes",
+        f"X ← X + tanh({c.weight(at)} · [{y}^1; …; {y}^H])",
+    ]
+
+
 def token_matrix(c: Draft, at: Place) -> list[str]:
     """A matrix that sums over the tokens (`M ← X · X^⊺`, d×d; or X^⊺ · X, ℓ×ℓ) times one column
     of a token: every column sees every token (not causal)."""
@@ -729,6 +771,7 @@ CONSTRUCTS: dict[str, Construct] = {  # feature → construct; the first is the 
     "c_token_matrix": token_matrix,
     "c_slice_bounds": head_slice_bounds,
     "c_map_ignoring_variable": map_ignoring_variable,
+    "c_partial_arguments": partial_arguments,
     "c_state": state,
     "c_offsets": offsets,
     "c_conditional": conditional,
@@ -736,7 +779,13 @@ CONSTRUCTS: dict[str, Construct] = {  # feature → construct; the first is the 
 
 
 COINCIDENCES = frozenset(
-    {"c_multi_query_attention", "c_token_matrix", "c_slice_bounds", "c_map_ignoring_variable"}
+    {
+        "c_multi_query_attention",
+        "c_token_matrix",
+        "c_slice_bounds",
+        "c_map_ignoring_variable",
+        "c_partial_arguments",
+    }
 )  # the constructs whose layouts meet the card's sizes (a batch of H sequences, ℓ = H, d or k)
 
 

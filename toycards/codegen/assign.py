@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 
-from toycards.codegen.code import affine, as_grid, expr_text, paren, relayout
+from toycards.codegen.axes import ONE, ROW, as_grid, spell
+from toycards.codegen.code import affine, expr_text, paren
 from toycards.codegen.module import comment_safe
 from toycards.codegen.scope import AFTER, Family, family_key, free_names
 from toycards.codegen.values import MapVar, Val
@@ -212,6 +213,9 @@ class AssignEmitter:
         (_, col, _), (_, row, _) = entries
         if v.py:
             return v.code
+        if v.rank == 0:  # the grid's axes named, a size-1 axis for a variable it does not vary with
+            grid = (col if col in v.fams else ONE, row if row in v.fams else ONE)
+            return spell(v.code, self.axes(v), grid)
         maps = self.scope.maps
         after = {x: AFTER[maps[x].kind] for x in (row, col) if x in v.fams and x in maps}
         if after.get(row, 0) != 0 or after.get(col, 1) != 1:
@@ -224,9 +228,9 @@ class AssignEmitter:
         """The value of vector entries `z[g]`, g a map variable whose axis is laid out for a column
         or a block (a number per g is […, n, 1] or […, n, 1, 1]): laid out […, n]."""
         m = self.scope.maps.get(var) if var is not None and var in v.fams and not v.py else None
-        if m is None or AFTER[m.kind] == 0:
+        if m is None:
             return v.code
-        return relayout(v.code, AFTER[m.kind], 0, 0) or v.code
+        return spell(v.code, self.axes(v), (var,) if v.rank == 0 else (var, ROW))
 
     def _new_sizes(self, name: str, entries: list[tuple[str, str | None, bool]]) -> list[str]:
         """Code-order sizes of an array defined by its entries: its Output type, else the ranges."""

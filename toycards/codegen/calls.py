@@ -10,7 +10,8 @@ Leaves out: names, operators and indexing (exprs.py), assignments (assign.py).
 from __future__ import annotations
 
 from toycards.checker.bindings import dim_or_none
-from toycards.codegen.code import expr_text, int_literal, paren, parse_expr, relayout, shifted, union_fams
+from toycards.codegen.axes import COL, ONE, ROW, canonical, relayout, spell
+from toycards.codegen.code import expr_text, int_literal, paren, parse_expr, shifted, union_fams
 from toycards.codegen.module import comment_safe
 from toycards.codegen.scope import AFTER, Family, family_key, free_names, run_time_hypers
 from toycards.codegen.values import HEAD_PICKING, WINDOW_READING, MapVar, Val
@@ -50,17 +51,17 @@ class CallEmitter:
             code = f"ops.as_float({a.code})" if a.py else self.code_layout(a)
             return a.with_(code=f"ops.{b.ops}({code})", layout="code" if not a.py else a.layout, py=False)
         if b.rule == "extreme" and len(args) == 1 and args[0].rank == 2:  # per column: a vector
-            per_column = f"ops.{b.ops}({self.code_layout(args[0])})"  # […, n, 1]
-            if self._row_axis_free(args[0].fams):  # one per head: […, H, 1, n]
-                return Val(f"ops.mT({per_column})", 1, fams=args[0].fams)
-            return Val(f"{per_column}[..., 0]", 1, fams=args[0].fams)
+            per_column = f"ops.{b.ops}({self.code_layout(args[0])})"  # the columns' axis now entries
+            after = self.after_of(args[0].fams)
+            have = tuple(ROW if a == COL else ONE if a == ROW else a for a in canonical(2, False, after))
+            return Val(spell(per_column, have, canonical(1, False, after)), 1, fams=args[0].fams)
         if b.rule == "extreme" and len(args) == 1:
             return Val(f"ops.{b.ops}({args[0].code})", 0, fams=args[0].fams)
         if b.rule == "extreme" and all(a.py for a in args):
             return Val(f"{b.scalar_code}({args[0].code}, {args[1].code})", 0, py=True)
         if b.rule == "extreme":
             x, y = args
-            return self._elementwise(x, y, ",").with_(code=f"ops.{b.ops_pair}({x.code}, {y.code})")
+            return self._elementwise(x, y, ",", call=f"ops.{b.ops_pair}")
         if b.rule == "topk":
             v, k = args
             return Val(f"ops.{b.ops}({self.code_layout(v)}, {self.int_code(c.args[1])})", v.rank, fams=v.fams)
@@ -82,15 +83,13 @@ class CallEmitter:
             if a.rank == 2 and a.layout == "card":
                 return a.with_(code=f"{a.code}[{sl}]")
             return a.with_(code=f"{a.code}[..., {sl}]")
-        code = self.code_layout(a)
-        if a.rank == 1 and self._axes(a) < 2:  # a vector as one code row: its blocks are […, H, 1, k]
-            code = f"{paren(code)}[..., None, :]"
-        heads = f"ops.split_rows({code}, {k})"
+        heads, have = self.split_blocks(a, self.code_layout(a), var, k)
         if isinstance(block, ir.Name) and block.id == var:
             # `for j ∈ [G]: rows(C, j, d)` of a C with more rows than G·d: only the first G blocks
             if not self._blocks_fill_rows(c, self.scope.maps[var]):
                 heads = f"{heads}[..., :{self.scope.maps[var].bound_code}, :, :]"
-            return Val(heads, a.rank, fams=a.fams | {var})
+            want = canonical(a.rank, False, self.after_of(a.fams | {var}))
+            return Val(spell(heads, have, want), a.rank, fams=a.fams | {var})
         gathered = self._gather_member(Family(heads, a.rank, var, 2), expr_text(block))
         return gathered.with_(fams=a.fams | {var})
 
@@ -154,38 +153,46 @@ class CallEmitter:
         self._shared_arguments_mapped(given, codes, extra, fams, implicit)
         out = callee.output_decls[0].type if callee.output_decls else None
         rank = (len(out.dims) if isinstance(out, ir.TensorType) and out.field != "V" else 0) + extra
-        return Val(  # a number computed from numbers only (`rope_magnitude(| scaling, s, a_r)`) is one
-            f"{self.em.func_names[id(callee)]}({', '.join(codes)}, ctx=ctx{kv_index})",
-            rank,
-            fams=fams,
-            py=numbers_only and rank == 0,
-        )
+        code = f"{self.em.func_names[id(callee)]}({', '.join(codes)}, ctx=ctx{kv_index})"
+        if numbers_only and rank == 0:  # a number computed from numbers only (`rope_magnitude(| …)`)
+            return Val(code, 0, fams=fams, py=True)
+        after = self.after_of(fams)
+        if after or extra:  # the callee's result is laid out like its arguments: back to the map's layout
+            # its leading axes the map variables, then the implicit columns (the first `extra` of
+            # its own axes: an elementwise callee's number per entry has no size-1 axis of its own)
+            have = (*self._mapped(fams), *canonical(rank, False, {}))
+            code = spell(code, have, canonical(rank, False, after))
+        return Val(code, rank, fams=fams)
+
+    def _mapped(self, fams: frozenset) -> list[str]:
+        """The map variables among `fams`, outermost first: the leading axes of a call per them."""
+        maps = self.scope.maps
+        return sorted((x for x in fams if x in maps), key=lambda x: -AFTER[maps[x].kind])
 
     def _shared_arguments_mapped(
         self, given: list[tuple[int, Val]], codes: list[str], extra: int, fams: frozenset, implicit: dict
     ) -> None:
         """A call per map variable (per head h, per column t, or both) sees the mapped axes as
-        leading (batch) axes, one per variable and per implicitly mapped column, just before each
-        argument's own axes. An argument shared by every iteration gets size-1 axes there
-        (`X[..., None, :, :]` beside heads; a key the cache extended too, as `runtime.extend` keeps
-        the axes it was given: multi-query attention's one K for every head; a vector beside the
-        columns of `X` in `g(X, u)`, for `g` of two vectors), and a scalar per variable moves its
-        axis there (`μ_h`, laid out […, H, 1, 1] in the map, is […, H, 1] in a call per head).
+        leading (batch) axes: each argument is laid out (axes.py) as the map variables, outermost
+        first, then `extra` slots for implicitly mapped columns (an argument with more axes than
+        its input declares: the callee runs once per column), then the input's own axes. An
+        argument shared by every iteration gets size-1 axes for the variables it lacks (multi-query
+        attention's one K for every head, a vector beside the columns of `X` in `g(X, u)`), and a
+        number per head moves its axis there (`μ_h`, […, H, 1, 1] in the map, is […, H, 1]).
         `implicit`: how many implicitly mapped columns each input holds itself."""
-        maps = self.scope.maps
-        mapped = sorted({x for x in fams if x in maps}, key=lambda x: -AFTER[maps[x].kind])
-        if not mapped and not extra:
+        if not self.after_of(fams) and not extra:
             return
-        slots = len(mapped) + extra
+        slots = tuple(f"•{n}" for n in range(extra, 0, -1))  # the implicit columns, innermost last
         for k, v in given:
-            mine = [x for x in mapped if x in v.fams]
-            missing = slots - implicit.get(k, 0)
-            if not mine and not (v.param or v.py) and missing:
-                own = max(1, v.rank)
-                codes[k] = f"{paren(codes[k])}[..., {', '.join(['None'] * missing + [':'] * own)}]"
-            elif len(mine) == 1 and v.rank == 0:
-                after = slots - 1 - mapped.index(mine[0]) + 1  # the slots to its right, then its own
-                codes[k] = relayout(codes[k], AFTER[maps[mine[0]].kind], after, 0) or codes[k]
+            if v.py or v.mask:
+                continue
+            after, n = self.after_of(v.fams), implicit.get(k, 0)
+            have = self.axes(v) if codes[k] == v.code else canonical(v.rank, False, after)
+            own = len(have) - max(1, v.rank) if v.rank else len(have) - 1  # where its own axes begin
+            have = (*have[:own], *slots[len(slots) - n :], *have[own + n :])  # its columns are slots
+            own_axes = canonical(v.rank - n, False, {}) if v.rank > n or not n else ()  # (each entry: no 1)
+            want = (*self._mapped(fams), *slots, *own_axes)
+            codes[k] = spell(codes[k], have, want, batched=not (v.param or self._is_map_index(v)))
 
     def _cached_keys_values(
         self, callee: ir.Algorithm, c: ir.Call, cached, arg_vals: list[Val], codes: list[str]
@@ -291,7 +298,8 @@ class CallEmitter:
         term = self.expr(renamed(e.body, e.var, t))
         if t not in term.fams:  # f(r) reads no r: t copies of it (t as a number, laid out like t)
             return None
-        return term.with_(code=f"ops.cumsum({term.code}, {-1 - AFTER[m.kind]})")
+        axes = self.axes(term)
+        return term.with_(code=f"ops.cumsum({term.code}, {axes.index(t) - len(axes)})")
 
     def _picks_layers(self, body: ir.Expr, var: str) -> bool:
         """Whether `var` picks a layer's parameters (`A_l`): those are separate tensors."""
@@ -323,6 +331,7 @@ class CallEmitter:
             m.kind = kind
             v = self.expr(body)
             exponent = self.expr(body.args[0]) if is_exp(body) and var in v.fams else None
+            axes = self.axes(v)
         finally:
             s.maps.pop(var)
         if var not in v.fams and not m.used_as_value:  # every term the same: n times the term
@@ -332,21 +341,26 @@ class CallEmitter:
                 f"{m.ident} = ops.as_float(ops.index_vector(ops.arange(1, {n} + 1), {AFTER[m.kind]}))"
                 f"  # {comment_safe(var)} ∈ [{n}]"
             )
-        if m.kind == "element":
-            reduce = "ops.sum_last({})"  # […, n] → an array scalar […, 1]
-        else:  # the terms' axis of i, before their own axes: dropped
-            reduce = f"ops.sum_axis({{}}, {-1 - AFTER[m.kind]})"
-            reduce += "[..., 0, :]" if m.kind == "block" and v.rank < 2 else ""
-        out = Val(reduce.format(v.code), v.rank, fams=v.fams - {var})
+        fams = v.fams - {var}
+        at = axes.index(var) - len(axes)  # the terms' axis of i, summed over (axes.py)
+        if at == -1:  # […, n] → an array scalar […, 1]
+            total, have = "ops.sum_last({})", (*axes[:-1], ONE)
+        else:  # the axis is dropped
+            total, have = f"ops.sum_axis({{}}, {at})", tuple(a for a in axes if a != var)
+        want = canonical(v.rank, False, self.after_of(fams))
+
+        def reduce(code: str) -> str:
+            return spell(total.format(code), have, want)
+
+        out = Val(reduce(v.code), v.rank, fams=fams)
         if exponent is None:
             return out
         # Σ exp(b) = e^m · Σ exp(b − m), m the largest term's b: a quotient exp(a) / Σ exp(b)
         # (`binop`) divides exp(a − m) by Σ exp(b − m), which float32 holds where e^b overflows.
         b, top = s.ns.fresh("b"), s.ns.fresh("b_max")
-        axis = -1 if m.kind == "element" else -1 - AFTER[m.kind]
         self.pre.append(f"{b} = {exponent.code}")
-        self.pre.append(f"{top} = ops.max_keep({b}, {axis})")
-        scaled, shift = reduce.format(f"ops.exp({b} - {top})"), reduce.format(top) if axis != -1 else top
+        self.pre.append(f"{top} = ops.max_keep({b}, {at})")
+        scaled, shift = reduce(f"ops.exp({b} - {top})"), reduce(top) if at != -1 else top
         return out.with_(code=f"ops.exp({shift}) * {paren(scaled)}", exp_shift=(scaled, shift))
 
     def _loop_sum(self, var: str, body: ir.Expr, n: str, numbers_only: bool) -> Val | None:
@@ -386,31 +400,33 @@ class CallEmitter:
             if fk is None or fk[0] not in self.scope.families:
                 raise ToycardsError(f"{first.id} is not a member of a family defined by a parallel map")
             fam = self.scope.families[fk[0]]
-            if e.axis == "cols" or fam.rank == 0:  # the members' axis is the new one: […, ℓ, d]
-                members = relayout(fam.ident, fam.after, fam.rank, fam.rank)
-                return Val(members, fam.rank + 1)
+            if fam.rank < 2 and (e.axis == "cols" or fam.rank == 0):  # the members' axis is the new one:
+                stored = canonical(fam.rank, False, {fam.var: fam.after})  # columns (or a vector's entries)
+                new = COL if fam.rank else ROW
+                return self.made(
+                    fam.ident, tuple(new if a == fam.var else a for a in stored), fam.rank + 1, ()
+                )
+            if e.axis == "cols":
+                return Val(relayout(fam.ident, fam.after, fam.rank, fam.rank), fam.rank + 1)
             blocks = relayout(fam.ident, fam.after, 2, fam.rank)  # […, H, ℓ, d], or […, H, 1, d]
-            merged = f"ops.merge_rows({blocks})" + ("[..., 0, :]" if fam.rank == 1 else "")
-            return Val(merged, fam.rank)
+            merged = canonical(fam.rank, False, {fam.var: 2})  # the members' rows one after another
+            return self.made(
+                f"ops.merge_rows({blocks})", tuple(a for a in merged if a != fam.var), fam.rank, ()
+            )
         parts = [self.expr(x) for x in e.items]
         if e.axis == "rows":  # a row `W[i, :]` stacks as a 1×n matrix: the transpose of one column
             parts = [self._one_column(p.with_(row=False)).with_(layout="card") if p.row else p for p in parts]
         fams, rank = union_fams(*parts), max(p.rank for p in parts)
         if all(p.py for p in parts):  # numbers side by side or stacked: a vector
             return Val(f"ops.as_float([{', '.join(p.code for p in parts)}])", 1)
-        width = max(self._axes(p) for p in parts)
-        codes = [self._widened(p, self.code_layout(p), width) for p in parts]
+        after = self.after_of(fams)
+        codes = [self.spelled(p, canonical(p.rank, False, after), True) for p in parts]
         if e.axis == "rows" or min(p.rank for p in parts) == 0:  # by rows; a number is one entry
             return Val(f"ops.cat_last([{', '.join(codes)}])", max(rank, 1), fams=fams)
         if rank == 1:  # vectors side by side: one column each
             return Val(f"ops.stack_cols([{', '.join(codes)}])", 2, fams=fams)
-        # a vector is one column: a 1-column matrix before the parts are aligned (one new axis, not two)
-        mats = [
-            p if p.rank == 2 else p.with_(code=f"{paren(p.code)}[..., None, :]", rank=2, layout="code")
-            for p in parts
-        ]
-        width = max(self._axes(p) for p in mats)
-        columns = [self._widened(p, self.code_layout(p), width) for p in mats]
+        # a vector is one column: a 1-column matrix, laid out with every part's map variables
+        columns = [self.spelled(self._one_column(p), canonical(2, False, after)) for p in parts]
         return Val(f"ops.cat_cols([{', '.join(columns)}])", 2, fams=fams)  # matrices side by side
 
     # ── assignments ────────────────────────────────────────────────────────────────────

@@ -29,7 +29,7 @@ def union_fams(*vals: Val) -> frozenset[str]:
 
 
 def paren(code: str) -> str:
-    if re.fullmatch(r"[\w.]+(\[[^\[\]]*\])?|[\w.]+\([^()]*\)|-?\d+(\.\d*)?(e-?\d+)?|'[^'\\]*'", code):
+    if re.fullmatch(r"[\w.]+(\[[^\[\]]*\])*|[\w.]+\([^()]*\)|-?\d+(\.\d*)?(e-?\d+)?|'[^'\\]*'", code):
         return code
     depth = 0
     for i, ch in enumerate(code):
@@ -38,58 +38,6 @@ def paren(code: str) -> str:
         if depth == 0 and i < len(code) - 1:
             return f"({code})"
     return code
-
-
-def relayout(code: str, have: int, want: int, rank: int) -> str | None:
-    """`code` with `have` axes after a mapped axis, laid out with `want` axes after it instead
-    (size-1 axes inserted or dropped right after the mapped axis); None when a member of this
-    rank does not fit in `want` axes.
-
-    >>> relayout("mu", 0, 2, 0), relayout("e", 1, 2, 1), relayout("s", 1, 0, 0), relayout("Y", 2, 2, 2)
-    ('mu[..., None, None]', 'e[..., None, :]', 's[..., 0]', 'Y')
-    >>> relayout("e", 1, 0, 1) is None
-    True
-    """
-    if rank > want:
-        return None
-    if have == want:
-        return code
-    if have < want:
-        return f"{paren(code)}[..., {', '.join(['None'] * (want - have) + [':'] * have)}]"
-    return f"{paren(code)}[..., {', '.join(['0'] * (have - want) + [':'] * want)}]"
-
-
-def as_grid(code: str, row: int | None, col: int | None) -> str:
-    """A number per (row variable, column variable) of a map, laid out with each variable's axis
-    `row` and `col` axes from the end (scope.AFTER; None: the value does not vary with it), as the
-    grid `[…, columns, rows]` that entries `S[i, t]` are written into: the size-1 axes dropped,
-    the two axes in the grid's order, a size-1 axis for a variable it does not vary with.
-
-    >>> as_grid("s", 2, 1), as_grid("s", 1, 2), as_grid("s", 2, None), as_grid("s", None, 2)
-    ('ops.mT(s[..., :, :, 0])', 's[..., :, :, 0]', 's[..., None, :, 0, 0]', 's[..., :, 0, 0, None]')
-    """
-    axes = [a for a in (row, col) if a is not None]
-    picks = [":" if a in axes else "0" for a in range(max(axes), -1, -1)]  # outermost first
-    if col is None:
-        picks.insert(picks.index(":"), "None")
-    elif row is None:
-        picks.append("None")
-    code = f"{paren(code)}[..., {', '.join(picks)}]" if picks != [":", ":"] else code
-    return f"ops.mT({code})" if row is not None and col is not None and row > col else code
-
-
-def from_grid(code: str, row: int, col: int) -> str:
-    """The inverse of `as_grid`: entries `X[i, t]` of a grid `[…, columns, rows]`, read in a map
-    over both variables, laid out with the row variable's axis `row` and the column variable's
-    `col` axes from the end (size-1 axes where neither is).
-
-    >>> from_grid("X", 0, 1), from_grid("X", 2, 1), from_grid("X", 1, 2)
-    ('X', 'ops.mT(X)[..., :, :, None]', 'X[..., :, :, None]')
-    """
-    if (row, col) == (0, 1):
-        return code
-    picks = [":" if a in (row, col) else "None" for a in range(max(row, col), -1, -1)]  # outermost first
-    return f"{paren(f'ops.mT({code})' if row > col else code)}[..., {', '.join(picks)}]"
 
 
 def name_code(parts: list[tuple[str, str]]) -> str:

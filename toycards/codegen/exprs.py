@@ -14,13 +14,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from toycards.codegen.assign import AssignEmitter
+from toycards.codegen.axes import COL, ONE, Axes, canonical, relayout, spell
 from toycards.codegen.calls import CallEmitter, is_exp
 from toycards.codegen.code import (
     COMPARE,
     name_code,
     paren,
     parse_expr,
-    relayout,
     union_fams,
 )
 from toycards.codegen.indexing import IndexEmitter
@@ -210,7 +210,8 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
                 s.loops[var] = saved
             else:
                 s.loops.pop(var, None)
-        axis = -(fam.after + 1)
+        stored = canonical(fam.rank, False, {fam.var: fam.after})  # the members' axis, by its name
+        axis = stored.index(fam.var) - len(stored)
         index = f"[int({code}) - 1 for {loop} in range(1, {m.bound_code} + 1)]"
         picked = f"ops.take({fam.ident}, {index}, {axis})"
         return Val(
@@ -225,12 +226,30 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
         """The value of `e`. A refusal that does not say where is located at `e`, the innermost
         expression being generated when it was raised: its caret is under that sub-expression."""
         try:
-            return self._expr(e)
+            v = self._expr(e)
         except ToycardsError as exc:
             span = getattr(e, "span", None)
             if exc.diagnostics or span is None or span.line <= 0:
                 raise
             self.refuse(e, exc.message)
+        self._typed(e, v)
+        return v
+
+    def _typed(self, e: ir.Expr, v: Val) -> None:
+        """The axes of `v` are named from its rank (axes.py `canonical`): that rank must be the one
+        the checker inferred for `e` (a row `A[i, :]` of ℝ^{1×n} is a vector marked as a row), else
+        the layout would not be the card's and the expression is refused here, never computed."""
+        checked = getattr(self.em, "checked", None)  # (None: an emitter made for an example)
+        shape = checked.shape(self.scope.algo, e) if checked is not None else None
+        if shape is None or v.py or v.mask or v.ones_row or not shape.numeric:
+            return
+        if len(shape.dims) == v.rank or (v.row and len(shape.dims) == 2):
+            return
+        self.refuse(
+            e,
+            f"this expression is {shape}, but its code would have {v.rank} axes of its own",
+            "write it with one operation per step (a name for each part) so that each part has its own type",
+        )
 
     def _expr(self, e: ir.Expr) -> Val:  # noqa: C901 - one case per node kind
         if isinstance(e, ir.Name):
@@ -251,7 +270,18 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
                 return Val("1", 2, ones_row=True)
             v = self.expr(e.operand)
             if v.rank == 2:
-                return v.with_(layout="card" if v.layout == "code" else "code")
+                flipped = v.with_(layout="card" if v.layout == "code" else "code")
+                checked = getattr(self.em, "checked", None)
+                shape = checked.shape(self.scope.algo, e) if checked is not None else None
+                if shape is None or len(shape.dims) != 1:
+                    return flipped
+                # a matrix of one row transposed is a vector (checker/shapes.py `transpose`): its
+                # columns' axis, of size 1, is dropped
+                after = self.after_of(v.fams)
+                one_column = tuple(ONE if a == COL else a for a in self.axes(flipped))
+                return Val(
+                    spell(v.code, one_column, canonical(1, False, after)), 1, param=v.param, fams=v.fams
+                )
             if v.rank == 1:  # a vector becomes a row, and a row (`A[i, :]`) a vector again
                 return v.with_(row=not v.row)
             return v
@@ -272,8 +302,28 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
             return self.concat(e)
         raise ToycardsError(f"{type(e).__name__} cannot be generated here")
 
+    # ── named axes (axes.py) ───────────────────────────────────────────────────────────
+    def after_of(self, fams: frozenset[str] | set[str]) -> dict[str, int]:
+        """The map variables among `fams`, each with its kind's place (scope.AFTER)."""
+        maps = self.scope.maps
+        return {x: AFTER[maps[x].kind] for x in fams if x in maps}
+
+    def axes(self, v: Val) -> Axes:
+        """The named axes of `v`'s code after its batch axes (axes.py `canonical`)."""
+        return canonical(v.rank, v.rank == 2 and v.layout == "card", self.after_of(v.fams))
+
+    def spelled(self, v: Val, want: Axes, broadcast: bool = False) -> str:
+        """`v`'s code laid out `want` (axes.py `spell`); a Python number as it is. With
+        `broadcast` (an operand of an entry-by-entry operation), a value without batch axes gets
+        no size-1 axes in front: broadcasting adds them."""
+        if v.py or v.ones_row:
+            return v.code
+        batched = not (broadcast and (v.param or self._is_map_index(v)))
+        return spell(v.code, self.axes(v), want, batched)
+
     def code_layout(self, v: Val) -> str:
-        return f"ops.mT({v.code})" if v.rank == 2 and v.layout == "card" else v.code
+        """`v`'s code with a matrix's columns before its rows (a stored parameter transposed)."""
+        return self.spelled(v, canonical(v.rank, False, self.after_of(v.fams))) if v.rank == 2 else v.code
 
     def unop(self, e: ir.UnOp) -> Val:
         v = self.expr(e.operand)
@@ -321,83 +371,64 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
         return self._elementwise(a, b, op)
 
     def _elementwise(self, a: Val, b: Val, op: str, call: str | None = None) -> Val:
-        """`a op b` entry by entry (broadcast), or `call(a, b)` when given."""
+        """`a op b` entry by entry, or `call(a, b)` when given: both operands laid out as the
+        result, whose axes are those of the larger rank and of every map variable either carries
+        (a size-1 axis for each one an operand lacks)."""
         if a.ones_row or b.ones_row:
             raise ToycardsError("`1^⊺` is only meaningful as `b · 1^⊺`")
-        rank = max(a.rank, b.rank)
-        layout = "code"
-        ac, bc = (
-            (self.code_layout(a) if b.rank == 2 else a.code),
-            (self.code_layout(b) if a.rank == 2 else b.code),
-        )
-        if a.rank == 2 and b.rank == 2:
-            ac, bc = self.code_layout(a), self.code_layout(b)
-        elif a.rank == 2 and b.rank < 2:
-            ac = self.code_layout(a)
-        elif b.rank == 2 and a.rank < 2:
-            bc = self.code_layout(b)
-        (a_, ac), (b_, bc) = self._as_rank(a, ac, rank), self._as_rank(b, bc, rank)
-        ac, bc = self._align(a_, ac, b_, bc)
+        rank, fams = max(a.rank, b.rank), union_fams(a, b)
+        want = canonical(rank, False, self.after_of(fams))
+        ac, bc = self.spelled(a, want, True), self.spelled(b, want, True)
         return Val(
             f"{call}({ac}, {bc})" if call else f"{paren(ac)} {op} {paren(bc)}",
             rank,
             py=a.py and b.py,
-            layout=layout,
-            fams=union_fams(a, b),
+            fams=fams,
         )
 
-    def _as_rank(self, v: Val, code: str, rank: int) -> tuple[Val, str]:
-        """`v` beside a value of a larger `rank` whose entries it broadcasts over: a map variable's
-        axis moves to where the larger value's own would have it (`_axes`): the number `c_t` of
-        each column, […, ℓ, 1], times a matrix is […, ℓ, 1, 1], the matrix of each t. Returns the
-        value to align (`_align`) as it now is laid out, and its code."""
-        kinds = [AFTER[self.scope.maps[x].kind] for x in v.fams if x in self.scope.maps]
-        if v.py or v.rank >= rank or not kinds:
-            return v, code
-        have, want = max(min(kinds), v.rank), max(min(kinds), rank)
-        moved = relayout(code, have, want, v.rank) if want > have else None
-        return (v, code) if moved is None else (v.with_(rank=rank), moved)
-
-    def _align(self, a: Val, ac: str, b: Val, bc: str) -> tuple[str, str]:
-        """Give an operand the axes of the map variables that only the other one carries, so
-        that its leading (batch) axes stay leading: a vector beside a column `k_t` gets one
-        (`q[..., None, :]`), a matrix beside a head `Y^h` gets one (`X[..., None, :, :]`)."""
-        width = max(self._axes(a), self._axes(b))
-        return self._widened(a, ac, width), self._widened(b, bc, width)
-
     def _axes(self, v: Val) -> int:
-        """How many trailing axes v's layout fixes: its own (an array scalar has one) or, in a
-        map, those of the variables it carries (scope.AFTER; a value with more axes of its own
-        than its variable's kind leaves, such as the matrix `[X[:, t], Y[:, t]]` of each column t,
-        has the variable's axis just before them)."""
-        maps = self.scope.maps
-        return max([max(1, v.rank)] + [1 + max(AFTER[maps[x].kind], v.rank) for x in v.fams if x in maps])
-
-    def _widened(self, v: Val, code: str, width: int) -> str:
-        have = self._axes(v)
-        if v.py or v.param or v.ones_row or have >= width or self._is_map_index(v):
-            return code
-        return f"{paren(code)}[..., {', '.join(['None'] * (width - have) + [':'] * have)}]"
+        """How many trailing axes v's layout fixes (the axes after its batch axes)."""
+        return max(1, v.rank) if v.py else len(self.axes(v))
 
     def each_iteration(self, v: Val, variables: list[str]) -> str:
         """`v`'s code with an axis for each map variable in `variables`, at its kind's place
         (scope.AFTER): a value that does not depend on one (`for j ∈ [n]: O[:, j] ← β`) is
-        copied n times along a new axis there (or along the size-1 axis that already holds its
-        place), so that a written member or column has every iteration's entries.
-
-        Innermost variables first; `cur` counts the trailing axes the code already lays out."""
-        maps, code = self.scope.maps, self.code_layout(v)
-        cur = 0 if v.py else self._axes(v)
-        for x in sorted((x for x in variables if x not in v.fams), key=lambda x: AFTER[maps[x].kind]):
-            m, a = maps[x], AFTER[maps[x].kind]
-            if v.py or a == cur:  # a new axis just before those laid out
-                code, cur = f"ops.copies({code}, {m.bound_code}, {a})", max(cur, a + 1)
-            elif a < cur:  # a size-1 axis holds its place (a vector beside heads is […, H, 1, d])
-                code = f"ops.copies({paren(code)}[..., {', '.join(['0'] + [':'] * a)}], {m.bound_code}, {a})"
-            else:  # size-1 axes up to its place first
-                ones = ", ".join(["None"] * (a - cur) + [":"] * cur)
-                code, cur = f"ops.copies({paren(code)}[..., {ones}], {m.bound_code}, {a})", a + 1
+        copied n times along a new axis there (a size-1 axis holding that place is dropped first),
+        so that a written member or column has every iteration's entries."""
+        maps = self.scope.maps
+        missing = sorted((x for x in variables if x not in v.fams), key=lambda x: AFTER[maps[x].kind])
+        if v.py:
+            code, cur = v.code, 0
+            for x in missing:  # a number: each new axis just before those laid out
+                a = AFTER[maps[x].kind]
+                code = f"ops.copies({code}, {maps[x].bound_code}, {a})"
+                cur = a + 1 if a >= cur else cur
+            return code
+        target = canonical(v.rank, False, self.after_of(v.fams | set(variables)))
+        code = self.spelled(v, tuple(a for a in target if a not in missing))
+        for x in missing:  # innermost first: the axes after x's place are all there by then
+            after = len(target) - 1 - target.index(x)
+            code = f"ops.copies({code}, {maps[x].bound_code}, {after})"
         return code
+
+    def made(self, code: str, have: Axes, rank: int, fams, like: Val | None = None) -> Val:
+        """A value of `rank` carrying the map variables `fams` whose code is laid out `have`, laid
+        out as every such value is (`canonical`); `like`'s other marks kept (a token id, a param)."""
+        fams = frozenset(fams)
+        batched = not (like is not None and (like.param or self._is_map_index(like)))
+        code = spell(code, have, canonical(rank, False, self.after_of(fams)), batched)
+        if like is None:
+            return Val(code, rank, fams=fams)
+        return like.with_(code=code, rank=rank, fams=fams, layout="code", row=False)
+
+    def split_blocks(self, v: Val, code: str, var: str, size: str) -> tuple[str, Axes]:
+        """`ops.split_rows` of `code` (`v` with its rows last) into blocks of `size` rows, one per
+        value of var, and the axes of the blocks: var's axis comes in just before the axis before
+        the rows (a vector is one code row first: its blocks are […, H, 1, k])."""
+        have = canonical(v.rank, False, self.after_of(v.fams))
+        if len(have) < 2:
+            code, have = f"{paren(code)}[..., None, :]", (ONE, *have)
+        return f"ops.split_rows({code}, {size})", (*have[:-2], var, *have[-2:])
 
     def _is_map_index(self, v: Val) -> bool:
         """The values of a map variable itself (`t`): laid out for its map, with no batch axes."""
@@ -408,18 +439,17 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
         if b.ones_row:
             if a.rank != 1:
                 raise ToycardsError("`· 1^⊺` broadcasts a vector; the left side is not a vector")
-            if not (a.param or a.py or a.fams & set(self.scope.maps)):  # […, d] → […, 1, d]: one
-                return a.with_(code=f"{paren(a.code)}[..., None, :]", rank=2, layout="code")  # per column
-            return a.with_(rank=2, layout="code")
+            return self._one_column(a, broadcast=True)  # one column of size 1: it broadcasts as all
         if a.rank == 0 or b.rank == 0:
             number, array = (a, b) if a.py else (b, a)
             if a.py != b.py and number.rank == 0 and number.code.isidentifier():  # `m · Q`: ops.scale,
                 return self._elementwise(number, array, "*", call="ops.scale")  # which skips m = 1
             return self._elementwise(a, b, "*")
-        if a.rank == 1 and a.row and b.rank == 1:
-            ac, bc = self._align(a, a.code, b, b.code)
-            return Val(f"ops.sum_last({paren(ac)} * {paren(bc)})", 0, fams=union_fams(a, b))
         fams = union_fams(a, b)
+        if a.rank == 1 and a.row and b.rank == 1:  # a^⊺ · b: the sum of the entries' products
+            want = canonical(1, False, self.after_of(fams))
+            ac, bc = self.spelled(a, want, True), self.spelled(b, want, True)
+            return Val(f"ops.sum_last({paren(ac)} * {paren(bc)})", 0, fams=fams)
         if a.rank == 2 and a.layout == "card" and a.param:
             return Val(
                 f"ops.linear({self.code_layout(b) if b.rank == 2 else b.code}, {a.code})",
@@ -441,27 +471,24 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
         )
 
     def _matrix_product(self, a: Val, b: Val) -> str:
-        """A · B of two matrices in code layout: (A · B)ᵀ = Bᵀ · Aᵀ, with the map axes that only one
-        of them carries given to the other (`_align`)."""
-        lhs, rhs = self._align(a, self.code_layout(a), b, self.code_layout(b))
-        return f"ops.matmul({rhs}, {lhs})"
+        """A · B of two matrices: (A · B)ᵀ = Bᵀ · Aᵀ, both laid out as the product (columns before
+        rows, a size-1 axis for each map variable only the other one carries)."""
+        want = canonical(2, False, self.after_of(union_fams(a, b)))
+        return f"ops.matmul({self.spelled(b, want)}, {self.spelled(a, want)})"
 
-    def _one_column(self, v: Val) -> Val:
-        """A vector as a matrix of one column, code layout […, 1, n] (a matrix as it is). Laid out
-        per head, a vector is already one ([…, H, 1, n]); else a new axis goes before its entries:
-        per column of a map t, […, ℓ, n] is then […, ℓ, 1, n], the matrix of each t (scope.AFTER)."""
+    def _one_column(self, v: Val, broadcast: bool = False) -> Val:
+        """A vector as a matrix of one column (a matrix as it is): its columns' axis is one of
+        size 1, the place holder already there (one per head: […, H, 1, n]) or a new one (with
+        `broadcast`, none for a value without batch axes: `b · 1^⊺` of a stored b)."""
         if v.rank == 2:
             return v
-        if self._row_axis_free(v.fams):
-            return v.with_(rank=2, layout="code")
-        return v.with_(code=f"{paren(self.code_layout(v))}[..., None, :]", rank=2, layout="code")
+        want = canonical(2, False, self.after_of(v.fams))
+        return Val(
+            self.spelled(v.with_(row=False), want, broadcast), 2, param=broadcast and v.param, fams=v.fams
+        )
 
     def _one_column_back(self, code: str, fams: frozenset[str]) -> Val:
-        """The vector a matrix of one column ([…, 1, n], `_one_column`) holds, laid out as a vector."""
-        return Val(code if self._row_axis_free(fams) else f"{code}[..., 0, :]", 1, fams=fams)
-
-    def _row_axis_free(self, fams: frozenset[str]) -> bool:
-        """Whether a vector carrying the map variables `fams` has a size-1 axis before its entries:
-        one per head ([…, H, 1, n]) does, unless it is one per column of a map too ([…, H, ℓ, n])."""
-        kinds = {self.scope.maps[x].kind for x in fams if x in self.scope.maps}
-        return bool(kinds & {"block", "pending"}) and not kinds & {"column", "element"}
+        """The vector a matrix of one column (`_one_column`) holds, laid out as a vector."""
+        after = self.after_of(fams)
+        one = tuple(ONE if a == COL else a for a in canonical(2, False, after))
+        return Val(spell(code, one, canonical(1, False, after)), 1, fams=fams)

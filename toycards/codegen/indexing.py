@@ -11,11 +11,11 @@ Leaves out: names and operators (exprs.py), calls (calls.py), writes (assign.py)
 from __future__ import annotations
 
 from toycards.checker.dims import Dim, DimError, expr_to_dim
+from toycards.codegen.axes import COL, ONE, ROW, canonical, from_grid, spell
 from toycards.codegen.code import (
     affine,
     dim_code,
     expr_text,
-    from_grid,
     int_literal,
     linear_in,
     paren,
@@ -47,7 +47,7 @@ class IndexEmitter:
         if len(idx) == 3:
             return self._matrix_of_stack(e, base, idx, full)
         if len(idx) == 2 and full[0] and not isinstance(idx[1], ir.Slice):
-            return self._per_block(self._column(base, base_name, idx[1], e), base, idx[1], e)
+            return self._column(base, base_name, idx[1], e)
         if len(idx) == 2 and all(isinstance(i, ir.Name) and i.id in self.scope.maps for i in idx):
             row, col = (AFTER[self.scope.maps[i.id].kind] for i in idx)  # `X[g, t]`, g a block variable:
             code = from_grid(self.code_layout(base), row, col)  # […, n_g, ℓ, 1] like the map's other values
@@ -67,7 +67,6 @@ class IndexEmitter:
             return base.with_(code=f"{base.code}[..., {lo}:{hi}]")
         if len(idx) == 2 and isinstance(idx[0], ir.Slice) and not isinstance(idx[1], ir.Slice):
             col = self._column(base, base_name, idx[1], e)  # `X[a:b, t]`: rows a … b of column t
-            col = self._per_block(col, base, idx[1], e)
             if self._by_map(idx[0]):
                 return self._rows_per(e, col, idx[0])
             lo, hi = self._slice_bounds(idx[0])
@@ -83,12 +82,7 @@ class IndexEmitter:
             return self._block(e, base)  # `X[a:b, c:d]`, `X[i, :]`, `X[i, c:d]`
         if len(idx) == 2 and not any(isinstance(i, ir.Slice) for i in idx):
             col = self._column(base, base_name, idx[1], e)  # `X[i, t]`: entry i of column t
-            entry = self._element(col, None, idx[0])
-            t = idx[1].id if isinstance(idx[1], ir.Name) and idx[1].id in self.scope.maps else None
-            if t is None or free_names(idx[0]) & set(self.scope.maps):
-                return entry
-            m = self.scope.maps[t]  # the column's axis of t is the one before the entries
-            return entry.with_(code=self.laid_out(entry.code, 1, m, 0, expr_text(e)))
+            return self._element(col, None, idx[0])
         self.refuse(
             e,
             f"the indexing {expr_text(e)} cannot be generated",
@@ -203,9 +197,14 @@ class IndexEmitter:
         return base.with_(code=f"{paren(base.code)}[..., {c}, {r}]", layout="code")
 
     def _column(self, base: Val, base_name: str | None, i: ir.Expr, e: ir.Index) -> Val:
+        """Column i of a matrix, as a vector laid out like any other (axes.py `canonical`): each
+        branch names the axes of the code it writes (the columns' axis becomes the axis of the
+        map variable that picks them) and `made` lays that out."""
         s = self.scope
+        matrix = canonical(2, False, self.after_of(base.fams))  # base in code layout
         if isinstance(i, ir.Name) and i.id in s.maps:
-            m = s.maps[i.id]
+            m, var = s.maps[i.id], i.id
+            picked = tuple(var if a == COL else a for a in matrix)  # its columns are var's values
             declared = s.decl_types.get(base_name or "")
             col = (
                 declared.dims[1] if isinstance(declared, ir.TensorType) and len(declared.dims) == 2 else None
@@ -215,12 +214,12 @@ class IndexEmitter:
             else:
                 every = col is not None and self.dim(col) == m.bound_code
             if every or base.fams & set(s.maps):  # t runs over all of the columns
-                return Val(self.code_layout(base), 1, fams=base.fams | {i.id})
+                return self.made(self.code_layout(base), picked, 1, base.fams | {var})
             if m.windowed:  # token positions into a matrix that is not per token (`W_p[:, t]`)
                 index = f"runtime.positions(ctx, {m.bound_code}) - 1"
-                return Val(f"ops.take({self.code_layout(base)}, {index}, -2)", 1, fams={i.id})
+                return self.made(f"ops.take({self.code_layout(base)}, {index}, -2)", picked, 1, {var})
             cols = f"{paren(self.code_layout(base))}[..., :{m.bound_code}, :]"  # columns 1 … n
-            return Val(cols, 1, fams=base.fams | {i.id})
+            return self.made(cols, picked, 1, base.fams | {var})
         rows = base.code if base.layout == "code" else f"ops.mT({base.code})"
         if self._is_token_id(i):  # token ids are 0-based in code: they pick rows as they are
             ids = self.expr(i.base)
@@ -228,19 +227,22 @@ class IndexEmitter:
             if aff is not None and (aff[1], aff[2]) != (1, None):
                 ids = ids.with_(code=f"{ids.code}[..., {self.affine_slice(s.maps[aff[0]], aff[1], aff[2])}]")
             fams = frozenset(v for v in free_names(i.indices[0]) if v in s.maps)
+            if len(fams) == 1:  # one token per value of the variable: its axis, then the entries
+                return self.made(f"ops.embed({rows}, {ids.code})", (*fams, ROW), 1, fams)
             return Val(f"ops.embed({rows}, {ids.code})", 1, fams=fams)
         aff = affine(i, set(s.maps))
         if aff is not None and aff[1] == 1 and aff[2] is not None and not base.fams & set(s.maps):
             m = s.maps[aff[0]]  # `X[:, t + c]`: columns 1 + c … n + c, one per value of t
             if m.kind == "column":
                 shifted_cols = f"ops.shift_cols({rows}, {self.int_code(aff[2])}, {m.bound_code})"
-                return Val(shifted_cols, 1, fams=base.fams | {aff[0]})
+                return self.made(shifted_cols, (aff[0], ROW), 1, base.fams | {aff[0]})
         ids = self.expr(i)
         if ids.py:  # a column number (1-based, as cards count), not a token id (0-based in code)
             k = ids.code
             pick = str(int(k) - 1) if k.isdigit() else f"{paren(k)} - 1"
-            if base.fams & set(s.maps):  # `rows(X, h, d_h)[:, 1]`: a vector per head, […, H, 1, d_h]
-                return Val(f"{paren(rows)}[..., {pick}:{paren(k)}, :]", 1, fams=base.fams)
+            if base.fams & set(s.maps):  # `rows(X, h, d_h)[:, 1]`: one column kept as a size-1 axis
+                one = tuple(ONE if a == COL else a for a in matrix)
+                return self.made(f"{paren(rows)}[..., {pick}:{paren(k)}, :]", one, 1, base.fams)
             return Val(f"{paren(rows)}[..., {pick}, :]", 1)
         if not base.param or any(s.maps[v].kind == "element" for v in ids.fams if v in s.maps):
             self.refuse(
@@ -251,16 +253,6 @@ class IndexEmitter:
             )
         picked = f"ops.embed({rows}, ops.index_of({ids.code}) - 1)"  # 1-based, like topk's
         return Val(f"{picked}[..., 0, :]", 1, fams=ids.fams)
-
-    def _per_block(self, col: Val, base: Val, i: ir.Expr, e: ir.Index) -> Val:
-        """A column that `_column` picked by a map variable sits on the tokens' axis (−2), with the
-        entries after it. A "block" variable's axis is further out (the heads of `for h ∈ [H],
-        t ∈ [ℓ]`: `Γ[:, h]` is head h's own vector), so a size-1 axis goes in between; without it the
-        heads' columns broadcast against the tokens."""
-        m = self.scope.maps.get(i.id) if isinstance(i, ir.Name) else None
-        if m is None or m.kind != "block" or base.fams & set(self.scope.maps):
-            return col
-        return col.with_(code=self.laid_out(col.code, 1, m, 1, expr_text(e)))
 
     # ── rows whose bounds move with a map variable ──────────────────────────────────────
     def _by_map(self, s: ir.Slice) -> set[str]:
@@ -273,9 +265,8 @@ class IndexEmitter:
         variable's axis. `arr` holds the rows on its last code axis (for columns `W[a:b, c(h):d(h)]`,
         `arr` is transposed and `axis` 1). The number of rows is the checker's b − a + 1 (of `e`'s
         card axis `axis`) and must not depend on the variable; `_rows_picked` takes them."""
-        found, maps = self._by_map(s), self.scope.maps
+        found = self._by_map(s)
         var = sorted(found)[0]
-        m = maps[var]
         hint = (
             f"a block of rows per {var} has one size for every {var}: rows(X, {var}, d_h) is the block "
             f"X[({var} − 1)·d_h + 1 : {var}·d_h, …]"
@@ -300,20 +291,16 @@ class IndexEmitter:
         if not self._fits_per(var, arr, rank):
             what = "rows" if axis == 0 else "columns"
             self.refuse(e, f"the {what} {_slice_text(s)} of this value cannot be laid out per {var}", hint)
-        code = self.code_layout(arr)
-        if rank == 1 and self._axes(arr) < 2:
-            code = f"{paren(code)}[..., None, :]"  # a vector as one code row, [..., 1, n]
         try:
             w = dim_code(width, self._dim_name)
-            picked = self._rows_picked(code, s, var, width, w)
+            picked = self._rows_picked(self.code_layout(arr), s, var, width, w)
         except ToycardsError as exc:
             if exc.diagnostics:
                 raise
             self.refuse(e, exc.message, hint)
-        blocks = f"ops.split_rows({picked}, {w})"  # [..., n, 1 or ℓ, w]
-        if rank == 1 and m.kind == "column":
-            blocks += "[..., 0, :]"
-        return Val(blocks, rank, fams=arr.fams | {var})
+        blocks, have = self.split_blocks(arr.with_(rank=rank), picked, var, w)
+        want = canonical(rank, False, self.after_of(arr.fams | {var}))
+        return Val(spell(blocks, have, want), rank, fams=arr.fams | {var})
 
     def _fits_per(self, var: str, arr: Val, rank: int) -> bool:
         """Whether blocks of `arr`'s rows, one per value of var, have a place in the layout
@@ -402,21 +389,23 @@ class IndexEmitter:
             entry = self._element(base.with_(code=f"({base.code} + 1)"), None, i)
             return entry
         aff = affine(i, set(s.maps))
+        vector = canonical(1, False, self.after_of(base.fams))
         if aff is None:
+            one = tuple(ONE if a == ROW else a for a in vector)  # one entry, kept as a size-1 axis
             if isinstance(i, ir.Num):
                 k = int(i.text)
-                return Val(f"{base.code}[..., {k - 1}:{k}]", 0, fams=base.fams)
+                return self.made(f"{base.code}[..., {k - 1}:{k}]", one, 0, base.fams, base)
             if not free_names(i) & set(s.maps):  # a hyperparameter or loop index: one entry
                 k = self.int_code(i)
-                return Val(f"{base.code}[..., {paren(k)} - 1:{paren(k)}]", 0, fams=base.fams)
+                return self.made(f"{base.code}[..., {paren(k)} - 1:{paren(k)}]", one, 0, base.fams, base)
             back = reversed_index(i, set(s.maps))
             if back is not None:  # `c − i`, i = 1 … n: entries c − 1 down to c − n, read backwards
                 var, c = back
                 m, last = s.maps[var], paren(self.int_code(c))
                 code = f"ops.flip_last({base.code}[..., {last} - 1 - {paren(m.bound_code)}:{last} - 1])"
-                if not base.fams & set(s.maps):
-                    code = self.laid_out(code, 0, m, 0, expr_text(i))
-                return base.with_(code=code, fams=base.fams | {var}, rank=0)
+                return self.made(
+                    code, tuple(var if a == ROW else a for a in vector), 0, base.fams | {var}, base
+                )
             raise ToycardsError("an element index must be affine in a map variable (e.g. 2·i − 1, i + d/2)")
         var, scale, offset = aff
         m = s.maps[var]
@@ -429,9 +418,7 @@ class IndexEmitter:
                 and self.dim(declared.dims[0]) == m.bound_code
             ):
                 code = base.code
-        if not base.fams & set(s.maps):  # the entries' axis is the last: lay it out for m's kind
-            code = self.laid_out(code, 0, m, 0, expr_text(i))
-        return base.with_(code=code, fams=base.fams | {var}, rank=0)
+        return self.made(code, tuple(var if a == ROW else a for a in vector), 0, base.fams | {var}, base)
 
     def int_code(self, e: ir.Expr) -> str:
         """An index offset such as `d_h / 2` as integer arithmetic (`d_h // 2`)."""

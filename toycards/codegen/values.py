@@ -9,7 +9,9 @@ Leaves out: producing code (emitter.py).
 Layout convention of generated code: a card matrix `ℝ^{m×n}` computed at run time is an
 array `[…, n, m]` ("code" layout: one row per token, features last); a matrix parameter is
 kept as stored in GGUF, which is either the card's order `(m, n)` ("card" layout) or, for
-`^⊺` bindings, already `[n, m]`. A vector is `[…, n]`; an array scalar is `[…, 1]`.
+`^⊺` bindings, already `[n, m]`. A vector is `[…, n]`; an array scalar is `[…, 1]`. The names
+of a value's axes follow from its rank, layout and map variables (axes.py `canonical`); every
+operation lays its operands out by those names (axes.py `spell`).
 """
 
 from __future__ import annotations
