@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from toycards.codegen.axes import ONE, ROW, as_grid, spell
+from toycards.codegen.axes import COL, ONE, ROW, as_grid, canonical, spell
 from toycards.codegen.code import affine, expr_text, paren
 from toycards.codegen.module import comment_safe
 from toycards.codegen.scope import AFTER, Family, family_key, free_names
@@ -120,7 +120,7 @@ class AssignEmitter:
             base = re.match(r"^[^_^]+", t.id).group(0)
             ident = self.scope.ns.name(base if base not in self.scope.vals else key)
             code = self.each_iteration(v, [var])  # `c_i ← 1`: the same member n times, an axis of n
-            out += [*pre, f"{ident} = {code}"]
+            out += [*pre, f"{ident} = {self._stored(v, [var], {}, {var: AFTER[m.kind]}, code)}"]
             self.scope.families[key] = Family(ident, v.rank, var, AFTER[m.kind])
             return
         if isinstance(t, ir.Index) and isinstance(t.base, ir.Name):
@@ -134,24 +134,58 @@ class AssignEmitter:
                 base = re.match(r"^[^_^]+", name).group(0)
                 ident = self.scope.ns.name(base if base not in self.scope.vals else key)
                 columns = [i.id for i in idx[1:] if isinstance(i, ir.Name) and i.id in maps]
-                out += [*pre, f"{ident} = {self.each_iteration(v, [var, *columns])}"]
+                code = self.each_iteration(v, [var, *columns])
+                code = self._stored(
+                    v, [var, *columns], {c: COL for c in columns}, {var: AFTER["block"]}, code
+                )
+                out += [*pre, f"{ident} = {code}"]
                 self.scope.families[key] = Family(ident, 2, var, AFTER["block"])
                 return
             ident = self.scope.ns.name(name)
             if len(idx) == 2 and isinstance(idx[0], ir.Slice):
                 columns = [i.id for i in idx[1:] if isinstance(i, ir.Name) and i.id in maps]
-                out += [*pre, f"{ident} = {self.each_iteration(v, columns)}"]  # β leaving out j: n copies
-                self.scope.vals[name] = Val(
-                    ident,
-                    2,
-                    fams=v.fams - set(maps),
-                )
+                code = self.each_iteration(v, columns)  # β leaving out j: n copies
+                if columns:
+                    rest = self.after_of(v.fams - set(maps))
+                    code = self._stored(v, columns, {c: COL for c in columns}, rest, code)
+                out += [*pre, f"{ident} = {code}"]
+                self.scope.vals[name] = Val(ident, 2, fams=v.fams - set(maps))
                 return
             if len(idx) in (1, 2) and not any(isinstance(i, ir.Slice) for i in idx):
                 out += pre
                 self.entry_write(t, v, out)
                 return
         raise ToycardsError("this assignment target cannot be generated")
+
+    def _stored(self, v: Val, variables: list[str], renamed: dict, after: dict, code: str) -> str:
+        """The code of `v` written for every value of the map's `variables` (`each_iteration`), laid
+        out as it is stored: the axes of a column index `renamed` the columns' axis, each
+        variable that indexes the stored family at its place `after`, whatever place the map
+        gave it while it ran."""
+        have = canonical(v.rank, False, self.after_of(v.fams | set(variables)))
+        have = tuple(renamed.get(a, a) for a in have)
+        rank = v.rank + (1 if renamed else 0)
+        return spell(code, have, canonical(rank, False, after))
+
+    def written(self, t: ir.Expr, v: Val) -> str:
+        """`v`'s code laid out as the array that target `t` holds (a guarded write in a map,
+        `ops.where` against the array's old entries): an entry `y[i]`'s variable names the
+        vector's entries, a column `Y[:, t]`'s the matrix's columns, `S[i, t]`'s both; any other
+        target (a family member) holds the map's own layout."""
+        maps = self.scope.maps
+        if v.py or not isinstance(t, ir.Index):
+            return v.code
+        var = [i.id if isinstance(i, ir.Name) and i.id in maps else None for i in t.indices]
+        if len(var) == 1 and var[0]:
+            rename, want = {var[0]: ROW}, (ROW,)
+        elif len(var) == 2 and isinstance(t.indices[0], ir.Slice) and var[1]:
+            rename, want = {var[1]: COL}, (COL, ROW)
+        elif len(var) == 2 and all(var):
+            rename, want = {var[0]: ROW, var[1]: COL}, (COL, ROW)
+        else:
+            return v.code
+        have = tuple(rename.get(a, a) for a in self.axes(v))
+        return spell(v.code, have, want, batched=not (v.param or self._is_map_index(v)))
 
     def entry_write(self, t: ir.Index, v: Val, out: list[str]) -> None:
         """`y[i] ← v`, `S[t_z, t_x] ← v`, `y[1] ← v`: entries of a vector or a matrix, written into

@@ -423,7 +423,9 @@ class CallEmitter:
         codes = [self.spelled(p, canonical(p.rank, False, after), True) for p in parts]
         if e.axis == "rows" or min(p.rank for p in parts) == 0:  # by rows; a number is one entry
             return Val(f"ops.cat_last([{', '.join(codes)}])", max(rank, 1), fams=fams)
-        if rank == 1:  # vectors side by side: one column each
+        if rank == 1:  # vectors side by side: the new axis is the columns' (the parts laid out without it)
+            columns = tuple(a for a in canonical(2, False, after) if a != COL)
+            codes = [self.spelled(p, columns, True) for p in parts]
             return Val(f"ops.stack_cols([{', '.join(codes)}])", 2, fams=fams)
         # a vector is one column: a 1-column matrix, laid out with every part's map variables
         columns = [self.spelled(self._one_column(p), canonical(2, False, after)) for p in parts]

@@ -397,14 +397,12 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
         so that a written member or column has every iteration's entries."""
         maps = self.scope.maps
         missing = sorted((x for x in variables if x not in v.fams), key=lambda x: AFTER[maps[x].kind])
-        if v.py:
-            code, cur = v.code, 0
-            for x in missing:  # a number: each new axis just before those laid out
-                a = AFTER[maps[x].kind]
-                code = f"ops.copies({code}, {maps[x].bound_code}, {a})"
-                cur = a + 1 if a >= cur else cur
-            return code
         target = canonical(v.rank, False, self.after_of(v.fams | set(variables)))
+        if v.py:  # a number: an axis for each variable, innermost last, then laid out by name
+            code = v.code
+            for x in missing:
+                code = f"ops.copies({code}, {maps[x].bound_code}, {missing.index(x)})"
+            return spell(code, tuple(reversed(missing)), target, batched=False)
         code = self.spelled(v, tuple(a for a in target if a not in missing))
         for x in missing:  # innermost first: the axes after x's place are all there by then
             after = len(target) - 1 - target.index(x)

@@ -233,9 +233,8 @@ class IndexEmitter:
         aff = affine(i, set(s.maps))
         if aff is not None and aff[1] == 1 and aff[2] is not None and not base.fams & set(s.maps):
             m = s.maps[aff[0]]  # `X[:, t + c]`: columns 1 + c … n + c, one per value of t
-            if m.kind == "column":
-                shifted_cols = f"ops.shift_cols({rows}, {self.int_code(aff[2])}, {m.bound_code})"
-                return self.made(shifted_cols, (aff[0], ROW), 1, base.fams | {aff[0]})
+            shifted_cols = f"ops.shift_cols({rows}, {self.int_code(aff[2])}, {m.bound_code})"
+            return self.made(shifted_cols, (aff[0], ROW), 1, base.fams | {aff[0]})
         ids = self.expr(i)
         if ids.py:  # a column number (1-based, as cards count), not a token id (0-based in code)
             k = ids.code

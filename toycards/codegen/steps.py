@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 
 from toycards.codegen.assign import column_target
-from toycards.codegen.code import paren
 from toycards.codegen.exprs import ExprEmitter
 from toycards.codegen.module import comment_safe
 from toycards.codegen.scope import AFTER, Module, Scope, family_key, free_names, run_time_hypers
@@ -341,7 +340,7 @@ class StepEmitter:
         return out
 
     def _map_body(
-        self, st: ir.Stmt, out: list[str], maps: dict[str, MapVar], guard: str | None = None, numbered=False
+        self, st: ir.Stmt, out: list[str], maps: dict[str, MapVar], guard: Val | None = None, numbered=False
     ) -> None:
         """One statement of a map's body. Under `guard` (a boolean array over the map's
         variables, the conditions of the enclosing `if`s) an assignment keeps the old entries
@@ -359,7 +358,8 @@ class StepEmitter:
         value = self.ex.expr(st.value)
         old = self.ex.target_read(st.target)
         out += self.ex.take_pre()
-        out.append(f"{self._target_code(st.target, maps)} = ops.where({guard}, {value.code}, {old.code})")
+        kept = self.ex.written(st.target, guard), self.ex.written(st.target, value)  # as the array holds them
+        out.append(f"{self._target_code(st.target, maps)} = ops.where({kept[0]}, {kept[1]}, {old.code})")
 
     def _target_code(self, target: ir.Expr, maps: dict[str, MapVar]) -> str:
         """The identifier an assignment in a map writes (`u_t`: the array of the family u)."""
@@ -368,7 +368,7 @@ class StepEmitter:
         return fam.ident if fam is not None else self.ex.target_ident(target)
 
     def _map_if(
-        self, st: ir.If, out: list[str], maps: dict[str, MapVar], guard: str | None, numbered
+        self, st: ir.If, out: list[str], maps: dict[str, MapVar], guard: Val | None, numbered
     ) -> None:
         (a,) = st.then if st.inline else (None,)
         if guard is None and isinstance(a, ir.Assign) and self._defined(a.target):  # one line, one where
@@ -376,8 +376,11 @@ class StepEmitter:
             cond = self.ex.expr(st.cond.operand if negated else st.cond)
             value, old = self.ex.expr(a.value), self.ex.target_read(a.target)
             out += self.ex.take_pre()
-            picks = f"{old.code}, {value.code}" if negated else f"{value.code}, {old.code}"
-            out.append(f"{self._target_code(a.target, maps)} = ops.where({cond.code}, {picks})")
+            new = self.ex.written(a.target, value)  # as the array holds it
+            picks = f"{old.code}, {new}" if negated else f"{new}, {old.code}"
+            out.append(
+                f"{self._target_code(a.target, maps)} = ops.where({self.ex.written(a.target, cond)}, {picks})"
+            )
             return
         cond = self.ex.expr(st.cond)
         out += self.ex.take_pre()
@@ -390,22 +393,23 @@ class StepEmitter:
                 "before the `if` or in both branches"
             )
         c = self.scope.ns.fresh("cond")
-        out.append(f"{c} = {cond.code if guard is None else f'{paren(guard)} & {paren(cond.code)}'}")
-        self._map_branch(st.then, out, maps, c, numbered)
+        both = cond if guard is None else self.ex._elementwise(guard, cond, "&")
+        out.append(f"{c} = {both.code}")
+        self._map_branch(st.then, out, maps, both.with_(code=c), numbered)
         if st.orelse:
             if numbered:
                 self.number += 1
                 out.append(f"# {self.number}  else")
             c_else = self.scope.ns.fresh("cond")
             negated = f"not {c}" if cond.py else f"ops.logical_not({c})"  # a Python bool, or an array
-            out.append(
-                f"{c_else} = {negated}" if guard is None else f"{c_else} = {paren(guard)} & ({negated})"
-            )
-            self._map_branch(st.orelse, out, maps, c_else, numbered)
+            otherwise = cond.with_(code=negated)
+            both = otherwise if guard is None else self.ex._elementwise(guard, otherwise, "&")
+            out.append(f"{c_else} = {both.code}")
+            self._map_branch(st.orelse, out, maps, both.with_(code=c_else), numbered)
         if numbered:
             self.number += 1  # `end`
 
-    def _map_branch(self, body, out: list[str], maps: dict[str, MapVar], guard: str, numbered) -> None:
+    def _map_branch(self, body, out: list[str], maps: dict[str, MapVar], guard: Val, numbered) -> None:
         for b in body:
             if numbered:
                 self.number += 1
