@@ -564,6 +564,16 @@ SAME: dict[str, Same] = {
             "4  Y ← X\n5  for t = 2, …, ℓ do\n6    Y[:, t] ← X[:, t] − X[:, t − 1]\n7  end\n8  X ← X + Y",
         ),
     ),
+    "a window of columns": Same(
+        "a window of columns in a map",
+        (
+            "4  X̄ ← [zeros(d_e), zeros(d_e), X]\n5  for t ∈ [ℓ]: G[:, t] ← X̄[:, t : t + 2] · W_q[1:3, 1]"
+            "\n6  X ← X + G",
+            "4  X̄ ← [zeros(d_e), zeros(d_e), X]\n"
+            "5  for t ∈ [ℓ]: G[:, t] ← W_q[1, 1] · X̄[:, t] + W_q[2, 1] · X̄[:, t + 1] + W_q[3, 1] · X̄[:, t + 2]"
+            "\n6  X ← X + G",
+        ),
+    ),
     # ── the cache: reads it follows, and reads that make decoding recompute
     "a causal condition written as an entry write": Same(
         "or `if t_z > t_x then S[t_z, t_x] ← −∞`", (own_attention("K^⊺ · Q / √d_h"), attention_with(CAUSAL))

@@ -302,16 +302,13 @@ class IndexEmitter:
         return Val(spell(blocks, have, want), rank, fams=arr.fams | {var})
 
     def _fits_per(self, var: str, arr: Val, rank: int) -> bool:
-        """Whether blocks of `arr`'s rows, one per value of var, have a place in the layout
-        (scope.AFTER): a matrix or a vector per head at the heads' axis (a vector beside the
-        columns of another map variable that `arr` carries), a vector per column at the columns'."""
-        maps = self.scope.maps
-        others = {x for x in arr.fams if x in maps} - {var}
-        if any(maps[x].kind == "pending" for x in others | {var}):
-            return True  # a look at the layout only (steps.py `_settle_kinds`)
-        if maps[var].kind == "block":
-            return all(AFTER[maps[x].kind] < 2 for x in others) and (rank == 1 or not others)
-        return maps[var].kind == "column" and rank == 1 and not others
+        """Whether blocks of `arr`'s rows, one per value of var, have a layout (axes.py): no two
+        map variables of theirs want one place (scope.AFTER)."""
+        try:
+            canonical(rank, False, self.after_of(arr.fams | {var}))
+        except ToycardsError:
+            return False
+        return True
 
     def _rows_picked(self, code: str, s: ir.Slice, var: str, width: Dim, w: str) -> str:
         """The rows of every value of var, one block after another ([..., n·w]): for bounds
