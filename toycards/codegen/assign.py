@@ -185,7 +185,7 @@ class AssignEmitter:
         else:
             return v.code
         have = tuple(rename.get(a, a) for a in self.axes(v))
-        return spell(v.code, have, want, batched=not (v.param or self._is_map_index(v)))
+        return spell(v.code, have, want, batched=not self.unbatched(v))
 
     def entry_write(self, t: ir.Index, v: Val, out: list[str]) -> None:
         """`y[i] ← v`, `S[t_z, t_x] ← v`, `y[1] ← v`: entries of a vector or a matrix, written into

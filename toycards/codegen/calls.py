@@ -192,7 +192,7 @@ class CallEmitter:
             have = (*have[:own], *slots[len(slots) - n :], *have[own + n :])  # its columns are slots
             own_axes = canonical(v.rank - n, False, {}) if v.rank > n or not n else ()  # (each entry: no 1)
             want = (*self._mapped(fams), *slots, *own_axes)
-            codes[k] = spell(codes[k], have, want, batched=not (v.param or self._is_map_index(v)))
+            codes[k] = spell(codes[k], have, want, batched=not self.unbatched(v))
 
     def _cached_keys_values(
         self, callee: ir.Algorithm, c: ir.Call, cached, arg_vals: list[Val], codes: list[str]

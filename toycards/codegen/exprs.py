@@ -318,8 +318,7 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
         no size-1 axes in front: broadcasting adds them."""
         if v.py or v.ones_row:
             return v.code
-        batched = not (broadcast and (v.param or self._is_map_index(v)))
-        return spell(v.code, self.axes(v), want, batched)
+        return spell(v.code, self.axes(v), want, batched=not (broadcast and self.unbatched(v)))
 
     def code_layout(self, v: Val) -> str:
         """`v`'s code with a matrix's columns before its rows (a stored parameter transposed)."""
@@ -386,10 +385,6 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
             fams=fams,
         )
 
-    def _axes(self, v: Val) -> int:
-        """How many trailing axes v's layout fixes (the axes after its batch axes)."""
-        return max(1, v.rank) if v.py else len(self.axes(v))
-
     def each_iteration(self, v: Val, variables: list[str]) -> str:
         """`v`'s code with an axis for each map variable in `variables`, at its kind's place
         (scope.AFTER): a value that does not depend on one (`for j ∈ [n]: O[:, j] ← β`) is
@@ -413,7 +408,7 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
         """A value of `rank` carrying the map variables `fams` whose code is laid out `have`, laid
         out as every such value is (`canonical`); `like`'s other marks kept (a token id, a param)."""
         fams = frozenset(fams)
-        batched = not (like is not None and (like.param or self._is_map_index(like)))
+        batched = like is None or not self.unbatched(like)
         code = spell(code, have, canonical(rank, False, self.after_of(fams)), batched)
         if like is None:
             return Val(code, rank, fams=fams)
@@ -427,6 +422,15 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
         if len(have) < 2:
             code, have = f"{paren(code)}[..., None, :]", (ONE, *have)
         return f"ops.split_rows({code}, {size})", (*have[:-2], var, *have[-2:])
+
+    def unbatched(self, v: Val) -> bool:
+        """Whether `v` has no batch axes in front of its named ones: a stored parameter, or a map
+        variable's own values."""
+        return v.param or self._is_map_index(v)
+
+    def conjunction(self, a: Val, b: Val) -> Val:
+        """`a ∧ b` of two boolean arrays over a map's variables (the conditions of nested `if`s)."""
+        return self._elementwise(a, b, "&")
 
     def _is_map_index(self, v: Val) -> bool:
         """The values of a map variable itself (`t`): laid out for its map, with no batch axes."""

@@ -393,7 +393,7 @@ class StepEmitter:
                 "before the `if` or in both branches"
             )
         c = self.scope.ns.fresh("cond")
-        both = cond if guard is None else self.ex._elementwise(guard, cond, "&")
+        both = cond if guard is None else self.ex.conjunction(guard, cond)
         out.append(f"{c} = {both.code}")
         self._map_branch(st.then, out, maps, both.with_(code=c), numbered)
         if st.orelse:
@@ -403,7 +403,7 @@ class StepEmitter:
             c_else = self.scope.ns.fresh("cond")
             negated = f"not {c}" if cond.py else f"ops.logical_not({c})"  # a Python bool, or an array
             otherwise = cond.with_(code=negated)
-            both = otherwise if guard is None else self.ex._elementwise(guard, otherwise, "&")
+            both = otherwise if guard is None else self.ex.conjunction(guard, otherwise)
             out.append(f"{c_else} = {both.code}")
             self._map_branch(st.orelse, out, maps, both.with_(code=c_else), numbered)
         if numbered:
