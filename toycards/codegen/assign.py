@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from toycards.codegen.axes import COL, ONE, ROW, as_grid, canonical, spell
+from toycards.codegen.axes import COL, ONE, ROW, as_grid, canonical, rename_axes, spell
 from toycards.codegen.code import affine, expr_text, paren
 from toycards.codegen.module import comment_safe
 from toycards.codegen.scope import AFTER, Family, family_key, free_names
@@ -163,7 +163,7 @@ class AssignEmitter:
         variable that indexes the stored family at its place `after`, whatever place the map
         gave it while it ran."""
         have = canonical(v.rank, False, self.after_of(v.fams | set(variables)))
-        have = tuple(renamed.get(a, a) for a in have)
+        have = rename_axes(have, renamed)
         rank = v.rank + (1 if renamed else 0)
         return spell(code, have, canonical(rank, False, after))
 
@@ -184,7 +184,7 @@ class AssignEmitter:
             rename, want = {var[0]: ROW, var[1]: COL}, (COL, ROW)
         else:
             return v.code
-        have = tuple(rename.get(a, a) for a in self.axes(v))
+        have = rename_axes(self.axes(v), rename)
         return spell(v.code, have, want, batched=not self.unbatched(v))
 
     def entry_write(self, t: ir.Index, v: Val, out: list[str]) -> None:

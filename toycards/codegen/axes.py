@@ -54,6 +54,16 @@ def canonical(rank: int, card_layout: bool, after: dict[str, int]) -> Axes:
     return tuple(axes)
 
 
+def rename_axes(axes: Axes, names: dict[str, str]) -> Axes:
+    """`axes` with some of them called by other names (`None`: left out): the columns of a
+    matrix become a map variable's values, a column of one entry a place holder.
+
+    >>> rename_axes(("h", "C", "R"), {"C": "t"}), rename_axes(("t", "C", "R"), {"C": None})
+    (('h', 't', 'R'), ('t', 'R'))
+    """
+    return tuple(names.get(a, a) for a in axes if names.get(a, a) is not None)
+
+
 def spell(code: str, have: Axes, want: Axes, batched: bool = True) -> str:
     """`code`, an array laid out `have`, laid out `want` instead: axes matched by name from the
     innermost out; an axis of `want` that `have` lacks is a new size-1 axis (`None`), or the

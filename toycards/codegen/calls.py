@@ -10,7 +10,7 @@ Leaves out: names, operators and indexing (exprs.py), assignments (assign.py).
 from __future__ import annotations
 
 from toycards.checker.bindings import dim_or_none
-from toycards.codegen.axes import COL, ONE, ROW, canonical, relayout, spell
+from toycards.codegen.axes import COL, ONE, ROW, canonical, relayout, rename_axes, spell
 from toycards.codegen.code import expr_text, int_literal, paren, parse_expr, shifted, union_fams
 from toycards.codegen.module import comment_safe
 from toycards.codegen.scope import AFTER, Family, family_key, free_names, run_time_hypers
@@ -53,7 +53,7 @@ class CallEmitter:
         if b.rule == "extreme" and len(args) == 1 and args[0].rank == 2:  # per column: a vector
             per_column = f"ops.{b.ops}({self.code_layout(args[0])})"  # the columns' axis now entries
             after = self.after_of(args[0].fams)
-            have = tuple(ROW if a == COL else ONE if a == ROW else a for a in canonical(2, False, after))
+            have = rename_axes(canonical(2, False, after), {COL: ROW, ROW: ONE})
             return Val(spell(per_column, have, canonical(1, False, after)), 1, fams=args[0].fams)
         if b.rule == "extreme" and len(args) == 1:
             return Val(f"ops.{b.ops}({args[0].code})", 0, fams=args[0].fams)
@@ -346,7 +346,7 @@ class CallEmitter:
         if at == -1:  # […, n] → an array scalar […, 1]
             total, have = "ops.sum_last({})", (*axes[:-1], ONE)
         else:  # the axis is dropped
-            total, have = f"ops.sum_axis({{}}, {at})", tuple(a for a in axes if a != var)
+            total, have = f"ops.sum_axis({{}}, {at})", rename_axes(axes, {var: None})
         want = canonical(v.rank, False, self.after_of(fams))
 
         def reduce(code: str) -> str:
@@ -403,16 +403,12 @@ class CallEmitter:
             if fam.rank < 2 and (e.axis == "cols" or fam.rank == 0):  # the members' axis is the new one:
                 stored = canonical(fam.rank, False, {fam.var: fam.after})  # columns (or a vector's entries)
                 new = COL if fam.rank else ROW
-                return self.made(
-                    fam.ident, tuple(new if a == fam.var else a for a in stored), fam.rank + 1, ()
-                )
+                return self.made(fam.ident, rename_axes(stored, {fam.var: new}), fam.rank + 1, ())
             if e.axis == "cols":
                 return Val(relayout(fam.ident, fam.after, fam.rank, fam.rank), fam.rank + 1)
             blocks = relayout(fam.ident, fam.after, 2, fam.rank)  # […, H, ℓ, d], or […, H, 1, d]
             merged = canonical(fam.rank, False, {fam.var: 2})  # the members' rows one after another
-            return self.made(
-                f"ops.merge_rows({blocks})", tuple(a for a in merged if a != fam.var), fam.rank, ()
-            )
+            return self.made(f"ops.merge_rows({blocks})", rename_axes(merged, {fam.var: None}), fam.rank, ())
         parts = [self.expr(x) for x in e.items]
         if e.axis == "rows":  # a row `W[i, :]` stacks as a 1×n matrix: the transpose of one column
             parts = [self._one_column(p.with_(row=False)).with_(layout="card") if p.row else p for p in parts]
@@ -424,7 +420,7 @@ class CallEmitter:
         if e.axis == "rows" or min(p.rank for p in parts) == 0:  # by rows; a number is one entry
             return Val(f"ops.cat_last([{', '.join(codes)}])", max(rank, 1), fams=fams)
         if rank == 1:  # vectors side by side: the new axis is the columns' (the parts laid out without it)
-            columns = tuple(a for a in canonical(2, False, after) if a != COL)
+            columns = rename_axes(canonical(2, False, after), {COL: None})
             codes = [self.spelled(p, columns, True) for p in parts]
             return Val(f"ops.stack_cols([{', '.join(codes)}])", 2, fams=fams)
         # a vector is one column: a 1-column matrix, laid out with every part's map variables

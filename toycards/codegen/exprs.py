@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from toycards.codegen.assign import AssignEmitter
-from toycards.codegen.axes import COL, ONE, Axes, canonical, relayout, spell
+from toycards.codegen.axes import COL, ONE, Axes, canonical, relayout, rename_axes, spell
 from toycards.codegen.calls import CallEmitter, is_exp
 from toycards.codegen.code import (
     COMPARE,
@@ -278,7 +278,7 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
                 # a matrix of one row transposed is a vector (checker/shapes.py `transpose`): its
                 # columns' axis, of size 1, is dropped
                 after = self.after_of(v.fams)
-                one_column = tuple(ONE if a == COL else a for a in self.axes(flipped))
+                one_column = rename_axes(self.axes(flipped), {COL: ONE})
                 return Val(
                     spell(v.code, one_column, canonical(1, False, after)), 1, param=v.param, fams=v.fams
                 )
@@ -398,7 +398,7 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
             for x in missing:
                 code = f"ops.copies({code}, {maps[x].bound_code}, {missing.index(x)})"
             return spell(code, tuple(reversed(missing)), target, batched=False)
-        code = self.spelled(v, tuple(a for a in target if a not in missing))
+        code = self.spelled(v, rename_axes(target, dict.fromkeys(missing)))
         for x in missing:  # innermost first: the axes after x's place are all there by then
             after = len(target) - 1 - target.index(x)
             code = f"ops.copies({code}, {maps[x].bound_code}, {after})"
@@ -492,5 +492,5 @@ class ExprEmitter(CallEmitter, AssignEmitter, IndexEmitter):
     def _one_column_back(self, code: str, fams: frozenset[str]) -> Val:
         """The vector a matrix of one column (`_one_column`) holds, laid out as a vector."""
         after = self.after_of(fams)
-        one = tuple(ONE if a == COL else a for a in canonical(2, False, after))
+        one = rename_axes(canonical(2, False, after), {COL: ONE})
         return Val(spell(code, one, canonical(1, False, after)), 1, fams=fams)

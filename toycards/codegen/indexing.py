@@ -11,7 +11,7 @@ Leaves out: names and operators (exprs.py), calls (calls.py), writes (assign.py)
 from __future__ import annotations
 
 from toycards.checker.dims import Dim, DimError, expr_to_dim
-from toycards.codegen.axes import COL, ONE, ROW, canonical, from_grid, spell
+from toycards.codegen.axes import COL, ONE, ROW, canonical, from_grid, rename_axes, spell
 from toycards.codegen.code import (
     affine,
     dim_code,
@@ -204,7 +204,7 @@ class IndexEmitter:
         matrix = canonical(2, False, self.after_of(base.fams))  # base in code layout
         if isinstance(i, ir.Name) and i.id in s.maps:
             m, var = s.maps[i.id], i.id
-            picked = tuple(var if a == COL else a for a in matrix)  # its columns are var's values
+            picked = rename_axes(matrix, {COL: var})  # its columns are var's values
             declared = s.decl_types.get(base_name or "")
             col = (
                 declared.dims[1] if isinstance(declared, ir.TensorType) and len(declared.dims) == 2 else None
@@ -240,7 +240,7 @@ class IndexEmitter:
             k = ids.code
             pick = str(int(k) - 1) if k.isdigit() else f"{paren(k)} - 1"
             if base.fams & set(s.maps):  # `rows(X, h, d_h)[:, 1]`: one column kept as a size-1 axis
-                one = tuple(ONE if a == COL else a for a in matrix)
+                one = rename_axes(matrix, {COL: ONE})
                 return self.made(f"{paren(rows)}[..., {pick}:{paren(k)}, :]", one, 1, base.fams)
             return Val(f"{paren(rows)}[..., {pick}, :]", 1)
         if not base.param or any(s.maps[v].kind == "element" for v in ids.fams if v in s.maps):
@@ -387,7 +387,7 @@ class IndexEmitter:
         aff = affine(i, set(s.maps))
         vector = canonical(1, False, self.after_of(base.fams))
         if aff is None:
-            one = tuple(ONE if a == ROW else a for a in vector)  # one entry, kept as a size-1 axis
+            one = rename_axes(vector, {ROW: ONE})  # one entry, kept as a size-1 axis
             if isinstance(i, ir.Num):
                 k = int(i.text)
                 return self.made(f"{base.code}[..., {k - 1}:{k}]", one, 0, base.fams, base)
@@ -399,9 +399,7 @@ class IndexEmitter:
                 var, c = back
                 m, last = s.maps[var], paren(self.int_code(c))
                 code = f"ops.flip_last({base.code}[..., {last} - 1 - {paren(m.bound_code)}:{last} - 1])"
-                return self.made(
-                    code, tuple(var if a == ROW else a for a in vector), 0, base.fams | {var}, base
-                )
+                return self.made(code, rename_axes(vector, {ROW: var}), 0, base.fams | {var}, base)
             raise ToycardsError("an element index must be affine in a map variable (e.g. 2·i − 1, i + d/2)")
         var, scale, offset = aff
         m = s.maps[var]
@@ -414,7 +412,7 @@ class IndexEmitter:
                 and self.dim(declared.dims[0]) == m.bound_code
             ):
                 code = base.code
-        return self.made(code, tuple(var if a == ROW else a for a in vector), 0, base.fams | {var}, base)
+        return self.made(code, rename_axes(vector, {ROW: var}), 0, base.fams | {var}, base)
 
     def int_code(self, e: ir.Expr) -> str:
         """An index offset such as `d_h / 2` as integer arithmetic (`d_h // 2`)."""
